@@ -1,0 +1,139 @@
+"""``ltfm``: a thin command line over library functions that the tests call too.
+
+Every user error (config, data, arguments, storage, checkpoint) ends as one line on stderr and exit
+code 2, with no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints usage + message otherwise)
+        raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _train(args) -> int:
+    from .config import load_config
+    from .train import train
+    summary = train(load_config(args.config, args.overrides))
+    return 0 if summary.get("status") == "completed" else 1
+
+
+def _evaluate(args) -> int:
+    from .evaluate import evaluate_cli
+    return evaluate_cli(args)
+
+
+def _translate(args) -> int:
+    from .evaluate import translate_cli
+    return translate_cli(args)
+
+
+def _average(args) -> int:
+    from .evaluate import average_cli
+    return average_cli(args)
+
+
+def _runs(args) -> int:
+    from .runs import runs_cli
+    return runs_cli(args)
+
+
+def _sweep(args) -> int:
+    from .sweep import sweep_cli
+    return sweep_cli(args)
+
+
+def _report(args) -> int:
+    from .report import report_cli
+    return report_cli(args)
+
+
+def _bench(args) -> int:
+    from .bench import bench_cli
+    return bench_cli(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ltfm", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train one model: ltfm train CONFIG.yaml [dotted.key=value ...]")
+    t.add_argument("config")
+    t.add_argument("overrides", nargs="*", help="dotted.key=value")
+    t.set_defaults(func=_train)
+
+    e = sub.add_parser("evaluate", help="BLEU of a run's checkpoint on a split or on any files")
+    e.add_argument("run_dir")
+    e.add_argument("--split")
+    e.add_argument("--src")
+    e.add_argument("--ref")
+    e.add_argument("--checkpoint", default="last", help="last | best | average | PATH")
+    e.add_argument("--out", help="hypotheses file (default: in the run folder)")
+    e.add_argument("overrides", nargs="*", help="decode.* overrides, e.g. decode.beam_size=1")
+    e.set_defaults(func=_evaluate)
+
+    tr = sub.add_parser("translate", help="translate stdin to stdout with a run's checkpoint")
+    tr.add_argument("run_dir")
+    tr.add_argument("--checkpoint", default="last")
+    tr.add_argument("overrides", nargs="*", help="decode.* overrides")
+    tr.set_defaults(func=_translate)
+
+    a = sub.add_parser("average", help="average the last N checkpoints of a run")
+    a.add_argument("run_dir")
+    a.add_argument("--last", type=int, default=5)
+    a.add_argument("--out")
+    a.set_defaults(func=_average)
+
+    r = sub.add_parser("runs", help="table of the runs in a results folder")
+    r.add_argument("results_dir", nargs="?", default="results")
+    r.add_argument("--json", action="store_true")
+    r.add_argument("--sort")
+    r.set_defaults(func=_runs)
+
+    s = sub.add_parser("sweep", help="run (or join) an Optuna sweep")
+    s.add_argument("sweep_file")
+    s.add_argument("--storage")
+    s.add_argument("--n-trials", type=int)
+    s.add_argument("--dry-run", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--status", action="store_true")
+    s.add_argument("overrides", nargs="*", help="dotted.key=value applied to every trial's base experiment")
+    s.set_defaults(func=_sweep)
+
+    rp = sub.add_parser("report", help="regenerate the ablation report of a sweep")
+    rp.add_argument("sweep_file")
+    rp.add_argument("--storage")
+    rp.add_argument("--results")
+    rp.add_argument("--out")
+    rp.add_argument("--from-wandb", metavar="ENTITY/PROJECT")
+    rp.set_defaults(func=_report)
+
+    b = sub.add_parser("bench", help="training and decoding speed, ours against MarianMTModel")
+    b.add_argument("--config")
+    b.add_argument("--vs", choices=["marian", "none"], default="none")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("overrides", nargs="*")
+    b.set_defaults(func=_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except UserError as e:
+        print(f"ltfm: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ltfm: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

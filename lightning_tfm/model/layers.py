@@ -1,0 +1,75 @@
+"""Encoder and decoder layers (Section 3.1) and the position-wise feed-forward network (Section 3.3)."""
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (Sec. 3.3, Eq. 2), inner width d_ff."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        for w in (self.w_1, self.w_2):
+            nn.init.xavier_uniform_(w.weight)
+            nn.init.zeros_(w.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w_2(self.w_1(x).relu())
+
+
+class Residual(nn.Module):
+    """A sublayer wrapped in dropout, a residual connection and layer normalization (Sec. 3.1, 5.4).
+
+    norm="post" (the paper): LayerNorm(x + Dropout(Sublayer(x))).
+    norm="pre" (Wang et al., 2019; fairseq's normalize_before): x + Dropout(Sublayer(LayerNorm(x))).
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm: str):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre = norm == "pre"
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each a residual sublayer (Sec. 3.1, "Encoder")."""
+
+    def __init__(self, d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout=0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.sub_attn = Residual(d_model, dropout, norm)
+        self.sub_ffn = Residual(d_model, dropout, norm)
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        x = self.sub_attn(x, lambda y: self.self_attn(y, mask=src_mask))
+        return self.sub_ffn(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, feed-forward (Sec. 3.1, "Decoder")."""
+
+    def __init__(self, d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout=0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout)
+        self.cross_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.sub_self = Residual(d_model, dropout, norm)
+        self.sub_cross = Residual(d_model, dropout, norm)
+        self.sub_ffn = Residual(d_model, dropout, norm)
+
+    def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor, cache: dict | None = None) -> Tensor:
+        self_cache = None if cache is None else cache.setdefault("self", {})
+        cross_cache = None if cache is None else cache.setdefault("cross", {})
+        y = self.sub_self(y, lambda z: self.self_attn(z, causal=True, cache=self_cache))
+        y = self.sub_cross(y, lambda z: self.cross_attn(z, memory, mask=src_mask, cache=cross_cache))
+        return self.sub_ffn(y, self.ffn)
