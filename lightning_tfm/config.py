@@ -125,7 +125,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 }
 
 # Keys that do not change what is trained: excluded from the run id hash.
+# The training budget is not hashed either: re-running with a larger train.max_steps continues the run.
 NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
+              "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
               "train.num_workers", "train.threads", "wandb", "sweep"}
 
 

@@ -1,0 +1,254 @@
+"""Parallel corpora, the shared BPE vocabulary, and token-budget batches (Section 5.1).
+
+Corpora come through Hugging Face ``datasets``: from the Hub (``data.source=hub``) or from a local
+folder of line-aligned files ``{split}.{lang}`` / ``{split}.{lang}.gz`` (``data.source=local``).
+"""
+from __future__ import annotations
+
+import gzip
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import Sampler
+
+from .errors import UserError
+from .model import BOS, EOS, PAD, UNK
+
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3 = PAD, BOS, EOS, UNK
+assert [PAD, BOS, EOS, UNK] == [0, 1, 2, 3]
+
+
+# ----------------------------------------------------------------------------------------------- corpora
+def read_lines(path: str | Path) -> list[str]:
+    """Lines of a text file, plain or gzip-compressed, without their line breaks."""
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rt", encoding="utf-8") as f:
+            return f.read().splitlines()
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise UserError(f"cannot read {p}: {e.__class__.__name__}: {e}; give a UTF-8 text file (optionally .gz)") from None
+
+
+def split_file(folder: str | Path, split: str, lang: str) -> Path:
+    folder = Path(folder)
+    for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    if not folder.is_dir():
+        raise UserError(f"data folder {str(folder)!r} does not exist: set data.path to a folder of "
+                        f"{{split}}.{{lang}}[.gz] files")
+    raise UserError(f"missing data file {folder / f'{split}.{lang}'}[.gz]: check data.path, the split names "
+                    f"(data.train_split/dev_split/test_split) and the languages (data.src_lang/tgt_lang)")
+
+
+def read_parallel(folder: str | Path, split: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
+    """Line-aligned source and target sentences of one split, checked for equal, non-zero length."""
+    src_path, tgt_path = split_file(folder, split, src_lang), split_file(folder, split, tgt_lang)
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise UserError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: "
+                        f"source and target files must be line-aligned")
+    if not src:
+        raise UserError(f"split {split!r} is empty ({src_path}): give files with at least one sentence pair")
+    return src, tgt
+
+
+def load_split(cfg: dict, split: str, limit: int | None = None):
+    """One split as a ``datasets.Dataset`` with columns ``src`` and ``tgt``."""
+    import datasets
+
+    d = cfg["data"]
+    if d["source"] == "local":
+        src, tgt = read_parallel(d["path"], split, d["src_lang"], d["tgt_lang"])
+        ds = datasets.Dataset.from_dict({"src": src, "tgt": tgt})
+    else:
+        ds = _load_hub_split(d, split)
+    if limit is not None:
+        ds = ds.select(range(min(limit, len(ds))))
+    return ds
+
+
+def _load_hub_split(d: dict, split: str):
+    """A Hub translation dataset: either a ``translation`` column of {lang: text} (wmt14, iwslt) or one
+    column per language (e.g. bentrevett/multi30k)."""
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(d["hub_name"], d["hub_config"], split=split)
+    except Exception as e:  # offline, unknown name, unknown split: the library's own message, on one line
+        msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        raise UserError(f"cannot load {d['hub_name']!r} split {split!r} from the Hugging Face Hub ({msg[:200]}); "
+                        f"without internet use local files: data.source=local data.path=FOLDER") from None
+    s, t = d["src_lang"], d["tgt_lang"]
+    if "translation" in ds.column_names:
+        ds = ds.map(lambda b: {"src": [x[s] for x in b["translation"]], "tgt": [x[t] for x in b["translation"]]},
+                    batched=True, remove_columns=ds.column_names)
+    elif s in ds.column_names and t in ds.column_names:
+        ds = ds.rename_columns({s: "src", t: "tgt"}).select_columns(["src", "tgt"])
+    else:
+        raise UserError(f"Hub dataset {d['hub_name']!r} has columns {ds.column_names}, none for {s!r}/{t!r}: "
+                        f"check data.src_lang and data.tgt_lang")
+    if len(ds) == 0:
+        raise UserError(f"split {split!r} of {d['hub_name']!r} is empty")
+    return ds
+
+
+# -------------------------------------------------------------------------------------------- vocabulary
+def train_tokenizer(texts, vocab_size: int, min_frequency: int = 2):
+    """One BPE vocabulary shared by source and target (Sec. 5.1), with Hugging Face ``tokenizers``.
+
+    Metaspace pre-tokenization (SentencePiece style) makes decoding exact, so BLEU is computed on
+    detokenized text; punctuation is split off words first (pieces after it carry no "▁", so it
+    decodes back in place). NFKC and whitespace folding as SentencePiece's default normaliser does.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                           normalizers.Strip()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(),
+                                                  pre_tokenizers.Punctuation(behavior="isolated")])
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS,
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def load_tokenizer(run_dir: str | Path):
+    from tokenizers import Tokenizer
+
+    path = Path(run_dir) / "tokenizer.json"
+    if not path.is_file():
+        raise UserError(f"{path} not found: is {run_dir} a run folder written by `ltfm train`?")
+    return Tokenizer.from_file(str(path))
+
+
+def encode_lines(tokenizer, lines: list[str]) -> list[list[int]]:
+    """BPE ids of each line, without BOS/EOS."""
+    return [e.ids for e in tokenizer.encode_batch(list(lines), add_special_tokens=False)]
+
+
+def decode_ids(tokenizer, ids: list[int]) -> str:
+    """Detokenized text of BPE ids (special tokens dropped)."""
+    return tokenizer.decode([i for i in ids if i > UNK or i == UNK], skip_special_tokens=True)
+
+
+def tokenize_split(ds, tokenizer):
+    """Add ``src_ids``/``tgt_ids`` columns (``datasets.map``: cached on disk for Hub datasets)."""
+    def enc(batch):
+        return {"src_ids": encode_lines(tokenizer, batch["src"]), "tgt_ids": encode_lines(tokenizer, batch["tgt"])}
+    return ds.map(enc, batched=True, batch_size=2000, desc="tokenizing")
+
+
+# --------------------------------------------------------------------------------------------- batching
+class TokenBatchSampler(Sampler[list[int]]):
+    """Batches of sentence pairs of similar length under a token budget (Sec. 5.1: "sentence pairs were
+    batched together by approximate sequence length", ~25,000 source and 25,000 target tokens).
+
+    A batch of n pairs is padded to its longest source and target; like fairseq's ``max_tokens`` we
+    require n * max(padded source width, padded target width) <= ``batch_tokens``. Batches are formed
+    once from the length-sorted order (ties broken by a seeded shuffle, as fairseq does); each epoch
+    shuffles the order of the batches with ``seed + epoch``, identically on every rank.
+
+    With ``num_replicas`` > 1 the epoch's batches are dealt round-robin to ranks. If their count is not
+    a multiple of the world size, the largest batches are halved until it is, so every pair is seen by
+    exactly one rank once per epoch, none twice and none dropped, and every rank takes the same number
+    of steps (DDP would hang otherwise).
+    """
+
+    def __init__(self, src_lens, tgt_lens, batch_tokens: int, shuffle: bool = True, seed: int = 1,
+                 num_replicas: int = 1, rank: int = 0):
+        self.src_lens, self.tgt_lens = list(src_lens), list(tgt_lens)
+        self.batch_tokens, self.shuffle, self.seed = batch_tokens, shuffle, seed
+        self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
+        self.batches = self._make_batches()
+
+    def _width(self, i: int) -> int:
+        return max(self.src_lens[i], self.tgt_lens[i])
+
+    def _make_batches(self) -> list[list[int]]:
+        order = list(range(len(self.src_lens)))
+        random.Random(self.seed).shuffle(order)
+        order.sort(key=lambda i: (self.tgt_lens[i], self.src_lens[i]))  # stable: shuffled ties
+        batches, cur, cur_max = [], [], 0
+        for i in order:
+            w = max(cur_max, self._width(i))
+            if cur and w * (len(cur) + 1) > self.batch_tokens:
+                batches.append(cur)
+                cur, w = [], self._width(i)
+            cur.append(i)
+            cur_max = w
+        if cur:
+            batches.append(cur)
+        return batches
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def epoch_batches(self) -> list[list[int]]:
+        """All batches of the current epoch, in order, before sharding."""
+        batches = [list(b) for b in self.batches]
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(batches)
+        while len(batches) % self.num_replicas:
+            j = max(range(len(batches)), key=lambda k: (len(batches[k]) > 1, len(batches[k])))
+            if len(batches[j]) < 2:
+                raise ValueError(f"cannot deal {len(batches)} single-pair batches to {self.num_replicas} ranks")
+            b = batches.pop(j)
+            batches[j:j] = [b[: len(b) // 2], b[len(b) // 2:]]
+        return batches
+
+    def __iter__(self):
+        return iter(self.epoch_batches()[self.rank::self.num_replicas])
+
+    def __len__(self) -> int:
+        n = len(self.batches)
+        return math.ceil(n / self.num_replicas)
+
+
+def widths(ids: list[list[int]]) -> list[int]:
+    """Padded tensor width of each sequence once BOS or EOS is added."""
+    return [len(x) + 1 for x in ids]
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor      # (B, S): source ids + EOS, right-padded
+    tgt_in: torch.Tensor   # (B, T): BOS + target ids
+    tgt_out: torch.Tensor  # (B, T): target ids + EOS
+
+    def to(self, device):
+        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+
+
+def pad(seqs: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+def collate(pairs: list[tuple[list[int], list[int]]]) -> Batch:
+    # fairseq appends EOS to the source as well; tensor2tensor does the same.
+    src = pad([s + [EOS] for s, _ in pairs])
+    tgt_in = pad([[BOS] + t for _, t in pairs])
+    tgt_out = pad([t + [EOS] for _, t in pairs])
+    return Batch(src, tgt_in, tgt_out)
+
+
+class PairDataset(torch.utils.data.Dataset):
+    """Token-id pairs held in memory as Python lists (fast indexing for the batch sampler)."""
+
+    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]]):
+        self.src_ids, self.tgt_ids = src_ids, tgt_ids
+
+    def __len__(self):
+        return len(self.src_ids)
+
+    def __getitem__(self, i):
+        return self.src_ids[i], self.tgt_ids[i]

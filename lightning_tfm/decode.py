@@ -1,0 +1,256 @@
+"""Beam search and greedy decoding (Section 6.1 of Vaswani et al., 2017). Pure PyTorch, no Lightning.
+
+The paper: "beam search with a beam size of 4 and length penalty alpha = 0.6 [...] We set the maximum
+output length during inference to input length + 50, but terminate early when possible."
+The procedure follows tensor2tensor's ``beam_search.py`` (the paper's code):
+
+* every step expands all alive beams of all sentences in ONE decoder call on (sentences x beams) rows,
+  with incremental decoding: each layer caches the keys/values of earlier target positions and the
+  projected encoder memory, so only the newest position is fed (``use_cache=False`` recomputes the
+  whole prefix instead; the tests compare the two);
+* the top 2K candidates of each sentence are taken over its K beams x vocabulary; candidates ending in
+  EOS become finished hypotheses scored log P(y) / lp(|y|), the best 2K-candidates that do not end in
+  EOS stay alive (2K guarantees K of them, since each beam contributes at most one EOS candidate);
+* lp is the GNMT length penalty ((5 + |y|) / 6) ** alpha (Wu et al., 2016), where |y| counts the
+  generated tokens including the EOS, as tensor2tensor's ``i + 1`` does;
+* stopping rule (tensor2tensor's bound): a finished hypothesis is final for its sentence once no alive
+  beam can beat it, i.e. once best_finished >= best_alive_log_prob / lp(max length). Log-probabilities
+  only fall as a hypothesis grows, and dividing a negative number by the largest penalty it can get
+  gives its best possible score, so the returned hypothesis is the one running to the maximum length
+  would return. (tensor2tensor compares the bound with the *worst* of its K finished hypotheses because
+  it returns all K; we return only the best, so we may stop earlier with the same result.)
+* the maximum output length is ``max_len_a * source_length + max_len_b`` tokens (source length counts
+  the non-pad source tokens, EOS included, as tensor2tensor's input length does); at that length only
+  EOS may be generated (fairseq's rule), so every sentence ends with a finished hypothesis.
+* PAD and BOS are never generated (fairseq bans them too; tensor2tensor has no BOS).
+* beam_size=1 takes the single best token each step: greedy decoding (tensor2tensor also decodes
+  greedily at beam size 1).
+
+Sentences that are done are dropped from the batch (fairseq's batch reduction), so a long sentence
+does not keep the others' beams computing.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .model import BOS, EOS, PAD, Transformer
+
+
+@dataclass
+class Hypothesis:
+    """One output sentence: BPE ids without BOS/EOS, its score and its log-probability."""
+
+    tokens: list[int]
+    score: float      # log_prob / length_penalty(len(tokens) + 1, alpha)
+    log_prob: float   # sum of the log-probabilities of tokens and the final EOS
+
+
+def length_penalty(length, alpha: float):
+    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016; the paper's alpha = 0.6).
+
+    ``length`` counts the generated tokens including the final EOS (tensor2tensor: ``i + 1`` at step
+    ``i``). Works on numbers and tensors.
+    """
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_positions(model: Transformer) -> int:
+    """Longest sequence the model's positional encodings cover."""
+    table = model.positions.table
+    return table.num_embeddings if isinstance(table, torch.nn.Embedding) else table.shape[0]
+
+
+def _max_lengths(src: Tensor, max_len_a: float, max_len_b: int, model: Transformer) -> Tensor:
+    """Per sentence: a * (non-pad source tokens) + b, capped so BOS + tokens fit the model's positions."""
+    src_len = (src != PAD).sum(1)
+    ml = (max_len_a * src_len.double()).floor().long() + int(max_len_b)
+    return ml.clamp(min=1, max=max_positions(model) - 1)
+
+
+def _reorder_self_cache(cache: list[dict], index: Tensor) -> None:
+    """Reorder only the decoder self-attention keys/values (``layer["self"]``, see model.layers).
+
+    The encoder-decoder keys/values are the same for every beam of a sentence and beams are only ever
+    re-ranked within their sentence, so they need not move (this halves the copying per step).
+    """
+    for layer in cache:
+        part = layer.get("self")
+        if part:
+            for key, t in part.items():
+                part[key] = t.index_select(0, index)
+
+
+def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
+                max_len_b: int = 50, use_cache: bool = True) -> list[Hypothesis]:
+    """Best hypothesis per sentence of ``src`` (B, S) (right-padded ids, EOS-terminated as in training).
+
+    Call under ``torch.inference_mode()`` with the model in eval mode (``translate_ids`` does both).
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    B, K, device = src.shape[0], beam_size, src.device
+    n_cand = 1 if K == 1 else 2 * K
+    ml = _max_lengths(src, max_len_a, max_len_b, model)
+    width = int(ml.max()) + 2  # BOS + up to max length tokens + EOS
+
+    memory, src_mask = model.encode(src)  # once; expanded to one copy per beam
+    memory = memory.repeat_interleave(K, 0)
+    src_mask = src_mask.repeat_interleave(K, 0)
+    V = model.vocab_size
+    neg_inf = torch.tensor(float("-inf"), device=device)
+
+    # Per original sentence: the best finished hypothesis so far.
+    best_score = torch.full((B,), float("-inf"), device=device)
+    best_lp = torch.zeros(B, device=device)
+    best_len = torch.zeros(B, dtype=torch.long, device=device)
+    best_tokens = torch.full((B, width), PAD, dtype=torch.long, device=device)
+
+    # Alive state of the sentences still being decoded (rows: sentence-major, K beams each).
+    orig = torch.arange(B, device=device)
+    tokens = torch.full((B * K, width), PAD, dtype=torch.long, device=device)
+    tokens[:, 0] = BOS
+    alive_lp = torch.full((B, K), float("-inf"), device=device)
+    alive_lp[:, 0] = 0.0  # only the first beam is live at the start (tensor2tensor's initial_log_probs)
+    cache = model.new_cache() if use_cache else None
+
+    for t in range(width - 1):  # t = tokens generated so far by every alive hypothesis
+        n = orig.shape[0]
+        if use_cache:
+            logits = model.decode(tokens[:, t:t + 1], memory, src_mask, cache=cache, offset=t)[:, -1]
+        else:
+            logits = model.decode(tokens[:, :t + 1], memory, src_mask)[:, -1]
+        lprobs = logits.float().log_softmax(-1)
+        lprobs[:, PAD] = float("-inf")
+        lprobs[:, BOS] = float("-inf")
+        at_max = t >= ml  # (n,) these sentences may only end now
+        if bool(at_max.any()):
+            rows = at_max.repeat_interleave(K)
+            eos = lprobs[:, EOS].clone()
+            lprobs[rows] = float("-inf")
+            lprobs[:, EOS] = eos
+
+        cand = (alive_lp.unsqueeze(2) + lprobs.view(n, K, V)).view(n, K * V)
+        top_lp, top_idx = cand.topk(n_cand, dim=1)
+        beam, tok = top_idx // V, top_idx % V
+        is_eos = tok == EOS
+
+        # Finished candidates: keep the best per sentence if it beats the best so far.
+        fin = torch.where(is_eos, top_lp / length_penalty(t + 1, alpha), neg_inf)
+        fin_best, fin_j = fin.max(1)
+        improved = fin_best > best_score[orig]
+        if bool(improved.any()):
+            sel = improved.nonzero().squeeze(1)
+            j = fin_j[sel]
+            o = orig[sel]
+            best_score[o] = fin_best[sel]
+            best_lp[o] = top_lp[sel, j]
+            best_len[o] = t
+            best_tokens[o] = tokens.index_select(0, sel * K + beam[sel, j])
+
+        # Alive: the best K candidates that do not end in EOS.
+        alive_lp, j = top_lp.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
+        new_beam, new_tok = beam.gather(1, j), tok.gather(1, j)
+        index = (torch.arange(n, device=device) * K).unsqueeze(1) + new_beam  # (n, K) source rows
+
+        # Done: nothing alive can beat the best finished hypothesis (see the module docstring).
+        lp_hi = length_penalty(ml.float() + 1, alpha).clamp(min=length_penalty(t + 2.0, alpha))
+        done = (best_score[orig] >= alive_lp[:, 0] / lp_hi) | at_max
+        if bool(done.all()):
+            break
+        if bool(done.any()):  # drop finished sentences from every per-row tensor and from the cache
+            keep = (~done).nonzero().squeeze(1)
+            orig, ml, alive_lp = orig[keep], ml[keep], alive_lp[keep]
+            new_tok, index = new_tok[keep], index[keep]
+            flat = index.view(-1)
+            memory, src_mask = memory.index_select(0, flat), src_mask.index_select(0, flat)
+            if use_cache:
+                Transformer.reorder_cache(cache, flat)  # all parts: rows of dropped sentences go away
+        else:
+            flat = index.view(-1)
+            if use_cache:
+                _reorder_self_cache(cache, flat)
+        tokens = tokens.index_select(0, flat)
+        tokens[:, t + 1] = new_tok.view(-1)
+
+    out_tokens, lens = best_tokens.tolist(), best_len.tolist()
+    scores, lps = best_score.tolist(), best_lp.tolist()
+    return [Hypothesis(out_tokens[b][1:lens[b] + 1], scores[b], lps[b]) for b in range(B)]
+
+
+def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50,
+                  alpha: float = 0.6) -> list[Hypothesis]:
+    """Greedy decoding written out plainly (one sentence at a time, whole prefix recomputed each step).
+
+    An independent reference for ``beam_search(beam_size=1)``: same banned tokens (PAD, BOS), same
+    maximum length, same score definition.
+    """
+    out = []
+    limit = max_positions(model) - 1
+    for row in src:
+        s = row[row != PAD].unsqueeze(0)
+        max_len = min(int(math.floor(max_len_a * s.shape[1])) + int(max_len_b), limit)
+        memory, mask = model.encode(s)
+        ys, log_prob = [BOS], 0.0
+        while True:
+            lprobs = model.decode(torch.tensor([ys], device=src.device), memory, mask)[0, -1].float().log_softmax(-1)
+            lprobs[PAD] = lprobs[BOS] = float("-inf")
+            if len(ys) - 1 >= max_len:
+                nxt = EOS
+            else:
+                nxt = int(lprobs.argmax())
+            log_prob += float(lprobs[nxt])
+            if nxt == EOS:
+                break
+            ys.append(nxt)
+        out.append(Hypothesis(ys[1:], log_prob / length_penalty(len(ys), alpha), log_prob))
+    return out
+
+
+def pad_batch(seqs: list[list[int]], device="cpu") -> Tensor:
+    """Right-padded (B, S) long tensor."""
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+    return out.to(device)
+
+
+def translate_ids(model: Transformer, src_ids: list[list[int]], beam_size: int = 4, alpha: float = 0.6,
+                  max_len_a: float = 1.0, max_len_b: int = 50, batch_sentences: int = 128, device="cpu",
+                  dtype: torch.dtype | None = torch.bfloat16, use_cache: bool = True) -> list[Hypothesis]:
+    """Decode many sentences (BPE ids without BOS/EOS); results in input order.
+
+    Sentences are sorted by length (longest first, as fairseq and tensor2tensor batch) and decoded
+    ``batch_sentences`` at a time. EOS is appended to each source, as in training (``data.collate``).
+    An empty source gives an empty hypothesis without decoding. ``dtype=torch.bfloat16`` runs under
+    autocast (scores and log-softmax stay in fp32); None decodes in the model's own precision.
+    """
+    results: list[Hypothesis | None] = [None] * len(src_ids)
+    limit = max_positions(model)
+    todo = []
+    for i, ids in enumerate(src_ids):
+        if len(ids) == 0:
+            results[i] = Hypothesis([], 0.0, 0.0)
+        else:
+            todo.append(i)
+    todo.sort(key=lambda i: -len(src_ids[i]))
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    autocast = (torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext())
+    try:
+        with torch.inference_mode(), autocast:
+            for start in range(0, len(todo), batch_sentences):
+                chunk = todo[start:start + batch_sentences]
+                # Sources longer than the positions the model has are cut (they could not be encoded).
+                src = pad_batch([list(src_ids[i][:limit - 1]) + [EOS] for i in chunk], device)
+                hyps = beam_search(model, src, beam_size, alpha, max_len_a, max_len_b, use_cache=use_cache)
+                for i, h in zip(chunk, hyps):
+                    results[i] = h
+    finally:
+        model.train(was_training)
+    return results  # type: ignore[return-value]

@@ -1,0 +1,105 @@
+"""Lightning glue: the LightningModule and LightningDataModule around the pure-PyTorch Transformer."""
+from __future__ import annotations
+
+import math
+import time
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from .data import Batch, PairDataset, TokenBatchSampler, collate, widths
+from .model import PAD, Transformer
+from .objectives import label_smoothed_nll_loss, make_optimizer
+
+
+class TransformerModule(pl.LightningModule):
+    """Trains :class:`Transformer` with label-smoothed cross-entropy, Adam and the paper's schedule."""
+
+    def __init__(self, config: dict, vocab_size: int):
+        super().__init__()
+        self.save_hyperparameters()  # config (nested dict) and vocab_size go into every checkpoint
+        self.config = config
+        self.model = Transformer.from_config(config["model"], vocab_size)
+        self._forward = torch.compile(self.model) if config["train"]["compile"] else self.model
+        self._tokens_since, self._time_since = 0, None
+        self._dev_sums = None
+        self.train_tokens = 0  # target tokens seen by this rank
+
+    def forward(self, src, tgt_in):
+        return self._forward(src, tgt_in)
+
+    def _loss(self, batch: Batch):
+        logits = self(batch.src, batch.tgt_in)
+        return label_smoothed_nll_loss(logits, batch.tgt_out, self.config["train"]["label_smoothing"], PAD)
+
+    def training_step(self, batch: Batch, batch_idx: int):
+        loss_sum, nll_sum, ntok = self._loss(batch)
+        n = int(ntok)
+        self.train_tokens += n
+        self._tokens_since += n
+        loss = loss_sum / ntok
+        self.log("train/loss", loss, prog_bar=False, batch_size=n)
+        self.log("train/nll", nll_sum / ntok, batch_size=n)
+        if self.trainer.global_step % self.config["train"]["log_every_steps"] == 0:
+            self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=n)
+        now = time.perf_counter()
+        if self._time_since is None:
+            self._time_since = now
+        elif now - self._time_since > 2.0:  # tokens/s over the last few seconds, on the progress bar
+            world = self.trainer.world_size
+            self.log("train/tokens_per_s", self._tokens_since * world / (now - self._time_since), prog_bar=True)
+            self._tokens_since, self._time_since = 0, now
+        return loss
+
+    def on_validation_epoch_start(self):
+        self._dev_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: Batch, batch_idx: int):
+        loss_sum, nll_sum, ntok = self._loss(batch)
+        self._dev_sums += torch.stack([loss_sum.double(), nll_sum.double(), ntok.double()])
+
+    def on_validation_epoch_end(self):
+        sums = self.trainer.strategy.reduce(self._dev_sums, reduce_op="sum")
+        loss, nll = (sums[0] / sums[2]).item(), (sums[1] / sums[2]).item()
+        # dev/loss is the per-wordpiece NLL, so dev/ppl = exp(dev/loss) (Table 3's perplexity).
+        self.log("dev/loss", nll, sync_dist=False, rank_zero_only=False)
+        self.log("dev/ppl", math.exp(min(nll, 50.0)), prog_bar=True, sync_dist=False)
+        self.log("dev/smoothed_loss", loss, sync_dist=False)
+
+    def configure_optimizers(self):
+        opt, sched = make_optimizer(self.model.parameters(), self.config["train"], self.config["model"]["d_model"])
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["train_tokens"] = self.train_tokens * self.trainer.world_size
+
+    def on_load_checkpoint(self, checkpoint):
+        self.train_tokens = int(checkpoint.get("train_tokens", 0)) // max(1, self.trainer.world_size if self._trainer else 1)
+
+
+class TranslationDataModule(pl.LightningDataModule):
+    """Token-budget batches of a tokenized corpus; the train sampler is sharded across ranks itself
+    (``use_distributed_sampler=False`` in the Trainer)."""
+
+    def __init__(self, config: dict, train_pairs: PairDataset, dev_pairs: PairDataset):
+        super().__init__()
+        self.config, self.train_pairs, self.dev_pairs = config, train_pairs, dev_pairs
+
+    def _loader(self, pairs: PairDataset, shuffle: bool, shard: bool) -> DataLoader:
+        world = self.trainer.world_size if (shard and self.trainer) else 1
+        rank = self.trainer.global_rank if (shard and self.trainer) else 0
+        sampler = TokenBatchSampler(widths(pairs.src_ids), widths(pairs.tgt_ids), self.config["train"]["batch_tokens"],
+                                    shuffle=shuffle, seed=self.config["run"]["seed"], num_replicas=world, rank=rank)
+        workers = self.config["train"]["num_workers"]
+        return DataLoader(pairs, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+                          persistent_workers=workers > 0)
+
+    def train_dataloader(self):
+        return self._loader(self.train_pairs, shuffle=True, shard=True)
+
+    def val_dataloader(self):
+        return self._loader(self.dev_pairs, shuffle=False, shard=True)
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        return batch.to(device)

@@ -1,0 +1,177 @@
+"""``ltfm runs``: the local results store as a terminal table (for users who are not at the dashboard).
+
+The results folder is the source of truth; each run folder's ``summary.json`` is read as it is.
+
+Status: the summary's ``status`` (``completed`` | ``failed`` | ``running``), with two refinements:
+
+- ``stale``: the summary says ``running`` but records the ``pid`` and ``host`` of its process, the host
+  is this machine and that process no longer exists (killed worker, crash). A running summary without
+  pid/host, or from another host, stays ``running`` -- we cannot tell from here.
+- ``unreadable``: ``summary.json`` exists but is not valid JSON; ``no summary``: a run folder (it has a
+  ``config.yaml``) whose ``summary.json`` was never written.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+# Row keys (also the --json keys and the accepted --sort keys).
+ROW_KEYS = ("id", "variant", "family", "study", "status", "params", "steps", "dev_loss", "dev_ppl", "dev_bleu",
+            "test_bleu", "wall_time_s", "tokens_per_s", "wandb_run_id", "wandb_mode", "path")
+# (header, row key) of the terminal table.
+COLUMNS = (("id", "id"), ("variant", "variant"), ("status", "status"), ("params", "params"),
+           ("dev_ppl", "dev_ppl"), ("dev_bleu", "dev_bleu"), ("test_bleu", "test_bleu"), ("wall time", "wall_time_s"))
+SORT_ALIASES = {"wall_time": "wall_time_s", "wall": "wall_time_s", "time": "wall_time_s", "ppl": "dev_ppl",
+                "bleu": "dev_bleu", "run_id": "id", "name": "id"}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _status(summary: dict) -> str:
+    status = str(summary.get("status") or "unknown")
+    if status == "running":
+        pid, host = summary.get("pid"), summary.get("host")
+        if isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid):
+            return "stale"
+    return status
+
+
+def _row(run_dir: Path) -> dict | None:
+    summary_path = run_dir / "summary.json"
+    row: dict[str, Any] = {k: None for k in ROW_KEYS}
+    row["id"], row["path"] = run_dir.name, str(run_dir)
+    if not summary_path.is_file():
+        if not (run_dir / "config.yaml").is_file():
+            return None  # not a run folder (e.g. a wandb dir, a sweep database)
+        row["status"] = "no summary"
+        return row
+    try:
+        summary = json.loads(summary_path.read_text())
+        if not isinstance(summary, dict):
+            raise ValueError
+    except (ValueError, OSError):
+        row["status"] = "unreadable"
+        return row
+    run_cfg = (summary.get("config") or {}).get("run") or {}
+    row.update({k: summary.get(k) for k in ROW_KEYS if k in summary and k not in ("id", "path", "status")})
+    row["id"] = summary.get("run_id") or run_dir.name
+    for key in ("variant", "family", "study"):
+        row[key] = row.get(key) or run_cfg.get(key)
+    row["status"] = _status(summary)
+    return row
+
+
+def list_runs(results_dir: str | os.PathLike) -> list[dict]:
+    """One row per run folder of ``results_dir`` (keys ``ROW_KEYS``), in folder-name order."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise UserError(f"results folder {str(results_dir)!r} not found: pass the folder that holds the run "
+                        "folders (run.results_dir, default 'results')")
+    rows = [_row(d) for d in sorted(root.iterdir()) if d.is_dir()]
+    return [r for r in rows if r is not None]
+
+
+def sort_key(name: str) -> tuple[str, bool]:
+    """``--sort`` value -> (row key, descending). A leading ``-`` sorts descending: ``--sort=-dev_bleu``."""
+    descending = name.startswith("-")
+    key = name.lstrip("-").strip().replace(" ", "_")
+    key = SORT_ALIASES.get(key, key)
+    if key not in ROW_KEYS or key == "path":
+        keys = [k for k in ROW_KEYS if k != "path"]
+        raise UserError(f"unknown sort key {name!r}: use one of {', '.join(keys)} (prefix - for descending)")
+    return key, descending
+
+
+def sort_rows(rows: list[dict], sort: str | None) -> list[dict]:
+    """Rows sorted by one key; runs without that value always come last."""
+    if not sort:
+        return list(rows)
+    key, descending = sort_key(sort)
+    present = [r for r in rows if r.get(key) is not None]
+    missing = [r for r in rows if r.get(key) is None]
+    numeric = all(isinstance(r[key], (int, float)) for r in present)
+    present.sort(key=(lambda r: r[key]) if numeric else (lambda r: str(r[key])), reverse=descending)
+    return present + missing
+
+
+def _fmt_params(n: Any) -> str:
+    if not isinstance(n, (int, float)):
+        return "-"
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n / div:.1f}{unit}"
+    return str(int(n))
+
+
+def _fmt_num(x: Any, digits: int) -> str:
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return f"{x:.{digits}f}"
+
+
+def _fmt_time(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        return "-"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def _cell(key: str, value: Any) -> str:
+    if key == "params":
+        return _fmt_params(value)
+    if key in ("dev_ppl",):
+        return _fmt_num(value, 2)
+    if key in ("dev_bleu", "test_bleu"):
+        return _fmt_num(value, 1)
+    if key == "wall_time_s":
+        return _fmt_time(value)
+    return "-" if value is None else str(value)
+
+
+def format_table(rows: list[dict], sort: str | None = None) -> str:
+    """A plain-text table: id, variant, status, params, dev_ppl, dev_bleu, test_bleu, wall time."""
+    rows = sort_rows(rows, sort)
+    header = [h for h, _ in COLUMNS]
+    body = [[_cell(k, r.get(k)) for _, k in COLUMNS] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *body)]
+    numeric = {"params", "dev_ppl", "dev_bleu", "test_bleu", "wall time"}
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if h in numeric else c.ljust(w)
+                         for c, w, h in zip(cells, widths, header)).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def runs_cli(args) -> int:
+    """``ltfm runs [RESULTS_DIR] [--json] [--sort KEY]``."""
+    rows = list_runs(args.results_dir)
+    rows = sort_rows(rows, getattr(args, "sort", None))
+    if getattr(args, "json", False):
+        print(json.dumps(rows, indent=2, default=str))
+    elif not rows:
+        print(f"no runs in {args.results_dir}", file=sys.stderr)
+    else:
+        print(format_table(rows))
+    return 0

@@ -1,0 +1,191 @@
+"""One training run, end to end: data and vocabulary, Lightning Trainer, checkpoints, summary.json.
+
+``train(cfg)`` is what ``ltfm train`` and the sweep trials run. The run folder is
+``<run.results_dir>/<run id>``; the run id is derived from the config, so re-running the same command
+resumes from ``checkpoints/last.ckpt`` (and a completed run is not trained again).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import yaml
+
+from . import config as C
+from .errors import UserError
+
+
+def rank_zero() -> bool:
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0 and \
+        int(os.environ.get("NODE_RANK", "0")) == 0
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _check_writable(results_dir: Path) -> None:
+    """Try to create (and remove) a folder in the nearest existing ancestor: os.access says yes to root."""
+    import tempfile
+
+    p = results_dir.absolute()
+    while not p.exists():
+        p = p.parent
+    try:
+        if not p.is_dir():
+            raise NotADirectoryError(p)
+        tempfile.TemporaryDirectory(dir=p).cleanup()
+    except OSError:
+        raise UserError(f"results folder {str(results_dir)!r} is not writable: set run.results_dir to a folder "
+                        f"you can write") from None
+
+
+class Corpus:
+    """The tokenized splits of a run and its shared vocabulary."""
+
+    def __init__(self, cfg: dict, run_dir: Path):
+        from .data import PairDataset, encode_lines, load_split, tokenize_split, train_tokenizer
+        from tokenizers import Tokenizer
+
+        d = cfg["data"]
+        self.train_raw = load_split(cfg, d["train_split"], d["max_train_pairs"])
+        self.dev_raw = load_split(cfg, d["dev_split"], d["max_dev_pairs"])
+        self.test_raw = load_split(cfg, d["test_split"], d["max_test_pairs"]) if d["test_split"] else None
+        tok_path = run_dir / "tokenizer.json"
+        if tok_path.is_file():  # resume: the run's vocabulary, never a new one
+            self.tokenizer = Tokenizer.from_file(str(tok_path))
+        else:
+            self.tokenizer = train_tokenizer(
+                (s for col in ("src", "tgt") for s in self.train_raw[col]), d["vocab_size"], d["tokenizer_min_frequency"])
+        self.vocab_size = self.tokenizer.get_vocab_size()
+        train = tokenize_split(self.train_raw, self.tokenizer)
+        limit = min(d["max_tokens_per_sentence"], cfg["model"]["max_positions"] - 1)
+        src, tgt = list(train["src_ids"]), list(train["tgt_ids"])
+        keep = [i for i in range(len(src)) if 0 < len(src[i]) <= limit and 0 < len(tgt[i]) <= limit
+                and max(len(src[i]), len(tgt[i])) + 1 <= cfg["train"]["batch_tokens"]]
+        if not keep:
+            raise UserError(f"no training pair fits data.max_tokens_per_sentence={limit} and "
+                            f"train.batch_tokens={cfg['train']['batch_tokens']}: raise them")
+        self.skipped = len(src) - len(keep)
+        self.train = PairDataset([src[i] for i in keep], [tgt[i] for i in keep])
+        self.dev = PairDataset(encode_lines(self.tokenizer, self.dev_raw["src"]),
+                               encode_lines(self.tokenizer, self.dev_raw["tgt"]))
+
+    def save_tokenizer(self, run_dir: Path) -> None:
+        path = run_dir / "tokenizer.json"
+        if not path.exists():
+            self.tokenizer.save(str(path) + ".tmp")
+            os.replace(str(path) + ".tmp", path)
+
+
+def _trainer_kwargs(cfg: dict) -> dict:
+    t = cfg["train"]
+    devices = t["devices"]
+    devices = int(devices) if devices.isdigit() else devices
+    accumulate = t["accumulate"]
+    return dict(
+        accelerator=t["accelerator"], devices=devices, num_nodes=t["num_nodes"], strategy=t["strategy"],
+        precision=t["precision"], max_steps=t["max_steps"],
+        max_time=timedelta(minutes=t["max_time_minutes"]) if t["max_time_minutes"] else None,
+        accumulate_grad_batches=accumulate,
+        gradient_clip_val=t["clip_norm"] or None,
+        val_check_interval=t["val_every_steps"] * accumulate, check_val_every_n_epoch=None,
+        num_sanity_val_steps=0, log_every_n_steps=t["log_every_steps"],
+        use_distributed_sampler=False, enable_model_summary=False,
+        enable_progress_bar=t["progress_bar"], max_epochs=-1,
+    )
+
+
+def train(cfg: dict) -> dict:
+    """Train (or resume, or skip if completed) the run described by ``cfg``; returns its summary."""
+    started = time.time()
+    C.validate(cfg)
+    rid = C.run_id(cfg)
+    results_dir = Path(cfg["run"]["results_dir"])
+    run_dir = results_dir / rid
+    _check_writable(results_dir)
+    summary_path = run_dir / "summary.json"
+    if summary_path.is_file():
+        prev = json.loads(summary_path.read_text())
+        if prev.get("status") == "completed" and (prev.get("steps") or 0) >= cfg["train"]["max_steps"]:
+            print(f"ltfm: run {rid} is already completed: {summary_path}", file=sys.stderr)
+            return prev
+    if not cfg["train"]["progress_bar"]:
+        import datasets
+        datasets.disable_progress_bars()
+    if cfg["train"]["threads"]:
+        torch.set_num_threads(cfg["train"]["threads"])
+
+    corpus = Corpus(cfg, run_dir)  # every data error is raised here, before anything is written
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+    from pytorch_lightning.loggers import CSVLogger
+
+    from .lit import TransformerModule, TranslationDataModule
+    pl.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    is_zero = rank_zero()
+    if is_zero:
+        corpus.save_tokenizer(run_dir)
+        (run_dir / "config.yaml").write_text(C.dump_yaml(cfg))
+    module = TransformerModule(cfg, corpus.vocab_size)
+    params = module.model.num_parameters()
+    summary = {"run_id": rid, "status": "running", "run_dir": str(run_dir), "config": cfg, "params": params,
+               "vocab_size": corpus.vocab_size, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "pid": os.getpid(), "train_pairs": len(corpus.train), "skipped_train_pairs": corpus.skipped}
+    prev_wall = 0.0
+    if summary_path.is_file():
+        prev_wall = float(json.loads(summary_path.read_text()).get("wall_time_s") or 0.0)
+    if is_zero:
+        write_json_atomic(summary_path, summary)
+
+    ckpt_dir = run_dir / "checkpoints"
+    t = cfg["train"]
+    checkpoint = ModelCheckpoint(
+        dirpath=ckpt_dir, filename="step={step:06d}", auto_insert_metric_name=False, save_last=True,
+        monitor="step", mode="max", save_top_k=max(t["keep_checkpoints"], 1),
+        every_n_train_steps=None if t["checkpoint_every_minutes"] else t["checkpoint_every_steps"],
+        train_time_interval=timedelta(minutes=t["checkpoint_every_minutes"]) if t["checkpoint_every_minutes"] else None,
+    )
+    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="dev/loss", mode="min", save_top_k=1,
+                           enable_version_counter=False, auto_insert_metric_name=False)
+    loggers = [CSVLogger(save_dir=str(run_dir), name="logs")]  # logs/version_N: one per attempt
+    callbacks = [checkpoint, best]
+    trainer = pl.Trainer(logger=loggers, callbacks=callbacks, default_root_dir=str(run_dir), **_trainer_kwargs(cfg))
+    datamodule = TranslationDataModule(cfg, corpus.train, corpus.dev)
+    last = ckpt_dir / "last.ckpt"
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if last.is_file() else None,
+                    weights_only=True)
+        if trainer.interrupted:
+            raise KeyboardInterrupt
+        if trainer.global_step % t["val_every_steps"] != 0 or "dev/loss" not in trainer.callback_metrics:
+            trainer.validate(module, datamodule=datamodule, verbose=False)
+    except BaseException as e:
+        if is_zero:
+            summary.update(status="failed", error=f"{e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                           steps=trainer.global_step, wall_time_s=prev_wall + time.time() - started)
+            write_json_atomic(summary_path, summary)
+        raise
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    wall = prev_wall + time.time() - started
+    train_tokens = module.train_tokens * trainer.world_size
+    summary.update(
+        status="completed", steps=trainer.global_step, epochs=trainer.current_epoch,
+        dev_loss=metrics.get("dev/loss"), dev_ppl=metrics.get("dev/ppl"),
+        train_tokens=train_tokens, wall_time_s=round(wall, 1),
+        tokens_per_s=round(train_tokens / max(wall, 1e-9), 1),
+        finished_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+    if is_zero:
+        write_json_atomic(summary_path, summary)
+    return summary

@@ -1,0 +1,156 @@
+"""Section 3 of the paper, checked piece by piece on the pure-PyTorch model."""
+import itertools
+import math
+
+import pytest
+import torch
+
+from lightning_tfm.model import PAD, Transformer, count_parameters, sinusoid_table
+from lightning_tfm.model.attention import reference_attention, scaled_dot_product_attention
+
+V = 50
+
+COMBOS = list(itertools.product(["sinusoidal", "learned"], ["post", "pre"], [(1, 16, 16), (4, 8, 8), (3, 4, 12)]))
+
+
+def make(positional="sinusoidal", norm="post", heads=2, d_k=8, d_v=8, d_model=16, layers=2):
+    torch.manual_seed(0)
+    return Transformer(V, layers=layers, d_model=d_model, d_ff=32, heads=heads, d_k=d_k, d_v=d_v, dropout=0.1,
+                       positional=positional, norm=norm, max_positions=64).eval()
+
+
+def batch(b=3, s=7, t=5, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, V, (b, s), generator=g), torch.randint(4, V, (b, t), generator=g)
+
+
+@pytest.mark.parametrize("positional,norm,hdd", COMBOS)
+def test_shapes_and_causality(positional, norm, hdd):
+    heads, d_k, d_v = hdd  # heads * d_k need not equal d_model (Table 3 rows A and B)
+    m = make(positional, norm, heads, d_k, d_v)
+    src, tgt = batch()
+    out = m(src, tgt)
+    assert out.shape == (3, 5, V)
+    # A later target token cannot change an earlier decoder position's output (Sec. 3.2.3).
+    tgt2 = tgt.clone()
+    tgt2[:, 3:] = (tgt2[:, 3:] + 7) % (V - 4) + 4
+    out2 = m(src, tgt2)
+    torch.testing.assert_close(out[:, :3], out2[:, :3], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(out[:, 3:], out2[:, 3:])
+    attn = m.encoder[0].self_attn
+    assert attn.in_proj.weight.shape == (heads * (2 * d_k + d_v), 16)
+    assert attn.out_proj.weight.shape == (16, heads * d_v)  # W^O maps heads*d_v back to d_model
+
+
+@pytest.mark.parametrize("positional,norm", [("sinusoidal", "post"), ("learned", "pre")])
+def test_padding_never_changes_non_pad_outputs(positional, norm):
+    m = make(positional, norm)
+    src, tgt = batch(b=1)
+    padded_src = torch.cat([src, torch.full((1, 4), PAD)], 1)
+    padded_tgt = torch.cat([tgt, torch.full((1, 3), PAD)], 1)
+    out = m(src, tgt)
+    out_padded = m(padded_src, padded_tgt)
+    torch.testing.assert_close(out_padded[:, : tgt.shape[1]], out, rtol=1e-5, atol=1e-5)
+    # and batching a short sentence with a long one (right padding) gives the same result as alone
+    long_src, long_tgt = batch(b=1, s=11, t=9, seed=5)
+    both = m(torch.cat([padded_src, long_src]), torch.cat([torch.cat([tgt, torch.full((1, 4), PAD)], 1), long_tgt]))
+    torch.testing.assert_close(both[:1, : tgt.shape[1]], out, rtol=1e-5, atol=1e-5)
+
+
+def test_sinusoids_equal_the_papers_formula():
+    d_model = 16
+    pe = sinusoid_table(50, d_model)
+    for pos in (0, 1, 7, 49):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_learned_positions_are_parameters_and_sinusoids_are_not():
+    learned, fixed = make("learned"), make("sinusoidal")
+    assert any("positions" in n for n, _ in learned.named_parameters())
+    assert not any("positions" in n for n, _ in fixed.named_parameters())
+    assert learned.num_parameters() - fixed.num_parameters() == 64 * 16
+
+
+def test_embeddings_and_pre_softmax_share_one_matrix():
+    m = make()
+    src, tgt = batch()
+    logits = m(src, tgt)
+    logits.sum().backward()
+    shared = [p for n, p in m.named_parameters() if p is m.embed.weight]
+    assert len(shared) == 1 and m.embed.weight.grad is not None
+    # the pre-softmax projection is the embedding matrix: perturbing one row changes that logit column only
+    with torch.no_grad():
+        before = m(src, tgt)
+        m.embed.weight[10] += 1.0
+        after = m(src, tgt)
+    diff = (after - before).abs().amax(dim=(0, 1))
+    assert diff[10] > 0
+    # the embedding of token 10 is scaled by sqrt(d_model) and shared by encoder and decoder inputs
+    x = m.embed_tokens(torch.tensor([[10]]))
+    torch.testing.assert_close(x[0, 0], m.embed.weight[10] * math.sqrt(16) + m.positions(1)[0])
+
+
+@pytest.mark.parametrize("norm,positional", [("post", "sinusoidal"), ("pre", "learned")])
+def test_parameter_count_equals_the_analytic_count(norm, positional):
+    cfg = dict(layers=6, d_model=512, d_ff=2048, heads=8, d_k=64, d_v=64, positional=positional, norm=norm,
+               max_positions=1024)
+    m = Transformer(37000, dropout=0.1, **cfg)
+    assert m.num_parameters() == count_parameters(37000, **cfg)
+    # the paper's base model at a ~41k shared vocabulary: 65M (Table 3)
+    assert abs(count_parameters(41000, **{**cfg, "norm": "post", "positional": "sinusoidal"}) / 1e6 - 65) < 65 * 0.015
+
+
+def test_rows_a_and_b_change_the_attention_size():
+    base = dict(vocab_size=41000, layers=6, d_model=512, d_ff=2048, heads=8, d_k=64, d_v=64)
+    b1 = count_parameters(**{**base, "d_k": 16})
+    assert abs(b1 / 1e6 - 58) < 58 * 0.015  # Table 3 row B1: d_k = 16 -> 58M
+
+
+def test_fused_and_unfused_projections_agree():
+    m = make(heads=3, d_k=4, d_v=12)
+    src, tgt = batch()
+    fused = m(src, tgt)
+    m.set_fused(False)
+    torch.testing.assert_close(m(src, tgt), fused, rtol=1e-5, atol=1e-5)
+
+
+def test_cached_decoding_equals_full_decoding():
+    for norm in ("post", "pre"):
+        m = make(norm=norm, positional="learned", heads=3, d_k=4, d_v=12)
+        src, tgt = batch()
+        memory, mask = m.encode(src)
+        cache = m.new_cache()
+        steps = [m.decode(tgt[:, t:t + 1], memory, mask, cache, offset=t) for t in range(tgt.shape[1])]
+        torch.testing.assert_close(torch.cat(steps, 1), m(src, tgt), rtol=1e-5, atol=1e-5)
+
+
+def test_fused_sdpa_equals_equation_1():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 7)
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[1, ..., 4:] = False
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask, False), reference_attention(q, k, v, mask))
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    qs = torch.randn(2, 3, 6, 4)
+    torch.testing.assert_close(scaled_dot_product_attention(qs, k, v, None, True),
+                               reference_attention(qs, k, v, causal), rtol=1e-5, atol=1e-5)
+    # bf16 inputs on CPU (attention core computed in fp32) stay close to the fp32 result
+    out = scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, False)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), reference_attention(q, k, v, mask), rtol=0.05, atol=0.05)
+
+
+def test_dropout_is_active_in_training_only():
+    m = make()
+    src, tgt = batch()
+    m.train()
+    torch.manual_seed(1)
+    a = m(src, tgt)
+    torch.manual_seed(2)
+    b = m(src, tgt)
+    assert not torch.allclose(a, b)
+    m.eval()
+    torch.testing.assert_close(m(src, tgt), m(src, tgt))
