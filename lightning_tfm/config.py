@@ -97,6 +97,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "compile": (bool, False, "torch.compile the model"),
         "progress_bar": (bool, True, ""),
         "threads": (optional(int), None, "torch intra-op threads (default: torch's choice)"),
+        "record_batches": (bool, False, "write the dataset indices of every training batch, per rank (debugging, tests)"),
     },
     "decode": {
         "beam_size": (int, 4, "1 = greedy"),
@@ -128,7 +129,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 # The training budget is not hashed either: re-running with a larger train.max_steps continues the run.
 NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
               "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
-              "train.num_workers", "train.threads", "wandb", "sweep"}
+              "train.num_workers", "train.threads", "train.record_batches", "wandb", "sweep"}
 
 
 def defaults() -> dict:
@@ -245,6 +246,9 @@ def validate(cfg: dict) -> None:
     if t["batch_tokens_total"] is not None and t["batch_tokens_total"] < t["batch_tokens"]:
         raise UserError(f"train.batch_tokens_total={t['batch_tokens_total']} is smaller than "
                         f"train.batch_tokens={t['batch_tokens']}: raise it or lower batch_tokens")
+    if t["batch_tokens_total"] is not None and t["accumulate"] != 1:
+        raise UserError("train.accumulate and train.batch_tokens_total both set: accumulation is derived from "
+                        "batch_tokens_total; drop train.accumulate")
     if d["vocab_size"] < 16:
         raise UserError(f"data.vocab_size={d['vocab_size']} is too small: use at least 16")
     if d["src_lang"] == d["tgt_lang"]:

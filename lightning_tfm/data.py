@@ -221,9 +221,10 @@ class Batch:
     src: torch.Tensor      # (B, S): source ids + EOS, right-padded
     tgt_in: torch.Tensor   # (B, T): BOS + target ids
     tgt_out: torch.Tensor  # (B, T): target ids + EOS
+    index: torch.Tensor | None = None  # (B,): positions of the pairs in their dataset
 
     def to(self, device):
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
+        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.index)
 
 
 def pad(seqs: list[list[int]]) -> torch.Tensor:
@@ -233,12 +234,15 @@ def pad(seqs: list[list[int]]) -> torch.Tensor:
     return out
 
 
-def collate(pairs: list[tuple[list[int], list[int]]]) -> Batch:
+def collate(pairs: list[tuple]) -> Batch:
+    """(src ids, tgt ids) or (index, src ids, tgt ids) pairs -> padded tensors."""
+    index = torch.tensor([p[0] for p in pairs]) if len(pairs[0]) == 3 else None
+    pairs = [p[-2:] for p in pairs]
     # fairseq appends EOS to the source as well; tensor2tensor does the same.
     src = pad([s + [EOS] for s, _ in pairs])
     tgt_in = pad([[BOS] + t for _, t in pairs])
     tgt_out = pad([t + [EOS] for _, t in pairs])
-    return Batch(src, tgt_in, tgt_out)
+    return Batch(src, tgt_in, tgt_out, index)
 
 
 class PairDataset(torch.utils.data.Dataset):
@@ -251,4 +255,4 @@ class PairDataset(torch.utils.data.Dataset):
         return len(self.src_ids)
 
     def __getitem__(self, i):
-        return self.src_ids[i], self.tgt_ids[i]
+        return i, self.src_ids[i], self.tgt_ids[i]

@@ -25,6 +25,7 @@ class TransformerModule(pl.LightningModule):
         self._tokens_since, self._time_since = 0, None
         self._dev_sums = None
         self.train_tokens = 0  # target tokens seen by this rank
+        self.run_id = None  # set by train()
 
     def forward(self, src, tgt_in):
         return self._forward(src, tgt_in)
@@ -34,6 +35,8 @@ class TransformerModule(pl.LightningModule):
         return label_smoothed_nll_loss(logits, batch.tgt_out, self.config["train"]["label_smoothing"], PAD)
 
     def training_step(self, batch: Batch, batch_idx: int):
+        if self.config["train"]["record_batches"] and batch.index is not None:
+            self._record(batch)
         loss_sum, nll_sum, ntok = self._loss(batch)
         n = int(ntok)
         self.train_tokens += n
@@ -52,6 +55,17 @@ class TransformerModule(pl.LightningModule):
             self._tokens_since, self._time_since = 0, now
         return loss
 
+    def _record(self, batch: Batch) -> None:
+        """Append this rank's batch (dataset indices) to <run>/batches/rank<r>.jsonl."""
+        import json
+        from pathlib import Path
+
+        folder = Path(self.config["run"]["results_dir"]) / self.run_id / "batches"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"rank{self.global_rank}.jsonl", "a") as f:
+            f.write(json.dumps({"step": self.global_step, "epoch": self.current_epoch,
+                                "index": batch.index.tolist()}) + "\n")
+
     def on_validation_epoch_start(self):
         self._dev_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
 
@@ -63,9 +77,9 @@ class TransformerModule(pl.LightningModule):
         sums = self.trainer.strategy.reduce(self._dev_sums, reduce_op="sum")
         loss, nll = (sums[0] / sums[2]).item(), (sums[1] / sums[2]).item()
         # dev/loss is the per-wordpiece NLL, so dev/ppl = exp(dev/loss) (Table 3's perplexity).
-        self.log("dev/loss", nll, sync_dist=False, rank_zero_only=False)
-        self.log("dev/ppl", math.exp(min(nll, 50.0)), prog_bar=True, sync_dist=False)
-        self.log("dev/smoothed_loss", loss, sync_dist=False)
+        self.log("dev/loss", nll, sync_dist=True)  # already reduced: identical on every rank
+        self.log("dev/ppl", math.exp(min(nll, 50.0)), prog_bar=True, sync_dist=True)
+        self.log("dev/smoothed_loss", loss, sync_dist=True)
 
     def configure_optimizers(self):
         opt, sched = make_optimizer(self.model.parameters(), self.config["train"], self.config["model"]["d_model"])

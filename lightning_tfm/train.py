@@ -86,11 +86,36 @@ class Corpus:
             os.replace(str(path) + ".tmp", path)
 
 
-def _trainer_kwargs(cfg: dict) -> dict:
+def world_size(train_cfg: dict) -> int:
+    """Processes the run will have: devices per node x nodes (before the Trainer exists)."""
+    devices = train_cfg["devices"].strip()
+    if devices.lstrip("-").isdigit():
+        n = int(devices)
+        if n == -1:
+            n = torch.cuda.device_count() if train_cfg["accelerator"] in ("gpu", "cuda", "auto") and \
+                torch.cuda.is_available() else 1
+    elif devices == "auto":
+        n = torch.cuda.device_count() if train_cfg["accelerator"] in ("gpu", "cuda", "auto") and \
+            torch.cuda.is_available() else 1
+    else:
+        n = len([d for d in devices.split(",") if d.strip()])
+    return max(n, 1) * train_cfg["num_nodes"]
+
+
+def accumulation(train_cfg: dict, world: int) -> int:
+    """Gradient accumulation that brings batch_tokens x world x accumulation closest to batch_tokens_total,
+    so that 1 CPU, 2 GPUs or 8 GPUs take the same optimizer steps (the paper: ~25,000 tokens per side on
+    8 GPUs). fairseq sets the same product by hand (--update-freq)."""
+    total = train_cfg["batch_tokens_total"]
+    if total is None:
+        return train_cfg["accumulate"]
+    return max(1, round(total / (train_cfg["batch_tokens"] * world)))
+
+
+def _trainer_kwargs(cfg: dict, accumulate: int) -> dict:
     t = cfg["train"]
     devices = t["devices"]
-    devices = int(devices) if devices.isdigit() else devices
-    accumulate = t["accumulate"]
+    devices = int(devices) if devices.lstrip("-").isdigit() else devices
     return dict(
         accelerator=t["accelerator"], devices=devices, num_nodes=t["num_nodes"], strategy=t["strategy"],
         precision=t["precision"], max_steps=t["max_steps"],
@@ -160,7 +185,23 @@ def train(cfg: dict) -> dict:
                            enable_version_counter=False, auto_insert_metric_name=False)
     loggers = [CSVLogger(save_dir=str(run_dir), name="logs")]  # logs/version_N: one per attempt
     callbacks = [checkpoint, best]
-    trainer = pl.Trainer(logger=loggers, callbacks=callbacks, default_root_dir=str(run_dir), **_trainer_kwargs(cfg))
+    pruner = None
+    if cfg["sweep"]["trial"] is not None:  # a sweep trial: report the dev metric to its Optuna study
+        from .pruning import OptunaPruning
+        pruner = OptunaPruning(cfg)
+        callbacks.append(pruner)
+    world = world_size(t)
+    accumulate = accumulation(t, world)
+    trainer = pl.Trainer(logger=loggers, callbacks=callbacks, default_root_dir=str(run_dir),
+                         **_trainer_kwargs(cfg, accumulate))
+    if trainer.world_size != world:
+        raise UserError(f"train.devices={t['devices']} x train.num_nodes={t['num_nodes']} gives {world} processes but "
+                        f"Lightning sees {trainer.world_size}: make them agree with the launcher (torchrun/srun)")
+    summary.update(world_size=world, accumulate=accumulate, effective_batch_tokens=t["batch_tokens"] * world * accumulate)
+    if is_zero:
+        print(f"ltfm: run {rid}: {world} process(es) x {t['batch_tokens']} tokens x accumulation {accumulate} = "
+              f"{summary['effective_batch_tokens']} tokens per side per optimizer step", file=sys.stderr)
+    module.run_id = rid
     datamodule = TranslationDataModule(cfg, corpus.train, corpus.dev)
     last = ckpt_dir / "last.ckpt"
     try:
@@ -180,7 +221,7 @@ def train(cfg: dict) -> dict:
     wall = prev_wall + time.time() - started
     train_tokens = module.train_tokens * trainer.world_size
     summary.update(
-        status="completed", steps=trainer.global_step, epochs=trainer.current_epoch,
+        status="pruned" if pruner is not None and pruner.pruned else "completed", steps=trainer.global_step, epochs=trainer.current_epoch,
         dev_loss=metrics.get("dev/loss"), dev_ppl=metrics.get("dev/ppl"),
         train_tokens=train_tokens, wall_time_s=round(wall, 1),
         tokens_per_s=round(train_tokens / max(wall, 1e-9), 1),

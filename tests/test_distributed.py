@@ -1,0 +1,91 @@
+"""Many processes through Lightning strategies: 2-process DDP on CPU (gloo) stands in for GPUs and nodes."""
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import SMOKE, ltfm
+from lightning_tfm.data import TokenBatchSampler
+from lightning_tfm.results import read_metrics
+from lightning_tfm.train import accumulation, world_size
+
+COMMON = ["data.max_train_pairs=400", "data.max_dev_pairs=100", "train.batch_tokens=1024", "train.accelerator=cpu",
+          "train.precision=32", "model.dropout=0", "train.record_batches=true", "train.max_steps=12",
+          "train.threads=1", "train.val_every_steps=6", "train.log_every_steps=1", "train.checkpoint_every_steps=6"]
+
+
+def read_batches(run_dir, rank):
+    return [json.loads(line) for line in (run_dir / "batches" / f"rank{rank}.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def ddp_and_single(tmp_path_factory, data_dir):
+    runs = {}
+    for name, extra in {"ddp": ["train.devices=2", "train.strategy=ddp"],
+                        "single": ["train.devices=1", "train.accumulate=2"]}.items():
+        results = tmp_path_factory.mktemp(name)
+        p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", *COMMON, *extra,
+                 env={"WANDB_DIR": str(results)})
+        assert p.returncode == 0, p.stderr[-3000:]
+        (run_dir,) = [d for d in results.iterdir() if d.is_dir()]
+        runs[name] = run_dir
+    return runs
+
+
+def test_ranks_see_disjoint_batches_that_together_are_the_epoch(ddp_and_single):
+    run = ddp_and_single["ddp"]
+    r0, r1 = read_batches(run, 0), read_batches(run, 1)
+    assert len(r0) == len(r1) == 12  # one batch per rank per step (no accumulation with 2 processes)
+    epoch0 = [[i for b in r if b["epoch"] == 0 for i in b["index"]] for r in (r0, r1)]
+    assert set(epoch0[0]).isdisjoint(epoch0[1])
+    assert any(b["epoch"] == 1 for b in r0)  # the 12 steps cover a whole first epoch
+    assert sorted(epoch0[0] + epoch0[1]) == list(range(400))  # together: every pair once
+
+
+def test_ddp_matches_one_process_with_accumulation_2(ddp_and_single):
+    ddp, single = (read_metrics(ddp_and_single[k]) for k in ("ddp", "single"))
+    # the single process saw the same pairs per optimizer step: batches (2k, 2k+1) of the epoch order
+    s_batches = read_batches(ddp_and_single["single"], 0)
+    d_batches = list(zip(read_batches(ddp_and_single["ddp"], 0), read_batches(ddp_and_single["ddp"], 1)))
+    assert [sorted(a["index"] + b["index"]) for a, b in zip(s_batches[0::2], s_batches[1::2])][:6] == \
+        [sorted(a["index"] + b["index"]) for a, b in d_batches][:6]
+    dev = {k: [r["dev/loss"] for r in m if "dev/loss" in r] for k, m in (("ddp", ddp), ("single", single))}
+    assert len(dev["ddp"]) == len(dev["single"]) == 2
+    # fp32, no dropout: the same model after 6 and 12 steps, up to summation order (tolerance 1e-4 relative)
+    for a, b in zip(dev["ddp"], dev["single"]):
+        assert a == pytest.approx(b, rel=1e-4)
+    w_ddp = torch.load(ddp_and_single["ddp"] / "checkpoints/last.ckpt", weights_only=True)["state_dict"]
+    w_one = torch.load(ddp_and_single["single"] / "checkpoints/last.ckpt", weights_only=True)["state_dict"]
+    diff = max((w_ddp[k] - w_one[k]).abs().max().item() for k in w_one)
+    assert diff < 1e-4
+
+
+def test_rank_zero_alone_writes_the_run(ddp_and_single):
+    run = ddp_and_single["ddp"]
+    summaries = list(run.parent.rglob("summary.json"))
+    assert summaries == [run / "summary.json"]
+    s = json.loads(summaries[0].read_text())
+    assert s["status"] == "completed" and s["world_size"] == 2 and s["accumulate"] == 1
+    assert s["effective_batch_tokens"] == 2048
+    assert s["steps"] == 12
+
+
+@pytest.mark.parametrize("total", [4096, 8192, 25000])
+def test_world_size_with_a_fixed_effective_batch_keeps_the_optimizer_steps(total):
+    lengths = list(range(3, 40)) * 40
+    steps = set()
+    for world in (1, 2, 4):
+        cfg = {"batch_tokens": 1024, "batch_tokens_total": total, "accumulate": 1}
+        acc = accumulation(cfg, world)
+        per_rank = len(TokenBatchSampler(lengths, lengths, 1024, num_replicas=world, rank=0))
+        steps.add(math.ceil(per_rank / acc))
+        assert 1024 * world * acc == pytest.approx(max(total, 1024 * world), rel=0.5)
+    if total >= 4096:
+        assert len(steps) == 1, steps
+
+
+def test_world_size_from_the_config():
+    assert world_size({"devices": "2", "num_nodes": 3, "accelerator": "cpu"}) == 6
+    assert world_size({"devices": "0,1,2,3", "num_nodes": 1, "accelerator": "gpu"}) == 4
+    assert world_size({"devices": "auto", "num_nodes": 1, "accelerator": "cpu"}) == 1
