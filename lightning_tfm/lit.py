@@ -18,7 +18,10 @@ class TransformerModule(pl.LightningModule):
 
     def __init__(self, config: dict, vocab_size: int):
         super().__init__()
-        self.save_hyperparameters()  # config (nested dict) and vocab_size go into every checkpoint
+        from .tracking import scrub
+
+        # config (nested dict, secrets masked) and vocab_size go into every checkpoint
+        self.save_hyperparameters({"config": scrub(config), "vocab_size": vocab_size})
         self.config = config
         self.model = Transformer.from_config(config["model"], vocab_size)
         self._forward = torch.compile(self.model) if config["train"]["compile"] else self.model
@@ -117,3 +120,36 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device)
+
+
+class DevBleu(pl.Callback):
+    """Dev BLEU with beam search every ``decode.dev_bleu_every_steps`` steps on the first
+    ``decode.dev_bleu_subset`` dev sentences (for speed), plus a W&B table of sample translations.
+
+    Decoding runs on global rank zero only (the other ranks wait at their next collective), so the
+    number does not depend on the world size.
+    """
+
+    def __init__(self, config: dict, tokenizer, src_lines: list[str], ref_lines: list[str], wandb_logger=None):
+        self.config, self.tokenizer, self.wandb_logger = config, tokenizer, wandb_logger
+        n = config["decode"]["dev_bleu_subset"]
+        self.src, self.ref = list(src_lines[:n] if n else src_lines), list(ref_lines[:n] if n else ref_lines)
+        self.history: list[tuple[int, float]] = []
+
+    def on_validation_end(self, trainer, pl_module):
+        every = self.config["decode"]["dev_bleu_every_steps"]
+        step = trainer.global_step
+        if not every or step == 0 or step % every or trainer.sanity_checking or trainer.global_rank != 0:
+            return
+        from .evaluate import decode_dtype, evaluate_texts
+        from .tracking import log_samples
+
+        hyps, result = evaluate_texts(pl_module.model, self.tokenizer, self.src, self.ref, self.config["decode"],
+                                      self.config["data"]["tgt_lang"], decode_dtype(self.config))
+        pl_module.model.train()
+        self.history.append((step, result["score"]))
+        # Lightning logs the validation metrics at global_step - 1; dev BLEU goes on the same x value.
+        for logger in trainer.loggers:
+            logger.log_metrics({"dev/bleu": result["score"], "dev/bleu_ratio": result["ratio"]}, step=step - 1)
+        k = self.config["decode"]["samples"]
+        log_samples(self.wandb_logger, step - 1, list(zip(self.src[:k], self.ref[:k], hyps[:k])))

@@ -12,7 +12,8 @@ How a run appears in W&B (so Table 3 can be read off the dashboard):
 - history  = whatever the LightningModule logs (keys below) against ``trainer/global_step``.
 
 Mode: ``WANDB_MODE`` else ``wandb.mode``. ``online`` needs an API key (``WANDB_API_KEY`` or a netrc
-entry for the W&B host); without one the run falls back to ``offline`` with a one-line warning.
+entry for the W&B host); without one, or when the server cannot be reached at start (after
+``WANDB_INIT_TIMEOUT``, default 90 s), the run falls back to ``offline`` with a one-line warning.
 Offline runs live in ``<wandb.dir or run folder>/wandb/offline-run-*/`` and upload later with
 ``wandb sync``. ``disabled`` creates no logger.
 
@@ -20,7 +21,8 @@ Exactly one W&B run per training run: the run is created lazily on global rank 0
 ``rank_zero_experiment``), a run left open by an earlier training in the same process (a sweep worker)
 is finished first instead of being reused (Lightning's default is to reuse ``wandb.run``), and
 ``finish`` ends it. The W&B run id is kept in ``<run folder>/wandb_id.txt`` so that re-running the same
-command (resume) continues the same W&B run (``resume="allow"``).
+command (resume) continues the same W&B run (``resume="allow"``). ``finish`` also shuts wandb-core down
+(``wandb.teardown``): in wandb 0.31 ``run.finish()`` returns before the run's files are flushed.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import netrc
 import os
 import re
 import secrets
+import shutil
 import string
 import sys
 from pathlib import Path
@@ -81,9 +84,16 @@ def is_secret_key(key: str) -> bool:
     return any(w in _SECRET_WORDS for w in words)
 
 
+# Environment variables whose values are masked wherever they appear: narrower than _SECRET_WORDS, since
+# PWD (the working directory) and SSH_AUTH_SOCK (a socket path) are not secrets and appear in paths.
+_ENV_SECRET_WORDS = {"key", "apikey", "password", "passwd", "token", "secret"}
+
+
 def _known_secret_values() -> list[str]:
-    """Secret values from the environment that must never be written anywhere, whatever key holds them."""
-    return [v for k, v in os.environ.items() if is_secret_key(k) and v and len(v) >= 8]
+    """Secret values from the environment (e.g. WANDB_API_KEY's) that must never be written anywhere,
+    whatever key or text holds them."""
+    return [v for k, v in os.environ.items()
+            if v and len(v) >= 8 and set(re.split(r"[^a-z0-9]+", k.lower())) & _ENV_SECRET_WORDS]
 
 
 def scrub(obj: Any) -> Any:
@@ -248,8 +258,12 @@ class TrackingLogger(WandbLogger):
                 first = scrub(str(e)).strip().splitlines()[0] if str(e).strip() else ""
                 _warn(f"W&B online start failed ({e.__class__.__name__}: {first}); logging offline instead "
                       "(upload later with `wandb sync`)")
-                if wandb.run is not None:
-                    wandb.run.finish(exit_code=1)
+                # wandb-core keeps the failed stream under this run id ("run ID ... is in use"): restart it.
+                wandb.teardown()
+                # ... and leaves an empty online run folder (header, run, exit records) that `wandb sync`
+                # would upload as a second, empty attempt: remove it, the offline run replaces it.
+                for stub in Path(self._save_dir, "wandb").glob(f"run-*-{self._wandb_init['id']}"):
+                    shutil.rmtree(stub, ignore_errors=True)
                 self.mode = self._wandb_init["mode"] = "offline"
                 self._experiment = None
                 with _scrubbed_argv():
@@ -324,7 +338,7 @@ def finish(logger: WandbLogger | None, summary: dict, checkpoint_path: Path | No
 
     Writes the summary metrics present in ``summary`` to the W&B run summary; online, uploads
     ``checkpoint_path`` as a ``model`` artifact (offline: the run folder's checkpoint is the local copy);
-    calls ``finish`` with exit code 1 when ``summary["status"]`` is not ``completed``.
+    calls ``finish`` with exit code 1 when ``summary["status"]`` is neither ``completed`` nor ``pruned``.
     Returns ``{"wandb_run_id", "wandb_project", "wandb_mode", "wandb_dir"}`` (mode ``disabled`` and
     Nones for ``logger=None``; only rank 0 touches W&B).
     """
@@ -357,7 +371,7 @@ def finish(logger: WandbLogger | None, summary: dict, checkpoint_path: Path | No
     if mode == "offline":
         info["wandb_dir"] = str(Path(run.dir).parent)
     status = summary.get("status", "completed")
-    run.finish(exit_code=0 if status == "completed" else 1)
+    run.finish(exit_code=0 if status in ("completed", "pruned") else 1)  # a pruned trial ended normally
     # wandb 0.31: run.finish() only *informs* wandb-core that the run is over; the core writes and closes
     # the run's .wandb file afterwards (seen here: the file still held only its 7-byte header right after
     # finish() in about 1 run in 5). teardown() waits for the core process to exit, so when finish()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import sys
 import time
 from datetime import timedelta
@@ -155,18 +156,20 @@ def train(cfg: dict) -> dict:
     from pytorch_lightning.loggers import CSVLogger
 
     from .lit import TransformerModule, TranslationDataModule
+    from .tracking import resolve_mode, scrub
+    resolve_mode(cfg)  # a bad WANDB_MODE / wandb.mode stops here, before the run folder exists
     pl.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
     is_zero = rank_zero()
     if is_zero:
         corpus.save_tokenizer(run_dir)
-        (run_dir / "config.yaml").write_text(C.dump_yaml(cfg))
+        (run_dir / "config.yaml").write_text(C.dump_yaml(scrub(cfg)))
     module = TransformerModule(cfg, corpus.vocab_size)
     params = module.model.num_parameters()
-    summary = {"run_id": rid, "status": "running", "run_dir": str(run_dir), "config": cfg, "params": params,
+    summary = {"run_id": rid, "status": "running", "run_dir": str(run_dir), "config": scrub(cfg), "params": params,
                "vocab_size": corpus.vocab_size, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "pid": os.getpid(), "train_pairs": len(corpus.train), "skipped_train_pairs": corpus.skipped}
+               "pid": os.getpid(), "host": socket.gethostname(), "train_pairs": len(corpus.train), "skipped_train_pairs": corpus.skipped}
     prev_wall = 0.0
     if summary_path.is_file():
         prev_wall = float(json.loads(summary_path.read_text()).get("wall_time_s") or 0.0)
@@ -183,8 +186,15 @@ def train(cfg: dict) -> dict:
     )
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="dev/loss", mode="min", save_top_k=1,
                            enable_version_counter=False, auto_insert_metric_name=False)
+    from .tracking import make_wandb_logger
+    from .lit import DevBleu
+
+    wandb_logger = make_wandb_logger(cfg, rid, run_dir)
     loggers = [CSVLogger(save_dir=str(run_dir), name="logs")]  # logs/version_N: one per attempt
-    callbacks = [checkpoint, best]
+    if wandb_logger is not None:
+        loggers.append(wandb_logger)
+    dev_bleu = DevBleu(cfg, corpus.tokenizer, corpus.dev_raw["src"], corpus.dev_raw["tgt"], wandb_logger)
+    callbacks = [checkpoint, best, dev_bleu]
     pruner = None
     if cfg["sweep"]["trial"] is not None:  # a sweep trial: report the dev metric to its Optuna study
         from .pruning import OptunaPruning
@@ -213,20 +223,67 @@ def train(cfg: dict) -> dict:
             trainer.validate(module, datamodule=datamodule, verbose=False)
     except BaseException as e:
         if is_zero:
-            summary.update(status="failed", error=f"{e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            summary.update(status="failed", error=scrub(f"{e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"),
                            steps=trainer.global_step, wall_time_s=prev_wall + time.time() - started)
-            write_json_atomic(summary_path, summary)
+            from .tracking import finish
+            try:
+                summary.update(finish(wandb_logger, summary))
+            finally:
+                write_json_atomic(summary_path, summary)
         raise
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    train_wall = prev_wall + time.time() - started
+    if is_zero:
+        summary.update(final_evaluation(cfg, module.model, corpus, run_dir))
     wall = prev_wall + time.time() - started
     train_tokens = module.train_tokens * trainer.world_size
     summary.update(
         status="pruned" if pruner is not None and pruner.pruned else "completed", steps=trainer.global_step, epochs=trainer.current_epoch,
         dev_loss=metrics.get("dev/loss"), dev_ppl=metrics.get("dev/ppl"),
-        train_tokens=train_tokens, wall_time_s=round(wall, 1),
-        tokens_per_s=round(train_tokens / max(wall, 1e-9), 1),
+        train_tokens=train_tokens, wall_time_s=round(wall, 1), train_time_s=round(train_wall, 1),
+        tokens_per_s=round(train_tokens / max(train_wall, 1e-9), 1),
+        dev_bleu_history=dev_bleu.history,
         finished_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
     if is_zero:
+        from .tracking import finish
+        summary.update(finish(wandb_logger, summary, summary.get("bleu_checkpoint_path")))
         write_json_atomic(summary_path, summary)
     return summary
+
+
+def final_evaluation(cfg: dict, model, corpus: Corpus, run_dir: Path) -> dict:
+    """Dev and test BLEU at the end of training (Sec. 6.1-6.2: beam search, sacreBLEU), hypotheses files.
+
+    With ``decode.average_last`` = N > 0 the average of the last N step checkpoints is evaluated (the
+    paper's final models, Table 2); otherwise the final weights (the paper's Table 3 used no averaging).
+    """
+    from .evaluate import decode_dtype, evaluate_texts, load_model, step_checkpoints
+
+    out: dict = {}
+    n_avg = cfg["decode"]["average_last"]
+    checkpoint = "last"
+    if n_avg and len(step_checkpoints(run_dir)) >= 2:
+        model, _, _ = load_model(run_dir, "average", average_last=n_avg)
+        checkpoint = f"average of last {min(n_avg, len(step_checkpoints(run_dir)))}"
+        out["bleu_checkpoint_path"] = str(run_dir / "checkpoints" / "average.ckpt")
+    else:
+        out["bleu_checkpoint_path"] = str(run_dir / "checkpoints" / "last.ckpt")
+    model.eval()
+    hyp_dir = run_dir / "hyps"
+    hyp_dir.mkdir(exist_ok=True)
+    d = cfg["data"]
+    splits = [("dev", corpus.dev_raw)] + ([("test", corpus.test_raw)] if corpus.test_raw is not None else [])
+    for name, ds in splits:
+        hyps, result = evaluate_texts(model, corpus.tokenizer, list(ds["src"]), list(ds["tgt"]), cfg["decode"],
+                                      d["tgt_lang"], decode_dtype(cfg))
+        (hyp_dir / f"{name}.{d['tgt_lang']}.txt").write_text("\n".join(hyps) + "\n")
+        out[f"{name}_bleu"] = round(result["score"], 2)
+        out[f"{name}_bleu_ratio"] = round(result["ratio"], 4)
+        out[f"{name}_decode_sentences_per_s"] = round(result["sentences_per_s"], 1)
+        if "bleu_tok_compound_split" in result:
+            out[f"{name}_bleu_tok_compound_split"] = round(result["bleu_tok_compound_split"], 2)
+        out["bleu_signature"] = result["signature"]
+    out["bleu_checkpoint"] = checkpoint
+    out["decode"] = {k: cfg["decode"][k] for k in ("beam_size", "length_penalty", "max_len_a", "max_len_b")}
+    return out

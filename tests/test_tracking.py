@@ -95,7 +95,7 @@ def toy_train(run_dir: Path, cfg: dict, steps: int = 8, status: str = "completed
     """One toy training run the way train.py wires tracking: logger, fit, finish -> summary fields."""
     run_dir.mkdir(parents=True, exist_ok=True)
     logger = tracking.make_wandb_logger(cfg, run_dir.name, run_dir)
-    csv_logger = pl.loggers.CSVLogger(run_dir, name="", version="")
+    csv_logger = pl.loggers.CSVLogger(run_dir, name="logs")  # logs/version_N/metrics.csv, as train.py
     data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
     trainer = pl.Trainer(max_steps=steps, val_check_interval=4, log_every_n_steps=2, accelerator="cpu",
                          logger=[csv_logger] + ([logger] if logger else []), enable_checkpointing=False,
@@ -108,8 +108,12 @@ def toy_train(run_dir: Path, cfg: dict, steps: int = 8, status: str = "completed
 
 
 def csv_steps(run_dir: Path, key: str) -> list[int]:
-    with open(run_dir / "metrics.csv") as f:
-        return [int(r["step"]) for r in csv.DictReader(f) if r.get(key)]
+    """Steps at which the local metrics log (the source of truth) recorded ``key``."""
+    steps = []
+    for path in sorted(run_dir.glob("logs/version_*/metrics.csv")):
+        with open(path) as f:
+            steps += [int(r["step"]) for r in csv.DictReader(f) if r.get(key)]
+    return steps
 
 
 def test_offline_run_holds_flat_config_history_summary_and_samples(wandb_env):
@@ -255,6 +259,8 @@ def test_lightning_hyperparameters_are_flattened_and_scrubbed(wandb_env, monkeyp
 
 def test_scrub_masks_secrets_but_not_lookalike_keys(monkeypatch):
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-123456789")
+    monkeypatch.setenv("PWD", "/work/somewhere")  # not a secret, even though "pwd" names one in a config
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/ssh-agent.sock")
     data = {
         "wandb": {"api_key": "abc", "WANDB_API_KEY": "abc", "project": "p"},
         "db": {"password": "pw", "passwordless": True, "url": "mysql+pymysql://u:p@ss@h:3306/db?x=1"},
@@ -262,6 +268,7 @@ def test_scrub_masks_secrets_but_not_lookalike_keys(monkeypatch):
         "model": {"d_k": 64}, "authToken": "xyz", "empty_secret": None,
         "urls": ["postgresql://u:pw@h/db", "sqlite:///results/s.db", "https://h/x?password=pw&a=1"],
         "log": "connected with tok-123456789",
+        "data": {"path": "/work/somewhere/data", "sock": "/tmp/ssh-agent.sock"},
     }
     out = tracking.scrub(data)
     assert out["wandb"] == {"api_key": "***", "WANDB_API_KEY": "***", "project": "p"}
@@ -271,6 +278,7 @@ def test_scrub_masks_secrets_but_not_lookalike_keys(monkeypatch):
     assert out["authToken"] == "***" and out["empty_secret"] is None
     assert out["urls"] == ["postgresql://u:***@h/db", "sqlite:///results/s.db", "https://h/x?password=***&a=1"]
     assert out["log"] == "connected with ***"
+    assert out["data"] == data["data"]
     assert data["db"]["password"] == "pw"  # a copy, the input is untouched
 
 
@@ -383,14 +391,18 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     """`ltfm train` on the smoke config, WANDB_MODE=offline, read back from the run-<id>.wandb file."""
     results = wandb_env / "results"
     env = {**os.environ, "WANDB_API_KEY": FAKE_KEY, "OMP_NUM_THREADS": "1"}
+    env.pop("WANDB_CONSOLE")  # as users run it: wandb captures the console into the run
     cmd = [sys.executable, "-m", "lightning_tfm", "train", str(REPO / "experiments" / "multi30k-smoke.yaml"),
            f"data.path={DATA}", f"run.results_dir={results}", "run.variant=base", "run.family=base",
-           "run.study=smoke-study", "wandb.tags=[smoke]"]
+           "run.study=smoke-study", "wandb.tags=[smoke]",
+           # dev BLEU (and its sample table) at each dev evaluation, on a few sentences to stay fast
+           "decode.dev_bleu_every_steps=40", "decode.dev_bleu_subset=16", "decode.samples=4"]
     proc = subprocess.run(cmd, cwd=wandb_env, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = [d for d in results.iterdir() if d.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["wandb_mode"] == "offline"
+    assert summary["status"] == "completed"
+    assert summary.get("wandb_mode") == "offline", "summary.json lacks the W&B fields of tracking.finish()"
 
     (wandb_file,) = find_run_files(run_dir)
     run = read_run(wandb_file)
@@ -407,34 +419,32 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     assert run.config["run.id"] == summary["run_id"] == run_dir.name
 
     # history against the trainer step: the same steps as the local metrics log
-    local = {}
-    for path in sorted(run_dir.glob("logs/version_*/metrics.csv")):
-        with open(path) as f:
-            for row in csv.DictReader(f):
-                for key, value in row.items():
-                    if value not in ("", None) and key != "step":
-                        local.setdefault(key, []).append(int(row["step"]))
     for key in (tracking.TRAIN_LOSS, tracking.TRAIN_LR, tracking.DEV_LOSS, tracking.DEV_PPL):
         steps = [s for s, _ in run.metric(key)]
-        assert steps and steps == sorted(steps) == local[key], key
+        assert steps and steps == sorted(steps) == csv_steps(run_dir, key), key
     assert len(run.metric(tracking.DEV_LOSS)) >= 3  # every 40 of 120 steps
     assert max(s for s, _ in run.metric(tracking.TRAIN_LOSS)) >= 100
 
     # summary metrics equal summary.json
-    for key in ("dev_ppl", "params", "train_tokens", "wall_time_s", "tokens_per_s"):
+    for key in ("dev_ppl", "dev_bleu", "test_bleu", "params", "train_tokens", "wall_time_s", "tokens_per_s"):
         assert run.summary[key] == pytest.approx(summary[key]), key
     assert run.exit_code == 0
 
     # sample translations: source/reference pairs are dev pairs of the corpus
+    bleu_steps = [s for s, _ in run.metric(tracking.DEV_BLEU)]
+    # dev BLEU sits on the same x value as Lightning's dev loss (which it logs at global_step - 1)
+    assert bleu_steps == [39, 79, 119] == csv_steps(run_dir, tracking.DEV_BLEU) == csv_steps(run_dir, tracking.DEV_LOSS)
     tables = run.tables.get(tracking.SAMPLES_KEY)
     assert tables, "no dev/samples table in the W&B run"
+    assert [t["trainer/global_step"] for t in tables] == [39, 79, 119]
     src = read_gz_lines(DATA / "val.en.gz", cfg["data"]["max_dev_pairs"])
     tgt = read_gz_lines(DATA / "val.de.gz", cfg["data"]["max_dev_pairs"])
     pairs = set(zip(src, tgt))
     for table in tables:
-        assert table["columns"] == ["source", "reference", "hypothesis"] and table["data"]
+        assert table["columns"] == ["source", "reference", "hypothesis"] and len(table["data"]) == 4
         assert all((s, r) in pairs for s, r, _ in table["data"])
 
+    assert "Trainer.fit" in run.output  # the console was captured (and is checked below)
     # the planted API key is nowhere in the run folder (config, summary, logs, checkpoints, W&B files)
     for path in [p for p in run_dir.rglob("*") if p.is_file()]:
         assert FAKE_KEY.encode() not in path.read_bytes(), path

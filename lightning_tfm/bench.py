@@ -1,0 +1,260 @@
+"""``ltfm bench``: training and decoding speed of our Transformer, optionally beside Hugging Face's
+MarianMTModel (the same post-norm, sinusoidal, shared-embedding design) at the same shapes.
+
+Both models are built in one process with the same N, d_model, d_ff, heads, vocabulary, batch and dtype,
+and measured alternately (ours, Marian, ours, Marian, ...) so that a busy machine slows both alike; the
+best repetition of each is reported. Figures per model and dtype:
+
+* ``train_tokens_per_s``: target tokens per second of forward + label-smoothed loss + backward + Adam step;
+* ``decode_sentences_per_s``: beam-4 decoding, every sentence generating exactly ``--out-len`` tokens
+  (random weights would otherwise stop at random lengths: both models are held to the same work);
+* ``peak_memory_mb``: the largest growth of the process's resident memory during the measurement
+  (sampled every 2 ms; CPU has no allocator counter like ``torch.cuda.max_memory_allocated``);
+* ``mfu``: model FLOPs per second of training (6 x matmul parameters x tokens, plus attention) over the
+  machine's measured matrix-multiply peak in that dtype.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import threading
+import time
+
+import torch
+
+from .errors import UserError
+
+DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
+                out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1)
+
+
+# ------------------------------------------------------------------------------------------- measuring
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class PeakMemory:
+    """Peak growth of resident memory (MB) while the block runs."""
+
+    def __enter__(self):
+        self.base = self.peak = _rss_mb()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._watch, daemon=True)
+        self._t.start()
+        return self
+
+    def _watch(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _rss_mb())
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, _rss_mb())
+        self.mb = self.peak - self.base
+
+
+def matmul_peak_flops(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
+    """Measured FLOP/s of a large square matrix product in ``dtype`` (best of ``reps``)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def train_flops_per_step(s: dict) -> float:
+    """6 x (matmul parameters) x tokens for the projections and the softmax layer, plus attention scores."""
+    d, f, N, V = s["d_model"], s["d_ff"], s["layers"], s["vocab"]
+    B, S, T = s["batch"], s["src_len"], s["tgt_len"]
+    enc = N * (4 * d * d + 2 * d * f)
+    dec = N * (8 * d * d + 2 * d * f)
+    dense = 6 * (enc * B * S + dec * B * T + d * V * B * T)
+    attn = 6 * 2 * d * B * N * (S * S + T * T + T * S)  # QK^T and AV, forward x3 for training
+    return dense + attn
+
+
+# -------------------------------------------------------------------------------------------- the models
+def build_ours(s: dict):
+    from .model import Transformer
+
+    torch.manual_seed(0)
+    return Transformer(s["vocab"], s["layers"], s["d_model"], s["d_ff"], s["heads"], s["d_model"] // s["heads"],
+                       s["d_model"] // s["heads"], dropout=0.1)
+
+
+def build_marian(s: dict):
+    try:
+        from transformers import MarianConfig, MarianMTModel
+    except ImportError:
+        raise UserError("--vs marian needs Hugging Face transformers: pip install -e '.[bench]'") from None
+    from .model import EOS, PAD
+
+    torch.manual_seed(0)
+    cfg = MarianConfig(vocab_size=s["vocab"], d_model=s["d_model"], encoder_layers=s["layers"],
+                       decoder_layers=s["layers"], encoder_attention_heads=s["heads"],
+                       decoder_attention_heads=s["heads"], encoder_ffn_dim=s["d_ff"], decoder_ffn_dim=s["d_ff"],
+                       activation_function="relu", scale_embedding=True, dropout=0.1, attention_dropout=0.0,
+                       activation_dropout=0.0, max_position_embeddings=512, pad_token_id=PAD, eos_token_id=EOS,
+                       decoder_start_token_id=PAD, share_encoder_decoder_embeddings=True)
+    return MarianMTModel(cfg)
+
+
+def _batch(s: dict, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, s["vocab"], (s["batch"], s["src_len"]), generator=g)
+    tgt = torch.randint(4, s["vocab"], (s["batch"], s["tgt_len"] + 1), generator=g)
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def _autocast(dtype):
+    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
+
+
+def make_train_step(kind: str, model, s: dict, dtype: str):
+    from .objectives import label_smoothed_nll_loss
+
+    src, tgt_in, tgt_out = _batch(s)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    mask = torch.ones_like(src)
+
+    def step():
+        with _autocast(dtype):
+            if kind == "ours":
+                logits = model(src, tgt_in)
+            else:
+                logits = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt_in).logits
+        loss, _, n = label_smoothed_nll_loss(logits, tgt_out, 0.1)
+        (loss / n).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def make_decode(kind: str, model, s: dict, dtype: str):
+    from .decode import translate_ids
+
+    src, _, _ = _batch(s, seed=1)
+    n = s["out_len"]
+    if kind == "ours":
+        ids = src.tolist()
+
+        def run():
+            out = translate_ids(model, ids, beam_size=s["beam"], alpha=0.6, max_len_a=0.0, max_len_b=n,
+                                batch_sentences=s["batch"], dtype=torch.bfloat16 if dtype == "bf16" else None,
+                                min_len=n)
+            assert all(len(h.tokens) == n for h in out)
+        return run
+
+    mask = torch.ones_like(src)
+
+    def run():
+        with torch.inference_mode(), _autocast(dtype):
+            out = model.generate(input_ids=src, attention_mask=mask, num_beams=s["beam"], length_penalty=0.6,
+                                 min_new_tokens=n + 1, max_new_tokens=n + 1, early_stopping=True, do_sample=False)
+        assert out.shape[1] >= n
+    return run
+
+
+def _time(fn, k: int) -> float:
+    fn()  # warm-up
+    t = time.perf_counter()
+    for _ in range(k):
+        fn()
+    return (time.perf_counter() - t) / k
+
+
+def run_bench(settings: dict | None = None, vs: str = "none", dtypes=("fp32", "bf16"), log=print) -> dict:
+    s = {**DEFAULTS, **(settings or {})}
+    kinds = ["ours"] + (["marian"] if vs == "marian" else [])
+    models = {"ours": build_ours(s)}
+    if vs == "marian":
+        models["marian"] = build_marian(s)
+    peaks = {dt: matmul_peak_flops(torch.float32 if dt == "fp32" else torch.bfloat16) for dt in dtypes}
+    flops = train_flops_per_step(s)
+    res = {k: {dt: {"train": [], "decode": [], "train_mem": [], "decode_mem": []} for dt in dtypes} for k in kinds}
+    for rep in range(s["reps"]):
+        for dt in dtypes:
+            for kind in kinds:  # alternate the models within each repetition
+                m = models[kind]
+                m.train()
+                step = make_train_step(kind, m, s, dt)
+                with PeakMemory() as pm:
+                    sec = _time(step, s["train_steps"])
+                res[kind][dt]["train"].append(sec)
+                res[kind][dt]["train_mem"].append(pm.mb)
+                m.eval()
+                dec = make_decode(kind, m, s, dt)
+                with PeakMemory() as pm:
+                    sec = _time(dec, s["decode_batches"])
+                res[kind][dt]["decode"].append(sec)
+                res[kind][dt]["decode_mem"].append(pm.mb)
+                log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
+                    f"  decode {s['batch'] / res[kind][dt]['decode'][-1]:6.1f} sent/s")
+    out = {"settings": s, "matmul_peak_gflops": {dt: round(p / 1e9, 1) for dt, p in peaks.items()},
+           "torch": torch.__version__, "threads": torch.get_num_threads()}
+    for kind in kinds:
+        out[kind] = {}
+        for dt in dtypes:
+            r = res[kind][dt]
+            best_train, best_dec = min(r["train"]), min(r["decode"])
+            out[kind][dt] = {
+                "train_tokens_per_s": round(s["batch"] * s["tgt_len"] / best_train, 1),
+                "decode_sentences_per_s": round(s["batch"] / best_dec, 1),
+                "peak_memory_mb": round(max(max(r["train_mem"]), max(r["decode_mem"])), 1),
+                "mfu": round(flops / best_train / peaks[dt], 4),
+                "train_s_per_step_all_reps": [round(x, 4) for x in r["train"]],
+                "decode_s_all_reps": [round(x, 4) for x in r["decode"]],
+            }
+    if vs == "marian":
+        out["speedup"] = {dt: {"train": round(out["ours"][dt]["train_tokens_per_s"] / out["marian"][dt]["train_tokens_per_s"], 2),
+                               "decode": round(out["ours"][dt]["decode_sentences_per_s"] / out["marian"][dt]["decode_sentences_per_s"], 2)}
+                          for dt in dtypes}
+    return out
+
+
+def format_report(r: dict) -> str:
+    s = r["settings"]
+    lines = [f"N={s['layers']} d_model={s['d_model']} d_ff={s['d_ff']} heads={s['heads']} vocab={s['vocab']} "
+             f"batch={s['batch']}x{s['src_len']} tokens, beam {s['beam']}, {s['out_len']} output tokens; "
+             f"torch {r['torch']}, {r['threads']} threads; matmul peak "
+             + ", ".join(f"{dt} {g:.0f} GFLOP/s" for dt, g in r["matmul_peak_gflops"].items()),
+             f"{'model':8s} {'dtype':5s} {'train tok/s':>12s} {'decode sent/s':>14s} {'peak MB':>8s} {'MFU':>6s}"]
+    for kind in ("ours", "marian"):
+        for dt, v in r.get(kind, {}).items():
+            lines.append(f"{kind:8s} {dt:5s} {v['train_tokens_per_s']:12.0f} {v['decode_sentences_per_s']:14.1f} "
+                         f"{v['peak_memory_mb']:8.0f} {v['mfu']:6.1%}")
+    for dt, sp in r.get("speedup", {}).items():
+        lines.append(f"ours / marian, {dt}: training {sp['train']:.2f}x, decoding {sp['decode']:.2f}x")
+    return "\n".join(lines)
+
+
+def bench_cli(args) -> int:
+    settings = {}
+    if args.config:
+        from .config import load_config
+
+        cfg = load_config(args.config, [o for o in args.overrides if not o.startswith("bench.")] + (
+            [] if any(o.startswith("data.path") for o in args.overrides) else ["data.path=unused"]))
+        m = cfg["model"]
+        settings.update(layers=m["layers"], d_model=m["d_model"], d_ff=m["d_ff"], heads=m["heads"],
+                        vocab=cfg["data"]["vocab_size"])
+    for o in args.overrides:
+        if o.startswith("bench."):
+            key, _, value = o[len("bench."):].partition("=")
+            if key not in DEFAULTS:
+                raise UserError(f"unknown bench setting {key!r}: use one of {', '.join(DEFAULTS)}")
+            try:
+                settings[key] = int(value)
+            except ValueError:
+                raise UserError(f"bench.{key}={value!r} must be an integer") from None
+    r = run_bench(settings, args.vs, log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)))
+    print(json.dumps(r, indent=2) if args.json else format_report(r))
+    return 0
