@@ -125,7 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        # dotted.key=value overrides may come after options too (`ltfm evaluate RUN --src a --ref b
+        # decode.beam_size=1`): argparse stops collecting positionals at the first option.
+        unknown = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if extra:
+            args.overrides = list(args.overrides or []) + extra
         return args.func(args)
     except UserError as e:
         print(f"ltfm: error: {e}", file=sys.stderr)

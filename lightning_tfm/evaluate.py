@@ -52,8 +52,9 @@ _ATAT = re.compile(r"(\S)-(\S)")
 def tokenize_compound_split(lines: list[str], lang: str = "de") -> list[str]:
     """tensor2tensor's ``get_ende_bleu.sh`` preprocessing, in Python.
 
-    The script runs Moses ``replace-unicode-punctuation.perl``, ``tokenizer.perl -l de`` (which escapes
-    ``&'"<>`` etc.) and then ``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'``. We use sacremoses, the
+    The script runs Moses ``tokenizer.perl -l de`` (which escapes ``&'"<>`` etc.; later versions of the
+    script run ``replace-unicode-punctuation.perl`` first, and so do we), then
+    ``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'`` and ``multi-bleu.perl``. We use sacremoses, the
     Python port of those Moses scripts, and the same regular expression (Python's ``re.sub`` scans left
     to right without overlap exactly like Perl's ``s///g``). The script reads already-tokenized gold
     references; we put the references through the same steps as the hypotheses.

@@ -108,7 +108,9 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     if q.device.type == "cpu" and q.dtype == torch.bfloat16:
         # Measured: torch's CPU flash-attention backward is ~3.5x slower in bf16 than in fp32 (while the
         # forward is equal), so on CPU the attention core runs in fp32; the projections stay bf16.
-        return scaled_dot_product_attention(q.float(), k.float(), v.float(), mask, causal, dropout).to(q.dtype)
+        # (autocast is switched off around it, or SDPA would cast the inputs straight back to bf16.)
+        with torch.autocast("cpu", enabled=False):
+            return scaled_dot_product_attention(q.float(), k.float(), v.float(), mask, causal, dropout).to(q.dtype)
     if causal:
         t, s = q.shape[-2], k.shape[-2]
         tri = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(diagonal=s - t)
