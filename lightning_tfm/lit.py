@@ -47,8 +47,7 @@ class TransformerModule(pl.LightningModule):
         loss = loss_sum / ntok
         self.log("train/loss", loss, prog_bar=False, batch_size=n)
         self.log("train/nll", nll_sum / ntok, batch_size=n)
-        if self.trainer.global_step % self.config["train"]["log_every_steps"] == 0:
-            self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=n)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=n)  # written every log_every_steps
         now = time.perf_counter()
         if self._time_since is None:
             self._time_since = now
