@@ -21,7 +21,7 @@ def _train(args) -> int:
     from .config import load_config
     from .train import train
     summary = train(load_config(args.config, args.overrides))
-    return 0 if summary.get("status") == "completed" else 1
+    return 0 if summary.get("status") in ("completed", "pruned") else 1
 
 
 def _evaluate(args) -> int:
@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ltfm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ltfm runs | head`: the reader went away; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

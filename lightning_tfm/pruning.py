@@ -1,0 +1,142 @@
+"""Report a training run's dev metric to its Optuna trial at every validation, and stop it when pruned.
+
+``ltfm sweep`` starts each trial as its own ``ltfm train`` process with ``sweep.storage``, ``sweep.study``,
+``sweep.trial`` (the trial *number*) and ``sweep.metric``; ``train.py`` then adds :class:`OptunaPruning` to
+the Lightning callbacks. The callback reports to the already RUNNING trial that the sweep worker claimed,
+through Optuna's public API: ``optuna.load_study`` plus ``optuna.trial.Trial(study, trial_id)`` (the same
+object ``study.optimize`` hands to an objective), so ``trial.report`` / ``trial.should_prune`` run the
+study's own pruner.
+
+- The pruner is the sweep file's, read from the study's user attribute ``ltfm.pruner`` (written by the
+  worker), so the trial process needs nothing but the storage, the study and the trial number.
+- Steps are optimizer steps (``trainer.global_step``); Hyperband's resources are therefore steps too.
+- Resume: the values reported so far are kept in the callback's state, which Lightning saves in every
+  checkpoint. A resumed run (a retried trial after a killed worker, or a longer budget under a new trial)
+  first reports the history the new trial does not have yet, then continues; a step already reported is
+  never reported twice (Optuna would warn and ignore it).
+- Rank zero alone talks to the storage; the prune decision is broadcast so every DDP rank stops together.
+- The last step is never pruned: a run that reached its budget completed.
+- If the trial was finished by someone else (another worker judged it dead because its heartbeat
+  stopped), training stops rather than race the retried trial on the same run folder.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import pytorch_lightning as pl
+
+#: The environment variable through which the sweep worker passes the full storage URL (with any
+#: password) to the trial process; ``sweep.storage`` in the run's config holds the URL with the password
+#: masked, so that no password is written to config.yaml, summary.json or W&B.
+STORAGE_ENV = "LTFM_SWEEP_STORAGE"
+
+
+def metric_key(metric: str) -> str:
+    """summary.json key -> Lightning's logged key: ``dev_loss`` -> ``dev/loss``."""
+    return metric.replace("_", "/", 1)
+
+
+class OptunaPruning(pl.Callback):
+    """Lightning callback: ``trial.report(dev metric, global_step)`` at each validation; prune -> stop."""
+
+    def __init__(self, cfg: dict):
+        super().__init__()
+        s = cfg["sweep"]
+        self.storage_url = os.environ.get(STORAGE_ENV) or s["storage"]
+        self.study_name, self.trial_number = s["study"], int(s["trial"])
+        self.metric = s["metric"]
+        self.key = metric_key(self.metric)
+        self.pruned = False
+        self.history: dict[int, float] = {}  # step -> value reported (saved in checkpoints)
+        self._trial = None
+        self._reported: set[int] = set()  # steps the trial already holds (e.g. inherited by a retry)
+        self._broken = False
+
+    # -- Lightning state: the history survives a resume --------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"history": {int(k): float(v) for k, v in self.history.items()}}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.history = {int(k): float(v) for k, v in (state_dict.get("history") or {}).items()}
+
+    # -- Optuna --------------------------------------------------------------------------------------------
+    def _connect(self):
+        if self._trial is None and not self._broken:
+            import optuna
+
+            from .sweep import build_pruner, open_storage
+            storage = open_storage(self.storage_url, for_trial=True)
+            study_id = storage.get_study_id_from_name(self.study_name)
+            pruner = build_pruner(storage.get_study_user_attrs(study_id).get("ltfm.pruner"))
+            study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=pruner)
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, self.trial_number)
+            self._trial = optuna.trial.Trial(study, trial_id)
+            self._reported = set(storage.get_trial(trial_id).intermediate_values)
+        return self._trial
+
+    def _warn(self, what: str, e: BaseException) -> None:
+        print(f"ltfm: warning: optuna {what} failed for trial {self.trial_number} of study "
+              f"{self.study_name!r} ({e.__class__.__name__}); training continues without pruning", file=sys.stderr)
+        self._broken = True
+
+    def _report(self, step: int, value: float) -> bool:
+        """Report once per step; returns False if the trial is already finished (someone else owns it)."""
+        import optuna
+
+        trial = self._connect()
+        if trial is None:
+            return True
+        if step in self._reported:  # reported before this resume
+            return True
+        try:
+            trial.report(value, step)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return False
+        self._reported.add(step)
+        return True
+
+    def _owner_lost(self, trainer: pl.Trainer) -> None:
+        print(f"ltfm: trial {self.trial_number} of study {self.study_name!r} was finished by another worker "
+              f"(lost heartbeat): stopping so that its retry resumes this run alone", file=sys.stderr)
+        trainer.should_stop = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """After a resume: give the (possibly new) trial the history it lacks."""
+        if not trainer.is_global_zero or not self.history:
+            return
+        try:
+            for step in sorted(self.history):
+                if not self._report(step, self.history[step]):
+                    return self._owner_lost(trainer)
+        except Exception as e:  # the database is down: never lose the training for it
+            self._warn("report", e)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        from pytorch_lightning.trainer.states import TrainerFn
+
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        stop = False
+        if trainer.is_global_zero:
+            value = trainer.callback_metrics.get(self.key)
+            step = int(trainer.global_step)
+            if value is not None and math.isfinite(float(value)) and step > 0:
+                self.history[step] = float(value)
+                try:
+                    if not self._report(step, float(value)):
+                        self._owner_lost(trainer)
+                    elif fitting and step < trainer.max_steps and self._trial is not None:
+                        stop = bool(self._trial.should_prune())
+                except Exception as e:
+                    self._warn("report", e)
+        if fitting and trainer.world_size > 1:
+            stop = bool(trainer.strategy.broadcast(stop, src=0))
+        if stop:
+            self.pruned = True
+            trainer.should_stop = True
+            if trainer.is_global_zero:
+                print(f"ltfm: trial {self.trial_number} pruned at step {trainer.global_step} "
+                      f"({self.metric}={self.history.get(int(trainer.global_step))})", file=sys.stderr)

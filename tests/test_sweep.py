@@ -1,0 +1,355 @@
+"""Optuna sweeps (``ltfm sweep``), end to end: real ``ltfm`` processes, real SQLite files, a real PostgreSQL
+server (tests/pg.py), real signals. Trainings are shrunk to a few seconds each with TINY overrides."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from conftest import ROOT, SMOKE, ltfm
+from pg import pg_url, postgres  # noqa: F401  (fixtures)
+from lightning_tfm.config import load_config
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+# A model and data small enough that one trial trains in seconds; the sweep machinery is what is tested.
+TINY = ["wandb.mode=disabled", "train.threads=1", "data.max_train_pairs=200", "data.max_dev_pairs=20",
+        "data.vocab_size=200", "data.test_split=null", "model.layers=1", "model.d_model=32", "model.d_ff=64",
+        "model.heads=2", "model.d_k=16", "model.d_v=16", "train.batch_tokens=256", "train.warmup=10",
+        "train.max_steps=20", "train.val_every_steps=10", "train.checkpoint_every_steps=10", "decode.beam_size=1",
+        "decode.max_len_b=10"]
+PAPER = {r["name"]: r for r in csv.DictReader((ROOT / "lightning_tfm/resources/paper_table3.csv").open())}
+ROWS = ["base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "D1", "D2", "D3",
+        "D4", "E", "big", "prenorm"]
+KNOBS = {"layers": "model.layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "heads": "model.heads",
+         "d_k": "model.d_k", "d_v": "model.d_v", "dropout": "model.dropout",
+         "label_smoothing": "train.label_smoothing", "positional": "model.positional"}
+
+
+def write_sweep(folder: Path, name: str, variants: dict, **extra) -> Path:
+    body = {"name": name, "experiment": str(SMOKE), "metric": "dev_loss", "direction": "minimize",
+            "pruner": {"type": "none"}, "seeds": [1], "heartbeat": {"interval": 1, "grace": 10, "max_retry": 3},
+            "variants": variants, **extra}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def trials_of(storage: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    from lightning_tfm.sweep import open_storage
+    return optuna.load_study(study_name=name, storage=open_storage(storage)).get_trials()
+
+
+def one_line_error(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ltfm: error: "), p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+    return lines[0]
+
+
+def resolved(base: dict, overrides: dict) -> dict:
+    flat = {f"{s}.{k}": v for s, body in base.items() for k, v in body.items()}
+    flat.update(overrides)
+    return flat
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Sweep files and dry runs (no training)
+# ------------------------------------------------------------------------------------------------------------
+def test_table3_dry_run_lists_the_paper_rows_with_its_parameter_counts():
+    # The issue's command, word for word.
+    p = ltfm("sweep", "sweeps/table3.yaml", "--dry-run", "--json", "data.vocab_size=41000")
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads(p.stdout)
+    assert [r["name"] for r in rows] == ROWS
+    assert all({"name", "overrides", "params"} <= set(r) for r in rows)
+    by = {r["name"]: r for r in rows}
+    base_cfg = load_config(ROOT / "experiments/wmt14-base.yaml", ["data.vocab_size=41000"])
+    for name, paper in PAPER.items():
+        cfg = resolved(base_cfg, by[name]["overrides"])
+        for col, key in KNOBS.items():  # the paper's values, row by row
+            want = paper[col] if col == "positional" else float(paper[col])
+            got = cfg[key] if col == "positional" else float(cfg[key])
+            assert got == want, (name, key, got, want)
+        assert by[name]["max_steps"] == int(paper["train_steps"]), name
+        if paper["params_m"]:
+            tolerance = 0.03 if name == "big" else 0.015
+            assert abs(by[name]["params"] / (float(paper["params_m"]) * 1e6) - 1) <= tolerance, (name, by[name]["params"])
+    assert by["prenorm"]["overrides"] == {"model.norm": "pre"}
+    for name in ("A1", "A2", "A3", "A4", "D1", "D2", "D3", "D4"):  # h * d_k = d_model: as many weights as base
+        assert by[name]["params"] == by["base"]["params"]
+
+
+def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir):
+    p = ltfm("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "--dry-run", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {r["name"]: r for r in json.loads(p.stdout)}
+    assert list(rows) == ROWS
+    base = load_config(ROOT / "experiments/multi30k-cpu.yaml", [f"data.path={data_dir}"])
+    cpu_base = resolved(base, {})
+    assert [cpu_base[KNOBS[k]] for k in ("layers", "d_model", "d_ff", "heads", "d_k", "d_v")] == [3, 256, 1024, 4, 64, 64]
+    paper_base = PAPER["base"]
+    sign = lambda x: (x > 0) - (x < 0)  # noqa: E731
+    for name, paper in PAPER.items():
+        cfg = resolved(base, rows[name]["overrides"])
+        for col, key in KNOBS.items():
+            if col == "positional":
+                assert (cfg[key] == cpu_base[key]) == (paper[col] == paper_base[col]), (name, key)
+                continue
+            # every knob moves in the paper's direction from its base, or stays where the paper keeps it
+            assert sign(float(cfg[key]) - float(cpu_base[key])) == sign(float(paper[col]) - float(paper_base[col])), (name, key)
+        if name.startswith("A") or name in ("C4", "C5"):  # heads * d_k = heads * d_v = d_model, as in the paper
+            assert cfg["model.heads"] * cfg["model.d_k"] == cfg["model.heads"] * cfg["model.d_v"] == cfg["model.d_model"]
+        if name in ("D1", "D2", "D3", "D4"):  # the paper's values themselves
+            assert (cfg["model.dropout"], cfg["train.label_smoothing"]) == (float(paper["dropout"]), float(paper["label_smoothing"]))
+    assert rows["big"]["max_steps"] == 3 * rows["base"]["max_steps"]
+    # The budget knob: one override sets every row's steps; big keeps its factor 3.
+    p = ltfm("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "train.max_steps=200", "--dry-run", "--json")
+    steps = {r["name"]: r["max_steps"] for r in json.loads(p.stdout)}
+    assert steps["base"] == steps["C3"] == 200 and steps["big"] == 600
+
+
+def test_search_dry_run_samples_the_space(data_dir):
+    p = ltfm("sweep", "sweeps/search.yaml", f"data.path={data_dir}", "--dry-run", "--json", "--n-trials", "6")
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads(p.stdout)
+    assert len(rows) == 6
+    for r in rows:
+        assert set(r["overrides"]) == {"model.heads", "model.d_model", "model.d_k", "model.dropout",
+                                       "model.positional", "model.norm"}
+        assert r["params"] > 0
+
+
+def test_trial_overrides_reach_the_trial_process_exactly():
+    from lightning_tfm.config import parse_override
+    from lightning_tfm.sweep import yaml_value
+    for value in [1e-9, 0.1, 3, "pre", "1", "null", None, True, "/a b/c", [1, 2]]:
+        assert parse_override(f"k={yaml_value(value)}") == ("k", value), value
+
+
+def test_bad_sweep_files_and_storage_give_one_line_errors(tmp_path, data_dir):
+    good = {"name": "x", "experiment": str(SMOKE), "variants": {"base": {}}}
+    cases = {
+        "unknown top-level key": ({**good, "variantz": {}}, "variantz"),
+        "not YAML": ("name: [unclosed", "not valid YAML"),
+        "variants and space": ({**good, "space": {"model.heads": {"type": "categorical", "choices": [1]}}}, "either"),
+        "unknown config key": ({**good, "variants": {"a": {"model.headz": 2}}}, "model.headz"),
+        "wrong type": ({**good, "variants": {"a": {"model.heads": "many"}}}, "model.heads"),
+        "unknown pruner": ({**good, "pruner": {"type": "sometimes"}}, "pruner"),
+        "pruner argument": ({**good, "pruner": {"type": "median", "n_warmup": 3}}, "median"),
+        "missing experiment": ({**good, "experiment": "nowhere.yaml"}, "nowhere.yaml"),
+        "bad distribution": ({"name": "x", "experiment": str(SMOKE), "space": {"model.dropout": {"type": "float", "low": 0.5, "high": 0.1}}}, "low"),
+    }
+    for case, (body, needle) in cases.items():
+        path = tmp_path / "bad.yaml"
+        path.write_text(body if isinstance(body, str) else yaml.safe_dump(body))
+        line = one_line_error(ltfm("sweep", path, f"data.path={data_dir}", f"run.results_dir={tmp_path / 'r'}"))
+        assert needle in line, (case, line)
+    assert not (tmp_path / "r").exists()  # nothing written
+    ok = write_sweep(tmp_path, "ok", {"base": {}})
+    line = one_line_error(ltfm("sweep", ok, "run.seed=3", f"data.path={data_dir}"))
+    assert "run.seed" in line
+    # Storage: unreachable server, malformed URL, unsupported scheme. The password is never shown.
+    from pg import free_port
+    secret = "s3cretPassw0rd"
+    for url, needle in [(f"postgresql://ltfm:{secret}@127.0.0.1:{free_port()}/sweeps", "cannot open storage"),
+                        (f"postgresql://ltfm:{secret}@127.0.0.1:notaport/sweeps", "storage"),
+                        ("definitely not a url", "malformed"),
+                        (f"redis://ltfm:{secret}@127.0.0.1/0", "not supported")]:
+        p = ltfm("sweep", ok, f"data.path={data_dir}", f"run.results_dir={tmp_path / 'r2'}", "--storage", url)
+        line = one_line_error(p)
+        assert needle in line and secret not in p.stderr + p.stdout, line
+    p = ltfm("sweep", ok, f"run.results_dir={tmp_path / 'r3'}", f"data.path={data_dir}", "--status")
+    assert "no sweep database" in one_line_error(p)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Real sweeps
+# ------------------------------------------------------------------------------------------------------------
+def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_path, data_dir):
+    results = tmp_path / "results"
+    sweep = write_sweep(tmp_path, "rows", {
+        "base": {"wandb.mode": "offline"},                    # (W&B only here: it costs seconds per run)
+        "bad": {"family": "lr", "train.lr_scale": 0.0001},  # cannot learn: clearly worse dev loss at step 10
+        "odd": {"model.d_model": 33},                          # the model cannot be built (sinusoid pairs)
+    }, pruner={"type": "median", "n_startup_trials": 1, "n_warmup_steps": 0, "n_min_trials": 1})
+    args = ["sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "train.max_steps=30"]
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # each run's own wandb.mode decides
+    env.update(WANDB_SILENT="true")
+    run = lambda: subprocess.run([sys.executable, "-m", "lightning_tfm", *map(str, args)], capture_output=True,  # noqa: E731
+                                 text=True, env=env, cwd=ROOT, timeout=600)
+    p = run()
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    storage = f"sqlite:///{results / 'rows.db'}"  # the default storage: <results_dir>/<name>.db
+    trials = {t.user_attrs["variant"]: t for t in trials_of(storage, "rows")}
+    assert set(trials) == {"base", "bad", "odd"}
+
+    base = trials["base"]
+    summary = json.loads((Path(base.user_attrs["run_dir"]) / "summary.json").read_text())
+    assert base.state == optuna.trial.TrialState.COMPLETE and base.value == pytest.approx(summary["dev_loss"])
+    assert sorted(base.intermediate_values) == [10, 20, 30]  # reported at every validation
+    assert summary["config"]["run"]["variant"] == "base" and summary["config"]["run"]["study"] == "rows"
+    assert summary["wandb_run_id"] and base.user_attrs["wandb_run_id"] == summary["wandb_run_id"]
+    assert list(Path(summary["wandb_dir"]).glob(f"run-{summary['wandb_run_id']}.wandb"))  # the offline W&B run
+
+    bad = trials["bad"]
+    bad_summary = json.loads((Path(bad.user_attrs["run_dir"]) / "summary.json").read_text())
+    assert bad.state == optuna.trial.TrialState.PRUNED
+    assert bad_summary["status"] == "pruned" and bad_summary["steps"] < 30  # stopped before its last step
+    assert max(bad.intermediate_values) < 30
+
+    odd = trials["odd"]
+    assert odd.state == optuna.trial.TrialState.FAIL and odd.user_attrs["skip"] == "unbuildable"
+    assert "d_model" in odd.user_attrs["reason"] and "run_dir" not in odd.user_attrs
+    assert len([d for d in results.iterdir() if (d / "summary.json").is_file()]) == 2
+
+    status = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "train.max_steps=30", "--status")
+    assert status.returncode == 0, status.stderr
+    lines = {line.split()[1]: line for line in status.stdout.splitlines()[1:-1]}
+    assert "complete" in lines["base"] and base.user_attrs["run_dir"] in lines["base"]
+    assert "pruned" in lines["bad"] and "skipped" in lines["odd"] and "d_model" in lines["odd"]
+
+    again = run()  # the same command: nothing left to do
+    assert again.returncode == 0 and "training" not in again.stdout, again.stdout
+    assert len(trials_of(storage, "rows")) == 3
+
+
+def _versions(run_dir: Path) -> list[Path]:
+    return sorted(run_dir.glob("logs/version_*"))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_workers_share_one_study_and_train_each_variant_once(backend, tmp_path, data_dir, request):
+    results = tmp_path / "results"
+    variants = {"base": {}, "prenorm": {"family": "norm", "model.norm": "pre"}}
+    sweep = write_sweep(tmp_path, "pair", variants)
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" else f"sqlite:///{tmp_path / 'shared.db'}"
+    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
+           f"run.results_dir={results}", *TINY, "--storage", url]
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    outs = [tmp_path / f"worker{i}.out" for i in range(2)]
+    procs = [subprocess.Popen(cmd, stdout=o.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT) for o in outs]
+    for proc in procs:
+        assert proc.wait(timeout=600) == 0, "\n".join(o.read_text()[-3000:] for o in outs)
+    text = "".join(o.read_text() for o in outs)
+
+    trials = trials_of(url, "pair")
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert sorted(t.user_attrs["variant"] for t in done) == sorted(variants)  # each row completed once
+    for t in trials:  # anything else is a duplicate enqueue, closed without training
+        assert t.state == optuna.trial.TrialState.COMPLETE or t.user_attrs.get("skip") == "duplicate", t
+    assert text.count(": training ") == len(variants)
+    run_dirs = {Path(t.user_attrs["run_dir"]) for t in done}
+    assert len(run_dirs) == len(variants)
+    for run_dir in run_dirs:  # each run trained by one process, once
+        assert len(_versions(run_dir)) == 1, run_dir
+        assert json.loads((run_dir / "summary.json").read_text())["steps"] == 20
+
+    if backend == "postgresql":
+        password = url.split(":")[2].split("@")[0]
+        status = subprocess.run([*cmd, "--status"], capture_output=True, text=True, env=env, cwd=ROOT)
+        assert status.returncode == 0 and "complete" in status.stdout, status.stderr
+        assert password not in status.stdout + status.stderr + text
+        for path in results.rglob("*"):  # configs, summaries, logs, checkpoints' hyper-parameters
+            if path.is_file():
+                assert password.encode() not in path.read_bytes(), path
+
+
+def test_killed_worker_is_detected_and_its_trial_resumes_from_the_checkpoint(tmp_path, data_dir):
+    results = tmp_path / "results"
+    sweep = write_sweep(tmp_path, "kill", {"base": {}, "C1": {"model.d_ff": 32}},
+                        heartbeat={"interval": 1, "grace": 5, "max_retry": 3})
+    url = f"sqlite:///{tmp_path / 'kill.db'}"
+    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
+           f"run.results_dir={results}", *TINY, "train.max_steps=30", "--storage", url]
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    out = tmp_path / "first.out"
+    worker = subprocess.Popen(cmd, stdout=out.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    deadline = time.time() + 300
+    ckpt = None
+    while time.time() < deadline and ckpt is None:  # wait until the first trial has saved step 20
+        found = list(results.glob("*/checkpoints/step=000020.ckpt"))
+        ckpt = found[0] if found else None
+        assert worker.poll() is None, out.read_text()[-3000:]
+        time.sleep(0.2)
+    assert ckpt is not None, out.read_text()[-3000:]
+    run_dir = ckpt.parent.parent
+    child_pid = json.loads((run_dir / "summary.json").read_text())["pid"]
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    time.sleep(1)
+    assert not _alive(child_pid), "the trial process outlived its killed worker"
+    (first,) = [t for t in trials_of(url, "kill") if t.state == optuna.trial.TrialState.RUNNING]
+    assert first.user_attrs["run_dir"] == str(run_dir)
+    steps_at_kill = max(first.intermediate_values)
+
+    time.sleep(6)  # past the heartbeat grace period (5 s): the trial is stale now
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+
+    trials = trials_of(url, "kill")
+    by_state = {}
+    for t in trials:
+        by_state.setdefault(t.state, []).append(t)
+    assert [t.number for t in by_state[optuna.trial.TrialState.FAIL]] == [first.number]  # the killed one
+    done = {t.user_attrs["variant"]: t for t in by_state[optuna.trial.TrialState.COMPLETE]}
+    assert set(done) == {"base", "C1"} and len(trials) == 3
+    retry = done[first.user_attrs["variant"]]
+    assert retry.system_attrs.get("failed_trial") == first.number  # Optuna's retry of the stale trial
+    assert retry.user_attrs["run_dir"] == str(run_dir)
+    assert steps_at_kill in retry.intermediate_values  # the history carried over
+    # The retry resumed the run: a second attempt whose first logged step is past 0, ending at the budget.
+    versions = _versions(run_dir)
+    assert len(versions) == 2
+    with (versions[1] / "metrics.csv").open() as f:
+        steps = [int(float(r["step"])) for r in csv.DictReader(f)]
+    assert min(steps) >= 20 - 1
+    assert "Restoring states from the checkpoint" in Path(retry.user_attrs["log"]).read_text()
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 30
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie waiting for a reaper is dead
+
+
+def test_search_samples_the_space_and_honours_the_trial_budget(tmp_path, data_dir):
+    results = tmp_path / "results"
+    path = tmp_path / "srch.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "srch", "experiment": str(SMOKE), "metric": "dev_loss",
+        "sampler": {"type": "tpe", "seed": 3, "n_startup_trials": 1},
+        "pruner": {"type": "hyperband", "min_resource": 10, "max_resource": 20, "reduction_factor": 2},
+        "n_trials": 2, "heartbeat": {"interval": 1, "grace": 5},
+        "space": {"model.heads": {"type": "categorical", "choices": [1, 2]},
+                  "model.dropout": {"type": "float", "low": 0.0, "high": 0.3},
+                  "model.norm": {"type": "categorical", "choices": ["post", "pre"]}}}))
+    args = ["sweep", path, f"data.path={data_dir}", f"run.results_dir={results}", *TINY]
+    first = ltfm(*args, "--n-trials", "1", env={"WANDB_MODE": "disabled"})  # this worker runs one trial
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert len(trials_of(f"sqlite:///{results / 'srch.db'}", "srch")) == 1
+    second = ltfm(*args, env={"WANDB_MODE": "disabled"})  # then the study's n_trials: 2 in all
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    trials = trials_of(f"sqlite:///{results / 'srch.db'}", "srch")
+    assert len(trials) == 2
+    for t in trials:
+        assert t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED), t
+        assert set(t.params) == {"model.heads", "model.dropout", "model.norm"} and t.intermediate_values
+        summary = json.loads((Path(t.user_attrs["run_dir"]) / "summary.json").read_text())
+        model = summary["config"]["model"]
+        assert (model["heads"], model["norm"]) == (t.params["model.heads"], t.params["model.norm"])
+        assert model["dropout"] == pytest.approx(t.params["model.dropout"])
+        assert summary["config"]["run"]["family"] == "search"
