@@ -1,4 +1,7 @@
-# make ablation : set up .venv and run the main job (Table 3 on Multi30k at CPU scale, then its report)
+# make ablation : set up .venv and run the main job: Table 3 (sweeps/table3-cpu.yaml) on Multi30k at CPU
+#                 scale with a ~20-minute budget on 2 cores (2 workers sharing one Optuna study), then its report
+#   FULL=1      : the full CPU budget (the experiment's train.max_steps per row, hours)
+#   SWEEP=sweeps/table3.yaml FULL=1 ARGS="train.devices=8 train.strategy=ddp" : the paper's scale on a GPU node
 # make test     : set up .venv and run the test suite (what CI runs)
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.
 #                 Default: ../shared/data/multi30k when it exists (offline machines), else the Hub.
@@ -14,7 +17,15 @@ else
 DATA_ARGS := data.source=local data.path=$(abspath $(DATA))
 endif
 EXPERIMENT ?= experiments/multi30k-smoke.yaml
+SWEEP ?= sweeps/table3-cpu.yaml
+WORKERS ?= 2
 ARGS ?=
+# The ~20-minute budget: every row trains QUICK_STEPS steps of small batches (big: 3x), dev BLEU on 300 sentences.
+QUICK_STEPS ?= 80
+QUICK := train.max_steps=$(QUICK_STEPS) train.warmup=$(shell echo $$(( $(QUICK_STEPS) / 2 ))) train.batch_tokens=1500 \
+	train.val_every_steps=$(shell echo $$(( $(QUICK_STEPS) / 2 ))) train.checkpoint_every_steps=$(QUICK_STEPS) \
+	data.max_dev_pairs=300 train.threads=1
+BUDGET := $(if $(FULL),,$(QUICK))
 
 .PHONY: setup ablation test train clean
 
@@ -28,7 +39,13 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 ablation: setup
-	$(VENV)/bin/ltfm train $(EXPERIMENT) $(DATA_ARGS) $(ARGS)
+	@echo "ltfm: $(SWEEP) with $(WORKERS) workers ($(if $(FULL),full budget,quick budget: $(QUICK_STEPS) steps per row; FULL=1 for the full one))"
+	@trap 'kill 0' INT TERM; pids=; for i in $$(seq $(WORKERS)); do \
+	  $(VENV)/bin/ltfm sweep $(SWEEP) $(DATA_ARGS) $(BUDGET) $(ARGS) & pids="$$pids $$!"; sleep 2; done; \
+	  rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	  [ $$rc = 0 ] || echo "ltfm: some trials failed (ltfm sweep $(SWEEP) --status); the report shows them"
+	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(BUDGET) $(ARGS)
+	$(VENV)/bin/ltfm report $(SWEEP)
 
 train: setup
 	$(VENV)/bin/ltfm train $(EXPERIMENT) $(DATA_ARGS) $(ARGS)
