@@ -3,11 +3,15 @@ MarianMTModel (the same post-norm, sinusoidal, shared-embedding design) at the s
 
 Both models are built in one process with the same N, d_model, d_ff, heads, vocabulary, batch and dtype,
 and measured alternately (ours, Marian, ours, Marian, ...) so that a busy machine slows both alike; the
-best repetition of each is reported. Figures per model and dtype:
+best repetition of each is reported (with the load average, since other processes slow the absolute
+figures; ``bench.threads=1`` keeps a 2-thread run from stalling on a busy machine). Figures per model
+and dtype:
 
 * ``train_tokens_per_s``: target tokens per second of forward + label-smoothed loss + backward + Adam step;
-* ``decode_sentences_per_s``: beam-4 decoding, every sentence generating exactly ``--out-len`` tokens
-  (random weights would otherwise stop at random lengths: both models are held to the same work);
+* ``decode_sentences_per_s``: beam-4 decoding, every sentence generating exactly ``bench.out_len`` tokens
+  and then EOS (random weights would otherwise stop at random lengths: both models are held to the same
+  work): ours with ``min_len = max_len = out_len``, Marian's ``generate`` with ``min_new_tokens=out_len``,
+  ``max_new_tokens=out_len + 1`` and EOS forced at the maximum length (checked after every run);
 * ``peak_memory_mb``: the largest growth of the process's resident memory during the measurement
   (sampled every 2 ms; CPU has no allocator counter like ``torch.cuda.max_memory_allocated``);
 * ``mfu``: model FLOPs per second of training (6 x matmul parameters x tokens, plus attention) over the
@@ -27,7 +31,7 @@ import torch
 from .errors import UserError
 
 DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
-                out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1)
+                out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1, threads=0)  # threads 0: torch's default
 
 
 # ------------------------------------------------------------------------------------------- measuring
@@ -103,7 +107,8 @@ def build_marian(s: dict):
                        decoder_attention_heads=s["heads"], encoder_ffn_dim=s["d_ff"], decoder_ffn_dim=s["d_ff"],
                        activation_function="relu", scale_embedding=True, dropout=0.1, attention_dropout=0.0,
                        activation_dropout=0.0, max_position_embeddings=512, pad_token_id=PAD, eos_token_id=EOS,
-                       decoder_start_token_id=PAD, share_encoder_decoder_embeddings=True)
+                       decoder_start_token_id=PAD, forced_eos_token_id=EOS, share_encoder_decoder_embeddings=True,
+                       tie_word_embeddings=True)
     return MarianMTModel(cfg)
 
 
@@ -153,13 +158,18 @@ def make_decode(kind: str, model, s: dict, dtype: str):
             assert all(len(h.tokens) == n for h in out)
         return run
 
+    from .model import EOS
+
     mask = torch.ones_like(src)
 
     def run():
-        with torch.inference_mode(), _autocast(dtype):
+        # no_grad as generate() itself uses (and as our decoding does): under inference_mode autocast would
+        # recast every weight at every step, which would slow Marian down unfairly.
+        with torch.no_grad(), _autocast(dtype):
             out = model.generate(input_ids=src, attention_mask=mask, num_beams=s["beam"], length_penalty=0.6,
-                                 min_new_tokens=n + 1, max_new_tokens=n + 1, early_stopping=True, do_sample=False)
-        assert out.shape[1] >= n
+                                 min_new_tokens=n, max_new_tokens=n + 1, early_stopping=True, do_sample=False)
+        # decoder start token + n tokens + EOS, like ours (n tokens, then EOS forced at the maximum length)
+        assert out.shape[1] == n + 2 and bool((out[:, -1] == EOS).all()) and not bool((out[:, 1:-1] == EOS).any())
     return run
 
 
@@ -172,7 +182,12 @@ def _time(fn, k: int) -> float:
 
 
 def run_bench(settings: dict | None = None, vs: str = "none", dtypes=("fp32", "bf16"), log=print) -> dict:
+    from .model.attention import ATTENTION_KERNEL
+
     s = {**DEFAULTS, **(settings or {})}
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    if s["threads"]:
+        torch.set_num_threads(s["threads"])
     kinds = ["ours"] + (["marian"] if vs == "marian" else [])
     models = {"ours": build_ours(s)}
     if vs == "marian":
@@ -199,7 +214,9 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=("fp32", "b
                 log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
                     f"  decode {s['batch'] / res[kind][dt]['decode'][-1]:6.1f} sent/s")
     out = {"settings": s, "matmul_peak_gflops": {dt: round(p / 1e9, 1) for dt, p in peaks.items()},
-           "torch": torch.__version__, "threads": torch.get_num_threads()}
+           "torch": torch.__version__, "threads": torch.get_num_threads(), "attention_kernel": ATTENTION_KERNEL,
+           # other processes slow both models alike (alternation), but the absolute figures too: say so
+           "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     for kind in kinds:
         out[kind] = {}
         for dt in dtypes:
@@ -225,7 +242,8 @@ def format_report(r: dict) -> str:
     lines = [f"N={s['layers']} d_model={s['d_model']} d_ff={s['d_ff']} heads={s['heads']} vocab={s['vocab']} "
              f"batch={s['batch']}x{s['src_len']} tokens, beam {s['beam']}, {s['out_len']} output tokens; "
              f"torch {r['torch']}, {r['threads']} threads; matmul peak "
-             + ", ".join(f"{dt} {g:.0f} GFLOP/s" for dt, g in r["matmul_peak_gflops"].items()),
+             + ", ".join(f"{dt} {g:.0f} GFLOP/s" for dt, g in r["matmul_peak_gflops"].items())
+             + f"; load average {r['loadavg_before'][0]:.2f} before, {r['loadavg_after'][0]:.2f} after",
              f"{'model':8s} {'dtype':5s} {'train tok/s':>12s} {'decode sent/s':>14s} {'peak MB':>8s} {'MFU':>6s}"]
     for kind in ("ours", "marian"):
         for dt, v in r.get(kind, {}).items():

@@ -7,7 +7,10 @@ The procedure follows tensor2tensor's ``beam_search.py`` (the paper's code):
 * every step expands all alive beams of all sentences in ONE decoder call on (sentences x beams) rows,
   with incremental decoding: each layer caches the keys/values of earlier target positions and the
   projected encoder memory, so only the newest position is fed (``use_cache=False`` recomputes the
-  whole prefix instead; the tests compare the two);
+  whole prefix instead; the tests compare the two). A speed path (tests/test_speed_paths.py checks it
+  against the plain one, ``shared_memory=False``): the encoder memory is kept once per sentence, not
+  once per beam, and the K beams' queries attend to it together (MultiHeadAttention.forward), so it is
+  never copied, reordered or projected K times;
 * the top 2K candidates of each sentence are taken over its K beams x vocabulary; candidates ending in
   EOS become finished hypotheses scored log P(y) / lp(|y|), the best 2K-candidates that do not end in
   EOS stay alive (2K guarantees K of them, since each beam contributes at most one EOS candidate);
@@ -23,6 +26,9 @@ The procedure follows tensor2tensor's ``beam_search.py`` (the paper's code):
   the non-pad source tokens, EOS included, as tensor2tensor's input length does); at that length only
   EOS may be generated (fairseq's rule), so every sentence ends with a finished hypothesis.
 * PAD and BOS are never generated (fairseq bans them too; tensor2tensor has no BOS).
+* ``min_len`` (fairseq's ``--min-len``; the paper and tensor2tensor have none, default 0): EOS is banned
+  while fewer than ``min_len`` tokens have been generated. The maximum length wins where they conflict.
+  ``ltfm bench`` uses it to hold every sentence to the same output length.
 * beam_size=1 takes the single best token each step: greedy decoding (tensor2tensor also decodes
   greedily at beam size 1).
 
@@ -72,19 +78,6 @@ def _max_lengths(src: Tensor, max_len_a: float, max_len_b: int, model: Transform
     return ml.clamp(min=1, max=max_positions(model) - 1)
 
 
-def _reorder_self_cache(cache: list[dict], index: Tensor) -> None:
-    """Reorder only the decoder self-attention keys/values (``layer["self"]``, see model.layers).
-
-    The encoder-decoder keys/values are the same for every beam of a sentence and beams are only ever
-    re-ranked within their sentence, so they need not move (this halves the copying per step).
-    """
-    for layer in cache:
-        part = layer.get("self")
-        if part:
-            for key, t in part.items():
-                part[key] = t.index_select(0, index)
-
-
 def _contiguous_cross_cache(cache: list[dict]) -> None:
     """Store the projected encoder keys/values contiguously (``layer["cross"]``, see model.layers).
 
@@ -97,12 +90,17 @@ def _contiguous_cross_cache(cache: list[dict]) -> None:
                 part[key] = t.contiguous()
 
 
-@torch.inference_mode()
+# torch.no_grad rather than torch.inference_mode: under inference mode autocast does not cache its bf16
+# copies of the weights, and recasts every weight (the 8000 x 256 embedding too) at every decoding step.
+@torch.no_grad()
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-                max_len_b: int = 50, use_cache: bool = True) -> list[Hypothesis]:
+                max_len_b: int = 50, use_cache: bool = True, min_len: int = 0,
+                shared_memory: bool = True) -> list[Hypothesis]:
     """Best hypothesis per sentence of ``src`` (B, S) (right-padded ids, EOS-terminated as in training).
 
-    Runs under ``torch.inference_mode()``; the model should be in eval mode (``translate_ids`` sees to it).
+    Runs under ``torch.no_grad()``; the model should be in eval mode (``translate_ids`` sees to it).
+    ``shared_memory=False`` (encoder memory repeated for every beam) is the plain path the shared memory
+    is tested against.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -112,9 +110,9 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     ml = _max_lengths(src, max_len_a, max_len_b, model)
     width = int(ml.max()) + 2  # BOS + up to max length tokens + EOS
 
-    memory, src_mask = model.encode(src)  # once; expanded to one copy per beam
-    memory = memory.repeat_interleave(K, 0)
-    src_mask = src_mask.repeat_interleave(K, 0)
+    memory, src_mask = model.encode(src)  # once per sentence; its K beams share it (rows: sentence-major)
+    if not shared_memory:
+        memory, src_mask = memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)
     neg_inf = torch.tensor(float("-inf"), device=device)
 
     # Per original sentence: the best finished hypothesis so far.
@@ -141,16 +139,22 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             logits = model.decode(tokens[:, :t + 1], memory, src_mask)[:, -1]
         # Candidates: each row's top n_cand tokens first (the sentence's best n_cand over K x V are among
         # them), so no K x V table is built. Log-probabilities are normalised over the whole vocabulary
-        # (in fp32, one fused kernel) before PAD/BOS are banned, like fairseq's lprobs[:, pad] = -inf.
-        lprobs = torch.log_softmax(logits, -1, dtype=torch.float32)
+        # in fp32 before PAD/BOS are banned, like fairseq's lprobs[:, pad] = -inf. (Casting first measured
+        # faster than log_softmax(dtype=float32) on bf16 logits: 7.3 against 11.7 ms at 512 x 8000, 1 thread.)
+        lprobs = torch.log_softmax(logits.float(), -1)
         lprobs[:, PAD] = float("-inf")
         lprobs[:, BOS] = float("-inf")
-        row_lp, row_tok = lprobs.topk(n_row, dim=1)
         at_max = t >= ml  # (n,) these sentences may only end now: EOS is their only candidate
-        if bool(at_max.any()):
+        any_max = bool(at_max.any())
+        if any_max:
             rows = at_max.repeat_interleave(K)
+            eos_lp = lprobs[rows, EOS]  # before the min_len ban: the maximum length wins
+        if t < min_len:  # fairseq's --min-len: no EOS before min_len tokens
+            lprobs[:, EOS] = float("-inf")
+        row_lp, row_tok = lprobs.topk(n_row, dim=1)
+        if any_max:
             row_lp[rows] = float("-inf")
-            row_lp[rows, 0] = lprobs[rows, EOS]
+            row_lp[rows, 0] = eos_lp
             row_tok[rows, 0] = EOS
 
         cand = (alive_lp.unsqueeze(2) + row_lp.view(n, K, n_row)).view(n, K * n_row)
@@ -186,13 +190,16 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             orig, ml, alive_lp = orig[keep], ml[keep], alive_lp[keep]
             new_tok, index = new_tok[keep], index[keep]
             flat = index.view(-1)
-            memory, src_mask = memory.index_select(0, flat), src_mask.index_select(0, flat)
-            if use_cache:
-                Transformer.reorder_cache(cache, flat)  # all parts: rows of dropped sentences go away
+            mem_rows = keep if shared_memory else flat
+            memory, src_mask = memory.index_select(0, mem_rows), src_mask.index_select(0, mem_rows)
+            if use_cache:  # rows of dropped sentences go away, from the encoder-decoder part too
+                Transformer.reorder_cache(cache, flat, cross_index=mem_rows)
         else:
             flat = index.view(-1)
             if use_cache:
-                _reorder_self_cache(cache, flat)
+                # Beams are only re-ranked within their sentence: the encoder-decoder part stays (with
+                # shared_memory=False its rows are identical within a sentence, so it may stay too).
+                Transformer.reorder_cache(cache, flat, cross=False)
         tokens = tokens.index_select(0, flat)
         tokens[:, t + 1] = new_tok.view(-1)
 
@@ -240,7 +247,8 @@ def pad_batch(seqs: list[list[int]], device="cpu") -> Tensor:
 
 def translate_ids(model: Transformer, src_ids: list[list[int]], beam_size: int = 4, alpha: float = 0.6,
                   max_len_a: float = 1.0, max_len_b: int = 50, batch_sentences: int = 128, device="cpu",
-                  dtype: torch.dtype | None = torch.bfloat16, use_cache: bool = True) -> list[Hypothesis]:
+                  dtype: torch.dtype | None = torch.bfloat16, use_cache: bool = True, min_len: int = 0
+                  ) -> list[Hypothesis]:
     """Decode many sentences (BPE ids without BOS/EOS); results in input order.
 
     Sentences are sorted by length (longest first, as fairseq and tensor2tensor batch) and decoded
@@ -262,12 +270,13 @@ def translate_ids(model: Transformer, src_ids: list[list[int]], beam_size: int =
     model.eval()
     autocast = (torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext())
     try:
-        with torch.inference_mode(), autocast:
+        with torch.no_grad(), autocast:  # no_grad, not inference_mode: see beam_search
             for start in range(0, len(todo), batch_sentences):
                 chunk = todo[start:start + batch_sentences]
                 # Sources longer than the positions the model has are cut (they could not be encoded).
                 src = pad_batch([list(src_ids[i][:limit - 1]) + [EOS] for i in chunk], device)
-                hyps = beam_search(model, src, beam_size, alpha, max_len_a, max_len_b, use_cache=use_cache)
+                hyps = beam_search(model, src, beam_size, alpha, max_len_a, max_len_b, use_cache=use_cache,
+                                   min_len=min_len)
                 for i, h in zip(chunk, hyps):
                     results[i] = h
     finally:

@@ -233,12 +233,13 @@ def train(cfg: dict) -> dict:
         raise
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     train_wall = prev_wall + time.time() - started
-    if is_zero:
+    pruned = pruner is not None and pruner.pruned
+    if is_zero and not pruned:  # a pruned trial is not decoded: its dev loss already ranked it
         summary.update(final_evaluation(cfg, module.model, corpus, run_dir))
     wall = prev_wall + time.time() - started
     train_tokens = module.train_tokens * trainer.world_size
     summary.update(
-        status="pruned" if pruner is not None and pruner.pruned else "completed", steps=trainer.global_step, epochs=trainer.current_epoch,
+        status="pruned" if pruned else "completed", steps=trainer.global_step, epochs=trainer.current_epoch,
         dev_loss=metrics.get("dev/loss"), dev_ppl=metrics.get("dev/ppl"),
         train_tokens=train_tokens, wall_time_s=round(wall, 1), train_time_s=round(train_wall, 1),
         tokens_per_s=round(train_tokens / max(train_wall, 1e-9), 1),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .layers import DecoderLayer, EncoderLayer
@@ -72,7 +73,9 @@ class Transformer(nn.Module):
         y = self.embed_tokens(tgt_in, offset)
         for i, layer in enumerate(self.decoder):
             y = layer(y, memory, src_mask, None if cache is None else cache[i])
-        return self.decoder_norm(y) @ self.embed.weight.t().to(y.dtype)  # pre-softmax = shared embedding
+        # pre-softmax = the shared embedding; F.linear on the parameter itself lets autocast cast it once
+        # per autocast region (a transposed view would be cast again at every call, i.e. every decoding step)
+        return F.linear(self.decoder_norm(y), self.embed.weight)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         memory, src_mask = self.encode(src)
@@ -82,12 +85,23 @@ class Transformer(nn.Module):
         return [{} for _ in self.decoder]
 
     @staticmethod
-    def reorder_cache(cache: list[dict], index: Tensor) -> None:
-        """Select rows ``index`` of every cached tensor (beam search re-ranks hypotheses)."""
+    def reorder_cache(cache: list[dict], index: Tensor, cross_index: Tensor | None = None, cross: bool = True) -> None:
+        """Select rows ``index`` of every cached tensor (beam search re-ranks hypotheses).
+
+        ``cross_index`` selects the encoder-decoder keys/values instead, when they have fewer rows than
+        the target (one memory row per sentence, see MultiHeadAttention.forward); ``cross=False`` leaves
+        them alone.
+        """
         for layer in cache:
-            for part in layer.values():
+            for name, part in layer.items():
+                if name == "cross":
+                    if not cross:
+                        continue
+                    sel = index if cross_index is None else cross_index
+                else:
+                    sel = index
                 for key, t in part.items():
-                    part[key] = t.index_select(0, index)
+                    part[key] = t.index_select(0, sel)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
