@@ -1,0 +1,277 @@
+"""Every speed path gives the results of the plain path it replaces (issue 8), within tolerance.
+
+Fused vs unfused Q/K/V projections, the matmul attention kernel vs torch's SDPA (many queries and the
+single query of cached decoding, fp32 and bf16, forward and backward), cached vs uncached decoding,
+encoder memory shared by a sentence's beams vs repeated per beam, autocast's cached weights (no_grad)
+vs inference mode, and ``min_len``. Small models, one thread, no timing.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from lightning_tfm.decode import beam_search, translate_ids
+from lightning_tfm.model import EOS, PAD, Transformer, attention
+from lightning_tfm.model.attention import matmul_attention, reference_attention, scaled_dot_product_attention, sdpa_attention
+
+V = 40
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@contextlib.contextmanager
+def kernel(name: str):
+    old = attention.ATTENTION_KERNEL
+    attention.ATTENTION_KERNEL = name
+    try:
+        yield
+    finally:
+        attention.ATTENTION_KERNEL = old
+
+
+def make(norm="post", positional="sinusoidal", dropout=0.0, heads=3, d_k=4, d_v=6, seed=0, scale=1.0):
+    torch.manual_seed(seed)
+    m = Transformer(V, layers=2, d_model=16, d_ff=32, heads=heads, d_k=d_k, d_v=d_v, dropout=dropout,
+                    positional=positional, norm=norm, max_positions=64)
+    with torch.no_grad():  # scale > 1: larger weights than the init, peaked distributions, distinct beams
+        for p in m.parameters():
+            p.mul_(scale)
+    return m.eval()
+
+
+def padded_src(b=5, seed=1, lo=2, hi=9):
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(lo, hi + 1, (b,), generator=g).tolist()
+    src = torch.full((b, max(lens)), PAD, dtype=torch.long)
+    for i, n in enumerate(lens):
+        src[i, :n - 1] = torch.randint(4, V, (n - 1,), generator=g)
+        src[i, n - 1] = EOS
+    return src
+
+
+def qkv(b, t, s, dtype=torch.float32, seed=0, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    out = [torch.randn(b, 3, n, d, generator=g).to(dtype) for n, d in ((t, 8), (s, 8), (s, 5))]
+    return [x.requires_grad_(requires_grad) for x in out]
+
+
+def key_mask(b, s):
+    mask = torch.ones(b, 1, 1, s, dtype=torch.bool)
+    mask[0, ..., s - 3:] = False
+    mask[-1, ..., 2:] = False
+    return mask
+
+
+@pytest.mark.parametrize("t,s,causal", [(7, 7, False), (7, 7, True), (1, 9, False), (1, 9, True), (3, 9, True)])
+def test_matmul_kernel_equals_sdpa_and_equation_1(t, s, causal):
+    q, k, v = qkv(4, t, s)
+    mask = key_mask(4, s)
+    full = mask & torch.ones(t, s, dtype=torch.bool).tril(diagonal=s - t) if causal else mask
+    ref = reference_attention(q, k, v, full)
+    mm = scaled_dot_product_attention(q, k, v, mask, causal, kernel="matmul")
+    sd = scaled_dot_product_attention(q, k, v, mask, causal, kernel="sdpa")
+    torch.testing.assert_close(mm, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mm, sd, rtol=1e-5, atol=1e-5)
+    # bf16 inputs: both kernels stay within bf16 rounding of the fp32 result
+    qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    for name in ("matmul", "sdpa"):
+        out = scaled_dot_product_attention(qb, kb, vb, mask, causal, kernel=name)
+        assert out.dtype == torch.bfloat16
+        torch.testing.assert_close(out.float(), ref, rtol=0.03, atol=0.03)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 0.05)])
+def test_matmul_kernel_gradients_equal_sdpa(dtype, tol):
+    grads = {}
+    for name in ("matmul", "sdpa"):
+        q, k, v = qkv(3, 6, 6, dtype, requires_grad=True)
+        out = scaled_dot_product_attention(q, k, v, key_mask(3, 6), True, kernel=name)
+        out.float().pow(2).sum().backward()
+        grads[name] = [x.grad.float() for x in (q, k, v)]
+    for a, b in zip(grads["matmul"], grads["sdpa"]):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol * max(1.0, float(b.abs().max())))
+
+
+def test_matmul_kernel_applies_attention_dropout():
+    q, k, v = qkv(2, 5, 5)
+    torch.manual_seed(0)
+    dropped = matmul_attention(q, k, v, None, dropout=0.5)
+    assert not torch.allclose(dropped, matmul_attention(q, k, v, None))
+
+
+def test_auto_kernel_choice():
+    q, k, v = qkv(2, 4, 4)
+    with kernel("auto"):  # on CPU with few keys, "auto" is the matmul kernel (bitwise)
+        assert torch.equal(scaled_dot_product_attention(q, k, v, None, False), matmul_attention(q, k, v, None))
+    ql, kl, vl = qkv(1, 2, attention.MATMUL_MAX_KEYS + 1)
+    with kernel("auto"):  # beyond MATMUL_MAX_KEYS keys: torch's SDPA
+        assert torch.equal(scaled_dot_product_attention(ql, kl, vl, None, False), sdpa_attention(ql, kl, vl, None))
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_whole_model_matmul_kernel_equals_sdpa_training(dtype):
+    """Logits, loss gradients of every parameter, in fp32 and under bf16 autocast, with dropout."""
+    src = padded_src()
+    tgt = padded_src(seed=3)
+    results = {}
+    for name in ("matmul", "sdpa"):
+        m = make(dropout=0.1).train()
+        ctx = torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()
+        torch.manual_seed(7)  # same dropout masks: the kernels draw no random numbers without attention dropout
+        with kernel(name), ctx:
+            logits = m(src, tgt)
+        logits.float().logsumexp(-1).sum().backward()
+        results[name] = (logits.float(), {n: p.grad.clone() for n, p in m.named_parameters()})
+    (la, ga), (lb, gb) = results["matmul"], results["sdpa"]
+    tol = 1e-4 if dtype is None else 0.1
+    torch.testing.assert_close(la.detach(), lb.detach(), rtol=tol, atol=tol)
+    for n in ga:
+        scale = max(1.0, float(gb[n].abs().max()))
+        torch.testing.assert_close(ga[n], gb[n], rtol=tol, atol=tol * scale, msg=n)
+
+
+def test_fused_and_unfused_projections_agree_with_gradients_and_cache():
+    src, tgt = padded_src(), padded_src(seed=3)
+    out = {}
+    for fused in (True, False):
+        m = make()
+        m.set_fused(fused)
+        logits = m(src, tgt)
+        logits.sum().backward()
+        memory, mask = m.encode(src)
+        cache = m.new_cache()
+        with torch.no_grad():
+            steps = torch.cat([m.decode(tgt[:, i:i + 1], memory, mask, cache, offset=i) for i in range(tgt.shape[1])], 1)
+        out[fused] = (logits, m.embed.weight.grad, m.encoder[0].self_attn.in_proj.weight.grad, steps)
+    for a, b in zip(out[True], out[False]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["matmul", "sdpa"])
+def test_cached_decoding_equals_full_decoding_with_each_kernel(name):
+    """The single-query path of cached decoding (one new position against all cached keys)."""
+    m = make(norm="pre", positional="learned")
+    src, tgt = padded_src(), padded_src(seed=4)
+    with kernel(name), torch.no_grad():
+        memory, mask = m.encode(src)
+        cache = m.new_cache()
+        steps = torch.cat([m.decode(tgt[:, i:i + 1], memory, mask, cache, offset=i) for i in range(tgt.shape[1])], 1)
+        full = m.decode(tgt, memory, mask)
+    torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
+
+
+def test_memory_shared_by_beams_equals_memory_repeated_per_beam():
+    """decode() with one memory row per sentence and K target rows each (beam search's layout)."""
+    m = make()
+    K = 3
+    src = padded_src(b=4)
+    g = torch.Generator().manual_seed(5)
+    tgt = torch.randint(4, V, (4 * K, 6), generator=g)
+    with torch.no_grad():
+        memory, mask = m.encode(src)
+        rep_mem, rep_mask = memory.repeat_interleave(K, 0), mask.repeat_interleave(K, 0)
+        shared = m.decode(tgt, memory, mask)
+        repeated = m.decode(tgt, rep_mem, rep_mask)
+        torch.testing.assert_close(shared, repeated, rtol=1e-5, atol=1e-5)
+        c1, c2 = m.new_cache(), m.new_cache()
+        for i in range(tgt.shape[1]):
+            a = m.decode(tgt[:, i:i + 1], memory, mask, c1, offset=i)
+            b = m.decode(tgt[:, i:i + 1], rep_mem, rep_mask, c2, offset=i)
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        assert c1[0]["cross"]["mem_k"].shape[0] == 4 and c2[0]["cross"]["mem_k"].shape[0] == 4 * K
+        with pytest.raises(ValueError, match="whole multiple"):
+            m.decode(tgt[:5], memory, mask)
+
+
+def hyps_equal(a, b, tol=1e-4):
+    assert [h.tokens for h in a] == [h.tokens for h in b]
+    for x, y in zip(a, b):
+        assert x.score == pytest.approx(y.score, abs=tol)
+        assert x.log_prob == pytest.approx(y.log_prob, abs=tol)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_beam_search_speed_paths_equal_the_plain_paths(beam):
+    """Shared memory + matmul kernel + cache against repeated memory + SDPA + recomputed prefix; sentences
+    end at different steps, so the batch reduction (dropping finished sentences) is exercised too."""
+    m = make(seed=2, scale=2.0)
+    src = padded_src(b=9, seed=6)
+    fast = beam_search(m, src, beam, 0.6, 1.0, 3)
+    with kernel("sdpa"):
+        plain = beam_search(m, src, beam, 0.6, 1.0, 3, use_cache=False, shared_memory=False)
+        cached_repeated = beam_search(m, src, beam, 0.6, 1.0, 3, shared_memory=False)
+    hyps_equal(fast, plain)
+    hyps_equal(fast, cached_repeated)
+    assert len({len(h.tokens) for h in fast}) > 1
+
+
+def test_bf16_decoding_with_cached_weight_casts_equals_inference_mode():
+    """beam_search runs under no_grad so that autocast casts each weight to bf16 once; under
+    inference_mode it recasts at every step. Same bf16 weights, so the same results."""
+    m = make(seed=3, scale=2.0)
+    src = padded_src(b=6, seed=8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cached_casts = beam_search(m, src, 4, 0.6, 1.0, 4)
+        with torch.inference_mode():
+            recast = beam_search(m, src, 4, 0.6, 1.0, 4)
+    hyps_equal(cached_casts, recast, tol=1e-4)
+
+
+def test_min_len_holds_every_output_to_a_length():
+    m = make(seed=4, scale=2.0)
+    with torch.no_grad():  # make EOS likely, so that without min_len some outputs end early
+        m.embed.weight[EOS] *= 3.0
+    ids = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [4]]
+    n = 6
+    out = translate_ids(m, ids, beam_size=4, max_len_a=0.0, max_len_b=n, min_len=n, dtype=None)
+    assert all(len(h.tokens) == n and EOS not in h.tokens for h in out)
+    free = translate_ids(m, ids, beam_size=4, max_len_a=0.0, max_len_b=n, dtype=None)
+    assert any(len(h.tokens) < n for h in free)  # without min_len this model stops early somewhere
+    hyps_equal(free, translate_ids(m, ids, beam_size=4, max_len_a=0.0, max_len_b=n, min_len=0, dtype=None))
+    # the maximum length wins over min_len, and the hypothesis is still scored (EOS forced, finite)
+    capped = translate_ids(m, ids, beam_size=4, max_len_a=0.0, max_len_b=3, min_len=n, dtype=None)
+    assert all(len(h.tokens) == 3 and h.score > float("-inf") for h in capped)
+
+
+def test_bench_marian_matches_our_architecture():
+    """``ltfm bench --vs marian`` compares like with like: same trainable parameter count (post-norm,
+    shared embeddings, static sinusoids, no extra norms), ReLU, sqrt(d_model) embedding scale."""
+    pytest.importorskip("transformers")  # the optional [bench] extra
+    from lightning_tfm import bench
+
+    s = {**bench.DEFAULTS, "layers": 2, "d_model": 32, "d_ff": 64, "heads": 4, "vocab": 100}
+    ours, marian = bench.build_ours(s), bench.build_marian(s)
+    trainable = sum(p.numel() for p in marian.parameters() if p.requires_grad)
+    assert trainable == ours.num_parameters()
+    cfg = marian.config
+    assert cfg.activation_function == "relu" and cfg.scale_embedding and cfg.share_encoder_decoder_embeddings
+    from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+
+    for stack in (marian.model.encoder, marian.model.decoder):  # fixed sinusoids, not trained
+        assert isinstance(stack.embed_positions, MarianSinusoidalPositionalEmbedding)
+        assert not stack.embed_positions.weight.requires_grad
+    assert marian.get_output_embeddings().weight is marian.model.shared.weight
+    assert not any("layernorm_embedding" in n or n.endswith("encoder.layer_norm.weight") for n, _ in marian.named_parameters())
+
+
+def test_bench_runs_both_models_to_the_same_output_length():
+    pytest.importorskip("transformers")
+    from lightning_tfm import bench
+
+    s = dict(layers=1, d_model=32, d_ff=64, heads=2, vocab=60, batch=4, src_len=5, tgt_len=5, out_len=4,
+             reps=1, train_steps=1, decode_batches=1)
+    r = bench.run_bench(s, vs="marian", log=lambda *a: None)  # make_decode asserts the lengths
+    for kind in ("ours", "marian"):
+        for dt in ("fp32", "bf16"):
+            v = r[kind][dt]
+            assert {"train_tokens_per_s", "decode_sentences_per_s", "peak_memory_mb", "mfu"} <= set(v)
+            assert v["train_tokens_per_s"] > 0 and v["decode_sentences_per_s"] > 0 and 0 < v["mfu"] < 1
+    assert set(r["speedup"]) == {"fp32", "bf16"}
