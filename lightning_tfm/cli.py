@@ -50,7 +50,11 @@ def _sweep(args) -> int:
 
 
 def _report(args) -> int:
-    from .report import report_cli
+    try:
+        from .report import report_cli
+    except ModuleNotFoundError:
+        raise UserError("ltfm report is not part of this version yet: use `ltfm runs` and "
+                        "`ltfm sweep SWEEP.yaml --status` for the results") from None
     return report_cli(args)
 
 
