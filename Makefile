@@ -1,5 +1,5 @@
 # make ablation : set up .venv and run the main job: Table 3 (sweeps/table3-cpu.yaml) on Multi30k at CPU
-#                 scale with a ~20-minute budget on 2 cores (2 workers sharing one Optuna study), then its runs table
+#                 scale with a ~20-minute budget on 2 cores (2 workers sharing one Optuna study), then its report (reports/build/<sweep>/)
 #   FULL=1      : the full CPU budget (the experiment's train.max_steps per row, hours)
 #   SWEEP=sweeps/table3.yaml FULL=1 ARGS="train.devices=8 train.strategy=ddp" : the paper's scale on a GPU node
 # make test     : set up .venv and run the test suite (what CI runs)
@@ -46,6 +46,7 @@ ablation: setup
 	  [ $$rc = 0 ] || echo "ltfm: some trials failed (ltfm sweep $(SWEEP) --status); ltfm runs shows them"
 	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(BUDGET) $(ARGS)
 	$(VENV)/bin/ltfm runs results
+	$(VENV)/bin/ltfm report $(SWEEP)
 
 train: setup
 	$(VENV)/bin/ltfm train $(EXPERIMENT) $(DATA_ARGS) $(ARGS)

@@ -50,11 +50,7 @@ def _sweep(args) -> int:
 
 
 def _report(args) -> int:
-    try:
-        from .report import report_cli
-    except ModuleNotFoundError:
-        raise UserError("ltfm report is not part of this version yet: use `ltfm runs` and "
-                        "`ltfm sweep SWEEP.yaml --status` for the results") from None
+    from .report import report_cli
     return report_cli(args)
 
 

@@ -1,0 +1,219 @@
+"""``ltfm report SWEEP.yaml``: execute the sweep's report notebook headless and write what a person reads.
+
+    ltfm report sweeps/table3-cpu.yaml                   # local results + the sweep's Optuna storage
+    ltfm report sweeps/table3-cpu.yaml --results DIR --storage URL --out DIR
+    ltfm report sweeps/table3-cpu.yaml --from-wandb ENTITY/PROJECT    # the runs of W&B group = sweep name
+
+A sweep with ``variants`` gets ``table3.ipynb``, a sweep with a ``space`` gets ``search.ipynb``. The command
+runs the notebook with papermill (its ``parameters`` cell: ``sweep_file``, ``results_dir``, ``storage``,
+``out_dir``, ``wandb_path``), exports it to HTML with nbconvert, and writes into ``reports/build/<sweep
+name>/`` (or ``--out``):
+
+- table3: ``table3.ipynb`` (executed), ``table3.html``, ``table3.md``, ``table3.csv``,
+  ``dev_ppl_by_family.png``, ``bleu_vs_params.png``, ``norm_curves.png``;
+- search: ``search.ipynb``, ``search.html``, ``search.md``, ``search.csv``, ``optimization_history.png``,
+  ``param_importances.png``, ``intermediate_values.png``.
+
+Nothing half-written: the notebook runs into a staging folder beside the output folder, which replaces the
+output folder only when every cell succeeded. A cell that raises ``UserError`` (no such study, no API key,
+...) ends the command with that one line and exit code 2; any other failing cell ends it with exit code 1
+and one line naming the cell, and the executed notebook with the traceback is kept in ``<out>.failed/``.
+
+Which notebook file: ``reports/<name>.ipynb`` of the source checkout this package runs from (what users
+open and edit in Jupyter); an installed package without the checkout uses its copy in
+``lightning_tfm/resources/notebooks/`` (a test keeps the two identical).
+
+Kernel: the notebook runs on this very Python (``sys.executable``, i.e. the virtual environment's), never on
+whatever ``python3`` kernel a user-level Jupyter installation registers: a temporary kernelspec named
+``python3`` pointing at ``sys.executable`` is put first on ``JUPYTER_PATH`` while papermill runs (no
+``ipykernel install``, nothing written outside the staging folder). The notebook prints the kernel's
+interpreter in its setup cell.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from .errors import UserError
+
+NOTEBOOKS = {"variants": "table3", "space": "search"}
+# What a report folder may hold: ``ltfm report`` replaces such a folder, never one holding other files.
+REPORT_SUFFIXES = (".md", ".csv", ".png", ".ipynb", ".html", ".tmp")
+EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "bleu_vs_params.png", "norm_curves.png"),
+            "search": ("search.md", "search.csv", "optimization_history.png", "param_importances.png",
+                       "intermediate_values.png")}
+
+
+def notebook_path(name: str) -> Path:
+    """``reports/<name>.ipynb`` of the checkout, else the packaged copy."""
+    checkout = Path(__file__).resolve().parent.parent / "reports" / f"{name}.ipynb"
+    if checkout.is_file():
+        return checkout
+    packaged = resources.files("lightning_tfm").joinpath(f"resources/notebooks/{name}.ipynb")
+    if packaged.is_file():
+        return Path(str(packaged))
+    raise UserError(f"report notebook {name}.ipynb not found (looked in {checkout.parent} and the package's "
+                    "resources/notebooks): reinstall lightning_tfm")
+
+
+@contextlib.contextmanager
+def venv_kernel():
+    """A ``python3`` kernelspec for ``sys.executable``, first on JUPYTER_PATH while the block runs."""
+    with tempfile.TemporaryDirectory(prefix="ltfm-kernel-") as tmp:
+        spec = Path(tmp) / "kernels" / "python3"
+        spec.mkdir(parents=True)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                     "--IPKernelApp.log_level=ERROR"],  # not its "running over TCP without encryption" warning
+            "display_name": "Python 3 (ipykernel)", "language": "python", "metadata": {"debugger": True}}))
+        old = os.environ.get("JUPYTER_PATH")
+        os.environ["JUPYTER_PATH"] = os.pathsep.join([tmp, *([old] if old else [])])
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("JUPYTER_PATH", None)
+            else:
+                os.environ["JUPYTER_PATH"] = old
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file: give a folder for the report")
+    if out.is_dir():
+        foreign = [p.name for p in out.iterdir() if p.is_dir() or not p.name.endswith(REPORT_SUFFIXES)]
+        if foreign:
+            raise UserError(f"--out folder {str(out)!r} holds files that are not a report ({foreign[0]}, ...): "
+                            "give a new or empty folder (the report replaces the folder's contents)")
+
+
+def _replace_dir(src: Path, dest: Path) -> None:
+    """Move ``src`` to ``dest``, replacing a previous ``dest`` folder."""
+    old = None
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        os.replace(dest, old)
+    os.replace(src, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text or "")).strip()
+    return text.splitlines()[0][:limit] if text else ""
+
+
+def _cell_title(source: str) -> str:
+    lines = [ln.strip() for ln in (source or "").splitlines() if ln.strip()]
+    return lines[0][:80] if lines else "(empty cell)"
+
+
+def execute(notebook: Path, parameters: dict, out: Path, name: str) -> int:
+    """Run ``notebook`` with ``parameters`` (``out_dir`` is set here), export HTML, publish into ``out``."""
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir(parents=True)
+    except OSError as e:
+        raise UserError(f"cannot write the report folder {str(out.parent)!r} ({e.strerror}): pass --out DIR") from None
+    executed = staging / f"{name}.ipynb"
+    try:
+        with venv_kernel():
+            pm.execute_notebook(str(notebook), str(executed), parameters={**parameters, "out_dir": str(staging)},
+                                kernel_name="python3", language="python", progress_bar=False, log_output=False,
+                                cwd=os.getcwd(), start_timeout=120)
+    except PapermillExecutionError as e:
+        if e.ename == "UserError":  # the user's input, found by the notebook: one line, exit 2
+            shutil.rmtree(staging, ignore_errors=True)
+            raise UserError(_first_line(e.evalue)) from None
+        failed = out.with_name(f"{out.name}.failed")
+        shutil.rmtree(failed, ignore_errors=True)
+        os.replace(staging, failed)
+        print(f"ltfm: error: notebook {notebook.name} failed in cell {e.exec_count} "
+              f"({_cell_title(e.source)!r}): {e.ename}: {_first_line(e.evalue)} "
+              f"(executed notebook with the traceback: {failed / executed.name})", file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 - no kernel, kernel died, timeout: one line
+        shutil.rmtree(staging, ignore_errors=True)
+        print(f"ltfm: error: could not execute notebook {notebook}: {e.__class__.__name__}: {_first_line(e)}",
+              file=sys.stderr)
+        return 1
+    missing = [f for f in EXPECTED[name] if not (staging / f).is_file()]
+    if missing:
+        shutil.rmtree(staging, ignore_errors=True)
+        print(f"ltfm: error: notebook {notebook.name} ran but wrote no {missing[0]}: the notebook was edited "
+              "into something else; restore it from the repository", file=sys.stderr)
+        return 1
+    export_html(executed, staging / f"{name}.html")
+    _replace_dir(staging, out)
+    return 0
+
+
+def export_html(notebook: Path, html: Path) -> Path:
+    import logging
+
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter()
+    exporter.log.setLevel(logging.ERROR)  # "alternative text is missing on N image(s)"
+    body, _ = exporter.from_notebook_node(nbformat.read(str(notebook), as_version=4))
+    html.write_text(body, encoding="utf-8")
+    return html
+
+
+def report_parameters(sweep, results: str | None, storage: str | None, wandb_path: str | None) -> dict:
+    """The notebook's parameters, checked here first (cheap, before any kernel starts)."""
+    from . import report_data as rd
+
+    params = {"sweep_file": str(Path(sweep.path).absolute()), "results_dir": None, "storage": None,
+              "wandb_path": None}
+    if wandb_path:
+        rd.check_wandb_access(wandb_path)
+        params["wandb_path"] = wandb_path
+        return params
+    results_dir, url = rd.resolve_local(sweep, results, storage)
+    params["results_dir"] = str(results_dir)
+    params["storage"] = storage  # None: the notebook uses <results_dir>/<name>.db when it exists
+    return params
+
+
+def report_cli(args) -> int:
+    """``ltfm report SWEEP.yaml [--storage URL] [--results DIR] [--out DIR] [--from-wandb ENTITY/PROJECT]``"""
+    from .sweep import load_sweep
+
+    sweep = load_sweep(args.sweep_file)
+    if args.from_wandb and (args.results or args.storage):
+        raise UserError("--from-wandb reads the runs from W&B: drop --results/--storage (or drop --from-wandb)")
+    name = NOTEBOOKS[sweep.mode]
+    out = Path(args.out or Path("reports") / "build" / sweep.name).absolute()
+    _check_out(out)
+    parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb)
+    notebook = notebook_path(name)
+    print(f"report of sweep {sweep.name}: executing {notebook.name}", flush=True)
+    rc = execute(notebook, parameters, out, name)
+    if rc:
+        return rc
+    md = out / f"{name}.md"
+    if name == "table3":
+        print(_agreement_from_md(md.read_text()), end="")
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    print(f"report: {md}\n  html: {out / (name + '.html')}\n  notebook: {out / (name + '.ipynb')}\n"
+          f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}")
+    return 0
+
+
+def _agreement_from_md(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.startswith("Direction agrees") or ln.startswith("Not compared")]
+    return "".join(ln + "\n" for ln in lines)

@@ -1,0 +1,364 @@
+"""Report notebooks (``ltfm report``), end to end: a real smoke-scale sweep (``ltfm sweep`` processes, SQLite,
+offline W&B files), the real notebooks executed by papermill on this venv's kernel, HTML from nbconvert."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import optuna
+import pytest
+import yaml
+from bs4 import BeautifulSoup
+from PIL import Image
+
+from conftest import ROOT, SMOKE, ltfm
+from wandb_offline import read_runs
+from lightning_tfm import report, report_data as rd
+from lightning_tfm.errors import UserError
+from lightning_tfm.sweep import load_sweep
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+# Trainings of a few seconds: the report is what is tested (sweeps are tested in test_sweep.py).
+TINY = {"wandb.mode": "offline", "train.threads": 1, "data.max_train_pairs": 300, "data.max_dev_pairs": 30,
+        "data.vocab_size": 200, "data.test_split": None, "model.layers": 1, "model.d_model": 32, "model.d_ff": 64,
+        "model.heads": 2, "model.d_k": 16, "model.d_v": 16, "train.batch_tokens": 512, "train.warmup": 10,
+        "train.max_steps": 20, "train.val_every_steps": 10, "train.checkpoint_every_steps": 10,
+        "train.log_every_steps": 5, "decode.beam_size": 1, "decode.max_len_b": 10}
+VARIANTS = {
+    "prenorm": {"family": "norm", "model.norm": "pre"},    # a row the paper does not have: after the paper's
+    "A1": {"model.heads": 1, "model.d_k": 32, "model.d_v": 32},
+    "base": {},
+    "odd": {"model.d_model": 33},                          # cannot be built: skipped
+    "crash": {"data.max_tokens_per_sentence": 1},          # its training fails (no pair fits)
+}
+ORDER = ["base", "A1", "D1", "prenorm", "odd", "crash"]     # paper order, then the file's other rows
+PNGS = ("dev_ppl_by_family.png", "bleu_vs_params.png", "norm_curves.png")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_sweep(path: Path, name: str, variants: dict) -> Path:
+    path.write_text(yaml.safe_dump({
+        "name": name, "experiment": str(SMOKE), "metric": "dev_loss", "pruner": {"type": "none"}, "seeds": [1],
+        "heartbeat": {"interval": 2, "grace": 10, "max_retry": 1}, "overrides": TINY, "variants": variants},
+        sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, data_dir):
+    """A real sweep of five rows (three trained, one unbuildable, one failing); then the sweep file gains a
+    row that was never run (D1)."""
+    tmp = tmp_path_factory.mktemp("report")
+    results = tmp / "results"
+    sweep = write_sweep(tmp / "rep.yaml", "rep", VARIANTS)
+    p = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}")
+    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 1: a trial failed (crash)
+    assert "3 completed, 0 pruned, 1 failed, 1 skipped" in p.stdout, p.stdout
+    write_sweep(sweep, "rep", {**VARIANTS, "D1": {"model.dropout": 0.0}})
+    return {"tmp": tmp, "sweep": sweep, "results": results}
+
+
+def summaries(results: Path) -> dict[str, dict]:
+    out = {}
+    for f in results.glob("*/summary.json"):
+        s = json.loads(f.read_text())
+        out[s["config"]["run"]["variant"]] = s
+    return out
+
+
+def md_rows(text: str) -> tuple[list[str], dict[str, dict]]:
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    split = lambda ln: [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", ln)[1:-1]]  # noqa: E731
+    head = split(lines[0])
+    rows = [dict(zip(head, split(ln))) for ln in lines[1:]]
+    return [r["row"] for r in rows], {r["row"]: r for r in rows}
+
+
+def one_line_error(p: subprocess.CompletedProcess, code: int = 2) -> str:
+    assert p.returncode == code, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ltfm: error: "), p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The Table 3 report, end to end
+# ------------------------------------------------------------------------------------------------------------
+def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept):
+    out = swept["tmp"] / "build"
+    args = ["report", swept["sweep"], "--results", swept["results"], "--out", out]
+    p = ltfm(*args)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert f"report: {out / 'table3.md'}" in p.stdout and "Direction agrees with the paper" in p.stdout
+    assert {f.name for f in out.iterdir()} == {"table3.md", "table3.csv", "table3.html", "table3.ipynb", *PNGS}
+
+    # table3.md: one row per variant of the sweep file, in the paper's order, ours beside the paper's
+    md = (out / "table3.md").read_text()
+    names, rows = md_rows(md)
+    assert names == ORDER
+    head = list(rows["base"])
+    for col in ("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "ε_ls", "train steps", "dev PPL ours",
+                "dev PPL paper", "ΔPPL ours", "ΔPPL paper", "PPL agrees", "dev BLEU ours", "dev BLEU paper",
+                "ΔBLEU ours", "ΔBLEU paper", "BLEU agrees", "params ours (M)", "params paper (M)", "status"):
+        assert col in head, col
+    s = summaries(swept["results"])
+    assert {"base", "A1", "prenorm"} <= set(s)
+    base, a1 = s["base"], s["A1"]
+    assert rows["base"]["dev PPL ours"] == f"{base['dev_ppl']:.2f}" and rows["base"]["dev PPL paper"] == "4.92"
+    assert rows["base"]["dev BLEU ours"] == f"{base['dev_bleu']:.2f}" and rows["base"]["dev BLEU paper"] == "25.8"
+    assert rows["base"]["params ours (M)"] == f"{base['params'] / 1e6:.2f}" and rows["base"]["params paper (M)"] == "65"
+    assert (rows["A1"]["h"], rows["A1"]["d_k"], rows["A1"]["N"]) == ("1", "32", "1")
+    assert rows["A1"]["dev PPL paper"] == "5.29" and rows["A1"]["ΔPPL paper"] == "+0.37"
+    assert rows["A1"]["ΔPPL ours"] == f"{a1['dev_ppl'] - base['dev_ppl']:+.2f}"
+    assert rows["A1"]["PPL agrees"] == ("yes" if a1["dev_ppl"] > base["dev_ppl"] else "no")
+    assert rows["A1"]["ΔBLEU ours"].rstrip("*") == f"{a1['dev_bleu'] - base['dev_bleu']:+.2f}"
+    assert rows["prenorm"]["norm"] == "pre" and rows["prenorm"]["dev PPL paper"] == ""
+    # rows without a completed run stay, with their status and no numbers
+    assert rows["D1"]["status"].startswith("missing") and rows["D1"]["P_drop"] == "0"
+    assert rows["odd"]["status"].startswith("skipped") and "d_model" in rows["odd"]["status"]
+    assert rows["crash"]["status"].startswith("failed") and "max_tokens_per_sentence" in rows["crash"]["status"]
+    for name in ("D1", "odd", "crash"):
+        assert rows[name]["dev PPL ours"] == rows[name]["dev BLEU ours"] == ""
+    assert "Not compared (no completed run): D1 (missing" in md
+    ppl_judged = 1  # A1 is the only paper row with a completed run besides the base
+    assert re.search(rf"dev PPL {int(rows['A1']['PPL agrees'] == 'yes')}/{ppl_judged} rows", md), md
+    assert "paired bootstrap" in md and "bs:1000" in md  # sacreBLEU's test against the base
+
+    # table3.csv: the same rows, machine-readable
+    table = list(csv.DictReader(io.StringIO((out / "table3.csv").read_text())))
+    assert [r["variant"] for r in table] == ORDER
+    by = {r["variant"]: r for r in table}
+    assert float(by["A1"]["dev_ppl"]) == pytest.approx(a1["dev_ppl"], rel=1e-5)
+    assert float(by["A1"]["paper_dev_ppl"]) == 5.29 and int(by["A1"]["params"]) == a1["params"]
+    assert 0 < float(by["A1"]["bleu_p_value"]) <= 1
+
+    # figures: valid PNG files
+    for name in PNGS:
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG_MAGIC, name
+        with Image.open(out / name) as im:
+            im.verify()
+        with Image.open(out / name) as im:
+            assert im.format == "PNG" and im.size[0] > 300 and im.size[1] > 200
+
+    # the HTML export opens and holds the table and the figures
+    soup = BeautifulSoup((out / "table3.html").read_text(encoding="utf-8"), "html.parser")
+    (html_table,) = soup.find_all("table")
+    cells = [[c.get_text(strip=True) for c in tr.find_all(["td", "th"])] for tr in html_table.find_all("tr")]
+    assert "dev PPL paper" in cells[0] and [r[0] for r in cells[1:]] == ORDER
+    assert len([img for img in soup.find_all("img") if img.get("src", "").startswith("data:image/png")]) >= 3
+
+    # the executed notebook ran on this venv's Python
+    nb = nbformat.read(out / "table3.ipynb", as_version=4)
+    texts = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert f"(prefix {sys.prefix})" in texts
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+
+    # running the report again (into the same folder, replacing it) gives the same table
+    first_md, first_csv = md, (out / "table3.csv").read_text()
+    again = ltfm(*args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (out / "table3.md").read_text() == first_md and (out / "table3.csv").read_text() == first_csv
+
+
+def test_wandb_runs_give_the_same_table_as_the_local_results(swept):
+    """--from-wandb's conversion (wandb_record) on the runs the sweep logged to W&B, read back from their offline
+    files (this machine has no W&B server): the same table as the local source, except what W&B cannot know."""
+    sweep = load_sweep(swept["sweep"])
+    local = rd.build_table(rd.load_report_data(swept["sweep"], results_dir=swept["results"]), bootstrap=False)
+    runs = read_runs(swept["results"])
+    assert {r.group for r in runs} == {"rep"} and len(runs) == 3
+    records = rd.latest_per_key([rd.wandb_record(r.config, r.summary, name=r.name, job_type=r.job_type,
+                                                 state="finished", run_id=r.run_id, history=r.history) for r in runs])
+    data = rd.ReportData(sweep, records, "W&B (offline files)", rd.planned_configs(sweep, records))
+    remote = rd.build_table(data, bootstrap=False)
+    assert [r["variant"] for r in remote["rows"]] == [r["variant"] for r in local["rows"]] == ORDER
+    loc = {r["variant"]: r for r in local["rows"]}
+    for row in remote["rows"]:
+        mine = loc[row["variant"]]
+        if row["variant"] in ("base", "A1", "prenorm"):
+            for key in ("dev_ppl", "dev_bleu", "params", "delta_ppl", "delta_bleu", "ppl_agrees", "bleu_agrees",
+                        "paper_dev_ppl", "model.heads", "model.d_k", "model.norm", "train.max_steps", "status"):
+                assert row[key] == (pytest.approx(mine[key]) if isinstance(mine[key], float) else mine[key]), key
+        else:  # no W&B run: the row stays, as missing
+            assert row["status"].startswith("missing") and row["dev_ppl"] is None
+    assert remote["rows"][ORDER.index("D1")]["model.dropout"] == 0.0
+    # the history of the figures comes through too
+    base = next(r for r in records if r.variant == "base")
+    local_base = next(r for r in rd.load_report_data(swept["sweep"], results_dir=swept["results"]).records
+                      if r.variant == "base")
+    steps = [h["step"] for h in local_base.history if "dev/ppl" in h]
+    assert len(steps) == 2 and [h["step"] for h in base.history if "dev/ppl" in h] == steps
+
+
+def test_report_inputs_are_checked_with_one_line_errors(swept, tmp_path):
+    s, res = swept["sweep"], swept["results"]
+    assert "not found" in one_line_error(ltfm("report", tmp_path / "nope.yaml"))
+    assert "results folder" in one_line_error(ltfm("report", s, "--results", tmp_path / "none"))
+    assert "no sweep database" in one_line_error(ltfm("report", s, "--results", res, "--storage",
+                                                      f"sqlite:///{tmp_path / 'none.db'}"))
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    assert "not a report" in one_line_error(ltfm("report", s, "--results", res, "--out", foreign))
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    # --from-wandb: malformed path, no API key, no network -- before any kernel starts
+    env = {"WANDB_API_KEY": "", "HOME": str(tmp_path), "NETRC": str(tmp_path / "netrc")}
+    assert "ENTITY/PROJECT" in one_line_error(ltfm("report", s, "--from-wandb", "just-a-name", env=env))
+    assert "API key" in one_line_error(ltfm("report", s, "--from-wandb", "team/proj", env=env))
+    offline = {**env, "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9"}
+    assert "cannot reach W&B" in one_line_error(ltfm("report", s, "--from-wandb", "team/proj", env=offline))
+    assert not (ROOT / "reports" / "build" / "rep").exists()
+
+
+def test_missing_results_are_a_one_line_error(tmp_path):
+    sweep = write_sweep(tmp_path / "never.yaml", "never", {"base": {}})
+    p = ltfm("report", sweep, cwd=tmp_path)  # default results folder: <cwd>/results, which does not exist
+    assert "no results for sweep 'never'" in one_line_error(p)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Failing cells
+# ------------------------------------------------------------------------------------------------------------
+def _notebook(path: Path, *sources: str) -> Path:
+    cells = [nbformat.v4.new_code_cell("out_dir = None", metadata={"tags": ["parameters"]})]
+    cells += [nbformat.v4.new_code_cell(src) for src in sources]
+    nb = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                                        "display_name": "Python 3"}})
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_failing_cell_fails_the_command_naming_the_cell(tmp_path, capsys):
+    out = tmp_path / "build"
+    out.mkdir()
+    (out / "table3.md").write_text("the previous report\n")
+    nb = _notebook(tmp_path / "bad.ipynb", "# Load\nx = 1", "# Table: divide\nx = 1 / 0")
+    assert report.execute(nb, {}, out, "table3") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    # In [4]: the parameters cell, papermill's injected parameters, "# Load", then this one
+    assert len(err) == 1 and "cell 4" in err[0] and "'# Table: divide'" in err[0] and "ZeroDivisionError" in err[0]
+    assert (out / "table3.md").read_text() == "the previous report\n"  # nothing half-written
+    failed = tmp_path / "build.failed" / "table3.ipynb"
+    assert failed.is_file() and str(failed) in err[0]
+    assert not list(tmp_path.glob(".build.tmp-*"))
+    # a UserError raised in a cell is the user's input: one line, the CLI's exit code 2
+    nb = _notebook(tmp_path / "user.ipynb", "from lightning_tfm.errors import UserError\n"
+                                            "raise UserError('no study named x: run ltfm sweep first')")
+    with pytest.raises(UserError, match="no study named x"):
+        report.execute(nb, {}, out, "table3")
+    assert (out / "table3.md").read_text() == "the previous report\n"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Several seeds, significance
+# ------------------------------------------------------------------------------------------------------------
+def test_several_seeds_give_mean_std_and_a_paired_bootstrap_against_base(tmp_path, data_dir):
+    refs = [line for line in rd.dev_references({"data.source": "local", "data.path": str(data_dir),
+                                                "data.dev_split": "val", "data.src_lang": "en", "data.tgt_lang": "de",
+                                                "data.max_dev_pairs": 60})]
+    assert len(refs) == 60
+    cfg = {"data.source": "local", "data.path": str(data_dir), "data.dev_split": "val", "data.src_lang": "en",
+           "data.tgt_lang": "de", "data.max_dev_pairs": 60, "model.heads": 8, "train.max_steps": 100}
+
+    def rec(variant, seed, ppl, bleu, hyps, status="completed"):
+        path = tmp_path / f"{variant}-{seed}.txt"
+        path.write_text("\n".join(hyps) + "\n")
+        return rd.RunRecord(variant=variant, family=variant[0], seed=seed, status=status, config=dict(cfg),
+                            params=1000, dev_ppl=ppl, dev_bleu=bleu, hyps=str(path))
+
+    worse = [" ".join(r.split()[: max(1, len(r.split()) // 3)]) for r in refs]  # a third of every reference
+    close = worse[:1] + refs[1:]  # one sentence of 60 differs from the base's
+    records = [rec("base", 1, 5.0, 40.0, refs), rec("base", 2, 5.2, 42.0, refs),
+               rec("A1", 1, 6.0, 20.0, worse), rec("A1", 2, 6.4, 22.0, worse),
+               rec("A2", 1, 5.15, 40.0, close), rec("A2", 2, 5.15, 41.0, close),
+               rec("A3", 1, 4.0, 30.0, worse), rec("A3", 2, 9.9, 9.9, worse, status="failed")]
+    sweep = load_sweep(write_sweep(tmp_path / "seeds.yaml", "seeds", {"base": {}, "A1": {}, "A2": {}, "A3": {},
+                                                                      "A4": {}}))
+    sweep.seeds = [1, 2]
+    table = rd.build_table(rd.ReportData(sweep, records, "test", {}))
+    rows = {r["variant"]: r for r in table["rows"]}
+    assert rows["A1"]["dev_ppl"] == pytest.approx(6.2) and rows["A1"]["dev_ppl_std"] == pytest.approx(0.2828427, rel=1e-5)
+    assert rows["A1"]["delta_ppl"] == pytest.approx(1.1) and rows["A1"]["ppl_agrees"] is True   # paper: +0.37
+    assert rows["A1"]["delta_bleu"] == pytest.approx(-20.0) and rows["A1"]["bleu_agrees"] is True  # paper: -0.9
+    assert rows["A1"]["bleu_significant"] is True and rows["A1"]["bleu_test_seeds"] == [1, 2]
+    assert rows["A2"]["bleu_significant"] is False and rows["A2"]["bleu_p_value"] >= 0.05
+    assert rows["A2"]["ppl_agrees"] is True  # +0.05 vs paper +0.08
+    # A3: one of two seeds failed: mean over the completed one, tested on the seed both rows have
+    assert rows["A3"]["dev_ppl"] == 4.0 and rows["A3"]["dev_ppl_std"] is None and rows["A3"]["bleu_test_seeds"] == [1]
+    assert rows["A3"]["status"] == "1/2 seeds completed; seed 2 failed"
+    assert rows["A4"]["status"].startswith("missing") and rows["A4"]["dev_ppl"] is None
+    md = rd.table_markdown(table)
+    _, cells = md_rows(md)
+    assert cells["A1"]["dev PPL ours"] == "6.20 ± 0.28" and cells["A1"]["ΔBLEU ours"] == "-20.00*"
+    assert cells["A2"]["ΔBLEU ours"] == "-0.50"
+    assert cells["base"]["dev BLEU ours"] == "41.00 ± 1.41"
+    # PPL: A1 (+), A2 (+), A3 (-; paper A3 -0.01) all agree
+    assert "dev PPL 3/3 rows (100%)" in md and "Not compared (no completed run): A4 (missing" in md
+    assert rd.table_markdown(rd.build_table(rd.ReportData(sweep, records, "test", {}))) == md  # deterministic
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The search report
+# ------------------------------------------------------------------------------------------------------------
+def test_search_report_shows_every_trial_and_optunas_plots(tmp_path):
+    """A search study in a real SQLite storage (its trials written through Optuna: the sweep machinery is tested
+    in test_sweep.py); its run folders live on another machine, so values come from the trials' attributes."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    path = tmp_path / "srch.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "srch", "experiment": str(SMOKE), "metric": "dev_loss", "n_trials": 5,
+        "sampler": {"type": "tpe", "seed": 1}, "pruner": {"type": "hyperband", "min_resource": 10},
+        "space": {"model.heads": {"type": "categorical", "choices": [1, 2, 4]},
+                  "model.dropout": {"type": "float", "low": 0.0, "high": 0.3}}}, sort_keys=False))
+    storage = f"sqlite:///{tmp_path / 'srch.db'}"
+    study = optuna.create_study(study_name="srch", storage=storage, direction="minimize")
+    dists = {"model.heads": CategoricalDistribution([1, 2, 4]), "model.dropout": FloatDistribution(0.0, 0.3)}
+    trials = [(TrialState.COMPLETE, 4.2, 1, 0.1), (TrialState.COMPLETE, 3.9, 2, 0.2), (TrialState.PRUNED, None, 4, 0.05),
+              (TrialState.COMPLETE, 4.0, 4, 0.25), (TrialState.FAIL, None, 2, 0.0)]
+    for i, (state, value, heads, dropout) in enumerate(trials):
+        study.add_trial(create_trial(
+            state=state, value=value, params={"model.heads": heads, "model.dropout": dropout}, distributions=dists,
+            intermediate_values={10: 5.0 - 0.1 * i, 20: 4.5 - 0.1 * i} if state != TrialState.FAIL else {},
+            user_attrs={"variant": f"search-{i:04d}", "family": "search", "seed": 1, "run_id": f"r{i}",
+                        "run_dir": f"/elsewhere/r{i}", "steps": 20 if state == TrialState.COMPLETE else 10,
+                        **({"error": "CUDA out of memory"} if state == TrialState.FAIL else {})}))
+    (tmp_path / "results").mkdir()
+    out = tmp_path / "build"
+    p = ltfm("report", path, "--storage", storage, "--results", tmp_path / "results", "--out", out)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert {f.name for f in out.iterdir()} == {"search.md", "search.csv", "search.html", "search.ipynb",
+                                               "optimization_history.png", "param_importances.png",
+                                               "intermediate_values.png"}
+    md = (out / "search.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| trial")]
+    assert [r.split("|")[3].strip() for r in rows] == ["complete", "complete", "pruned", "complete", "fail"]
+    assert "Best: trial 1 (search-0001), dev_loss 3.9000, model.heads=2, model.dropout=0.2." in md
+    assert "CUDA out of memory" in md
+    for png in ("optimization_history.png", "param_importances.png", "intermediate_values.png"):
+        assert (out / png).read_bytes()[:8] == PNG_MAGIC
+    soup = BeautifulSoup((out / "search.html").read_text(encoding="utf-8"), "html.parser")
+    assert soup.find("table") is not None and "search-0003" in soup.get_text()
+
+
+def test_notebooks_in_the_package_are_the_reports_notebooks():
+    """An installed package (no checkout) runs its copies: they must be the repository's notebooks."""
+    for name in ("table3", "search"):
+        shipped = ROOT / "lightning_tfm" / "resources" / "notebooks" / f"{name}.ipynb"
+        assert shipped.read_bytes() == (ROOT / "reports" / f"{name}.ipynb").read_bytes(), name
+        nb = nbformat.read(shipped, as_version=4)
+        nbformat.validate(nb)
+        params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(params) == 1
+        for key in ("sweep_file", "results_dir", "storage", "out_dir", "wandb_path"):
+            assert re.search(rf"^{key} = ", params[0].source, re.M), key
