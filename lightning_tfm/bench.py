@@ -7,13 +7,15 @@ best repetition of each is reported (with the load average, since other processe
 figures; ``bench.threads=1`` keeps a 2-thread run from stalling on a busy machine). Figures per model
 and dtype:
 
-* ``train_tokens_per_s``: target tokens per second of forward + label-smoothed loss + backward + Adam step;
+* ``train_tokens_per_s``: target tokens per second of forward + label-smoothed loss + backward + Adam step
+  (see ``make_train_step``);
 * ``decode_sentences_per_s``: beam-4 decoding, every sentence generating exactly ``bench.out_len`` tokens
   and then EOS (random weights would otherwise stop at random lengths: both models are held to the same
   work): ours with ``min_len = max_len = out_len``, Marian's ``generate`` with ``min_new_tokens=out_len``,
   ``max_new_tokens=out_len + 1`` and EOS forced at the maximum length (checked after every run);
-* ``peak_memory_mb``: the largest growth of the process's resident memory during the measurement
-  (sampled every 2 ms; CPU has no allocator counter like ``torch.cuda.max_memory_allocated``);
+* ``peak_memory_mb``: the largest growth of the process's resident memory during the measurement, after
+  free pages are returned to the OS (sampled every 2 ms; CPU has no allocator counter like
+  ``torch.cuda.max_memory_allocated``);
 * ``mfu``: model FLOPs per second of training (6 x matmul parameters x tokens, plus attention) over the
   machine's measured matrix-multiply peak in that dtype.
 """
@@ -40,10 +42,22 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _release_free_memory() -> None:
+    """Hand the allocator's free pages back to the OS (glibc's malloc_trim), so that the next block's
+    working set shows as growth of resident memory instead of reusing pages freed earlier."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the figure is then a lower bound
+        pass
+
+
 class PeakMemory:
     """Peak growth of resident memory (MB) while the block runs."""
 
     def __enter__(self):
+        _release_free_memory()
         self.base = self.peak = _rss_mb()
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._watch, daemon=True)
@@ -124,19 +138,24 @@ def _autocast(dtype):
 
 
 def make_train_step(kind: str, model, s: dict, dtype: str):
-    from .objectives import label_smoothed_nll_loss
+    """One training step as ``ltfm train`` runs it: ours with the fused projection + smoothed loss
+    (objectives.fused_label_smoothed_nll_loss); Marian through its logits and the same smoothed loss.
+    Both use the same (fused) Adam."""
+    from .objectives import adam, fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 
     src, tgt_in, tgt_out = _batch(s)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    opt = adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     mask = torch.ones_like(src)
 
     def step():
         with _autocast(dtype):
             if kind == "ours":
-                logits = model(src, tgt_in)
+                loss, _, n = fused_label_smoothed_nll_loss(model.features(src, tgt_in), model.output_weight,
+                                                           tgt_out, 0.1)
             else:
                 logits = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt_in).logits
-        loss, _, n = label_smoothed_nll_loss(logits, tgt_out, 0.1)
+        if kind != "ours":
+            loss, _, n = label_smoothed_nll_loss(logits, tgt_out, 0.1)
         (loss / n).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

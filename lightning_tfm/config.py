@@ -94,7 +94,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "keep_checkpoints": (int, 5, "step checkpoints kept besides last (for averaging)"),
         "log_every_steps": (int, 50, ""),
         "num_workers": (int, 0, "DataLoader workers"),
-        "compile": (bool, False, "torch.compile the model"),
+        "compile": (bool, False, "torch.compile the model (measured slower on this CPU, see README)"),
+        "fused_loss": (bool, True, "pre-softmax projection + smoothed loss computed chunk-wise, gradients eagerly (speed path)"),
         "progress_bar": (bool, True, ""),
         "threads": (optional(int), None, "torch intra-op threads (default: torch's choice)"),
         "record_batches": (bool, False, "write the dataset indices of every training batch, per rank (debugging, tests)"),
@@ -129,7 +130,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 # The training budget is not hashed either: re-running with a larger train.max_steps continues the run.
 NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
               "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
-              "train.num_workers", "train.threads", "train.record_batches", "wandb", "sweep"}
+              "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches", "wandb", "sweep"}
 
 
 def defaults() -> dict:

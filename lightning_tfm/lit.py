@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 from .data import Batch, PairDataset, TokenBatchSampler, collate, widths
 from .model import PAD, Transformer
-from .objectives import label_smoothed_nll_loss, make_optimizer
+from .objectives import fused_label_smoothed_nll_loss, label_smoothed_nll_loss, make_optimizer
 
 
 class TransformerModule(pl.LightningModule):
@@ -24,7 +24,12 @@ class TransformerModule(pl.LightningModule):
         self.save_hyperparameters({"config": scrub(config), "vocab_size": vocab_size})
         self.config = config
         self.model = Transformer.from_config(config["model"], vocab_size)
-        self._forward = torch.compile(self.model) if config["train"]["compile"] else self.model
+        compile_ = config["train"]["compile"]
+        self._forward = torch.compile(self.model) if compile_ else self.model
+        self._features = torch.compile(self.model.features) if compile_ else self.model.features
+        # The fused projection + loss reads the shared embedding outside the model's forward, which FSDP
+        # and DeepSpeed shard after the forward: those strategies take the plain path.
+        self.fused_loss = config["train"]["fused_loss"] and config["train"]["strategy"] not in ("fsdp", "deepspeed")
         self._tokens_since, self._time_since = 0, None
         self._dev_sums = None
         self.train_tokens = 0  # target tokens seen by this rank
@@ -34,8 +39,12 @@ class TransformerModule(pl.LightningModule):
         return self._forward(src, tgt_in)
 
     def _loss(self, batch: Batch):
+        eps = self.config["train"]["label_smoothing"]
+        if self.fused_loss:
+            states = self._features(batch.src, batch.tgt_in)
+            return fused_label_smoothed_nll_loss(states, self.model.output_weight, batch.tgt_out, eps, PAD)
         logits = self(batch.src, batch.tgt_in)
-        return label_smoothed_nll_loss(logits, batch.tgt_out, self.config["train"]["label_smoothing"], PAD)
+        return label_smoothed_nll_loss(logits, batch.tgt_out, eps, PAD)
 
     def training_step(self, batch: Batch, batch_idx: int):
         if self.config["train"]["record_batches"] and batch.index is not None:

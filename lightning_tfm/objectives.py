@@ -30,16 +30,101 @@ def label_smoothed_nll_loss(logits: Tensor, target: Tensor, epsilon: float, igno
     return loss, nll, keep.sum()
 
 
+def fused_label_smoothed_nll_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
+                                  ignore_index: int = 0, chunk: int = 128) -> tuple[Tensor, Tensor, Tensor]:
+    """``label_smoothed_nll_loss(F.linear(hidden, weight), ...)`` without the (tokens x V) logits in memory.
+
+    A speed path (tests/test_speed_paths.py checks loss, NLL and both gradients against the plain path):
+    the pre-softmax projection, the smoothed loss and their gradients are computed ``chunk`` target
+    positions at a time while the chunk's logits are still in cache, and the gradients are kept for the
+    backward pass (the "fused linear cross-entropy" of Liger-Kernel / Apple's cut-cross-entropy, done
+    eagerly). Measured on this CPU at 2,560 tokens x 256 x 8,000, bf16: 155 ms against 315 ms for
+    projection + loss + backward, i.e. about a fifth of a training step at d_model 256.
+    Under autocast the matrix products run in the autocast dtype, the softmax and sums in fp32.
+    Without gradients (validation) only the losses are computed, chunk by chunk.
+    """
+    h = hidden.reshape(-1, hidden.shape[-1])
+    t = target.reshape(-1)
+    keep = (t != ignore_index).nonzero().squeeze(1)  # padding positions take no part (no loss, no gradient)
+    device = h.device.type
+    cd = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+    need_grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    with torch.autocast(device, enabled=False):
+        if need_grad:
+            loss, nll = _FusedLinearSmoothedLoss.apply(h, weight, t, keep, epsilon, chunk, cd)
+        else:
+            loss, nll, _, _ = _fused_loss_chunks(h.index_select(0, keep).to(cd), weight.to(cd), t[keep], epsilon,
+                                                 chunk, False)
+    return loss, nll, keep.new_tensor(keep.numel())
+
+
+def _fused_loss_chunks(h: Tensor, w: Tensor, target: Tensor, epsilon: float, chunk: int, grads: bool):
+    """Smoothed loss and NLL sums over the rows of ``h @ w.T``, chunk by chunk; with ``grads``, also
+    d(loss)/d(logits) per chunk, turned into d/dh (per chunk) and d/dw (one product at the end)."""
+    V = w.shape[0]
+    conf, other = 1.0 - epsilon, epsilon / (V - 1)  # the smoothed target distribution (see above)
+    loss = torch.zeros((), dtype=torch.float32, device=h.device)
+    nll = torch.zeros((), dtype=torch.float32, device=h.device)
+    grad_logits = torch.empty(h.shape[0], V, dtype=h.dtype, device=h.device) if grads else None
+    grad_h = torch.empty_like(h) if grads else None
+    for s in range(0, h.shape[0], chunk):
+        tc = target[s:s + chunk, None]
+        z = (h[s:s + chunk] @ w.t()).float()
+        z = z - z.amax(1, keepdim=True)
+        e = z.exp()
+        se = e.sum(1, keepdim=True)
+        lse = se.log()
+        logp_y = z.gather(1, tc) - lse
+        sum_logp = z.sum(1, keepdim=True) - V * lse
+        loss -= (conf * logp_y + other * (sum_logp - logp_y)).sum()
+        nll -= logp_y.sum()
+        if grads:  # softmax(z) - q, q = conf on the target and other elsewhere
+            g = e.div_(se).sub_(other)
+            g.scatter_add_(1, tc, torch.full_like(logp_y, other - conf))
+            gc = grad_logits[s:s + chunk]
+            gc.copy_(g)  # cast to the compute dtype while storing
+            torch.mm(gc, w, out=grad_h[s:s + chunk])
+    grad_w = grad_logits.t() @ h if grads else None
+    return loss, nll, grad_h, grad_w
+
+
+class _FusedLinearSmoothedLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, weight, target, keep, epsilon, chunk, cd):
+        loss, nll, grad_kept, grad_w = _fused_loss_chunks(h.index_select(0, keep).to(cd), weight.to(cd),
+                                                          target.index_select(0, keep), epsilon, chunk, True)
+        ctx.save_for_backward(grad_kept, grad_w, keep)
+        ctx.shape, ctx.dtypes = h.shape, (h.dtype, weight.dtype)
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_nll):
+        grad_kept, grad_w, keep = ctx.saved_tensors
+        grad_h = grad_kept.new_zeros(ctx.shape).index_copy_(0, keep, grad_kept)
+        return ((grad_h * grad_loss).to(ctx.dtypes[0]), (grad_w.to(ctx.dtypes[1]) * grad_loss),
+                None, None, None, None, None)
+
+
 def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
     """lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (Sec. 5.3, Eq. 3); step counts from 1."""
     step = max(step, 1)
     return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
+def adam(params, **kwargs) -> torch.optim.Adam:
+    """torch's Adam with its fused kernel (one pass over all parameters): measured 4.5 ms against 17.6 ms
+    per step (default for-loop) and 18.8 ms (foreach) for the 7.5M parameters of d_model 256 on this CPU.
+    Same update rule, so the same training (tests/test_speed_paths.py)."""
+    params = list(params)
+    devices = {p.device.type for p in params if isinstance(p, torch.Tensor)} or {"cpu"}
+    fused = devices <= {"cpu", "cuda", "mps", "xpu"}
+    return torch.optim.Adam(params, fused=fused, **kwargs)
+
+
 def make_optimizer(params, train_cfg: dict, d_model: int):
     """Adam(beta1=0.9, beta2=0.98, eps=1e-9) with the schedule of Eq. 3, stepped once per optimizer step."""
-    opt = torch.optim.Adam(params, lr=1.0, betas=(train_cfg["adam_beta1"], train_cfg["adam_beta2"]),
-                           eps=train_cfg["adam_eps"])
+    opt = adam(params, lr=1.0, betas=(train_cfg["adam_beta1"], train_cfg["adam_beta2"]), eps=train_cfg["adam_eps"])
     # LambdaLR multiplies the base lr (1.0) by the factor of the (0-based) scheduler step; Eq. 3 counts from 1.
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: noam_lr(s + 1, d_model, train_cfg["warmup"], train_cfg["lr_scale"]))

@@ -275,3 +275,201 @@ def test_bench_runs_both_models_to_the_same_output_length():
             assert {"train_tokens_per_s", "decode_sentences_per_s", "peak_memory_mb", "mfu"} <= set(v)
             assert v["train_tokens_per_s"] > 0 and v["decode_sentences_per_s"] > 0 and 0 < v["mfu"] < 1
     assert set(r["speedup"]) == {"fp32", "bf16"}
+
+
+# ----------------------------------------------------------------------------------- training speed paths
+def test_fast_dropout_mask_rate_lanes_and_formula():
+    from lightning_tfm.model.dropout import LANES, dropout, keep_mask, rounded_p
+
+    assert rounded_p(0.1) == 6554 / LANES and rounded_p(0.0) == 0.0
+    torch.manual_seed(0)
+    for p in (0.1, 0.3):
+        mask = keep_mask((1000, 1001), p)  # not a multiple of 4: the last 64-bit word is cut
+        assert mask.dtype == torch.bool and mask.shape == (1000, 1001)
+        keep = 1 - rounded_p(p)
+        sigma = (keep * (1 - keep) / mask.numel()) ** 0.5
+        assert abs(mask.float().mean().item() - keep) < 5 * sigma
+        # each of the four 16-bit lanes of a random word is unbiased (a sign bit left out would show here)
+        lanes = mask.flatten()[: 4 * (mask.numel() // 4)].view(-1, 4).float().mean(0)
+        assert (lanes - keep).abs().max().item() < 5 * sigma * 2
+    x = torch.randn(6, 7, requires_grad=True)
+    mask = keep_mask(x.shape, 0.3)
+    y = dropout(x, 0.3, mask=mask)
+    scale = 1 / (1 - rounded_p(0.3))
+    torch.testing.assert_close(y, x.detach() * mask * scale)
+    # torch's own inverted dropout with the same mask: equal up to p's rounding (relative 1e-4)
+    torch.testing.assert_close(y, x.detach() * mask / (1 - 0.3), rtol=1e-4, atol=0)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, mask.float() * scale)
+    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0) is x
+
+
+def test_fast_dropout_is_inverted_dropout_on_average_and_follows_the_seed():
+    from lightning_tfm.model.dropout import Dropout
+
+    d = Dropout(0.25).train()
+    x = torch.full((400, 500), 2.0)
+    torch.manual_seed(3)
+    a = d(x)
+    assert abs(a.mean().item() - 2.0) < 0.02  # E[dropout(x)] = x
+    assert torch.equal(torch.unique(a), torch.tensor([0.0, 2.0 / (1 - 0.25)]))
+    torch.manual_seed(3)
+    assert torch.equal(d(x), a)  # the masks come from torch's generator: seeded runs repeat
+    d.fast = False  # torch's dropout: the same statistics
+    b = d(x)
+    assert abs(b.mean().item() - 2.0) < 0.02 and abs((b == 0).float().mean().item() - 0.25) < 0.01
+    with pytest.raises(ValueError, match="dropout probability"):
+        Dropout(1.0)
+
+
+@pytest.mark.parametrize("dtype,tol", [(None, 1e-5), (torch.bfloat16, 2e-2)])
+def test_fused_projection_and_smoothed_loss_equal_the_plain_path(dtype, tol):
+    """Loss, NLL, token count, and the gradients of the states and of the shared embedding."""
+    import torch.nn.functional as F
+
+    from lightning_tfm.objectives import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
+
+    g = torch.Generator().manual_seed(0)
+    W0 = torch.randn(300, 24, generator=g) * 0.5
+    h0 = torch.randn(5, 41, 24, generator=g)
+    target = torch.randint(1, 300, (5, 41), generator=g)
+    target[:, 30:] = PAD  # padded positions take no part
+    ctx = (lambda: torch.autocast("cpu", dtype=dtype)) if dtype else contextlib.nullcontext
+    out = {}
+    for name in ("plain", "fused"):
+        W, h = W0.clone().requires_grad_(), h0.clone().requires_grad_()
+        with ctx():
+            if name == "plain":
+                loss, nll, n = label_smoothed_nll_loss(F.linear(h, W), target, 0.1, PAD)
+            else:  # chunk 16: several chunks and a ragged last one
+                loss, nll, n = fused_label_smoothed_nll_loss(h, W, target, 0.1, PAD, chunk=16)
+        (loss / n).backward()
+        with torch.no_grad(), ctx():  # the validation path (no gradients kept)
+            nograd = fused_label_smoothed_nll_loss(h, W, target, 0.1, PAD, chunk=16)[:2]
+        out[name] = (loss.detach(), nll, n, W.grad, h.grad, nograd)
+    (lp, np_, npl, gwp, ghp, _), (lf, nf, nfu, gwf, ghf, ng) = out["plain"], out["fused"]
+    assert int(npl) == int(nfu) == 5 * 30
+    torch.testing.assert_close(lf, lp, rtol=tol / 10, atol=0)
+    torch.testing.assert_close(nf, np_, rtol=tol / 10, atol=0)
+    torch.testing.assert_close(ng[0], lp, rtol=tol / 10, atol=0)
+    for a, b in ((gwf, gwp), (ghf, ghp)):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol * float(b.abs().max()))
+    assert ghf[:, 30:].abs().max() == 0  # no gradient from padding
+
+
+def test_fused_loss_on_the_model_equals_logits_loss():
+    from lightning_tfm.objectives import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
+
+    src, tgt = padded_src(), padded_src(seed=3)
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    m = make().train()
+    plain = label_smoothed_nll_loss(m(src, tgt_in), tgt_out, 0.1, PAD)
+    fused = fused_label_smoothed_nll_loss(m.features(src, tgt_in), m.output_weight, tgt_out, 0.1, PAD)
+    for a, b in zip(fused, plain):
+        torch.testing.assert_close(a.float(), b.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_fused_adam_takes_the_steps_of_torchs_default_adam():
+    from lightning_tfm.objectives import adam
+
+    # Gradients are set directly: a model's gradients include exact zeros computed as rounding noise
+    # (the key bias of attention cannot change a softmax), where Adam's step is sign(noise) * lr.
+    g = torch.Generator().manual_seed(0)
+    init = [torch.randn(7, 5, generator=g), torch.randn(11, generator=g)]
+    grads = [[torch.randn(p.shape, generator=g) for p in init] for _ in range(4)]
+    params = {}
+    for name in ("default", "fused"):
+        ps = [torch.nn.Parameter(p.clone()) for p in init]
+        opt = (adam if name == "fused" else torch.optim.Adam)(ps, lr=1e-2, betas=(0.9, 0.98), eps=1e-9)
+        if name == "fused":
+            assert opt.defaults["fused"]
+        for step in grads:
+            for p, gr in zip(ps, step):
+                p.grad = gr.clone()
+            opt.step()
+        params[name] = [p.detach().clone() for p in ps]
+    for a, b, p0 in zip(params["fused"], params["default"], init):
+        assert not torch.equal(a, p0)  # the steps were taken
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_features_equal_eager():
+    """``train.compile``: torch.compile'd decoder states (and their gradients) equal the eager ones."""
+    from lightning_tfm.objectives import fused_label_smoothed_nll_loss
+
+    src, tgt = padded_src(b=3), padded_src(b=3, seed=3)
+    out = {}
+    for name in ("eager", "compiled"):
+        m = make(dropout=0.0).train()
+        f = torch.compile(m.features) if name == "compiled" else m.features
+        loss, _, n = fused_label_smoothed_nll_loss(f(src, tgt[:, :-1]), m.output_weight, tgt[:, 1:], 0.1, PAD)
+        (loss / n).backward()
+        out[name] = (loss.detach(), m.embed.weight.grad.clone(), m.decoder[0].ffn.w_1.weight.grad.clone())
+    for a, b in zip(out["compiled"], out["eager"]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------- decoding speed paths
+@pytest.mark.parametrize("width,k", [(8000, 8), (1000, 8), (1000, 1), (130, 8), (40, 8)])
+def test_two_stage_topk_values_equal_torch_topk(width, k):
+    from lightning_tfm.decode import topk_rows
+
+    g = torch.Generator().manual_seed(width + k)
+    for x in (torch.randn(37, width, generator=g),
+              torch.randint(0, 50, (37, width), generator=g).float()):  # many ties
+        values, index = topk_rows(x, k)
+        ref_values, ref_index = x.topk(k, dim=1)
+        assert torch.equal(values, ref_values)
+        assert torch.equal(x.gather(1, index), values)  # the columns hold those values...
+        assert all(len(set(r)) == k for r in index.tolist())  # ...and are k distinct columns
+        if x.dtype == torch.float32 and len(torch.unique(x)) == x.numel():
+            assert torch.equal(index, ref_index)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reused_vocabulary_buffers_equal_log_softmax(dtype):
+    import torch.nn.functional as F
+
+    from lightning_tfm.decode import _VocabBuffers
+
+    g = torch.Generator().manual_seed(1)
+    W = (torch.randn(500, 16, generator=g) * 2).to(dtype)
+    buf = _VocabBuffers(12, W)
+    for rows in (12, 7, 3):  # sentences finish: fewer rows than allocated
+        states = torch.randn(rows, 16, generator=g)
+        ref = torch.log_softmax(F.linear(states.to(dtype), W).float(), -1)
+        out = buf.log_probs(states)
+        assert out.dtype == torch.float32 and out.shape == (rows, 500)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_kv_cache_equals_concatenation_and_row_selection():
+    from lightning_tfm.model.attention import KVCache
+
+    g = torch.Generator().manual_seed(2)
+    cache, k_ref, v_ref = KVCache(), None, None
+    rows = 6
+    with torch.no_grad():
+        for step in range(7):
+            k, v = torch.randn(rows, 2, 1, 3, generator=g), torch.randn(rows, 2, 1, 5, generator=g)
+            k_ref = k if k_ref is None else torch.cat([k_ref, k], 2)
+            v_ref = v if v_ref is None else torch.cat([v_ref, v], 2)
+            ks, vs = cache.append(k, v)
+            assert torch.equal(ks, k_ref) and torch.equal(vs, v_ref) and ks.is_contiguous()
+            assert len(cache) == step + 1
+            if step % 3 == 1:  # two reorders before the next append compose
+                first = torch.randint(0, rows, (rows,), generator=g)
+                cache.reorder(first)
+                k_ref, v_ref = k_ref[first], v_ref[first]
+            if step >= 3:  # sentences drop out: fewer rows
+                rows -= 1
+                keep = torch.randperm(rows + 1, generator=g)[:rows]
+                cache.reorder(keep)
+                k_ref, v_ref = k_ref[keep], v_ref[keep]
+    # with gradients (not decoding) the plain ops run and gradients flow
+    c = KVCache()
+    a = torch.randn(2, 1, 1, 3, requires_grad=True)
+    c.append(a, a)
+    ks, _ = c.append(a * 2, a * 2)
+    ks.sum().backward()
+    assert a.grad is not None and torch.equal(a.grad, torch.full_like(a, 3.0))  # d(a + 2a)/da

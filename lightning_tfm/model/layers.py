@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention
+from .dropout import Dropout
 
 
 class FeedForward(nn.Module):
@@ -31,7 +32,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm: str):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre = norm == "pre"
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
@@ -68,7 +69,7 @@ class DecoderLayer(nn.Module):
         self.sub_ffn = Residual(d_model, dropout, norm)
 
     def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor, cache: dict | None = None) -> Tensor:
-        self_cache = None if cache is None else cache.setdefault("self", {})
+        self_cache = None if cache is None else cache.setdefault("self", KVCache())
         cross_cache = None if cache is None else cache.setdefault("cross", {})
         y = self.sub_self(y, lambda z: self.self_attn(z, causal=True, cache=self_cache))
         y = self.sub_cross(y, lambda z: self.cross_attn(z, memory, mask=src_mask, cache=cross_cache))

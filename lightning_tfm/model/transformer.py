@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import KVCache
+from .dropout import Dropout
 from .layers import DecoderLayer, EncoderLayer
 from .positional import make_positions
 
@@ -32,7 +34,7 @@ class Transformer(nn.Module):
         with torch.no_grad():
             self.embed.weight[PAD].zero_()
         self.positions = make_positions(positional, max_positions, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         args = (d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout)
         self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(layers))
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(layers))
@@ -52,6 +54,12 @@ class Transformer(nn.Module):
             if hasattr(m, "fused"):
                 m.fused = fused
 
+    def set_fast_dropout(self, fast: bool) -> None:
+        """The fast CPU dropout mask (model/dropout.py) or torch's own dropout."""
+        for m in self.modules():
+            if isinstance(m, Dropout):
+                m.fast = fast
+
     def embed_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
         x = self.embed(tokens) * math.sqrt(self.d_model)
         return self.dropout(x + self.positions(tokens.shape[1], offset).to(x.dtype))
@@ -70,16 +78,34 @@ class Transformer(nn.Module):
 
         With ``cache`` (one dict per layer), only the new positions are fed, starting at ``offset``.
         """
+        return self.project(self.decode_states(tgt_in, memory, src_mask, cache, offset))
+
+    def decode_states(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: list | None = None,
+                      offset: int = 0) -> Tensor:
+        """The decoder's output (B, T, d_model), before the pre-softmax projection."""
         y = self.embed_tokens(tgt_in, offset)
         for i, layer in enumerate(self.decoder):
             y = layer(y, memory, src_mask, None if cache is None else cache[i])
-        # pre-softmax = the shared embedding; F.linear on the parameter itself lets autocast cast it once
-        # per autocast region (a transposed view would be cast again at every call, i.e. every decoding step)
-        return F.linear(self.decoder_norm(y), self.embed.weight)
+        return self.decoder_norm(y)
+
+    def project(self, states: Tensor) -> Tensor:
+        """Pre-softmax linear transformation with the shared embedding matrix (Sec. 3.4)."""
+        # F.linear on the parameter itself lets autocast cast it once per autocast region (a transposed
+        # view would be cast again at every call, i.e. every decoding step)
+        return F.linear(states, self.embed.weight)
+
+    @property
+    def output_weight(self) -> Tensor:
+        """The (vocab, d_model) matrix of :meth:`project` (for the fused loss, objectives.py)."""
+        return self.embed.weight
+
+    def features(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Decoder output states (B, T, d_model) for teacher-forced ``tgt_in``: ``forward`` without ``project``."""
+        memory, src_mask = self.encode(src)
+        return self.decode_states(tgt_in, memory, src_mask)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        memory, src_mask = self.encode(src)
-        return self.decode(tgt_in, memory, src_mask)
+        return self.project(self.features(src, tgt_in))
 
     def new_cache(self) -> list[dict]:
         return [{} for _ in self.decoder]
@@ -100,6 +126,9 @@ class Transformer(nn.Module):
                     sel = index if cross_index is None else cross_index
                 else:
                     sel = index
+                if isinstance(part, KVCache):
+                    part.reorder(sel)
+                    continue
                 for key, t in part.items():
                     part[key] = t.index_select(0, sel)
 
