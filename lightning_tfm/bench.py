@@ -200,8 +200,20 @@ def _time(fn, k: int) -> float:
     return (time.perf_counter() - t) / k
 
 
-def run_bench(settings: dict | None = None, vs: str = "none", dtypes=("fp32", "bf16"), log=print) -> dict:
+def default_dtypes() -> tuple[str, ...]:
+    """fp32, and bf16 where the CPU multiplies bf16 natively (without it bf16 is ~70x slower: precision.py)."""
+    from .precision import cpu_has_fast_bf16
+
+    return ("fp32", "bf16") if cpu_has_fast_bf16() else ("fp32",)
+
+
+def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=print) -> dict:
     from .model.attention import ATTENTION_KERNEL
+
+    if dtypes is None:
+        dtypes = default_dtypes()
+        if "bf16" not in dtypes:
+            log("ltfm bench: this CPU has no native bf16 (no AVX-512/AMX): bf16 is left out, fp32 only")
 
     s = {**DEFAULTS, **(settings or {})}
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -233,7 +245,7 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=("fp32", "b
                 log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
                     f"  decode {s['batch'] / res[kind][dt]['decode'][-1]:6.1f} sent/s")
     out = {"settings": s, "matmul_peak_gflops": {dt: round(p / 1e9, 1) for dt, p in peaks.items()},
-           "torch": torch.__version__, "threads": torch.get_num_threads(), "attention_kernel": ATTENTION_KERNEL,
+           "torch": torch.__version__, "dtypes": list(dtypes), "threads": torch.get_num_threads(), "attention_kernel": ATTENTION_KERNEL,
            # other processes slow both models alike (alternation), but the absolute figures too: say so
            "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     for kind in kinds:
@@ -292,6 +304,11 @@ def bench_cli(args) -> int:
                 settings[key] = int(value)
             except ValueError:
                 raise UserError(f"bench.{key}={value!r} must be an integer") from None
-    r = run_bench(settings, args.vs, log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)))
+    dtypes = None
+    if args.dtypes:
+        dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+        if not dtypes or any(d not in ("fp32", "bf16") for d in dtypes):
+            raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of fp32 and bf16")
+    r = run_bench(settings, args.vs, dtypes=dtypes, log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)))
     print(json.dumps(r, indent=2) if args.json else format_report(r))
     return 0

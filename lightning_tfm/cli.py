@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--config")
     b.add_argument("--vs", choices=["marian", "none"], default="none")
     b.add_argument("--json", action="store_true")
+    b.add_argument("--dtypes", help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the CPU has it)")
     b.add_argument("overrides", nargs="*")
     b.set_defaults(func=_bench)
     return p

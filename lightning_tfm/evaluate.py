@@ -263,8 +263,11 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
 
 # ---------------------------------------------------------------------------------------------- decoding
 def decode_dtype(cfg: dict) -> torch.dtype | None:
-    """bf16 autocast when the run trained in bf16 (train.precision bf16-*), else the model's fp32."""
-    return torch.bfloat16 if str(cfg["train"]["precision"]).startswith("bf16") else None
+    """bf16 autocast when the run trained in bf16 (train.precision bf16-* or auto resolving to it) and this
+    device runs bf16 natively, else the model's fp32."""
+    from .precision import decode_dtype as _dtype
+
+    return _dtype(str(cfg["train"]["precision"]), cfg["train"]["accelerator"])
 
 
 def translate_lines(model: Transformer, tokenizer, lines: list[str], decode_cfg: dict,

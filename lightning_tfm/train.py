@@ -20,6 +20,7 @@ import yaml
 
 from . import config as C
 from .errors import UserError
+from .precision import resolve_precision
 
 
 def rank_zero() -> bool:
@@ -119,7 +120,7 @@ def _trainer_kwargs(cfg: dict, accumulate: int) -> dict:
     devices = int(devices) if devices.lstrip("-").isdigit() else devices
     return dict(
         accelerator=t["accelerator"], devices=devices, num_nodes=t["num_nodes"], strategy=t["strategy"],
-        precision=t["precision"], max_steps=t["max_steps"],
+        precision=resolve_precision(t["precision"], t["accelerator"]), max_steps=t["max_steps"],
         max_time=timedelta(minutes=t["max_time_minutes"]) if t["max_time_minutes"] else None,
         accumulate_grad_batches=accumulate,
         gradient_clip_val=t["clip_norm"] or None,
@@ -207,6 +208,7 @@ def train(cfg: dict) -> dict:
     if trainer.world_size != world:
         raise UserError(f"train.devices={t['devices']} x train.num_nodes={t['num_nodes']} gives {world} processes but "
                         f"Lightning sees {trainer.world_size}: make them agree with the launcher (torchrun/srun)")
+    summary.update(precision=resolve_precision(t["precision"], t["accelerator"]))
     summary.update(world_size=world, accumulate=accumulate, effective_batch_tokens=t["batch_tokens"] * world * accumulate)
     if is_zero:
         print(f"ltfm: run {rid}: {world} process(es) x {t['batch_tokens']} tokens x accumulation {accumulate} = "
