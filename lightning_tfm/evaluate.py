@@ -363,7 +363,9 @@ def evaluate_cli(args) -> int:
         ds = load_split(cfg, name, limit)
         src_lines, ref_lines = list(ds["src"]), list(ds["tgt"])
     label = args.checkpoint if args.checkpoint in ("last", "best", "average") else Path(args.checkpoint).stem
-    out = Path(args.out) if args.out else Path(args.run_dir) / "hyps" / f"{name}.{label}.txt"
+    # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
+    default_out = Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg['decode']['beam_size']}.txt"
+    out = Path(args.out) if args.out else default_out
     hyps, result = evaluate_texts(model, tokenizer, src_lines, ref_lines, cfg["decode"], cfg["data"]["tgt_lang"],
                                   decode_dtype(cfg))
     _write_lines_atomic(out, hyps)

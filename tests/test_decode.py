@@ -180,9 +180,11 @@ def test_translate_ids_keeps_input_order_across_batches():
 
 
 def test_beam_search_beats_greedy_on_a_trained_model():
-    """A model trained for a few hundred steps to reverse its input: beam 4's score is never below
-    greedy's for the same sentence, and above it where the greedy choice was a mistake."""
-    m = trained_model(300)
+    """A half-trained model (150 steps) reversing its input: beam 4's score is never below greedy's for
+    the same sentence, and above it where the greedy choice was a mistake. (At 300 steps the model is
+    so good on some CPUs that greedy is already optimal on every sentence; here 150 steps leave ~10 of
+    48 sentences where beam wins.)"""
+    m = trained_model(150)
     src, _, _, seqs = sample_batch(n=48, seed=5, hi=8)
     with torch.inference_mode():
         greedy = greedy_decode(m, src, 1.0, 50, alpha=0.6)
