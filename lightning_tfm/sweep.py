@@ -588,7 +588,10 @@ def enqueue_missing(study, plan: Plan) -> int:
     for t in study.get_trials(deepcopy=False):
         by_key.setdefault(t.user_attrs.get("grid_key"), []).append(t)
     added = 0
-    for entry in plan.sweep.entries():
+    # Longest rows first (stable, so the paper's order holds within a budget): with several workers a
+    # row trained for 3x the steps overlaps the short ones instead of running alone at the end. Measured
+    # on 2 cores, fp32, `make ablation`: queued last, `big` alone took the final ~30 of 75 minutes.
+    for entry in sorted(plan.sweep.entries(), key=lambda e: -e.budget):
         trials = by_key.get(plan.grid_key(entry), [])
         if any(t.state != TrialState.FAIL for t in trials):
             continue  # waiting, running, complete or pruned somewhere

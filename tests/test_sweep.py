@@ -90,6 +90,18 @@ def test_table3_dry_run_lists_the_paper_rows_with_its_parameter_counts():
         assert by[name]["params"] == by["base"]["params"]
 
 
+def test_longest_rows_are_queued_first_then_the_papers_order(data_dir):
+    """With several workers, `big` (3x the steps) must not be the row left running alone at the end."""
+    from lightning_tfm.sweep import Plan, enqueue_missing, load_sweep
+
+    sweep = load_sweep(ROOT / "sweeps/table3-cpu.yaml")
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    assert enqueue_missing(study, Plan(sweep, ["train.max_steps=10", f"data.path={data_dir}"])) == len(ROWS)
+    queued = [t.user_attrs["variant"] for t in study.get_trials(deepcopy=False)]
+    assert queued == ["big"] + [r for r in ROWS if r != "big"]
+    assert enqueue_missing(study, Plan(sweep, ["train.max_steps=10", f"data.path={data_dir}"])) == 0  # nothing queued twice
+
+
 def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir):
     p = ltfm("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "--dry-run", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
