@@ -200,11 +200,14 @@ def _time(fn, k: int) -> float:
     return (time.perf_counter() - t) / k
 
 
+DTYPES = ("fp32", "bf16")
+
+
 def default_dtypes() -> tuple[str, ...]:
     """fp32, and bf16 where the CPU multiplies bf16 natively (without it bf16 is ~70x slower: precision.py)."""
     from .precision import cpu_has_fast_bf16
 
-    return ("fp32", "bf16") if cpu_has_fast_bf16() else ("fp32",)
+    return DTYPES if cpu_has_fast_bf16() else ("fp32",)
 
 
 def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=print) -> dict:
@@ -307,7 +310,7 @@ def bench_cli(args) -> int:
     dtypes = None
     if args.dtypes:
         dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
-        if not dtypes or any(d not in ("fp32", "bf16") for d in dtypes):
+        if not dtypes or any(d not in DTYPES for d in dtypes):
             raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of fp32 and bf16")
     r = run_bench(settings, args.vs, dtypes=dtypes, log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)))
     print(json.dumps(r, indent=2) if args.json else format_report(r))

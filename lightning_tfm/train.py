@@ -203,12 +203,12 @@ def train(cfg: dict) -> dict:
         callbacks.append(pruner)
     world = world_size(t)
     accumulate = accumulation(t, world)
-    trainer = pl.Trainer(logger=loggers, callbacks=callbacks, default_root_dir=str(run_dir),
-                         **_trainer_kwargs(cfg, accumulate))
+    trainer_kwargs = _trainer_kwargs(cfg, accumulate)
+    trainer = pl.Trainer(logger=loggers, callbacks=callbacks, default_root_dir=str(run_dir), **trainer_kwargs)
     if trainer.world_size != world:
         raise UserError(f"train.devices={t['devices']} x train.num_nodes={t['num_nodes']} gives {world} processes but "
                         f"Lightning sees {trainer.world_size}: make them agree with the launcher (torchrun/srun)")
-    summary.update(precision=resolve_precision(t["precision"], t["accelerator"]))
+    summary.update(precision=trainer_kwargs["precision"])  # what train.precision (e.g. auto) resolved to
     summary.update(world_size=world, accumulate=accumulate, effective_batch_tokens=t["batch_tokens"] * world * accumulate)
     if is_zero:
         print(f"ltfm: run {rid}: {world} process(es) x {t['batch_tokens']} tokens x accumulation {accumulate} = "
