@@ -6,7 +6,8 @@
 
 A sweep with ``variants`` gets ``table3.ipynb``, a sweep with a ``space`` gets ``search.ipynb``. The command
 runs the notebook with papermill (its ``parameters`` cell: ``sweep_file``, ``results_dir``, ``storage``,
-``out_dir``, ``wandb_path``), exports it to HTML with nbconvert, and writes into ``reports/build/<sweep
+``out_dir``, ``wandb_path``), exports it to HTML with nbconvert (without the code: :func:`export_html`), and
+writes into ``reports/build/<sweep
 name>/`` (or ``--out``):
 
 - table3: ``table3.ipynb`` (executed), ``table3.html``, ``table3.md``, ``table3.csv``,

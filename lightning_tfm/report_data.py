@@ -33,7 +33,7 @@ guessed. The headline gives the direction agreement over all rows and over the r
 
 BLEU differences are tested with sacreBLEU's paired bootstrap resampling (:func:`paired_test`: 1000
 resamples, sacreBLEU's fixed seed 12345 unless ``SACREBLEU_SEED`` says otherwise) on the dev hypotheses of the
-base and the row, guarded so that identical outputs or equal BLEU are never significant, and reported with
+base and the row, guarded so that identical outputs, equal BLEU or two near-zero BLEU are never significant, and reported with
 the number of sentences that differ. The bootstrap measures test-set sampling noise only; with several seeds
 the seeds both rows completed are pooled (the test resamples (sentence, seed) pairs) and a change within seed
 noise is not marked significant whatever its p-value.
@@ -74,6 +74,9 @@ CSV_KNOBS = {"model.layers": "layers", "model.d_model": "d_model", "model.d_ff":
 HISTORY_KEYS = ("dev/loss", "dev/ppl", "dev/bleu", "train/loss")
 WANDB_STEP = "trainer/global_step"
 SIGNIFICANCE = 0.05
+# Below this corpus BLEU on both sides a difference is not tested: with (almost) no matching 4-gram, BLEU's
+# geometric mean is set by the smoothing of zero counts, not by how good the translations are.
+BLEU_FLOOR = 1.0
 BOOTSTRAP_SAMPLES = 1000
 DONE = "completed"
 
@@ -579,6 +582,7 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
                                       if delta is not None else None)
         t = tests.get(v)
         row["bleu_p_value"] = t["p_value"] if t else None
+        row["bleu_tested"] = t["tested"] if t else None
         row["bleu_differing"] = t["differing"] if t else None
         row["bleu_sentences"] = t["sentences"] if t else None
         row["bleu_test_seeds"] = t["seeds"] if t else None
@@ -700,8 +704,9 @@ def paired_test(base_hyps: list[str], hyps: list[str], refs: list[str], tgt: str
     sacreBLEU's test counts the resampled differences *above* the observed one and adds one
     (``(c + 1) / (n + 1)``): when the two outputs are identical every difference is 0, none is above 0, and it
     returns p = 1/1001, "significant". Hence: outputs that differ in no sentence, or whose BLEU scores are
-    equal at the precision the table shows, are not tested (p = 1). The bootstrap resamples sentences of one
-    test set: it measures test-set sampling noise only, not the variation of retraining with another seed.
+    equal at the precision the table shows, are not tested (p = 1); nor are two outputs both below
+    :data:`BLEU_FLOOR`. The bootstrap resamples sentences of one test set: it measures test-set sampling noise
+    only, not the variation of retraining with another seed.
 
     Returns {"p_value", "differing" (sentences whose hypotheses differ), "sentences", "score", "base_score",
     "tested", "signature"}."""
@@ -715,7 +720,7 @@ def paired_test(base_hyps: list[str], hyps: list[str], refs: list[str], tgt: str
     score, base_score = metric.corpus_score(hyps, [refs]).score, metric.corpus_score(base_hyps, [refs]).score
     out = {"p_value": 1.0, "differing": differing, "sentences": len(hyps), "score": float(score),
            "base_score": float(base_score), "tested": False, "signature": None}
-    if differing == 0 or round(score, 2) == round(base_score, 2):
+    if differing == 0 or round(score, 2) == round(base_score, 2) or max(score, base_score) < BLEU_FLOOR:
         return out
     test = PairedTest([("base", base_hyps), ("row", hyps)], {"BLEU": BLEU(trg_lang=tgt if tgt == "zh" else "")},
                       references=[refs], test_type="bs", n_samples=BOOTSTRAP_SAMPLES)
@@ -835,6 +840,10 @@ def _test_cell(row: dict) -> str:
     n, of = row["bleu_differing"], row["bleu_sentences"]
     if n == 0:
         return f"identical outputs ({of} sentences)"
+    if not row["bleu_tested"]:
+        why = "equal BLEU" if row["delta_bleu"] is not None and round(row["delta_bleu"], 2) == 0 else \
+            f"both BLEU < {BLEU_FLOOR:g}"
+        return f"not tested: {why} ({n}/{of} sentences differ)"
     p = row["bleu_p_value"]
     return f"p = {p:.3f}, {n}/{of} sentences differ" if p >= 0.001 else f"p < 0.001, {n}/{of} sentences differ"
 
@@ -932,7 +941,7 @@ def ppl_markdown(table: dict) -> str:
              "Ours " + ("(mean ± std over the completed seeds) " if len(table["seeds"]) > 1 else "")
              + "beside the paper's; Δ = change against the same side's base row, with its size relative to that "
                "base; \"agrees\" = our change has the paper's sign; \"beyond noise\": " + NOISE_RULE + ".", ""]
-    return "\n".join(lines + _md_table(table, PPL_COLUMNS, ppl_cells, left=("PPL beyond noise",))) + "\n"
+    return "\n".join(lines + _md_table(table, PPL_COLUMNS, ppl_cells, left=("PPL agrees", "PPL beyond noise"))) + "\n"
 
 
 def bleu_markdown(table: dict) -> str:
@@ -942,9 +951,10 @@ def bleu_markdown(table: dict) -> str:
              "measures test-set sampling noise only, not the variation between training seeds. "
              f"\\* = p < {SIGNIFICANCE} on outputs that differ"
              + (", and beyond seed noise" if len(table["seeds"]) > 1 else "") + "; identical outputs or equal BLEU "
-             "are never significant.", ""]
+             f"are never significant, nor are two outputs that both score below {BLEU_FLOOR:g} BLEU (no 4-gram to speak "
+             "of: the score is set by smoothing).", ""]
     return "\n".join(lines + _md_table(table, BLEU_COLUMNS, bleu_cells,
-                                       left=("BLEU beyond noise", "paired bootstrap"))) + "\n"
+                                       left=("BLEU agrees", "BLEU beyond noise", "paired bootstrap"))) + "\n"
 
 
 def config_markdown(table: dict) -> str:
@@ -981,7 +991,7 @@ CSV_COLUMNS = ("variant", "family", "in_paper", *CSV_KNOBS.values(), "seeds_comp
                "dev_ppl", "dev_ppl_std", "paper_dev_ppl", "delta_ppl", "paper_delta_ppl", "delta_ppl_rel",
                "paper_delta_ppl_rel", "ppl_agrees", "ppl_noise",
                "dev_bleu", "dev_bleu_std", "paper_dev_bleu", "delta_bleu", "paper_delta_bleu", "delta_bleu_rel",
-               "paper_delta_bleu_rel", "bleu_agrees", "bleu_noise", "bleu_p_value", "bleu_differing",
+               "paper_delta_bleu_rel", "bleu_agrees", "bleu_noise", "bleu_tested", "bleu_p_value", "bleu_differing",
                "bleu_sentences", "bleu_significant", "params", "paper_params_m", "status")
 
 
@@ -1172,7 +1182,8 @@ def plot_norm_curves(data: ReportData, path: str | Path) -> str:
         xs, ys = _series(r, "dev/ppl")
         dev.plot(xs, ys, marker=".", color=color, label=label, linewidth=1)
     full.set_title("training loss, whole run", fontsize=9)
-    first.set_title(f"training loss, first {early} steps", fontsize=9)
+    shown = max((int(x) for line in first.lines for x in line.get_xdata()), default=early)
+    first.set_title(f"training loss, first {shown} steps", fontsize=9)
     dev.set_title("dev perplexity (lower is better)", fontsize=9)
     _set_yscale(dev)
     for ax, ylabel in ((full, "label-smoothed training loss"), (first, "label-smoothed training loss"),
