@@ -6,7 +6,8 @@
 
 A sweep with ``variants`` gets ``table3.ipynb``, a sweep with a ``space`` gets ``search.ipynb``. The command
 runs the notebook with papermill (its ``parameters`` cell: ``sweep_file``, ``results_dir``, ``storage``,
-``out_dir``, ``wandb_path``), exports it to HTML with nbconvert, and writes into ``reports/build/<sweep
+``out_dir``, ``wandb_path``), exports it to HTML with nbconvert (without the code: :func:`export_html`), and
+writes into ``reports/build/<sweep
 name>/`` (or ``--out``):
 
 - table3: ``table3.ipynb`` (executed), ``table3.html``, ``table3.md``, ``table3.csv``,
@@ -160,15 +161,31 @@ def execute(notebook: Path, parameters: dict, out: Path, name: str) -> int:
     return 0
 
 
+HIDE_TAG = "report-hide"
+
+
 def export_html(notebook: Path, html: Path) -> Path:
+    """The executed notebook as a page for readers: no code (nbconvert's no-input export), no prompts, cells
+    tagged ``report-hide`` (parameters, setup, loading) left out entirely; figures stay embedded as base64 PNG
+    (the page can be mailed on its own). The executed notebook beside it keeps the code."""
     import logging
 
     import nbformat
     from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
+    from traitlets.config import Config
 
-    exporter = HTMLExporter()
+    c = Config()
+    c.TemplateExporter.exclude_input = True
+    c.TemplateExporter.exclude_input_prompt = True
+    c.TemplateExporter.exclude_output_prompt = True
+    c.TagRemovePreprocessor.remove_cell_tags = {HIDE_TAG}
+    c.TagRemovePreprocessor.enabled = True
+    exporter = HTMLExporter(config=c)
+    exporter.register_preprocessor(TagRemovePreprocessor(config=c), enabled=True)
     exporter.log.setLevel(logging.ERROR)  # "alternative text is missing on N image(s)"
-    body, _ = exporter.from_notebook_node(nbformat.read(str(notebook), as_version=4))
+    nb = nbformat.read(str(notebook), as_version=4)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
     html.write_text(body, encoding="utf-8")
     return html
 
@@ -215,5 +232,6 @@ def report_cli(args) -> int:
 
 
 def _agreement_from_md(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if ln.startswith("Direction agrees") or ln.startswith("Not compared")]
-    return "".join(ln + "\n" for ln in lines)
+    """The headline of table3.md (its list before the first table section), for the terminal."""
+    head = text.split("\n## ", 1)[0]
+    return "".join(ln[2:] + "\n" for ln in head.splitlines() if ln.startswith("- "))

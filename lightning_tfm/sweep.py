@@ -60,8 +60,9 @@ Trial user attributes (what reports read): ``variant``, ``family``, ``seed``, ``
 ``budget``, ``overrides`` (the variant's or sampled values), ``run_id``, ``run_dir``, ``host``, ``log``,
 ``planned_params``; after the run ``status``, ``steps``, ``params``, ``dev_loss``, ``dev_ppl``, ``dev_bleu``,
 ``test_bleu``, ``wall_time_s``, ``wandb_run_id``, ``wandb_project``, ``wandb_mode``; ``skip`` + ``reason``
-for rows not run, ``error`` + ``exit_code`` for failures. Study user attributes: ``ltfm.pruner``,
-``ltfm.metric``. ``optuna-dashboard <storage URL>`` shows all of it.
+for rows not run, ``error`` + ``exit_code`` for failures. A variant trial's params are its Table 3 knobs (``DASHBOARD_KNOBS``: fixed values, never
+sampled). Study: its metric name is the sweep's metric; user attributes ``ltfm.pruner``, ``ltfm.metric``,
+``ltfm.machine.<host>`` (CPU model and cores of each worker). ``optuna-dashboard <storage URL>`` shows all of it.
 """
 from __future__ import annotations
 
@@ -550,13 +551,35 @@ def _quiet_optuna():
     warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
 
 
+def machine_description() -> str:
+    """This machine as a report names it: CPU model and the cores this process may use."""
+    import platform
+
+    model = None
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model or platform.processor() or platform.machine() or 'unknown CPU'}, {cores} cores"
+
+
 def open_study(sweep: Sweep, storage, create: bool = True):
+    """The sweep's study. ``create``: a worker joining it, which names the metric for optuna-dashboard (instead
+    of "Objective 0") and records its machine as the study attribute ``ltfm.machine.<host>`` (the report's
+    headline)."""
     import optuna
 
     sampler, pruner = build_sampler(sweep.sampler), build_pruner(sweep.pruner)
     if create:
         study = optuna.create_study(storage=storage, study_name=sweep.name, direction=sweep.direction,
                                     sampler=sampler, pruner=pruner, load_if_exists=True)
+        if study.metric_names != [sweep.metric]:
+            with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                _retry(study.set_metric_names, [sweep.metric])
+        _retry(study.set_user_attr, f"ltfm.machine.{socket.gethostname()}", machine_description())
     else:
         try:
             study = optuna.load_study(study_name=sweep.name, storage=storage, sampler=sampler, pruner=pruner)
@@ -582,12 +605,13 @@ def _retry(fn, *args, attempts: int = 5, **kw):
 
 def enqueue_missing(study, plan: Plan) -> int:
     """Enqueue every (variant, seed) row that has no live trial yet; returns how many were added."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState, create_trial
 
     by_key: dict[str, list] = {}
     for t in study.get_trials(deepcopy=False):
         by_key.setdefault(t.user_attrs.get("grid_key"), []).append(t)
     added = 0
+    space = dashboard_space(plan)
     # Longest rows first (stable, so the paper's order holds within a budget): with several workers a
     # row trained for 3x the steps overlaps the short ones instead of running alone at the end. Measured
     # on 2 cores, fp32, `make ablation`: queued last, `big` alone took the final ~30 of 66 minutes.
@@ -597,9 +621,60 @@ def enqueue_missing(study, plan: Plan) -> int:
             continue  # waiting, running, complete or pruned somewhere
         if any(t.user_attrs.get("skip") == "unbuildable" for t in trials):
             continue  # will not build now either
-        _retry(study.enqueue_trial, {}, user_attrs=plan.attrs(entry))
+        params, dists = dashboard_params(plan, entry, space)
+        # study.enqueue_trial, with the row's knobs as the trial's params (enqueue_trial's own params are
+        # only applied by suggest_* calls, which these trials never make)
+        _retry(study.add_trial, create_trial(state=TrialState.WAITING, params=params, distributions=dists,
+                                             user_attrs=plan.attrs(entry)))
         added += 1
     return added
+
+
+# The Table 3 knobs each variant trial carries as its Optuna params (flat config keys, as in W&B), so that
+# optuna-dashboard's trials table, parallel coordinates and Hyperparameter Importance show them. Nothing
+# samples them: they describe the row.
+DASHBOARD_KNOBS = ("model.layers", "model.d_model", "model.d_ff", "model.heads", "model.d_k", "model.d_v",
+                   "model.dropout", "train.label_smoothing", "model.positional", "model.norm")
+# Categorical knobs get every allowed value as choices (config.SCHEMA's), the same in every study: Optuna
+# refuses a parameter whose categorical choices differ between the trials of one study.
+DASHBOARD_CHOICES = {"model.positional": ("sinusoidal", "learned"), "model.norm": ("post", "pre")}
+
+
+def _knob_value(plan: Plan, entry: Entry, key: str) -> Any:
+    ov = plan.trial_overrides(entry)
+    sec, name = key.split(".")
+    return ov.get(key, plan.base_cfg[sec].get(name))
+
+
+def dashboard_space(plan: Plan) -> dict:
+    """One distribution per knob spanning the values of the plan's rows: identical for every trial the plan
+    enqueues (Optuna's importance evaluators need one search space)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    space = {}
+    for key in DASHBOARD_KNOBS:
+        if key in DASHBOARD_CHOICES:
+            space[key] = CategoricalDistribution(DASHBOARD_CHOICES[key])
+            continue
+        values = [_knob_value(plan, e, key) for e in plan.sweep.entries()]
+        if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+            continue
+        if all(isinstance(v, int) for v in values):
+            space[key] = IntDistribution(min(values), max(values))
+        else:
+            space[key] = FloatDistribution(float(min(values)), float(max(values)))
+    return space
+
+
+def dashboard_params(plan: Plan, entry: Entry, space: dict) -> tuple[dict, dict]:
+    params, dists = {}, {}
+    for key, dist in space.items():
+        value = _knob_value(plan, entry, key)
+        if value is None or (key in DASHBOARD_CHOICES and value not in DASHBOARD_CHOICES[key]):
+            continue
+        params[key] = float(value) if dist.__class__.__name__ == "FloatDistribution" else value
+        dists[key] = dist
+    return params, dists
 
 
 def claim_waiting(study, storage, study_id: int, keys: set[str] | None = None):

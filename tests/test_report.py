@@ -2,6 +2,7 @@
 offline W&B files), the real notebooks executed by papermill on this venv's kernel, HTML from nbconvert."""
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -73,8 +74,10 @@ def summaries(results: Path) -> dict[str, dict]:
     return out
 
 
-def md_rows(text: str) -> tuple[list[str], dict[str, dict]]:
-    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+def md_rows(text: str, section: str) -> tuple[list[str], dict[str, dict]]:
+    """The table under ``## section`` of a report's markdown: row names, and row -> {column: cell}."""
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in body.splitlines() if ln.startswith("| ")]
     split = lambda ln: [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", ln)[1:-1]]  # noqa: E731
     head = split(lines[0])
     rows = [dict(zip(head, split(ln))) for ln in lines[1:]]
@@ -102,13 +105,28 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
 
     # table3.md: one row per variant of the sweep file, in the paper's order, ours beside the paper's
     md = (out / "table3.md").read_text()
-    names, rows = md_rows(md)
-    assert names == ORDER
-    head = list(rows["base"])
-    for col in ("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "ε_ls", "train steps", "dev PPL ours",
-                "dev PPL paper", "ΔPPL ours", "ΔPPL paper", "PPL agrees", "dev BLEU ours", "dev BLEU paper",
-                "ΔBLEU ours", "ΔBLEU paper", "BLEU agrees", "params ours (M)", "params paper (M)", "status"):
-        assert col in head, col
+    # the headline comes first: agreement, seed noise (one seed: unknown), wall time, the worker's machine
+    head_lines = md.split("\n## ")[0].splitlines()
+    assert head_lines[0] == "# Table 3 replica: sweep `rep`"
+    facts = [ln for ln in head_lines if ln.startswith("- ")]
+    assert facts[0].startswith("- Direction agrees with the paper: dev PPL ")
+    assert facts[1].startswith("- Beyond seed noise: unknown, the base row has 1 completed seed(s)")
+    assert re.search(r"^- Sweep: 3 completed run\(s\) of 5; wall time [\d.]+ (s|min) \(first start", facts[2]), facts[2]
+    assert re.search(r"^- Machine: .+, \d+ cores \(", facts[3]), facts[3]  # CPU model, recorded by the sweep
+    assert [ln[2:] for ln in facts] == p.stdout.split("report: ")[0].strip().splitlines()[-len(facts):]
+    # three tables that fit a screen: PPL, BLEU, the configuration
+    tables = {sec: md_rows(md, sec) for sec in ("Dev perplexity", "Dev BLEU", "Configuration")}
+    assert all(names == ORDER for names, _ in tables.values())
+    _, ppl = tables["Dev perplexity"]
+    _, bleu = tables["Dev BLEU"]
+    _, conf = tables["Configuration"]
+    assert list(ppl["base"]) == ["row", "dev PPL ours", "dev PPL paper", "ΔPPL ours", "ΔPPL paper", "PPL agrees",
+                                 "PPL beyond noise"]
+    assert list(bleu["base"]) == ["row", "dev BLEU ours", "dev BLEU paper", "ΔBLEU ours", "ΔBLEU paper",
+                                  "BLEU agrees", "BLEU beyond noise", "paired bootstrap"]
+    assert list(conf["base"]) == ["row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "ε_ls", "positional",
+                                  "norm", "train steps", "params ours (M)", "params paper (M)", "status"]
+    rows = {v: {**conf[v], **ppl[v], **bleu[v]} for v in ORDER}
     s = summaries(swept["results"])
     assert {"base", "A1", "prenorm"} <= set(s)
     base, a1 = s["base"], s["A1"]
@@ -116,10 +134,15 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert rows["base"]["dev BLEU ours"] == f"{base['dev_bleu']:.2f}" and rows["base"]["dev BLEU paper"] == "25.8"
     assert rows["base"]["params ours (M)"] == f"{base['params'] / 1e6:.2f}" and rows["base"]["params paper (M)"] == "65"
     assert (rows["A1"]["h"], rows["A1"]["d_k"], rows["A1"]["N"]) == ("1", "32", "1")
-    assert rows["A1"]["dev PPL paper"] == "5.29" and rows["A1"]["ΔPPL paper"] == "+0.37"
-    assert rows["A1"]["ΔPPL ours"] == f"{a1['dev_ppl'] - base['dev_ppl']:+.2f}"
+    assert rows["A1"]["dev PPL paper"] == "5.29" and rows["A1"]["ΔPPL paper"] == "+0.37 (+8%)"  # 0.37 / 4.92
+    d = a1["dev_ppl"] - base["dev_ppl"]
+    assert rows["A1"]["ΔPPL ours"] == f"{d:+.2f} ({100 * d / base['dev_ppl']:+.0f}%)"
     assert rows["A1"]["PPL agrees"] == ("yes" if a1["dev_ppl"] > base["dev_ppl"] else "no")
-    assert rows["A1"]["ΔBLEU ours"].rstrip("*") == f"{a1['dev_bleu'] - base['dev_bleu']:+.2f}"
+    assert rows["A1"]["PPL beyond noise"] == rows["A1"]["BLEU beyond noise"] == "unknown"  # one seed
+    assert rows["base"]["PPL beyond noise"] == "noise unknown (1 seed)"
+    assert rows["A1"]["ΔBLEU ours"].rstrip("*").startswith(f"{a1['dev_bleu'] - base['dev_bleu']:+.2f}")
+    assert re.fullmatch(r"identical outputs \(30 sentences\)|(not tested: .+ \(|p [=<] [\d.]+, )\d+/30 sentences differ\)?",
+                        rows["A1"]["paired bootstrap"]), rows["A1"]["paired bootstrap"]
     assert rows["prenorm"]["norm"] == "pre" and rows["prenorm"]["dev PPL paper"] == ""
     # rows without a completed run stay, with their status and no numbers
     assert rows["D1"]["status"].startswith("missing") and rows["D1"]["P_drop"] == "0"
@@ -130,7 +153,7 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert "Not compared (no completed run): D1 (missing" in md
     ppl_judged = 1  # A1 is the only paper row with a completed run besides the base
     assert re.search(rf"dev PPL {int(rows['A1']['PPL agrees'] == 'yes')}/{ppl_judged} rows", md), md
-    assert "paired bootstrap" in md and "bs:1000" in md  # sacreBLEU's test against the base
+    assert "paired bootstrap" in md and "test-set sampling noise only" in md
 
     # table3.csv: the same rows, machine-readable
     table = list(csv.DictReader(io.StringIO((out / "table3.csv").read_text())))
@@ -138,7 +161,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     by = {r["variant"]: r for r in table}
     assert float(by["A1"]["dev_ppl"]) == pytest.approx(a1["dev_ppl"], rel=1e-5)
     assert float(by["A1"]["paper_dev_ppl"]) == 5.29 and int(by["A1"]["params"]) == a1["params"]
-    assert 0 < float(by["A1"]["bleu_p_value"]) <= 1
+    assert 0 < float(by["A1"]["bleu_p_value"]) <= 1 and by["A1"]["ppl_noise"] == "unknown"
+    assert 0 <= int(by["A1"]["bleu_differing"]) <= int(by["A1"]["bleu_sentences"]) == 30
 
     # figures: valid PNG files
     for name in PNGS:
@@ -149,12 +173,21 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
         with Image.open(out / name) as im:
             assert im.format == "PNG" and im.size[0] > 300 and im.size[1] > 200
 
-    # the HTML export opens and holds the table and the figures
-    soup = BeautifulSoup((out / "table3.html").read_text(encoding="utf-8"), "html.parser")
-    (html_table,) = soup.find_all("table")
-    cells = [[c.get_text(strip=True) for c in tr.find_all(["td", "th"])] for tr in html_table.find_all("tr")]
-    assert "dev PPL paper" in cells[0] and [r[0] for r in cells[1:]] == ORDER
-    assert len([img for img in soup.find_all("img") if img.get("src", "").startswith("data:image/png")]) >= 3
+    # the HTML export is for readers: no code, the headline first, the three tables, every figure embedded
+    html = (out / "table3.html").read_text(encoding="utf-8")
+    soup = BeautifulSoup(html, "html.parser")
+    assert not soup.select(".jp-CodeCell .jp-InputArea, .jp-InputPrompt, .jp-Editor, .highlight") and "rd.build_table" not in html
+    assert "kernel python" not in html and "sweep_file" not in html  # hidden cells (parameters, setup, loading)
+    text = soup.get_text(" ", strip=True)
+    assert text.index("Direction agrees with the paper") < text.index("Dev perplexity") < text.index("Dev BLEU")
+    html_tables = soup.find_all("table")
+    assert len(html_tables) == 3
+    for html_table, want in zip(html_tables, ("dev PPL paper", "dev BLEU paper", "d_model")):
+        cells = [[c.get_text(strip=True) for c in tr.find_all(["td", "th"])] for tr in html_table.find_all("tr")]
+        assert want in cells[0] and [r[0] for r in cells[1:]] == ORDER
+    embedded = [base64.b64decode(img["src"].split(",", 1)[1]) for img in soup.find_all("img")
+                if img.get("src", "").startswith("data:image/png;base64,")]
+    assert sorted(embedded) == sorted((out / name).read_bytes() for name in PNGS)  # each figure, as written
 
     # the executed notebook ran on this venv's Python
     nb = nbformat.read(out / "table3.ipynb", as_version=4)
@@ -290,20 +323,64 @@ def test_several_seeds_give_mean_std_and_a_paired_bootstrap_against_base(tmp_pat
     assert rows["A1"]["delta_ppl"] == pytest.approx(1.1) and rows["A1"]["ppl_agrees"] is True   # paper: +0.37
     assert rows["A1"]["delta_bleu"] == pytest.approx(-20.0) and rows["A1"]["bleu_agrees"] is True  # paper: -0.9
     assert rows["A1"]["bleu_significant"] is True and rows["A1"]["bleu_test_seeds"] == [1, 2]
-    assert rows["A2"]["bleu_significant"] is False and rows["A2"]["bleu_p_value"] >= 0.05
+    assert rows["A1"]["bleu_differing"] == 120 and rows["A1"]["bleu_sentences"] == 120  # 2 seeds x 60 sentences
+    # A2: one sentence of 60 differs per seed: never significant, and its change is within seed noise anyway
+    assert rows["A2"]["bleu_significant"] is False and rows["A2"]["bleu_differing"] == 2
     assert rows["A2"]["ppl_agrees"] is True  # +0.05 vs paper +0.08
+    # seed noise: base PPL 5.0 / 5.2 (std 0.141), base BLEU 40 / 42 (std 1.41); |Δ| > 2 std is beyond
+    assert (rows["A1"]["ppl_noise"], rows["A1"]["bleu_noise"]) == ("beyond", "beyond")
+    assert (rows["A2"]["ppl_noise"], rows["A2"]["bleu_noise"]) == ("within", "within")   # +0.05, -0.5
+    assert rows["A3"]["ppl_noise"] == "beyond" and rows["base"]["ppl_noise"] is None     # -1.1
+    s = table["summary"]
+    assert s["ppl_noise"] == {"beyond": 2, "within": 1, "unknown": 0} and s["ppl_beyond"] == (2, 2)
     # A3: one of two seeds failed: mean over the completed one, tested on the seed both rows have
     assert rows["A3"]["dev_ppl"] == 4.0 and rows["A3"]["dev_ppl_std"] is None and rows["A3"]["bleu_test_seeds"] == [1]
     assert rows["A3"]["status"] == "1/2 seeds completed; seed 2 failed"
     assert rows["A4"]["status"].startswith("missing") and rows["A4"]["dev_ppl"] is None
     md = rd.table_markdown(table)
-    _, cells = md_rows(md)
-    assert cells["A1"]["dev PPL ours"] == "6.20 ± 0.28" and cells["A1"]["ΔBLEU ours"] == "-20.00*"
-    assert cells["A2"]["ΔBLEU ours"] == "-0.50"
+    _, ppl = md_rows(md, "Dev perplexity")
+    _, cells = md_rows(md, "Dev BLEU")
+    assert ppl["A1"]["dev PPL ours"] == "6.20 ± 0.28" and cells["A1"]["ΔBLEU ours"] == "-20.00 (-49%)*"
+    assert (ppl["A1"]["PPL beyond noise"], ppl["A2"]["PPL beyond noise"]) == ("yes", "no")
+    assert ppl["base"]["PPL beyond noise"] == "noise: 2σ = 0.28"
+    assert cells["A2"]["ΔBLEU ours"] == "-0.50 (-1%)" and cells["A2"]["paired bootstrap"].endswith("2/120 sentences differ")
     assert cells["base"]["dev BLEU ours"] == "41.00 ± 1.41"
-    # PPL: A1 (+), A2 (+), A3 (-; paper A3 -0.01) all agree
+    # PPL: A1 (+), A2 (+), A3 (-; paper A3 -0.01) all agree; A1 and A3 are beyond noise
     assert "dev PPL 3/3 rows (100%)" in md and "Not compared (no completed run): A4 (missing" in md
+    assert "- Rows beyond seed noise: dev PPL 2/3, dev BLEU 2/3 (|Δ| > 2 × the base's seed std: PPL 0.14, BLEU 1.41" in md
+    assert "- Direction agrees with the paper on the rows beyond noise: dev PPL 2/2 rows (100%)" in md
     assert rd.table_markdown(rd.build_table(rd.ReportData(sweep, records, "test", {}))) == md  # deterministic
+
+
+def test_identical_outputs_are_never_significant_and_clearly_different_ones_are(tmp_path, data_dir):
+    """sacreBLEU's bootstrap alone calls two identical outputs different (p = 1/1001): the report's test may not."""
+    from lightning_tfm.data import read_lines
+
+    refs = rd.dev_references({"data.source": "local", "data.path": str(data_dir), "data.dev_split": "val",
+                              "data.src_lang": "en", "data.tgt_lang": "de", "data.max_dev_pairs": 200})
+    good = [" ".join(r.split()[: max(1, 2 * len(r.split()) // 3)]) for r in refs]  # two thirds of each reference
+    files = {"base.txt": good, "same.txt": good, "worse.txt": [r.split()[0] for r in refs]}  # first word only
+    for name, lines in files.items():
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    base, same, worse = (read_lines(tmp_path / n) for n in files)
+
+    identical = rd.paired_test(base, same, refs, "de")
+    assert identical["differing"] == 0 and identical["p_value"] == 1.0 and identical["tested"] is False
+    assert rd.bleu_significant(identical, identical["score"] - identical["base_score"], "unknown") is False
+
+    different = rd.paired_test(base, worse, refs, "de")
+    assert different["tested"] and different["differing"] == 200 and different["p_value"] < 0.01
+    assert different["score"] < different["base_score"] - 5
+    delta = different["score"] - different["base_score"]
+    assert rd.bleu_significant(different, delta, "unknown") is True   # one seed: the test stands alone
+    assert rd.bleu_significant(different, delta, "within") is False   # several seeds: within their spread
+
+
+def test_noise_rule():
+    assert rd.noise_verdict(0.5, 0.2) == "beyond" and rd.noise_verdict(-0.5, 0.2) == "beyond"  # 2 x 0.2 = 0.4
+    assert rd.noise_verdict(0.3, 0.2) == "within" and rd.noise_verdict(0.0, 0.0) == "within"
+    assert rd.noise_verdict(0.3, None) == "unknown" and rd.noise_verdict(None, 0.2) is None
+    assert "2 ×" in rd.NOISE_RULE and "unknown" in rd.NOISE_RULE
 
 
 # ------------------------------------------------------------------------------------------------------------

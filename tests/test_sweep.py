@@ -102,6 +102,41 @@ def test_longest_rows_are_queued_first_then_the_papers_order(data_dir):
     assert enqueue_missing(study, Plan(sweep, ["train.max_steps=10", f"data.path={data_dir}"])) == 0  # nothing queued twice
 
 
+def test_dashboard_sees_the_metric_name_each_rows_name_family_and_knobs(tmp_path, data_dir):
+    """What optuna-dashboard reads, read back through Optuna's API from a real SQLite study: the metric's name
+    (not "Objective 0"), each trial's row and family, the Table 3 knobs as params (so Hyperparameter Importance
+    has something to rank once rows complete), the worker's machine."""
+    from lightning_tfm.sweep import Plan, claim_waiting, enqueue_missing, load_sweep, open_storage, open_study
+
+    sweep = load_sweep(ROOT / "sweeps/table3-cpu.yaml")
+    url = f"sqlite:///{tmp_path / 'dash.db'}"
+    storage = open_storage(url)
+    study = open_study(sweep, storage)
+    assert enqueue_missing(study, Plan(sweep, ["train.max_steps=10", f"data.path={data_dir}"])) == len(ROWS)
+    # another budget of the same study (new trials, same knobs): Optuna accepts the same parameters again
+    assert enqueue_missing(study, Plan(sweep, ["train.max_steps=20", f"data.path={data_dir}"])) == len(ROWS)
+    study_id = storage.get_study_id_from_name(sweep.name)
+    rng = {name: i for i, name in enumerate(ROWS)}
+    while (claimed := claim_waiting(study, storage, study_id)) is not None:
+        trial, _ = claimed
+        study.tell(trial.number, 4.0 + 0.1 * rng[trial.user_attrs["variant"]])
+
+    read = optuna.load_study(study_name=sweep.name, storage=url)
+    assert read.metric_names == ["dev_loss"]
+    assert [k for k in read.user_attrs if k.startswith("ltfm.machine.")] and \
+        all(" cores" in v for k, v in read.user_attrs.items() if k.startswith("ltfm.machine."))
+    trials = {(t.user_attrs["variant"], t.user_attrs["max_steps"]): t for t in read.get_trials()}
+    a1, c4, pre, big = (trials[(v, 10 * (3 if v == "big" else 1))] for v in ("A1", "C4", "prenorm", "big"))
+    assert (a1.user_attrs["family"], a1.params["model.heads"], a1.params["model.d_k"]) == ("A", 1, 256)
+    assert (c4.params["model.d_model"], c4.params["model.d_k"], c4.params["model.layers"]) == (128, 32, 3)
+    assert pre.params["model.norm"] == "pre" and trials[("base", 10)].params["model.norm"] == "post"
+    assert big.user_attrs["family"] == "big" and big.params["model.dropout"] == pytest.approx(0.3)
+    assert set(a1.params) >= {"model.layers", "model.d_model", "model.d_ff", "model.heads", "model.d_k",
+                              "model.d_v", "model.dropout", "train.label_smoothing", "model.positional"}
+    importances = optuna.importance.get_param_importances(read)
+    assert importances and set(importances) <= set(a1.params)
+
+
 def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir):
     p = ltfm("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "--dry-run", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
