@@ -461,7 +461,7 @@ def test_two_stage_topk_values_equal_torch_topk(width, k):
         assert torch.equal(values, ref_values)
         assert torch.equal(x.gather(1, index), values)  # the columns hold those values...
         assert all(len(set(r)) == k for r in index.tolist())  # ...and are k distinct columns
-        if x.dtype == torch.float32 and len(torch.unique(x)) == x.numel():
+        if len(torch.unique(x)) == x.numel():  # no ties (the randn rows): the same columns too
             assert torch.equal(index, ref_index)
 
 
