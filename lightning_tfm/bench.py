@@ -211,8 +211,6 @@ def default_dtypes() -> tuple[str, ...]:
 
 
 def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=print) -> dict:
-    from .model.attention import ATTENTION_KERNEL
-
     if dtypes is None:
         dtypes = default_dtypes()
         if "bf16" not in dtypes:
@@ -248,7 +246,7 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
                 log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
                     f"  decode {s['batch'] / res[kind][dt]['decode'][-1]:6.1f} sent/s")
     out = {"settings": s, "matmul_peak_gflops": {dt: round(p / 1e9, 1) for dt, p in peaks.items()},
-           "torch": torch.__version__, "dtypes": list(dtypes), "threads": torch.get_num_threads(), "attention_kernel": ATTENTION_KERNEL,
+           "torch": torch.__version__, "dtypes": list(dtypes), "threads": torch.get_num_threads(), "attention_kernel": models["ours"].attention_kernel,
            # other processes slow both models alike (alternation), but the absolute figures too: say so
            "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     for kind in kinds:

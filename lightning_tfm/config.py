@@ -69,6 +69,9 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "positional": (choice("sinusoidal", "learned"), "sinusoidal", ""),
         "norm": (choice("post", "pre"), "post", "post: the paper's LayerNorm(x + Sublayer(x)); pre: x + Sublayer(LayerNorm(x))"),
         "max_positions": (int, 1024, "longest sequence (learned positions have one vector each)"),
+        "attention_kernel": (choice("auto", "matmul", "sdpa"), "auto",
+                             "how Eq. 1 is computed: sdpa (torch's fused kernel), matmul, auto (matmul for short sequences on CPU; model/fast.py)"),
+        "fast_dropout": (bool, True, "dropout mask drawn as 16-bit lanes on CPU (speed path, model/fast.py); false: torch's dropout"),
     },
     "train": {
         "label_smoothing": (float, 0.1, "epsilon_ls"),
@@ -131,7 +134,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 # The training budget is not hashed either: re-running with a larger train.max_steps continues the run.
 NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
               "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
-              "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches", "wandb", "sweep"}
+              "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches", "model.attention_kernel",
+              "model.fast_dropout", "wandb", "sweep"}
 
 
 def defaults() -> dict:

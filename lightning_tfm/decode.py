@@ -9,9 +9,10 @@ The procedure follows tensor2tensor's ``beam_search.py`` (the paper's code):
   projected encoder memory, so only the newest position is fed (``use_cache=False`` recomputes the
   whole prefix instead; the tests compare the two). A speed path (tests/test_speed_paths.py checks it
   against the plain one, ``shared_memory=False``): the encoder memory is kept once per sentence, not
-  once per beam, and the K beams' queries attend to it together (MultiHeadAttention.forward), so it is
+  once per beam, and the K beams' queries attend to it together (:class:`SharedMemoryCache`), so it is
   never copied, reordered or projected K times; at the first step, where a sentence's K beams are one
-  and the same BOS, one row per sentence is decoded;
+  and the same BOS, one row per sentence is decoded. The self-attention keys/values live in reused
+  buffers (model/fast.py's BufferedKVCache);
 * the top 2K candidates of each sentence are taken over its K beams x vocabulary; candidates ending in
   EOS become finished hypotheses scored log P(y) / lp(|y|), the best 2K-candidates that do not end in
   EOS stay alive (2K guarantees K of them, since each beam contributes at most one EOS candidate);
@@ -45,7 +46,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .model import BOS, EOS, PAD, Transformer
+from .model import BOS, EOS, PAD, MemoryCache, Transformer
+from .model.fast import BufferedKVCache
 
 
 @dataclass
@@ -79,16 +81,41 @@ def _max_lengths(src: Tensor, max_len_a: float, max_len_b: int, model: Transform
     return ml.clamp(min=1, max=max_positions(model) - 1)
 
 
-def _contiguous_cross_cache(cache: list[dict]) -> None:
-    """Store the projected encoder keys/values contiguously (``layer["cross"]``, see model.layers).
+class SharedMemoryCache(MemoryCache):
+    """Encoder-decoder keys/values kept once per sentence for its K beams (beam search's layout).
 
-    They are cached as transposed views; the attention kernel would copy them to contiguous memory at
-    every step (measured: about a third of the cross-attention time at beam 4)."""
+    The decoder has K consecutive rows per sentence (its beams) and the memory one: the K rows' queries,
+    (rows*K, T, d_model), are attended as the K*T positions of one row, (rows, K*T, d_model), against the
+    sentence's one copy of the memory. Encoder-decoder attention has no causal mask, so each query
+    position still sees exactly its sentence's memory (tests/test_speed_paths.py).
+    """
+
+    def queries(self, query: Tensor, memory_rows: int) -> Tensor:
+        if query.shape[0] % memory_rows:
+            raise ValueError(f"query has {query.shape[0]} rows and memory {memory_rows}: "
+                             "the query's must be a whole multiple")
+        return query.reshape(memory_rows, -1, query.shape[-1])
+
+
+def new_cache(model: Transformer, incremental: bool = True, shared_memory: bool = True) -> list[dict] | None:
+    """The decoder's per-layer caches for one batch of beams (model/cache.py).
+
+    ``incremental``: keys/values of earlier target positions are kept in reused buffers, so only the
+    newest position is fed; else the whole prefix is fed every step, and with ``shared_memory`` a fresh
+    cache per step only tells encoder-decoder attention which beams share a memory row (None without)."""
+    memory_cache = SharedMemoryCache if shared_memory else MemoryCache
+    if incremental:
+        return model.new_cache(BufferedKVCache, memory_cache)
+    return model.new_cache(None, memory_cache) if shared_memory else None
+
+
+def reorder_cache(cache: list[dict], index: Tensor, memory_index: Tensor | None = None) -> None:
+    """Keep rows ``index`` of every layer's self-attention cache (beam search re-ranks its hypotheses),
+    and rows ``memory_index`` of its encoder-decoder cache (None: leave it)."""
     for layer in cache:
-        part = layer.get("cross")
-        if part:
-            for key, t in part.items():
-                part[key] = t.contiguous()
+        layer["self"].reorder(index)
+        if memory_index is not None:
+            layer["cross"].reorder(memory_index)
 
 
 def topk_rows(x: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
@@ -97,8 +124,8 @@ def topk_rows(x: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
     in the k blocks with the largest maxima (a value outside them is beaten by k block maxima), so the
     values are exactly torch.topk's; among equal values the chosen columns may differ.
 
-    A speed path (tests/test_speed_paths.py): torch's CPU topk walks each row serially, measured 4.7 ms
-    for k = 8 over 512 x 8,000 against 1.9 ms for the two stages.
+    A speed path (tests/test_speed_paths.py): torch's CPU topk walks each row serially, so for beam x
+    vocabulary rows two stages over block maxima are faster.
     """
     rows, width = x.shape
     nb = width // block
@@ -119,9 +146,9 @@ def topk_rows(x: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
 class _VocabBuffers:
     """Logits and log-probability buffers reused at every decoding step (their first ``rows`` rows).
 
-    A speed path: fresh (rows x V) tensors at every step are fresh pages from the allocator (16 MB of fp32
-    at 512 x 8,000, above glibc's mmap threshold) and cost page faults on every step; measured 34 ms
-    against 13 ms per step for projection + log-softmax + top-k at 512 x 8,000 in bf16.
+    A speed path (tests/test_speed_paths.py): fresh (rows x V) tensors at every step are fresh pages from
+    the allocator (above glibc's mmap threshold at beam x vocabulary sizes) and cost page faults on every
+    step, which dominated projection + log-softmax + top-k.
     """
 
     def __init__(self, rows: int, weight: Tensor):
@@ -179,7 +206,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     tokens[:, 0] = BOS
     alive_lp = torch.full((B, K), float("-inf"), device=device)
     alive_lp[:, 0] = 0.0  # only the first beam is live at the start (tensor2tensor's initial_log_probs)
-    cache = model.new_cache() if use_cache else None
+    cache = new_cache(model, True, shared_memory) if use_cache else None
     # The pre-softmax projection in the decoding dtype (autocast's, else the model's), into reused buffers.
     compute = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else memory.dtype
     vocab = _VocabBuffers(B * K, model.output_weight.to(compute))
@@ -192,10 +219,8 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         fed = tokens if rk == K else tokens[::K]
         if use_cache:
             states = model.decode_states(fed[:, t:t + 1], memory, src_mask, cache=cache, offset=t)[:, -1]
-            if t == 0:
-                _contiguous_cross_cache(cache)
         else:
-            states = model.decode_states(fed[:, :t + 1], memory, src_mask)[:, -1]
+            states = model.decode_states(fed[:, :t + 1], memory, src_mask, new_cache(model, False, shared_memory))[:, -1]
         # Candidates: each row's top n_cand tokens first (the sentence's best n_cand over K x V are among
         # them), so no K x V table is built. Log-probabilities are normalised over the whole vocabulary
         # in fp32 before PAD/BOS are banned, like fairseq's lprobs[:, pad] = -inf.
@@ -252,13 +277,13 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             mem_rows = keep if shared_memory else flat
             memory, src_mask = memory.index_select(0, mem_rows), src_mask.index_select(0, mem_rows)
             if use_cache:  # rows of dropped sentences go away, from the encoder-decoder part too
-                Transformer.reorder_cache(cache, cache_index.view(-1), cross_index=mem_rows)
+                reorder_cache(cache, cache_index.view(-1), memory_index=mem_rows)
         else:
             flat = index.view(-1)
             if use_cache:
                 # Beams are only re-ranked within their sentence: the encoder-decoder part stays (with
                 # shared_memory=False its rows are identical within a sentence, so it may stay too).
-                Transformer.reorder_cache(cache, cache_index.view(-1), cross=False)
+                reorder_cache(cache, cache_index.view(-1))
         tokens = tokens.index_select(0, flat)
         tokens[:, t + 1] = new_tok.view(-1)
 

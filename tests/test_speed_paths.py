@@ -2,8 +2,9 @@
 
 Fused vs unfused Q/K/V projections, the matmul attention kernel vs torch's SDPA (many queries and the
 single query of cached decoding, fp32 and bf16, forward and backward), cached vs uncached decoding,
-encoder memory shared by a sentence's beams vs repeated per beam, autocast's cached weights (no_grad)
-vs inference mode, and ``min_len``. Small models, one thread, no timing.
+reused key/value buffers vs concatenation, encoder memory shared by a sentence's beams vs repeated per
+beam, the fast dropout mask vs torch's, autocast's cached weights (no_grad) vs inference mode, and
+``min_len``. Each is switched by an argument (model/fast.py, decode.py). Small models, one thread, no timing.
 """
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import contextlib
 import pytest
 import torch
 
-from lightning_tfm.decode import beam_search, translate_ids
-from lightning_tfm.model import EOS, PAD, Transformer, attention
-from lightning_tfm.model.attention import matmul_attention, reference_attention, scaled_dot_product_attention, sdpa_attention
+from lightning_tfm.decode import beam_search, new_cache, translate_ids
+from lightning_tfm.model import EOS, PAD, Transformer, fast
+from lightning_tfm.model.attention import reference_attention, scaled_dot_product_attention, sdpa_attention
+from lightning_tfm.model.fast import matmul_attention
 
 V = 40
 
@@ -27,20 +29,12 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-@contextlib.contextmanager
-def kernel(name: str):
-    old = attention.ATTENTION_KERNEL
-    attention.ATTENTION_KERNEL = name
-    try:
-        yield
-    finally:
-        attention.ATTENTION_KERNEL = old
-
-
-def make(norm="post", positional="sinusoidal", dropout=0.0, heads=3, d_k=4, d_v=6, seed=0, scale=1.0):
+def make(norm="post", positional="sinusoidal", dropout=0.0, heads=3, d_k=4, d_v=6, seed=0, scale=1.0,
+         kernel="auto", fast_dropout=True):
     torch.manual_seed(seed)
     m = Transformer(V, layers=2, d_model=16, d_ff=32, heads=heads, d_k=d_k, d_v=d_v, dropout=dropout,
-                    positional=positional, norm=norm, max_positions=64)
+                    positional=positional, norm=norm, max_positions=64, attention_kernel=kernel,
+                    fast_dropout=fast_dropout)
     with torch.no_grad():  # scale > 1: larger weights than the init, peaked distributions, distinct beams
         for p in m.parameters():
             p.mul_(scale)
@@ -109,11 +103,30 @@ def test_matmul_kernel_applies_attention_dropout():
 
 def test_auto_kernel_choice():
     q, k, v = qkv(2, 4, 4)
-    with kernel("auto"):  # on CPU with few keys, "auto" is the matmul kernel (bitwise)
-        assert torch.equal(scaled_dot_product_attention(q, k, v, None, False), matmul_attention(q, k, v, None))
-    ql, kl, vl = qkv(1, 2, attention.MATMUL_MAX_KEYS + 1)
-    with kernel("auto"):  # beyond MATMUL_MAX_KEYS keys: torch's SDPA
-        assert torch.equal(scaled_dot_product_attention(ql, kl, vl, None, False), sdpa_attention(ql, kl, vl, None))
+    # on CPU with few keys, "auto" (the default) is the matmul kernel (bitwise)
+    assert torch.equal(scaled_dot_product_attention(q, k, v, None, False), matmul_attention(q, k, v, None))
+    ql, kl, vl = qkv(1, 2, fast.MATMUL_MAX_KEYS + 1)  # beyond MATMUL_MAX_KEYS keys: torch's SDPA
+    assert torch.equal(scaled_dot_product_attention(ql, kl, vl, None, False, kernel="auto"), sdpa_attention(ql, kl, vl, None))
+
+
+def test_kernel_is_chosen_by_the_constructor_and_the_config():
+    from lightning_tfm.config import config_hash, load_config
+    from lightning_tfm.errors import UserError
+
+    for name in fast.ATTENTION_KERNELS:
+        m = make(kernel=name)
+        assert {a.kernel for a in m.modules() if hasattr(a, "kernel")} == {name}
+    with pytest.raises(ValueError, match="attention kernel"):
+        make(kernel="flash")
+    base = load_config(None, ["data.path=x"])
+    plain = load_config(None, ["data.path=x", "model.attention_kernel=sdpa", "model.fast_dropout=false"])
+    m = Transformer.from_config(plain["model"], V)
+    assert m.encoder[0].self_attn.kernel == m.decoder[-1].cross_attn.kernel == "sdpa"
+    assert isinstance(m.dropout, torch.nn.Dropout) and isinstance(m.decoder[0].sub_ffn.dropout, torch.nn.Dropout)
+    assert isinstance(Transformer.from_config(base["model"], V).dropout, fast.FastDropout)
+    assert config_hash(plain) == config_hash(base)  # speed paths do not change what is trained: same run
+    with pytest.raises(UserError, match="attention_kernel"):
+        load_config(None, ["data.path=x", "model.attention_kernel=flash"])
 
 
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
@@ -123,10 +136,10 @@ def test_whole_model_matmul_kernel_equals_sdpa_training(dtype):
     tgt = padded_src(seed=3)
     results = {}
     for name in ("matmul", "sdpa"):
-        m = make(dropout=0.1).train()
+        m = make(dropout=0.1, kernel=name).train()
         ctx = torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()
         torch.manual_seed(7)  # same dropout masks: the kernels draw no random numbers without attention dropout
-        with kernel(name), ctx:
+        with ctx:
             logits = m(src, tgt)
         logits.float().logsumexp(-1).sum().backward()
         results[name] = (logits.float(), {n: p.grad.clone() for n, p in m.named_parameters()})
@@ -158,9 +171,9 @@ def test_fused_and_unfused_projections_agree_with_gradients_and_cache():
 @pytest.mark.parametrize("name", ["matmul", "sdpa"])
 def test_cached_decoding_equals_full_decoding_with_each_kernel(name):
     """The single-query path of cached decoding (one new position against all cached keys)."""
-    m = make(norm="pre", positional="learned")
+    m = make(norm="pre", positional="learned", kernel=name)
     src, tgt = padded_src(), padded_src(seed=4)
-    with kernel(name), torch.no_grad():
+    with torch.no_grad():
         memory, mask = m.encode(src)
         cache = m.new_cache()
         steps = torch.cat([m.decode(tgt[:, i:i + 1], memory, mask, cache, offset=i) for i in range(tgt.shape[1])], 1)
@@ -169,7 +182,8 @@ def test_cached_decoding_equals_full_decoding_with_each_kernel(name):
 
 
 def test_memory_shared_by_beams_equals_memory_repeated_per_beam():
-    """decode() with one memory row per sentence and K target rows each (beam search's layout)."""
+    """decode() with one memory row per sentence and K target rows each (beam search's layout,
+    decode.SharedMemoryCache), whole prefixes and incrementally, against the memory repeated per row."""
     m = make()
     K = 3
     src = padded_src(b=4)
@@ -178,17 +192,17 @@ def test_memory_shared_by_beams_equals_memory_repeated_per_beam():
     with torch.no_grad():
         memory, mask = m.encode(src)
         rep_mem, rep_mask = memory.repeat_interleave(K, 0), mask.repeat_interleave(K, 0)
-        shared = m.decode(tgt, memory, mask)
+        shared = m.decode(tgt, memory, mask, new_cache(m, incremental=False, shared_memory=True))
         repeated = m.decode(tgt, rep_mem, rep_mask)
         torch.testing.assert_close(shared, repeated, rtol=1e-5, atol=1e-5)
-        c1, c2 = m.new_cache(), m.new_cache()
+        c1, c2 = new_cache(m, shared_memory=True), new_cache(m, shared_memory=False)
         for i in range(tgt.shape[1]):
             a = m.decode(tgt[:, i:i + 1], memory, mask, c1, offset=i)
             b = m.decode(tgt[:, i:i + 1], rep_mem, rep_mask, c2, offset=i)
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-        assert c1[0]["cross"]["mem_k"].shape[0] == 4 and c2[0]["cross"]["mem_k"].shape[0] == 4 * K
+        assert c1[0]["cross"].k.shape[0] == 4 and c2[0]["cross"].k.shape[0] == 4 * K
         with pytest.raises(ValueError, match="whole multiple"):
-            m.decode(tgt[:5], memory, mask)
+            m.decode(tgt[:5], memory, mask, new_cache(m, incremental=False, shared_memory=True))
 
 
 def hyps_equal(a, b, tol=1e-4):
@@ -204,13 +218,13 @@ def test_beam_search_speed_paths_equal_the_plain_paths(beam):
     end at different steps, so the batch reduction (dropping finished sentences) is exercised too."""
     m = make(seed=2, scale=2.0)
     src = padded_src(b=9, seed=6)
-    fast = beam_search(m, src, beam, 0.6, 1.0, 3)
-    with kernel("sdpa"):
-        plain = beam_search(m, src, beam, 0.6, 1.0, 3, use_cache=False, shared_memory=False)
-        cached_repeated = beam_search(m, src, beam, 0.6, 1.0, 3, shared_memory=False)
-    hyps_equal(fast, plain)
-    hyps_equal(fast, cached_repeated)
-    assert len({len(h.tokens) for h in fast}) > 1
+    quick = beam_search(m, src, beam, 0.6, 1.0, 3)
+    m_sdpa = make(seed=2, scale=2.0, kernel="sdpa")  # the same weights
+    plain = beam_search(m_sdpa, src, beam, 0.6, 1.0, 3, use_cache=False, shared_memory=False)
+    cached_repeated = beam_search(m_sdpa, src, beam, 0.6, 1.0, 3, shared_memory=False)
+    hyps_equal(quick, plain)
+    hyps_equal(quick, cached_repeated)
+    assert len({len(h.tokens) for h in quick}) > 1
 
 
 def test_bf16_decoding_with_cached_weight_casts_equals_inference_mode():
@@ -282,7 +296,8 @@ def test_bench_runs_both_models_to_the_same_output_length():
 
 # ----------------------------------------------------------------------------------- training speed paths
 def test_fast_dropout_mask_rate_lanes_and_formula():
-    from lightning_tfm.model.dropout import LANES, dropout, keep_mask, rounded_p
+    from lightning_tfm.model.fast import LANES, keep_mask, rounded_p
+    from lightning_tfm.model.fast import fast_dropout as dropout
 
     assert rounded_p(0.1) == 6554 / LANES and rounded_p(0.0) == 0.0
     torch.manual_seed(0)
@@ -308,9 +323,10 @@ def test_fast_dropout_mask_rate_lanes_and_formula():
 
 
 def test_fast_dropout_is_inverted_dropout_on_average_and_follows_the_seed():
-    from lightning_tfm.model.dropout import Dropout
+    from lightning_tfm.model.fast import FastDropout, make_dropout
 
-    d = Dropout(0.25).train()
+    d = make_dropout(0.25).train()
+    assert isinstance(d, FastDropout)
     x = torch.full((400, 500), 2.0)
     torch.manual_seed(3)
     a = d(x)
@@ -318,11 +334,31 @@ def test_fast_dropout_is_inverted_dropout_on_average_and_follows_the_seed():
     assert torch.equal(torch.unique(a), torch.tensor([0.0, 2.0 / (1 - 0.25)]))
     torch.manual_seed(3)
     assert torch.equal(d(x), a)  # the masks come from torch's generator: seeded runs repeat
-    d.fast = False  # torch's dropout: the same statistics
-    b = d(x)
+    assert abs((a == 0).float().mean().item() - 0.25) < 0.01
+    plain = make_dropout(0.25, fast=False).train()  # torch's dropout: the same statistics
+    assert isinstance(plain, torch.nn.Dropout)
+    b = plain(x)
     assert abs(b.mean().item() - 2.0) < 0.02 and abs((b == 0).float().mean().item() - 0.25) < 0.01
-    with pytest.raises(ValueError, match="dropout probability"):
-        Dropout(1.0)
+    for fast_mask in (True, False):
+        with pytest.raises(ValueError, match="dropout probability"):
+            make_dropout(1.0, fast_mask)
+
+
+def test_model_with_fast_dropout_trains_like_torchs_dropout():
+    """The switch reaches every dropout of the model; with either mask the training-mode output is the
+    eval output on average (inverted dropout), and the two differ only in their random draws."""
+    src, tgt = padded_src(b=2), padded_src(b=2, seed=3)
+    outs = {}
+    for fast_mask in (True, False):
+        m = make(dropout=0.3, fast_dropout=fast_mask)
+        kinds = {type(d) for n, d in m.named_modules() if n.endswith("dropout")}
+        assert kinds == ({fast.FastDropout} if fast_mask else {torch.nn.Dropout})
+        torch.manual_seed(0)
+        with torch.no_grad():
+            outs[fast_mask] = m(src, tgt)  # eval mode: no dropout, the same weights and output
+            m.train()
+            assert not torch.allclose(m(src, tgt), outs[fast_mask])
+    torch.testing.assert_close(outs[True], outs[False])
 
 
 @pytest.mark.parametrize("dtype,tol", [(None, 1e-5), (torch.bfloat16, 2e-2)])
@@ -425,7 +461,7 @@ def test_two_stage_topk_values_equal_torch_topk(width, k):
         assert torch.equal(values, ref_values)
         assert torch.equal(x.gather(1, index), values)  # the columns hold those values...
         assert all(len(set(r)) == k for r in index.tolist())  # ...and are k distinct columns
-        if x.dtype == torch.float32 and len(torch.unique(x)) == x.numel():
+        if len(torch.unique(x)) == x.numel():  # no ties (the randn rows): the same columns too
             assert torch.equal(index, ref_index)
 
 
@@ -446,11 +482,13 @@ def test_reused_vocabulary_buffers_equal_log_softmax(dtype):
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_kv_cache_equals_concatenation_and_row_selection():
-    from lightning_tfm.model.attention import KVCache
+def test_kv_cache_buffers_equal_concatenation_and_row_selection():
+    """fast.BufferedKVCache against written-out torch.cat / indexing, and against the plain KVCache."""
+    from lightning_tfm.model import KVCache
+    from lightning_tfm.model.fast import BufferedKVCache
 
     g = torch.Generator().manual_seed(2)
-    cache, k_ref, v_ref = KVCache(), None, None
+    cache, plain, k_ref, v_ref = BufferedKVCache(), KVCache(), None, None
     rows = 6
     with torch.no_grad():
         for step in range(7):
@@ -459,18 +497,21 @@ def test_kv_cache_equals_concatenation_and_row_selection():
             v_ref = v if v_ref is None else torch.cat([v_ref, v], 2)
             ks, vs = cache.append(k, v)
             assert torch.equal(ks, k_ref) and torch.equal(vs, v_ref) and ks.is_contiguous()
-            assert len(cache) == step + 1
+            assert all(map(torch.equal, plain.append(k, v), (k_ref, v_ref)))
+            assert len(cache) == len(plain) == step + 1
             if step % 3 == 1:  # two reorders before the next append compose
                 first = torch.randint(0, rows, (rows,), generator=g)
                 cache.reorder(first)
+                plain.reorder(first)
                 k_ref, v_ref = k_ref[first], v_ref[first]
             if step >= 3:  # sentences drop out: fewer rows
                 rows -= 1
                 keep = torch.randperm(rows + 1, generator=g)[:rows]
                 cache.reorder(keep)
+                plain.reorder(keep)
                 k_ref, v_ref = k_ref[keep], v_ref[keep]
     # with gradients (not decoding) the plain ops run and gradients flow
-    c = KVCache()
+    c = BufferedKVCache()
     a = torch.randn(2, 1, 1, 3, requires_grad=True)
     c.append(a, a)
     ks, _ = c.append(a * 2, a * 2)

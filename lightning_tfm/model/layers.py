@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .attention import KVCache, MultiHeadAttention
-from .dropout import Dropout
+from .attention import MultiHeadAttention
+from .fast import make_dropout
 
 
 class FeedForward(nn.Module):
@@ -29,10 +29,10 @@ class Residual(nn.Module):
     norm="pre" (Wang et al., 2019; fairseq's normalize_before): x + Dropout(Sublayer(LayerNorm(x))).
     """
 
-    def __init__(self, d_model: int, dropout: float, norm: str):
+    def __init__(self, d_model: int, dropout: float, norm: str, fast_dropout: bool = True):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = make_dropout(dropout, fast_dropout)
         self.pre = norm == "pre"
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
@@ -44,12 +44,13 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each a residual sublayer (Sec. 3.1, "Encoder")."""
 
-    def __init__(self, d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout=0.0):
+    def __init__(self, d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout=0.0, kernel="auto",
+                 fast_dropout=True):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout, kernel)
         self.ffn = FeedForward(d_model, d_ff)
-        self.sub_attn = Residual(d_model, dropout, norm)
-        self.sub_ffn = Residual(d_model, dropout, norm)
+        self.sub_attn = Residual(d_model, dropout, norm, fast_dropout)
+        self.sub_ffn = Residual(d_model, dropout, norm, fast_dropout)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         x = self.sub_attn(x, lambda y: self.self_attn(y, mask=src_mask))
@@ -59,18 +60,19 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, feed-forward (Sec. 3.1, "Decoder")."""
 
-    def __init__(self, d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout=0.0):
+    def __init__(self, d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout=0.0, kernel="auto",
+                 fast_dropout=True):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout, kernel)
+        self.cross_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout, kernel)
         self.ffn = FeedForward(d_model, d_ff)
-        self.sub_self = Residual(d_model, dropout, norm)
-        self.sub_cross = Residual(d_model, dropout, norm)
-        self.sub_ffn = Residual(d_model, dropout, norm)
+        self.sub_self = Residual(d_model, dropout, norm, fast_dropout)
+        self.sub_cross = Residual(d_model, dropout, norm, fast_dropout)
+        self.sub_ffn = Residual(d_model, dropout, norm, fast_dropout)
 
     def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor, cache: dict | None = None) -> Tensor:
-        self_cache = None if cache is None else cache.setdefault("self", KVCache())
-        cross_cache = None if cache is None else cache.setdefault("cross", {})
-        y = self.sub_self(y, lambda z: self.self_attn(z, causal=True, cache=self_cache))
-        y = self.sub_cross(y, lambda z: self.cross_attn(z, memory, mask=src_mask, cache=cross_cache))
+        """``cache`` (incremental decoding, model/cache.py): {"self": KVCache or None, "cross": MemoryCache}."""
+        cache = cache or {}
+        y = self.sub_self(y, lambda z: self.self_attn(z, causal=True, cache=cache.get("self")))
+        y = self.sub_cross(y, lambda z: self.cross_attn(z, memory, mask=src_mask, cache=cache.get("cross")))
         return self.sub_ffn(y, self.ffn)

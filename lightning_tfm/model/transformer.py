@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache
-from .dropout import Dropout
+from .cache import KVCache, MemoryCache
+from .fast import make_dropout
 from .layers import DecoderLayer, EncoderLayer
 from .positional import make_positions
 
@@ -21,21 +21,26 @@ class Transformer(nn.Module):
     One weight matrix serves as source embedding, target embedding and pre-softmax projection
     (Sec. 3.4); embeddings are multiplied by sqrt(d_model). Dropout is applied to the sums of
     embeddings and positional encodings (Sec. 5.4).
+
+    ``attention_kernel`` ("auto" | "matmul" | "sdpa") and ``fast_dropout`` switch the CPU speed paths
+    (model/fast.py); they change rounding and random draws, not the model.
     """
 
     def __init__(self, vocab_size: int, layers: int = 6, d_model: int = 512, d_ff: int = 2048, heads: int = 8,
                  d_k: int = 64, d_v: int = 64, dropout: float = 0.1, positional: str = "sinusoidal",
-                 norm: str = "post", max_positions: int = 1024, attention_dropout: float = 0.0):
+                 norm: str = "post", max_positions: int = 1024, attention_dropout: float = 0.0,
+                 attention_kernel: str = "auto", fast_dropout: bool = True):
         super().__init__()
         self.d_model, self.vocab_size = d_model, vocab_size
+        self.attention_kernel = attention_kernel
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=PAD)
         # fairseq/tensor2tensor: embeddings ~ N(0, d_model^-0.5), so that embed * sqrt(d_model) has unit scale.
         nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
         with torch.no_grad():
             self.embed.weight[PAD].zero_()
         self.positions = make_positions(positional, max_positions, d_model)
-        self.dropout = Dropout(dropout)
-        args = (d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout)
+        self.dropout = make_dropout(dropout, fast_dropout)
+        args = (d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout, attention_kernel, fast_dropout)
         self.encoder = nn.ModuleList(EncoderLayer(*args) for _ in range(layers))
         self.decoder = nn.ModuleList(DecoderLayer(*args) for _ in range(layers))
         # Pre-norm leaves the residual stream un-normalised: a final LayerNorm on each stack (fairseq).
@@ -46,19 +51,14 @@ class Transformer(nn.Module):
     def from_config(cls, model_cfg: dict, vocab_size: int) -> "Transformer":
         keys = ("layers", "d_model", "d_ff", "heads", "d_k", "d_v", "dropout", "positional", "norm",
                 "max_positions", "attention_dropout")
-        return cls(vocab_size, **{k: model_cfg[k] for k in keys})
+        speed = {k: model_cfg[k] for k in ("attention_kernel", "fast_dropout") if k in model_cfg}  # older configs lack them
+        return cls(vocab_size, **{k: model_cfg[k] for k in keys}, **speed)
 
     def set_fused(self, fused: bool) -> None:
         """Fused (one matrix product for Q, K, V) or unfused input projections; same weights."""
         for m in self.modules():
             if hasattr(m, "fused"):
                 m.fused = fused
-
-    def set_fast_dropout(self, fast: bool) -> None:
-        """The fast CPU dropout mask (model/dropout.py) or torch's own dropout."""
-        for m in self.modules():
-            if isinstance(m, Dropout):
-                m.fast = fast
 
     def embed_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
         x = self.embed(tokens) * math.sqrt(self.d_model)
@@ -76,7 +76,7 @@ class Transformer(nn.Module):
                offset: int = 0) -> Tensor:
         """tgt_in (B, T) shifted-right target ids -> logits (B, T, vocab).
 
-        With ``cache`` (one dict per layer), only the new positions are fed, starting at ``offset``.
+        With ``cache`` (:meth:`new_cache`), only the new positions are fed, starting at ``offset``.
         """
         return self.project(self.decode_states(tgt_in, memory, src_mask, cache, offset))
 
@@ -107,30 +107,10 @@ class Transformer(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.project(self.features(src, tgt_in))
 
-    def new_cache(self) -> list[dict]:
-        return [{} for _ in self.decoder]
-
-    @staticmethod
-    def reorder_cache(cache: list[dict], index: Tensor, cross_index: Tensor | None = None, cross: bool = True) -> None:
-        """Select rows ``index`` of every cached tensor (beam search re-ranks hypotheses).
-
-        ``cross_index`` selects the encoder-decoder keys/values instead, when they have fewer rows than
-        the target (one memory row per sentence, see MultiHeadAttention.forward); ``cross=False`` leaves
-        them alone.
-        """
-        for layer in cache:
-            for name, part in layer.items():
-                if name == "cross":
-                    if not cross:
-                        continue
-                    sel = index if cross_index is None else cross_index
-                else:
-                    sel = index
-                if isinstance(part, KVCache):
-                    part.reorder(sel)
-                    continue
-                for key, t in part.items():
-                    part[key] = t.index_select(0, sel)
+    def new_cache(self, kv_cache=KVCache, memory_cache=MemoryCache) -> list[dict]:
+        """Per decoder layer: {"self": a new ``kv_cache()`` (None: the prefix is recomputed instead),
+        "cross": a new ``memory_cache()``} (model/cache.py; decode.py passes its faster kinds)."""
+        return [{"self": kv_cache() if kv_cache else None, "cross": memory_cache()} for _ in self.decoder]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,180 @@
+"""The model's CPU speed paths, in one place; none changes what the paper's model computes.
+
+Each is switched by an argument and checked against the plain path it replaces in
+tests/test_speed_paths.py (timings: README, "Performance"):
+
+* attention kernel (``Transformer(attention_kernel=...)``, config ``model.attention_kernel``): Eq. 1 as two
+  batched matrix products with the softmax in fp32 (:func:`matmul_attention`) instead of torch's fused
+  SDPA, for short sequences on CPU, where SDPA's per-call overhead and its casts dominate. For long
+  sequences SDPA's fused kernel avoids the (T, S) score matrix, so "auto" keeps it there;
+* SDPA's core in fp32 when training in bf16 on CPU (:func:`sdpa_in_fp32`): torch's CPU flash-attention
+  backward is much slower in bf16 than in fp32 while its forward is not;
+* reused key/value buffers for incremental decoding (:class:`BufferedKVCache` instead of the plain
+  :class:`~lightning_tfm.model.cache.KVCache`; decode.py picks it);
+* a cheaper dropout mask (``Transformer(fast_dropout=...)``, config ``model.fast_dropout``):
+  :class:`FastDropout` instead of ``nn.Dropout``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .cache import KVCache
+
+# ----------------------------------------------------------------------------------------- attention kernel
+ATTENTION_KERNELS = ("auto", "matmul", "sdpa")
+MATMUL_MAX_KEYS = 128  # "auto": the matmul kernel on CPU up to this many keys, SDPA beyond
+
+
+def use_matmul(kernel: str, q: Tensor, k: Tensor) -> bool:
+    """Whether ``kernel`` ("auto" | "matmul" | "sdpa") computes attention of ``q`` over ``k`` with
+    :func:`matmul_attention` (else torch's SDPA)."""
+    return kernel == "matmul" or (kernel == "auto" and q.device.type == "cpu" and k.shape[-2] <= MATMUL_MAX_KEYS)
+
+
+def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0) -> Tensor:
+    """Eq. 1 as two batched matrix products in the inputs' dtype, the softmax in fp32. A fully masked row
+    gives NaN, as in reference_attention. Attention dropout uses the fast mask below."""
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(scores, -1, dtype=torch.float32).to(v.dtype)
+    if dropout > 0.0:
+        p = fast_dropout(p, dropout)
+    return p @ v
+
+
+def sdpa_in_fp32(q: Tensor) -> bool:
+    """SDPA's core runs in fp32 (the projections stay bf16) when training in bf16 on CPU: torch's CPU
+    flash-attention backward is several times slower in bf16 than in fp32, while the forward is not."""
+    return q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled()
+
+
+# ------------------------------------------------------------------------------------------- KV buffers
+class BufferedKVCache(KVCache):
+    """:class:`KVCache` working in two reused flat buffers per tensor.
+
+    The plain ``torch.cat`` / ``index_select`` allocate fresh tensors at every decoding step, and fresh
+    pages fault. Here each step is one ``index_select`` and one ``cat`` written with ``out=`` into a
+    contiguous (rows, h, t, d) prefix of a buffer; ``reorder`` is applied lazily, at the next append, so
+    two reorders compose into one selection. (Strided alternatives, e.g. Q K^T on a slice of a
+    preallocated (rows, h, max_len, d) buffer, were slower than contiguous.) With gradients (not in
+    decoding) the plain ops run, as ``out=`` records none.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._index: Tensor | None = None
+        self._buffers: dict[tuple[str, int], Tensor] = {}
+        self._slot = {"k": 0, "v": 0}
+
+    def reorder(self, index: Tensor) -> None:
+        self._index = index if self._index is None else self._index.index_select(0, index)
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self.k = self._extend("k", self.k, k)
+        self.v = self._extend("v", self.v, v)
+        self._index = None
+        return self.k, self.v
+
+    def _view(self, name: str, slot: int, shape, like: Tensor) -> Tensor:
+        n = math.prod(shape)
+        buf = self._buffers.get((name, slot))
+        if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
+            buf = torch.empty(2 * n, dtype=like.dtype, device=like.device)  # room to grow a few steps
+            self._buffers[(name, slot)] = buf
+        return buf[:n].view(shape)
+
+    def _extend(self, name: str, old: Tensor | None, new: Tensor) -> Tensor:
+        if old is None:
+            return new.contiguous()
+        if torch.is_grad_enabled() and (old.requires_grad or new.requires_grad):  # out= records no gradient
+            if self._index is not None:
+                old = old.index_select(0, self._index)
+            return torch.cat([old, new], dim=2)
+        slot = self._slot[name]  # the buffer ``old`` lives in (or 0 for the first, fresh tensor)
+        if self._index is not None:
+            slot = 1 - slot
+            shape = (self._index.shape[0], *old.shape[1:])
+            old = torch.index_select(old, 0, self._index, out=self._view(name, slot, shape, old))
+        slot = 1 - slot
+        shape = (new.shape[0], new.shape[1], old.shape[2] + new.shape[2], new.shape[3])
+        out = torch.cat([old, new], dim=2, out=self._view(name, slot, shape, new))
+        self._slot[name] = slot
+        return out
+
+
+# ----------------------------------------------------------------------------------------- dropout mask
+# torch's CPU dropout draws one Mersenne-Twister number per element (``bernoulli_``), a noticeable part of
+# a training step at small d_model. The mask here is drawn as 16-bit lanes of 64-bit random words (a
+# quarter of the generator calls) and compared with a threshold. The drop probability is thereby rounded
+# to a multiple of 1/65536 (0.1 becomes 0.100006), and the kept activations are scaled by
+# 1 / (1 - that rounded p), so the expectation is exact. On other devices torch's own dropout runs.
+LANES = 65536  # 16-bit lanes: drop probabilities are multiples of 1 / LANES
+
+
+def rounded_p(p: float) -> float:
+    """The drop probability the fast mask realises: p rounded to a multiple of 1/65536."""
+    return round(p * LANES) / LANES
+
+
+def keep_mask(shape, p: float, device="cpu") -> Tensor:
+    """Bool mask, True with probability 1 - rounded_p(p) independently per element."""
+    n = math.prod(int(s) for s in shape)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2**63, None)  # all 64 bits
+    threshold = -LANES // 2 + round(p * LANES)  # int16 lanes are uniform on [-32768, 32767]
+    return (words.view(torch.int16)[:n] >= threshold).view(shape)
+
+
+class _MaskedScale(torch.autograd.Function):
+    """y = x * mask * scale; the backward applies the same mask and scale (as torch's native_dropout)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, mask: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(mask)
+        ctx.scale = scale
+        return x.mul(mask).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (mask,) = ctx.saved_tensors
+        return grad.mul(mask).mul_(ctx.scale), None, None
+
+
+def fast_dropout(x: Tensor, p: float, training: bool = True, mask: Tensor | None = None) -> Tensor:
+    """Inverted dropout of ``x`` with probability ``p`` (identity when not training or p == 0).
+
+    ``mask`` (bool, x's shape) fixes which elements are kept (tests); by default it is drawn with
+    :func:`keep_mask` on CPU, and torch's own dropout runs on other devices.
+    """
+    if not training or p == 0.0:
+        return x
+    if mask is None and x.device.type != "cpu":
+        return F.dropout(x, p, True)
+    if mask is None:
+        mask = keep_mask(x.shape, p, x.device)
+    return _MaskedScale.apply(x, mask, 1.0 / (1.0 - rounded_p(p)))
+
+
+class FastDropout(nn.Module):
+    """``nn.Dropout`` with the fast CPU mask above."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return fast_dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def make_dropout(p: float, fast: bool = True) -> nn.Module:
+    """Dropout of probability ``p``: :class:`FastDropout`, or torch's ``nn.Dropout`` (``fast=False``)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    return FastDropout(p) if fast else nn.Dropout(p)
