@@ -42,6 +42,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import UserError
+from .text import first_line
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
 # What a report folder may hold: ``ltfm report`` replaces such a folder, never one holding other files.
@@ -102,12 +103,6 @@ def _replace_dir(src: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _first_line(text: str, limit: int = 300) -> str:
-    import re
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text or "")).strip()
-    return text.splitlines()[0][:limit] if text else ""
-
-
 def _cell_title(source: str) -> str:
     lines = [ln.strip() for ln in (source or "").splitlines() if ln.strip()]
     return lines[0][:80] if lines else "(empty cell)"
@@ -134,17 +129,17 @@ def execute(notebook: Path, parameters: dict, out: Path, name: str) -> int:
     except PapermillExecutionError as e:
         if e.ename == "UserError":  # the user's input, found by the notebook: one line, exit 2
             shutil.rmtree(staging, ignore_errors=True)
-            raise UserError(_first_line(e.evalue)) from None
+            raise UserError(first_line(e.evalue)) from None
         failed = out.with_name(f"{out.name}.failed")
         shutil.rmtree(failed, ignore_errors=True)
         os.replace(staging, failed)
         print(f"ltfm: error: notebook {notebook.name} failed in cell {e.exec_count} "
-              f"({_cell_title(e.source)!r}): {e.ename}: {_first_line(e.evalue)} "
+              f"({_cell_title(e.source)!r}): {e.ename}: {first_line(e.evalue)} "
               f"(executed notebook with the traceback: {failed / executed.name})", file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001 - no kernel, kernel died, timeout: one line
         shutil.rmtree(staging, ignore_errors=True)
-        print(f"ltfm: error: could not execute notebook {notebook}: {e.__class__.__name__}: {_first_line(e)}",
+        print(f"ltfm: error: could not execute notebook {notebook}: {e.__class__.__name__}: {first_line(e)}",
               file=sys.stderr)
         return 1
     missing = [f for f in EXPECTED[name] if not (staging / f).is_file()]

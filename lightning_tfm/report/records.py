@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import UserError
+from .text import first_line
 
 
 HISTORY_KEYS = ("dev/loss", "dev/ppl", "dev/bleu", "train/loss")
@@ -388,6 +389,6 @@ def fetch_wandb_records(path: str, group: str, timeout: int = 20) -> list[RunRec
         raise
     except Exception as e:  # noqa: BLE001 - no network, bad key, no such project: one line
         from ..tracking import scrub
-        first = scrub(str(e)).strip().splitlines()[0][:300] if str(e).strip() else ""
+        first = first_line(scrub(str(e)))
         raise UserError(f"cannot read W&B project {path!r} ({e.__class__.__name__}: {first}); check ENTITY/PROJECT, "
                         "the API key and the network") from None

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..errors import UserError
 from .records import DONE, ReportData, RunRecord
-from .text import fmt, fmt_knob, md_cell, write_text
+from .text import first_line, fmt, fmt_knob, md_cell, write_text
 
 
 PAPER_ORDER = ("base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
@@ -377,8 +377,7 @@ def paired_bootstrap(by_variant: dict[str, list[RunRecord]], variants: list[str]
             signature = res["signature"] or signature
             out[v] = {**res, "seeds": seeds}
         except Exception as e:  # noqa: BLE001 - e.g. Hub references offline: the table stands without the test
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else e.__class__.__name__
-            notes.append(f"paired bootstrap for {v} not computed: {first}")
+            notes.append(f"paired bootstrap for {v} not computed: {first_line(e, 200) or e.__class__.__name__}")
     return out, notes, signature
 
 

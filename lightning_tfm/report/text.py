@@ -3,6 +3,7 @@ that writes a report's text files (nothing half-written: a temporary file rename
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,13 @@ def fmt_knob(x: Any) -> str:
 
 def md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def first_line(text: Any, limit: int = 300) -> str:
+    """The first line of an error message (ANSI colours removed, at most ``limit`` characters): a report
+    names a problem in one line."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text or "")).strip()
+    return text.splitlines()[0][:limit] if text else ""
 
 
 def write_text(path: Path, text: str) -> Path:
