@@ -50,7 +50,7 @@ def _sweep(args) -> int:
 
 
 def _report(args) -> int:
-    from .report import report_cli
+    from .report.notebooks import report_cli
     return report_cli(args)
 
 

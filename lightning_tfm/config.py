@@ -218,8 +218,10 @@ def read_yaml(path: str | os.PathLike) -> dict:
     return tree
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None) -> dict:
-    """Defaults <- YAML file <- overrides; validated. ``overrides`` is a list of "k=v" or a {dotted: value} dict."""
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None,
+                checked: bool = True) -> dict:
+    """Defaults <- YAML file <- overrides; validated unless ``checked=False`` (a report reading configs it
+    need not run). ``overrides`` is a list of "k=v" or a {dotted: value} dict."""
     cfg = defaults()
     if path is not None:
         tree = read_yaml(path)
@@ -229,7 +231,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
     items = overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides or [])
     for key, value in items:
         set_dotted(cfg, key, value)
-    validate(cfg)
+    if checked:
+        validate(cfg)
     return cfg
 
 

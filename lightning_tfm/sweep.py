@@ -357,6 +357,32 @@ def parse_cli_overrides(overrides: list[str] | None) -> dict:
     return out
 
 
+def trial_overrides(sweep: Sweep, entry: Entry, base: dict, base_steps: int | float) -> dict:
+    """A trial's overrides of its experiment: ``base`` (the sweep file's, then the command line's), the
+    entry's, its budget as a factor on train.max_steps (``base_steps`` = the experiment's with ``base``),
+    and the run.* bookkeeping (seed, variant, family, study)."""
+    ov = {**base, **entry.overrides}
+    if entry.max_steps is not None:
+        ov["train.max_steps"] = entry.max_steps
+    elif entry.budget != 1.0:
+        ov["train.max_steps"] = max(1, int(round(ov.get("train.max_steps", base_steps) * entry.budget)))
+    ov.update({"run.seed": entry.seed, "run.variant": entry.name, "run.family": entry.family,
+               "run.study": sweep.name})
+    return ov
+
+
+def trial_config(sweep: Sweep, entry: Entry | None = None, cli_overrides: dict | None = None,
+                 checked: bool = True) -> dict:
+    """The nested config of one trial (without ``entry``: the sweep's base), as :class:`Plan` builds it.
+    ``checked=False`` (not validated) is for the reports: they show rows that cannot be built and need no data.path."""
+    base = {**sweep.overrides, **(cli_overrides or {})}
+    cfg = C.load_config(sweep.experiment, base, checked=checked)
+    if entry is None:
+        return cfg
+    return C.load_config(sweep.experiment, trial_overrides(sweep, entry, base, cfg["train"]["max_steps"]),
+                         checked=checked)
+
+
 class Plan:
     """The resolved sweep: base overrides (file, then command line) and each trial's full overrides."""
 
@@ -367,15 +393,8 @@ class Plan:
         self.results_dir = Path(self.base_cfg["run"]["results_dir"]).absolute()
 
     def trial_overrides(self, entry: Entry) -> dict:
-        ov = {**self.base, **entry.overrides}
-        if entry.max_steps is not None:
-            ov["train.max_steps"] = entry.max_steps
-        elif entry.budget != 1.0:
-            steps = ov.get("train.max_steps", self.base_cfg["train"]["max_steps"])
-            ov["train.max_steps"] = max(1, int(round(steps * entry.budget)))
-        ov.update({"run.seed": entry.seed, "run.variant": entry.name, "run.family": entry.family,
-                   "run.study": self.sweep.name, "run.results_dir": str(self.results_dir)})
-        return ov
+        return {**trial_overrides(self.sweep, entry, self.base, self.base_cfg["train"]["max_steps"]),
+                "run.results_dir": str(self.results_dir)}
 
     def config(self, entry: Entry) -> dict:
         return C.load_config(self.sweep.experiment, self.trial_overrides(entry))
@@ -544,11 +563,41 @@ def open_storage(url: str, heartbeat: dict | None = None, for_trial: bool = Fals
 # ----------------------------------------------------------------------------------------------------------
 # Study and trials
 # ----------------------------------------------------------------------------------------------------------
-def _quiet_optuna():
+def quiet_optuna():
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
+
+
+def distributions(space: dict) -> dict:
+    """The sweep file's ``space`` specs (checked by :func:`load_sweep`) as Optuna distributions."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out = {}
+    for key, d in space.items():
+        if d["type"] == "categorical":
+            out[key] = CategoricalDistribution(d["choices"])
+        elif d["type"] == "int":
+            out[key] = IntDistribution(d["low"], d["high"], step=d.get("step") or 1, log=d.get("log", False))
+        else:
+            out[key] = FloatDistribution(float(d["low"]), float(d["high"]), step=d.get("step"), log=d.get("log", False))
+    return out
+
+
+def suggest(trial, space: dict) -> dict:
+    """Sample every key of ``space`` in ``trial`` (through Optuna's public ``suggest_*``): key -> value."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    params = {}
+    for key, dist in distributions(space).items():
+        if isinstance(dist, CategoricalDistribution):
+            params[key] = trial.suggest_categorical(key, dist.choices)
+        elif isinstance(dist, IntDistribution):
+            params[key] = trial.suggest_int(key, dist.low, dist.high, step=dist.step, log=dist.log)
+        else:
+            params[key] = trial.suggest_float(key, dist.low, dist.high, step=dist.step, log=dist.log)
+    return params
 
 
 def machine_description() -> str:
@@ -837,15 +886,7 @@ class Worker:
         return sum(1 for t in trials if t.user_attrs.get("skip") != "duplicate") >= (self.sweep.n_trials or 0)
 
     def _sample(self, trial) -> Entry:
-        params = {}
-        for key, d in self.sweep.space.items():
-            if d["type"] == "categorical":
-                params[key] = trial.suggest_categorical(key, d["choices"])
-            elif d["type"] == "int":
-                params[key] = trial.suggest_int(key, d["low"], d["high"], step=d.get("step") or 1, log=d.get("log", False))
-            else:
-                params[key] = trial.suggest_float(key, float(d["low"]), float(d["high"]), step=d.get("step"),
-                                                  log=d.get("log", False))
+        params = suggest(trial, self.sweep.space)
         entry = Entry(f"search-{trial.number:04d}", "search", self.sweep.seeds[0], params)
         if "grid_key" not in trial.user_attrs:  # a retried trial keeps its original name and key
             for k, v in self.plan.attrs(entry).items():
@@ -982,21 +1023,13 @@ def dry_run(sweep: Sweep, plan: Plan, n_trials: int | None) -> list[dict]:
         entries = sweep.entries()
     else:  # show the kind of points the space yields: random draws from it
         import optuna
-        _quiet_optuna()
+        quiet_optuna()
         seed = sweep.sampler.get("seed", 0)
         study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed), direction=sweep.direction)
         entries = []
         for i in range(n_trials or sweep.n_trials or 10):
             trial = study.ask()
-            params = {}
-            for key, d in sweep.space.items():
-                if d["type"] == "categorical":
-                    params[key] = trial.suggest_categorical(key, d["choices"])
-                elif d["type"] == "int":
-                    params[key] = trial.suggest_int(key, d["low"], d["high"], step=d.get("step") or 1, log=d.get("log", False))
-                else:
-                    params[key] = trial.suggest_float(key, float(d["low"]), float(d["high"]), step=d.get("step"),
-                                                      log=d.get("log", False))
+            params = suggest(trial, sweep.space)
             entries.append(Entry(f"search-{i:04d}", "search", sweep.seeds[0], params))
     for entry in entries:
         _, params, reason = check_buildable(plan, entry)
@@ -1085,7 +1118,7 @@ def sweep_cli(args) -> int:
                 print(f"{r['name']:<{width}}  seed {r['seed']}  {what}  steps {r['max_steps']}  "
                       f"{format_overrides(r['overrides'])}")
         return 0
-    _quiet_optuna()
+    quiet_optuna()
     url = args.storage or default_storage(sweep, plan.results_dir)
     if args.status:
         storage = open_storage(url, create=False)

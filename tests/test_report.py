@@ -20,7 +20,8 @@ from PIL import Image
 
 from conftest import ROOT, SMOKE, ltfm
 from wandb_offline import read_runs
-from lightning_tfm import report, report_data as rd
+from lightning_tfm import report as rd
+from lightning_tfm.report import notebooks
 from lightning_tfm.errors import UserError
 from lightning_tfm.sweep import load_sweep
 
@@ -275,7 +276,7 @@ def test_a_failing_cell_fails_the_command_naming_the_cell(tmp_path, capsys):
     out.mkdir()
     (out / "table3.md").write_text("the previous report\n")
     nb = _notebook(tmp_path / "bad.ipynb", "# Load\nx = 1", "# Table: divide\nx = 1 / 0")
-    assert report.execute(nb, {}, out, "table3") == 1
+    assert notebooks.execute(nb, {}, out, "table3") == 1
     err = capsys.readouterr().err.strip().splitlines()
     # In [4]: the parameters cell, papermill's injected parameters, "# Load", then this one
     assert len(err) == 1 and "cell 4" in err[0] and "'# Table: divide'" in err[0] and "ZeroDivisionError" in err[0]
@@ -287,7 +288,7 @@ def test_a_failing_cell_fails_the_command_naming_the_cell(tmp_path, capsys):
     nb = _notebook(tmp_path / "user.ipynb", "from lightning_tfm.errors import UserError\n"
                                             "raise UserError('no study named x: run ltfm sweep first')")
     with pytest.raises(UserError, match="no study named x"):
-        report.execute(nb, {}, out, "table3")
+        notebooks.execute(nb, {}, out, "table3")
     assert (out / "table3.md").read_text() == "the previous report\n"
 
 
@@ -428,14 +429,16 @@ def test_search_report_shows_every_trial_and_optunas_plots(tmp_path):
     assert soup.find("table") is not None and "search-0003" in soup.get_text()
 
 
-def test_notebooks_in_the_package_are_the_reports_notebooks():
-    """An installed package (no checkout) runs its copies: they must be the repository's notebooks."""
+def test_the_notebooks_ship_once_as_package_data():
+    """``ltfm report`` runs the package's notebooks (found through importlib.resources, as an installed package
+    finds them; the tests above execute them); the repository holds no second copy."""
     for name in ("table3", "search"):
-        shipped = ROOT / "lightning_tfm" / "resources" / "notebooks" / f"{name}.ipynb"
-        assert shipped.read_bytes() == (ROOT / "reports" / f"{name}.ipynb").read_bytes(), name
+        shipped = notebooks.notebook_path(name)
+        assert shipped.resolve() == (ROOT / "lightning_tfm" / "resources" / "notebooks" / f"{name}.ipynb").resolve()
         nb = nbformat.read(shipped, as_version=4)
         nbformat.validate(nb)
         params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(params) == 1
         for key in ("sweep_file", "results_dir", "storage", "out_dir", "wandb_path"):
             assert re.search(rf"^{key} = ", params[0].source, re.M), key
+    assert all("build" in p.relative_to(ROOT).parts for p in ROOT.glob("reports/**/*.ipynb"))  # only built ones

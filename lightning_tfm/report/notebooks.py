@@ -20,9 +20,9 @@ output folder only when every cell succeeded. A cell that raises ``UserError`` (
 ...) ends the command with that one line and exit code 2; any other failing cell ends it with exit code 1
 and one line naming the cell, and the executed notebook with the traceback is kept in ``<out>.failed/``.
 
-Which notebook file: ``reports/<name>.ipynb`` of the source checkout this package runs from (what users
-open and edit in Jupyter); an installed package without the checkout uses its copy in
-``lightning_tfm/resources/notebooks/`` (a test keeps the two identical).
+Which notebook file: ``lightning_tfm/resources/notebooks/<name>.ipynb``, the package's data, found through
+``importlib.resources`` (the one copy: a source checkout and an installed package run the same file; open
+it in Jupyter from there to edit it).
 
 Kernel: the notebook runs on this very Python (``sys.executable``, i.e. the virtual environment's), never on
 whatever ``python3`` kernel a user-level Jupyter installation registers: a temporary kernelspec named
@@ -41,7 +41,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from .errors import UserError
+from ..errors import UserError
+from .text import first_line
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
 # What a report folder may hold: ``ltfm report`` replaces such a folder, never one holding other files.
@@ -52,15 +53,12 @@ EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "bleu
 
 
 def notebook_path(name: str) -> Path:
-    """``reports/<name>.ipynb`` of the checkout, else the packaged copy."""
-    checkout = Path(__file__).resolve().parent.parent / "reports" / f"{name}.ipynb"
-    if checkout.is_file():
-        return checkout
+    """The package's ``resources/notebooks/<name>.ipynb``."""
     packaged = resources.files("lightning_tfm").joinpath(f"resources/notebooks/{name}.ipynb")
     if packaged.is_file():
         return Path(str(packaged))
-    raise UserError(f"report notebook {name}.ipynb not found (looked in {checkout.parent} and the package's "
-                    "resources/notebooks): reinstall lightning_tfm")
+    raise UserError(f"report notebook {name}.ipynb not found in the package's resources/notebooks: "
+                    "reinstall lightning_tfm")
 
 
 @contextlib.contextmanager
@@ -105,12 +103,6 @@ def _replace_dir(src: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _first_line(text: str, limit: int = 300) -> str:
-    import re
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(text or "")).strip()
-    return text.splitlines()[0][:limit] if text else ""
-
-
 def _cell_title(source: str) -> str:
     lines = [ln.strip() for ln in (source or "").splitlines() if ln.strip()]
     return lines[0][:80] if lines else "(empty cell)"
@@ -137,17 +129,17 @@ def execute(notebook: Path, parameters: dict, out: Path, name: str) -> int:
     except PapermillExecutionError as e:
         if e.ename == "UserError":  # the user's input, found by the notebook: one line, exit 2
             shutil.rmtree(staging, ignore_errors=True)
-            raise UserError(_first_line(e.evalue)) from None
+            raise UserError(first_line(e.evalue)) from None
         failed = out.with_name(f"{out.name}.failed")
         shutil.rmtree(failed, ignore_errors=True)
         os.replace(staging, failed)
         print(f"ltfm: error: notebook {notebook.name} failed in cell {e.exec_count} "
-              f"({_cell_title(e.source)!r}): {e.ename}: {_first_line(e.evalue)} "
+              f"({_cell_title(e.source)!r}): {e.ename}: {first_line(e.evalue)} "
               f"(executed notebook with the traceback: {failed / executed.name})", file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001 - no kernel, kernel died, timeout: one line
         shutil.rmtree(staging, ignore_errors=True)
-        print(f"ltfm: error: could not execute notebook {notebook}: {e.__class__.__name__}: {_first_line(e)}",
+        print(f"ltfm: error: could not execute notebook {notebook}: {e.__class__.__name__}: {first_line(e)}",
               file=sys.stderr)
         return 1
     missing = [f for f in EXPECTED[name] if not (staging / f).is_file()]
@@ -192,15 +184,15 @@ def export_html(notebook: Path, html: Path) -> Path:
 
 def report_parameters(sweep, results: str | None, storage: str | None, wandb_path: str | None) -> dict:
     """The notebook's parameters, checked here first (cheap, before any kernel starts)."""
-    from . import report_data as rd
+    from .records import check_wandb_access, resolve_local
 
     params = {"sweep_file": str(Path(sweep.path).absolute()), "results_dir": None, "storage": None,
               "wandb_path": None}
     if wandb_path:
-        rd.check_wandb_access(wandb_path)
+        check_wandb_access(wandb_path)
         params["wandb_path"] = wandb_path
         return params
-    results_dir, url = rd.resolve_local(sweep, results, storage)
+    results_dir, url = resolve_local(sweep, results, storage)
     params["results_dir"] = str(results_dir)
     params["storage"] = storage  # None: the notebook uses <results_dir>/<name>.db when it exists
     return params
@@ -208,7 +200,7 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
 
 def report_cli(args) -> int:
     """``ltfm report SWEEP.yaml [--storage URL] [--results DIR] [--out DIR] [--from-wandb ENTITY/PROJECT]``"""
-    from .sweep import load_sweep
+    from ..sweep import load_sweep
 
     sweep = load_sweep(args.sweep_file)
     if args.from_wandb and (args.results or args.storage):

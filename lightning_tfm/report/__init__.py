@@ -1,0 +1,35 @@
+"""The report of a sweep: ``ltfm report SWEEP.yaml`` runs a notebook that calls this package.
+
+One job per module; imports point one way (model <- training <- sweep <- report: this package reads the
+sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the sweep never imports it):
+
+- :mod:`.records`: a sweep's runs as :class:`RunRecord` lists: local run folders, the Optuna study, W&B;
+- :mod:`.table3`: the Table 3 replica beside the paper's: seed noise, paired bootstrap, agreement, md/csv;
+- :mod:`.search`: the search report: one row per trial, Optuna's plots;
+- :mod:`.figures`: the Table 3 figures (matplotlib);
+- :mod:`.text`: cell formatting and the one text-file writer;
+- :mod:`.notebooks`: ``ltfm report``: papermill execution of the packaged notebooks
+  (``lightning_tfm/resources/notebooks/``), HTML export, publishing the report folder.
+
+The notebooks stay thin: ``from lightning_tfm import report as rd`` and the names below.
+"""
+import warnings
+
+# tqdm.auto (imported by optuna and datasets) warns in a kernel without ipywidgets; a report has no progress bars.
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+from .figures import plot_bleu_vs_params, plot_dev_ppl_by_family, plot_norm_curves  # noqa: E402
+from .records import (ReportData, RunRecord, latest_per_key, load_report_data, planned_configs,  # noqa: E402
+                      wandb_record)
+from .search import (plot_intermediate_values, plot_optimization_history, plot_param_importances,  # noqa: E402
+                     search_markdown, search_rows, search_study, write_search)
+from .table3 import (NOISE_RULE, bleu_markdown, bleu_significant, build_table, config_markdown,  # noqa: E402
+                     dev_references, headline_markdown, noise_verdict, notes_markdown, paired_test, ppl_markdown,
+                     table_markdown, write_table)
+
+__all__ = ["NOISE_RULE", "ReportData", "RunRecord", "bleu_markdown", "bleu_significant", "build_table",
+           "config_markdown", "dev_references", "headline_markdown", "latest_per_key", "load_report_data",
+           "noise_verdict", "notes_markdown", "paired_test", "planned_configs", "plot_bleu_vs_params",
+           "plot_dev_ppl_by_family", "plot_intermediate_values", "plot_norm_curves", "plot_optimization_history",
+           "plot_param_importances", "ppl_markdown", "search_markdown", "search_rows", "search_study",
+           "table_markdown", "wandb_record", "write_search", "write_table"]

@@ -1,0 +1,201 @@
+"""The Table 3 report's figures (matplotlib's object API: no pyplot, no display needed): dev perplexity per
+row family, dev BLEU against model size, pre- against post-norm training curves."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .records import ReportData, RunRecord
+from .table3 import load_paper, ordered_variants
+
+
+def new_figure(nrows: int, ncols: int, width: float, height: float):
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    return fig, fig.subplots(nrows, ncols, squeeze=False)
+
+
+def save_figure(fig, path: str | Path) -> str:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return str(path)
+
+
+def placeholder(path: str | Path, title: str, message: str) -> str:
+    fig, axes = new_figure(1, 1, 6, 3.5)
+    ax = axes[0][0]
+    ax.set_title(title, fontsize=10)
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+    return save_figure(fig, path)
+
+
+def _series(rec: RunRecord, key: str) -> tuple[list[int], list[float]]:
+    pts = [(row["step"], row[key]) for row in rec.history if key in row]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _label(rec: RunRecord, many_seeds: bool) -> str:
+    return f"{rec.variant} s{rec.seed}" if many_seeds else rec.variant
+
+
+PAPER_FAMILIES = ("A", "B", "C", "D", "E", "big")
+
+
+OTHER = "other rows"
+
+
+# Panel titles a reader understands without the sweep file: what each of the paper's row families varies.
+FAMILY_TITLES = {"A": "(A) number of heads h, with h·d_k fixed", "B": "(B) smaller key size d_k",
+                 "C": "(C) model size: N, d_model, d_ff", "D": "(D) dropout P_drop and label smoothing ε_ls",
+                 "E": "(E) learned instead of sinusoidal positions", "big": "big model (3× the steps)",
+                 "base": "base", OTHER: OTHER}
+
+
+def _variant_family(data: ReportData, v: str) -> str | None:
+    recs = [r for r in data.records if r.variant == v]
+    return next((r.family for r in recs if r.family), None) or ((data.sweep.variants or {}).get(v) or {}).get("family")
+
+
+def _panel_of(data: ReportData, v: str) -> str | None:
+    """The dev-perplexity panel of a row: its paper family (A-E, big), none for base and pre-norm rows
+    (they have their own figure), else the panel of other rows."""
+    fam = _variant_family(data, v)
+    if v == "base" or fam in ("base", "norm", "search"):
+        return None
+    return fam if fam in PAPER_FAMILIES else OTHER
+
+
+def _set_yscale(ax) -> None:
+    ys = [y for line in ax.lines for y in line.get_ydata() if y > 0]
+    if ys and max(ys) / min(ys) > 5:  # the first evaluations of a short run are far above the rest
+        ax.set_yscale("log")
+
+
+def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
+    """Dev perplexity against step, one panel per row family (A-E, big, then other rows), with the base in
+    every panel; rows without a curve are named in their panel's title with their status."""
+    variants = ordered_variants(data.sweep, data.records)
+    panels: list[str] = []
+    for v in variants:
+        p = _panel_of(data, v)
+        if p is not None and p not in panels:
+            panels.append(p)
+    panels.sort(key=lambda p: PAPER_FAMILIES.index(p) if p in PAPER_FAMILIES else len(PAPER_FAMILIES))
+    panels = panels or ["base"]
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = new_figure(nrows, ncols, 4.6 * ncols, 3.4 * nrows)
+    many = len(data.sweep.seeds) > 1
+    for i, panel in enumerate(panels):
+        ax = axes[i // ncols][i % ncols]
+        members = ["base"] + [v for v in variants if _panel_of(data, v) == panel]
+        no_curve = []
+        for j, v in enumerate(members):
+            recs = [r for r in data.records if r.variant == v]
+            drawn = False
+            for r in sorted(recs, key=lambda r: (r.seed is None, r.seed or 0)):
+                xs, ys = _series(r, "dev/ppl")
+                if xs:
+                    ax.plot(xs, ys, marker=".", color="black" if v == "base" else f"C{j % 10}",
+                            label=_label(r, many), linewidth=1.2)
+                    drawn = True
+            if not drawn and v in variants:
+                no_curve.append(f"{v} ({recs[0].status if recs else 'missing'})")
+        _set_yscale(ax)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("dev perplexity (lower is better)" + (", log scale" if ax.get_yscale() == "log" else ""))
+        title = FAMILY_TITLES.get(panel, f"family {panel}")
+        if no_curve:
+            import textwrap
+            title += "\n" + textwrap.fill("no curve: " + ", ".join(no_curve), 62)
+        ax.set_title(title, fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=7)
+        ax.grid(True, alpha=0.3)
+    for k in range(len(panels), nrows * ncols):
+        axes[k // ncols][k % ncols].set_visible(False)
+    fig.suptitle(f"Dev perplexity during training, each row family against the base (black); sweep "
+                 f"{data.sweep.name}", fontsize=10)
+    return save_figure(fig, path)
+
+
+def plot_bleu_vs_params(table: dict, path: str | Path) -> str:
+    """Dev BLEU against parameter count, ours and the paper's (rows of this sweep)."""
+    fig, axes = new_figure(1, 2, 10, 4)
+    ours, paper = axes[0]
+    pbase = load_paper()["base"]
+    for row in table["rows"]:
+        if row["dev_bleu"] is not None and row["params"] is not None:
+            x = row["params"] / 1e6
+            ours.errorbar([x], [row["dev_bleu"]], yerr=[row["dev_bleu_std"]] if row["dev_bleu_std"] else None,
+                          fmt="o", color="black" if row["variant"] == "base" else "C0", capsize=3)
+            ours.annotate(row["variant"], (x, row["dev_bleu"]), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        if row["paper_dev_bleu"] is not None:
+            given = row["paper_params_m"] is not None
+            x = row["paper_params_m"] if given else pbase["params_m"]  # blank in the paper: the base's size
+            paper.plot([x], [row["paper_dev_bleu"]], "o", color="black" if row["variant"] == "base" else "C1",
+                       fillstyle="full" if given else "none")
+            paper.annotate(row["variant"], (x, row["paper_dev_bleu"]), textcoords="offset points", xytext=(4, 3),
+                           fontsize=7)
+    ours.set_title(f"ours (sweep {table['sweep']}, Multi30k-scale models)", fontsize=9)
+    paper.set_title("paper, Table 3 (hollow: size not given, drawn at the base's)", fontsize=9)
+    fig.suptitle("Dev BLEU against model size (higher is better; black = base row)", fontsize=10)
+    for ax in (ours, paper):
+        ax.set_xlabel("parameters (millions)")
+        ax.set_ylabel("dev BLEU")
+        ax.grid(True, alpha=0.3)
+    if not ours.lines and not ours.collections:
+        ours.text(0.5, 0.5, "no completed run", ha="center", va="center", transform=ours.transAxes)
+    if not paper.lines:
+        paper.text(0.5, 0.5, "no row of the paper in this sweep", ha="center", va="center", transform=paper.transAxes)
+    return save_figure(fig, path)
+
+
+def plot_norm_curves(data: ReportData, path: str | Path) -> str:
+    """Pre-norm against post-norm: train loss (all steps and the first steps) and dev perplexity."""
+    post = [r for r in data.records if r.variant == "base"]
+    pre = [r for r in data.records if r.config.get("model.norm") == "pre" and r.variant != "base"]
+    pre += [r for r in data.records if _variant_family(data, r.variant) == "norm" and r not in pre
+            and r.variant != "base"]
+    fig, axes = new_figure(1, 3, 14, 3.8)
+    full, first, dev = axes[0]
+    many = len(data.sweep.seeds) > 1
+    last = max([row["step"] for r in post + pre for row in r.history] or [0])
+    early = max(last // 10, 1)
+    for i, r in enumerate(post + pre):
+        color = "black" if r.variant == "base" else f"C{i % 10}"
+        kind = "post" if r.variant == "base" else r.config.get("model.norm", "?")
+        label = f"{_label(r, many)} ({kind}-norm)"
+        xs, ys = _series(r, "train/loss")
+        full.plot(xs, ys, color=color, label=label, linewidth=1)
+        pts = [(x, y) for x, y in zip(xs, ys) if x <= early]
+        if len(pts) < 5:
+            pts = list(zip(xs, ys))[:5]
+        first.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=color, label=label, linewidth=1)
+        xs, ys = _series(r, "dev/ppl")
+        dev.plot(xs, ys, marker=".", color=color, label=label, linewidth=1)
+    full.set_title("training loss, whole run", fontsize=9)
+    shown = max((int(x) for line in first.lines for x in line.get_xdata()), default=early)
+    first.set_title(f"training loss, first {shown} steps", fontsize=9)
+    dev.set_title("dev perplexity (lower is better)", fontsize=9)
+    _set_yscale(dev)
+    for ax, ylabel in ((full, "label-smoothed training loss"), (first, "label-smoothed training loss"),
+                       (dev, "dev perplexity")):
+        ax.set_xlabel("training step")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    missing = []
+    if not post or not any(r.history for r in post):
+        missing.append("no base (post-norm) curve")
+    if not pre:
+        missing.append("no pre-norm row in this sweep")
+    elif not any(r.history for r in pre):
+        missing.append("pre-norm rows: " + ", ".join(f"{r.variant} ({r.status})" for r in pre))
+    fig.suptitle("Layer norm before (pre-norm) or after (post-norm, the paper's) each sublayer: training curves"
+                 + (f" ({'; '.join(missing)})" if missing else ""),
+                 fontsize=10)
+    return save_figure(fig, path)

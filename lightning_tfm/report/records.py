@@ -1,0 +1,394 @@
+"""Reading a sweep's runs into :class:`RunRecord` lists, whatever the source (:func:`load_report_data`).
+
+- local (default): the sweep's Optuna storage (``--storage``, else ``<results_dir>/<sweep name>.db`` when it
+  exists) says which trials exist and their state; each trial's run folder (``summary.json``, the metric
+  history of :func:`lightning_tfm.results.read_metrics`, ``hyps/dev.<tgt>.txt``) gives the numbers. When a
+  run folder is not here (workers on other machines), the values the worker recorded in the trial's user
+  attributes are used. Run folders of the study that the storage does not know (or no storage at all) are
+  read from the results folder.
+- W&B (``wandb_path="ENTITY/PROJECT"``): the runs of group = sweep name through W&B's public API: flat config
+  keys (``model.heads``, ``run.variant``, ...), summary (``dev_ppl``, ``dev_bleu``, ``params``, ``status``),
+  name, job_type, state, and the history (``dev/ppl``, ``train/loss``, ... against ``trainer/global_step``).
+
+Both sources become :class:`RunRecord` lists, and everything after that (the tables, the figures) is the same
+code. One record per (variant, seed): the latest trial (or, without a storage, the latest run). A trial's
+configuration comes from the sweep's own :func:`lightning_tfm.sweep.trial_config`, never re-derived here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import UserError
+from .text import first_line
+
+
+HISTORY_KEYS = ("dev/loss", "dev/ppl", "dev/bleu", "train/loss")
+
+
+WANDB_STEP = "trainer/global_step"
+
+
+DONE = "completed"
+
+
+@dataclass
+
+
+class RunRecord:
+    """One (variant, seed) of a sweep as the report sees it, whatever the source."""
+    variant: str
+    family: str | None = None
+    seed: int | None = None
+    status: str = "missing"     # completed | pruned | failed | skipped | running | waiting | missing | ...
+    config: dict = field(default_factory=dict)   # flat dotted keys: model.heads, train.max_steps, ...
+    params: int | None = None
+    dev_loss: float | None = None
+    dev_ppl: float | None = None
+    dev_bleu: float | None = None
+    steps: int | None = None
+    history: list[dict] = field(default_factory=list)  # rows {"step": int, "dev/ppl": float, ...}
+    hyps: str | None = None     # dev hypotheses file (local runs)
+    run: str | None = None      # run folder (local) or W&B run id
+    trial: int | None = None    # Optuna trial number
+    note: str | None = None     # why it failed / was skipped
+    bleu_signature: str | None = None
+    wall_time_s: float | None = None
+    started_at: str | None = None   # ISO local time, from summary.json
+    finished_at: str | None = None
+    host: str | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.status == DONE
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        try:
+            x = float(x)  # W&B may hand back numbers as strings ("NaN", "Infinity")
+        except (TypeError, ValueError):
+            return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _int(x: Any) -> int | None:
+    v = _num(x)
+    return int(v) if v is not None else None
+
+
+def _flatten(cfg: dict) -> dict:
+    from ..config import flatten
+    return flatten({k: v for k, v in (cfg or {}).items() if isinstance(v, dict)})
+
+
+def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> RunRecord:
+    """A run folder's ``summary.json`` (+ its metric history and dev hypotheses when ``run_dir`` is given)."""
+    from ..results import read_metrics
+
+    cfg = summary.get("config") or {}
+    run_cfg = cfg.get("run") or {}
+    flat = _flatten(cfg)
+    rec = RunRecord(variant=str(run_cfg.get("variant") or summary.get("run_id") or Path(run_dir or "?").name),
+                    family=run_cfg.get("family"), seed=_int(run_cfg.get("seed")),
+                    status=str(summary.get("status") or "unknown"), config=flat,
+                    params=_int(summary.get("params")), dev_loss=_num(summary.get("dev_loss")),
+                    dev_ppl=_num(summary.get("dev_ppl")), dev_bleu=_num(summary.get("dev_bleu")),
+                    steps=_int(summary.get("steps")), run=str(run_dir) if run_dir else summary.get("run_id"),
+                    note=summary.get("error"), bleu_signature=summary.get("bleu_signature"),
+                    wall_time_s=_num(summary.get("wall_time_s")), started_at=summary.get("started_at"),
+                    finished_at=summary.get("finished_at"), host=summary.get("host"))
+    if run_dir is not None:
+        rec.history = [{k: v for k, v in row.items() if k == "step" or k in HISTORY_KEYS}
+                       for row in read_metrics(run_dir)]
+        tgt = (cfg.get("data") or {}).get("tgt_lang")
+        hyps = Path(run_dir) / "hyps" / f"dev.{tgt}.txt"
+        if tgt and hyps.is_file():
+            rec.hyps = str(hyps)
+    return rec
+
+
+def wandb_record(config: dict, summary: dict, *, name: str | None = None, job_type: str | None = None,
+                 state: str | None = None, run_id: str | None = None, history: Iterable[dict] = ()) -> RunRecord:
+    """One W&B run as a record: ``config`` = the run's (flat) config, ``summary`` = its summary metrics,
+    ``history`` = rows holding ``trainer/global_step`` (or ``step``) and metric keys. The public API gives
+    ``run.config``, ``run.summary_metrics``, ``run.name``, ``run.job_type``, ``run.state``, ``run.id`` and
+    ``run.scan_history``; an offline run file read back gives the same fields."""
+    config = {k: v for k, v in dict(config or {}).items() if not k.startswith("_")}
+    summary = dict(summary or {})
+    variant = config.get("run.variant") or (re.sub(r"-s\d+$", "", name) if name else None) or run_id or "?"
+    # summary.status is what our training wrote (completed | pruned | failed); a crashed or killed process
+    # never wrote it, and W&B's own state says so.
+    status = summary.get("status") or {"finished": DONE, "running": "running", "pending": "waiting"}.get(
+        str(state).lower(), "failed" if state else "unknown")
+    by_step: dict[int, dict] = {}
+    for row in history or ():
+        step = _int(row.get(WANDB_STEP, row.get("step")))
+        if step is None:
+            continue
+        dest = by_step.setdefault(step, {"step": step})
+        for key in HISTORY_KEYS:
+            v = _num(row.get(key))
+            if v is not None:
+                dest[key] = v
+    return RunRecord(variant=str(variant), family=config.get("run.family") or job_type,
+                     seed=_int(config.get("run.seed")), status=str(status),
+                     config={k: v for k, v in config.items() if "." in k}, params=_int(summary.get("params")),
+                     dev_loss=_num(summary.get("dev_loss")), dev_ppl=_num(summary.get("dev_ppl")),
+                     dev_bleu=_num(summary.get("dev_bleu")), steps=_int(summary.get("steps")),
+                     history=[by_step[s] for s in sorted(by_step) if len(by_step[s]) > 1],
+                     run=run_id, bleu_signature=summary.get("bleu_signature"))
+
+
+@dataclass
+
+
+class ReportData:
+    sweep: Any                      # lightning_tfm.sweep.Sweep
+    records: list[RunRecord]
+    source: str                     # one line: where the records came from
+    planned: dict[str, dict]        # variant -> flat config the sweep file plans (rows without runs)
+    study: Any = None               # the Optuna study when read from a storage
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        counts: dict[str, int] = {}
+        for r in self.records:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no runs"
+        return "\n".join([f"sweep {self.sweep.name} ({self.sweep.path.name}): {states}", f"source: {self.source}",
+                          *self.notes])
+
+
+WANDB_PATH = re.compile(r"^[^/\s]+/[^/\s]+$")
+
+
+def check_wandb_path(path: str) -> str:
+    if not isinstance(path, str) or not WANDB_PATH.match(path):
+        raise UserError(f"--from-wandb {path!r} must be ENTITY/PROJECT, e.g. my-team/lightning_tfm")
+    return path
+
+
+def wandb_base_url() -> str:
+    """The W&B server the public API talks to (WANDB_BASE_URL, else wandb's settings)."""
+    from wandb import env
+    from wandb.sdk import wandb_setup
+    return env.get_base_url(wandb_setup.singleton().settings.base_url).rstrip("/")
+
+
+def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
+    """Before asking the public API anything: the path's form, an API key, and a TCP connection to the
+    server (wandb's own client retries for a long time when the network is down)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from ..tracking import has_api_key
+    check_wandb_path(path)
+    if not has_api_key():
+        raise UserError("--from-wandb needs a W&B API key: set WANDB_API_KEY or run `wandb login` "
+                        "(or drop --from-wandb to read the local results)")
+    url = wandb_base_url()
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=probe_timeout).close()
+    except OSError as e:
+        raise UserError(f"cannot reach W&B at {url} ({e.strerror or e.__class__.__name__}): --from-wandb needs the "
+                        "network (or drop it to read the local results)") from None
+
+
+def default_results_dir(sweep) -> Path:
+    """The results folder the sweep writes to by default (its experiment's run.results_dir, from the cwd)."""
+    from ..sweep import trial_config
+    return Path(trial_config(sweep, checked=False)["run"]["results_dir"]).absolute()
+
+
+def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) -> tuple[Path, str | None]:
+    """(absolute results folder, storage URL or None) of the local source, or a one-line UserError when
+    there is nothing to read."""
+    from ..sweep import default_storage, mask_url, open_storage
+
+    if results_dir is not None:
+        results = Path(results_dir).absolute()
+        if not results.is_dir():
+            raise UserError(f"results folder {str(results_dir)!r} not found: pass the folder the sweep wrote its "
+                            "run folders to (--results, the sweep's run.results_dir)")
+    else:
+        results = default_results_dir(sweep)
+    if storage:
+        open_storage(storage, create=False)  # malformed / unreachable / no such file: one line, exit 2
+        return results, storage
+    url = default_storage(sweep, results)
+    has_db = (results / f"{sweep.name}.db").is_file()
+    if not has_db and not results.is_dir():
+        raise UserError(f"no results for sweep {sweep.name!r}: neither {results} nor {mask_url(url)} exists; run "
+                        f"`ltfm sweep {sweep.path}` first, or pass --results DIR / --storage URL")
+    return results, (url if has_db else None)
+
+
+def load_report_data(sweep_file: str | Path, results_dir: str | Path | None = None, storage: str | None = None,
+                     wandb_path: str | None = None) -> ReportData:
+    """Everything the notebooks show, from the local results (+ Optuna storage) or from W&B."""
+    from ..sweep import load_sweep, quiet_optuna
+
+    quiet_optuna()
+    sweep = load_sweep(sweep_file)
+    if wandb_path:
+        check_wandb_access(wandb_path)
+        records = latest_per_key(fetch_wandb_records(wandb_path, sweep.name))
+        return ReportData(sweep, records, f"W&B {wandb_path}, group {sweep.name}", planned_configs(sweep, records))
+    results, url = resolve_local(sweep, results_dir, storage)
+    return collect_local(sweep, results, url)
+
+
+def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, dict]:
+    """variant -> the flat config of its trial, for rows without a run: the sweep's own trial config
+    (:func:`lightning_tfm.sweep.trial_config`), and when a base run completed, the variant's trial overrides on
+    that run's config instead (so command-line overrides given to the sweep are included)."""
+    from ..config import flatten
+    from ..sweep import Entry, trial_config, trial_overrides
+
+    if sweep.mode != "variants":
+        return {}
+    base = next((r for r in records or [] if r.variant == "base" and r.completed and r.config), None)
+    base_budget = (sweep.variants.get("base") or {}).get("budget", 1.0)
+    out = {}
+    for name, v in sweep.variants.items():
+        entry = Entry(name, v["family"], sweep.seeds[0], v["overrides"], v["budget"])
+        try:
+            flat = flatten(trial_config(sweep, entry, checked=False))
+        except UserError:
+            flat = {}
+        if base is not None:
+            steps = base.config.get("train.max_steps")
+            # the base run's train.max_steps already carries the base's budget: apply the variant's relative to it
+            relative = v["budget"] / base_budget if isinstance(steps, int) else 1.0
+            flat = {**flat, **trial_overrides(sweep, dataclasses.replace(entry, budget=relative), base.config, steps)}
+        out[name] = flat
+    return out
+
+
+_TRIAL_STATUS = {"COMPLETE": DONE, "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running",
+                 "WAITING": "waiting"}
+
+
+def record_from_trial(trial, results_dir: Path) -> RunRecord:
+    """An Optuna trial of ``ltfm sweep``: state from the trial, numbers from its run folder (or, when the
+    folder is elsewhere, from the results the worker recorded in the trial's user attributes)."""
+    a = trial.user_attrs
+    status = _TRIAL_STATUS.get(trial.state.name, trial.state.name.lower())
+    note = a.get("reason") or a.get("error")
+    if a.get("skip") == "unbuildable":
+        status = "skipped"
+    run_dir = None
+    for candidate in (a.get("run_dir"), results_dir / a["run_id"] if a.get("run_id") else None):
+        if candidate and (Path(candidate) / "summary.json").is_file():
+            run_dir = Path(candidate)
+            break
+    summary = None
+    if run_dir is not None:
+        from ..results import read_summary
+        summary = read_summary(run_dir)
+    if summary is not None:
+        rec = record_from_summary(summary, run_dir)
+    else:
+        rec = RunRecord(variant=str(a.get("variant")), params=_int(a.get("params") or a.get("planned_params")),
+                        dev_loss=_num(a.get("dev_loss")), dev_ppl=_num(a.get("dev_ppl")),
+                        dev_bleu=_num(a.get("dev_bleu")), steps=_int(a.get("steps")), run=a.get("run_dir"),
+                        wall_time_s=_num(a.get("wall_time_s")))
+    rec.host = rec.host or a.get("host")
+    rec.variant = str(a.get("variant") or rec.variant)
+    rec.family = a.get("family") or rec.family
+    rec.seed = _int(a.get("seed")) if a.get("seed") is not None else rec.seed
+    if a.get("max_steps") is not None:
+        rec.config.setdefault("train.max_steps", a["max_steps"])
+    for key, value in (trial.params or {}).items():  # a search trial's sampled values
+        rec.config.setdefault(key, value)
+    if status == DONE and rec.status not in (DONE, "unknown"):
+        status = rec.status  # the trial says complete but its folder says otherwise: show the folder's word
+    rec.status, rec.trial = status, trial.number
+    rec.note = note or (rec.note if status != DONE else None)
+    return rec
+
+
+def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportData:
+    from ..results import read_summary
+    from ..sweep import mask_url, open_storage, open_study
+
+    records: list[RunRecord] = []
+    study = None
+    notes = []
+    if storage_url:
+        study = open_study(sweep, open_storage(storage_url, create=False), create=False)
+        trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("skip") != "duplicate"
+                  and t.user_attrs.get("variant")]
+        trials.sort(key=lambda t: t.number)
+        by_key: dict[tuple, Any] = {}
+        for t in trials:  # the latest trial of each (variant, seed) stands for it
+            by_key[(t.user_attrs["variant"], _int(t.user_attrs.get("seed")))] = t
+        records = [record_from_trial(t, results_dir) for t in sorted(by_key.values(), key=lambda t: t.number)]
+    known = {(r.variant, r.seed) for r in records}
+    known_dirs = {str(Path(r.run).resolve()) for r in records if r.run and Path(r.run).is_dir()}
+    extra = []
+    if results_dir.is_dir():
+        for d in sorted(results_dir.iterdir()):
+            summary = read_summary(d) if d.is_dir() else None
+            if not isinstance(summary, dict) or str(d.resolve()) in known_dirs:
+                continue
+            run_cfg = (summary.get("config") or {}).get("run") or {}
+            if run_cfg.get("study") != sweep.name:
+                continue
+            extra.append((str(summary.get("started_at") or ""), d.name, record_from_summary(summary, d)))
+    extra.sort(key=lambda x: (x[0], x[1]))
+    chosen: dict[tuple, RunRecord] = {}
+    for _, _, rec in extra:  # without a trial: the latest run of each (variant, seed)
+        if (rec.variant, rec.seed) not in known:
+            chosen[(rec.variant, rec.seed)] = rec
+    if chosen and study is not None:
+        notes.append(f"{len(chosen)} run folder(s) of study {sweep.name} have no trial in the storage; shown from "
+                     "their summary.json")
+    records += list(chosen.values())
+    source = f"results {results_dir}" + (f", Optuna storage {mask_url(storage_url)}" if storage_url else
+                                          " (no Optuna storage found: run folders only)")
+    return ReportData(sweep, records, source, planned_configs(sweep, records), study, notes)
+
+
+def latest_per_key(records: list[RunRecord]) -> list[RunRecord]:
+    """One record per (variant, seed): the last one given (W&B lists runs oldest first)."""
+    chosen: dict[tuple, RunRecord] = {}
+    for r in records:
+        chosen.pop((r.variant, r.seed), None)
+        chosen[(r.variant, r.seed)] = r
+    return list(chosen.values())
+
+
+def _wandb_history(run) -> list[dict]:
+    rows: list[dict] = []
+    for key in HISTORY_KEYS:
+        rows.extend(run.scan_history(keys=[WANDB_STEP, key], page_size=1000))
+    return rows
+
+
+def fetch_wandb_records(path: str, group: str, timeout: int = 20) -> list[RunRecord]:
+    """The runs of W&B project ``path`` in group ``group`` (oldest first) as records; network and API
+    errors become one-line UserErrors."""
+    check_wandb_access(path)
+    try:
+        import wandb
+
+        api = wandb.Api(timeout=timeout)
+        runs = list(api.runs(path, filters={"group": group}, order="+created_at", per_page=100, lazy=False))
+        return [wandb_record(dict(run.config), dict(run.summary_metrics), name=run.name, job_type=run.job_type,
+                             state=run.state, run_id=run.id, history=_wandb_history(run)) for run in runs]
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - no network, bad key, no such project: one line
+        from ..tracking import scrub
+        first = first_line(scrub(str(e)))
+        raise UserError(f"cannot read W&B project {path!r} ({e.__class__.__name__}: {first}); check ENTITY/PROJECT, "
+                        "the API key and the network") from None
