@@ -396,10 +396,15 @@ class Corpus:
 
 
 def prepare_cli(args) -> int:
-    """``ltfm prepare CONFIG [k=v ...] [--rebuild]``: build (or check) the prepared corpus of a config."""
-    from .config import load_config
+    """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of an
+    experiment, or of a sweep's base experiment with the sweep's own overrides (what its trials use)."""
+    from .config import load_config, read_yaml
 
-    cfg = load_config(args.config, args.overrides)
+    if "experiment" in read_yaml(args.config):  # a sweep file
+        from .sweep import Plan, load_sweep
+        cfg = Plan(load_sweep(args.config), args.overrides).base_cfg
+    else:
+        cfg = load_config(args.config, args.overrides)
     folder, manifest = prepare(cfg, progress=True, rebuild=args.rebuild)
     counts = ", ".join(f"{role} {c['pairs']:,} pairs" + (f" ({c['skipped_pairs']:,} skipped)" if c.get('skipped_pairs')
                                                           else "") for role, c in manifest["splits"].items())

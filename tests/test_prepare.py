@@ -217,15 +217,20 @@ def test_resume_on_another_vocabulary_is_refused(tmp_path):
         other.use_in_run(run, write=False)
 
 
+@pytest.mark.slow
 def test_prepare_command_and_sweep_dry_run_report_the_cache(tmp_path):
     data = small_corpus(tmp_path / "data")
     args = [f"data.path={data}", f"run.results_dir={tmp_path / 'results'}"]
     p = ltfm("sweep", "sweeps/table3-cpu.yaml", *args, "--dry-run")
     assert p.returncode == 0, p.stderr
     assert "prepared corpus:" in p.stdout and "does not exist yet" in p.stdout
-    p = ltfm("prepare", "experiments/multi30k-cpu.yaml", *args)  # the sweep's base experiment
+    p = ltfm("prepare", "experiments/multi30k-cpu.yaml", *args)  # the experiment alone has a test split
     assert p.returncode == 0, p.stderr
     assert "training pairs" in p.stderr and "vocabulary" in p.stdout
+    p = ltfm("sweep", "sweeps/table3-cpu.yaml", *args, "--dry-run")
+    assert "does not exist yet" in p.stdout, p.stdout
+    p = ltfm("prepare", "sweeps/table3-cpu.yaml", *args)  # a sweep file: its trials' corpus
+    assert p.returncode == 0, p.stderr
     p = ltfm("sweep", "sweeps/table3-cpu.yaml", *args, "--dry-run")
     assert "exists (every trial maps it)" in p.stdout, p.stdout
     p = ltfm("prepare", SMOKE, f"data.path={tmp_path / 'nowhere'}")
