@@ -169,7 +169,9 @@ def build(cfg: dict, folder: Path, key: dict, progress: bool = True) -> dict:
     n_train = len(raw["train"][0])
     say(f"read {', '.join(f'{r} {len(s):,}' for r, (s, _) in raw.items())} pairs; training the BPE vocabulary "
         f"({d['vocab_size']} pieces) on {2 * n_train:,} sentences")
+    stages = {"read_s": round(time.time() - started, 1)}
     tokenizer = train_tokenizer(raw["train"][0] + raw["train"][1], d["vocab_size"], d["tokenizer_min_frequency"])
+    stages["bpe_s"] = round(time.time() - started - stages["read_s"], 1)
     tokenizer.save(str(folder / "tokenizer.json"))
     vocab = tokenizer.get_vocab_size()
     dtype = np.uint16 if vocab <= np.iinfo(np.uint16).max + 1 else np.int32
@@ -201,6 +203,7 @@ def build(cfg: dict, folder: Path, key: dict, progress: bool = True) -> dict:
             _save(folder, f"{role}.{side}.offsets.npy", off)
         counts[role] = info
     bar.close()
+    stages["encode_s"] = round(time.time() - started - stages["read_s"] - stages["bpe_s"], 1)
     if counts["train"]["pairs"] == 0:
         raise UserError(f"no training pair has 1..{d['max_tokens_per_sentence']} pieces on both sides: "
                         f"check the data files or raise data.max_tokens_per_sentence")
@@ -208,6 +211,7 @@ def build(cfg: dict, folder: Path, key: dict, progress: bool = True) -> dict:
     manifest = {"hash": key_hash(key), "key": key, "format": FORMAT_VERSION, "tokenizers": tokenizers.__version__,
                 "numpy": np.__version__, "vocab_size": vocab, "dtype": np.dtype(dtype).name, "splits": counts,
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "build_time_s": round(time.time() - started, 1),
+                "stages": stages, "cpus": os.cpu_count(),
                 "files": {p.name: p.stat().st_size for p in sorted(folder.iterdir())}}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
