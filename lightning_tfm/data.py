@@ -149,13 +149,6 @@ def decode_ids(tokenizer, ids: list[int]) -> str:
     return tokenizer.decode([i for i in ids if i > UNK or i == UNK], skip_special_tokens=True)
 
 
-def tokenize_split(ds, tokenizer):
-    """Add ``src_ids``/``tgt_ids`` columns (``datasets.map``: cached on disk for Hub datasets)."""
-    def enc(batch):
-        return {"src_ids": encode_lines(tokenizer, batch["src"]), "tgt_ids": encode_lines(tokenizer, batch["tgt"])}
-    return ds.map(enc, batched=True, batch_size=2000, desc="tokenizing")
-
-
 # --------------------------------------------------------------------------------------------- batching
 class TokenBatchSampler(Sampler[list[int]]):
     """Batches of sentence pairs of similar length under a token budget (Sec. 5.1: "sentence pairs were

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, SMOKE, ltfm
 from lightning_tfm import corpus as K
 from lightning_tfm.config import load_config, run_id
-from lightning_tfm.data import TokenBatchSampler, encode_lines, read_lines, read_parallel, train_tokenizer, widths
+from lightning_tfm.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
 
 
 # ------------------------------------------------------------------ the pipeline before prepared corpora
@@ -124,8 +124,9 @@ def test_only_what_decides_the_ids_makes_a_new_cache(tmp_path, data_dir):
     # the input files: a copy elsewhere is another source; rewriting a file (size/mtime) is another corpus
     copy = tmp_path / "copy"
     copy.mkdir()
-    for name in ("train.en.gz", "train.de.gz", "val.en.gz", "val.de.gz", "test_2016_flickr.en.gz", "test_2016_flickr.de.gz"):
-        shutil.copy2(data_dir / name, copy / name)
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            shutil.copy2(data_dir / f"{split}.{lang}.gz", copy / f"{split}.{lang}.gz")
     c1 = K.cache_dir(cfg_for(tmp_path, copy))
     assert c1 != folder
     (copy / "val.de.gz").write_bytes((copy / "val.de.gz").read_bytes())
@@ -244,11 +245,3 @@ def test_data_path_is_one_run_whatever_its_spelling(tmp_path, monkeypatch):
                                                                      "small/")}
     assert len(ids) == 1
     assert load_config(SMOKE, ["data.path=small"])["data"]["path"] == str((tmp_path / "small").resolve())
-
-
-def test_read_lines_splits_on_line_feeds_only(tmp_path):
-    f = tmp_path / "x.en"
-    f.write_bytes("one\u2028still one\r\ntwo \u0085 too\x0cand\x1c this\nthree\n".encode())
-    assert read_lines(f) == ["one\u2028still one", "two \u0085 too\x0cand\x1c this", "three"]
-    f.write_bytes(b"no final newline\n\nx")
-    assert read_lines(f) == ["no final newline", "", "x"]
