@@ -24,6 +24,11 @@ def _train(args) -> int:
     return 0 if summary.get("status") in ("completed", "pruned") else 1
 
 
+def _prepare(args) -> int:
+    from .corpus import prepare_cli
+    return prepare_cli(args)
+
+
 def _evaluate(args) -> int:
     from .evaluate import evaluate_cli
     return evaluate_cli(args)
@@ -55,6 +60,9 @@ def _report(args) -> int:
 
 
 def _bench(args) -> int:
+    if args.data is not None:  # the data pipeline's benchmark (prepared corpora), not the model's speed
+        from .bench_data import bench_data_cli
+        return bench_data_cli(args)
     from .bench import bench_cli
     return bench_cli(args)
 
@@ -67,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config")
     t.add_argument("overrides", nargs="*", help="dotted.key=value")
     t.set_defaults(func=_train)
+
+    pr = sub.add_parser("prepare", help="build the prepared corpus (vocabulary + token ids) of a config once: "
+                                         "ltfm prepare CONFIG.yaml [dotted.key=value ...]")
+    pr.add_argument("config")
+    pr.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
+    pr.add_argument("overrides", nargs="*", help="dotted.key=value")
+    pr.set_defaults(func=_prepare)
 
     e = sub.add_parser("evaluate", help="BLEU of a run's checkpoint on a split or on any files")
     e.add_argument("run_dir")
@@ -119,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--vs", choices=["marian", "none"], default="none")
     b.add_argument("--json", action="store_true")
     b.add_argument("--dtypes", help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the CPU has it)")
+    b.add_argument("--data", type=int, metavar="N", help="instead: benchmark the data pipeline on a generated "
+                   "corpus of N pairs (prepare time, second trial's time to its first step, RSS, cache size)")
     b.add_argument("overrides", nargs="*")
     b.set_defaults(func=_bench)
     return p

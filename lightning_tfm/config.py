@@ -51,11 +51,14 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "dev_split": (str, "val", ""),
         "test_split": (optional(str), None, "evaluated at the end when set"),
         "vocab_size": (int, 8000, "shared source-target BPE vocabulary size"),
-        "max_tokens_per_sentence": (int, 256, "training pairs longer than this (in BPE pieces) are skipped"),
+        "max_tokens_per_sentence": (int, 256, "training pairs longer than this (in BPE pieces, or than model.max_positions-1) "
+                                             "are skipped; dev/test pairs are truncated to it (counts in summary.json)"),
         "max_train_pairs": (optional(int), None, "use only the first N training pairs (smoke tests)"),
         "max_dev_pairs": (optional(int), None, "use only the first N dev pairs"),
         "max_test_pairs": (optional(int), None, "use only the first N test pairs"),
         "tokenizer_min_frequency": (int, 2, "BPE merges need at least this many occurrences"),
+        "cache_dir": (optional(str), None, "where prepared corpora (vocabulary + token ids, `ltfm prepare`) are kept; "
+                                           "default: data-cache beside run.results_dir"),
     },
     "model": {
         "layers": (int, 6, "N: layers in encoder and in decoder"),
@@ -135,7 +138,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
               "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
               "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches", "model.attention_kernel",
-              "model.fast_dropout", "wandb", "sweep"}
+              "model.fast_dropout", "data.cache_dir", "wandb", "sweep"}
 
 
 def defaults() -> dict:
@@ -231,9 +234,20 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
     items = overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides or [])
     for key, value in items:
         set_dotted(cfg, key, value)
+    resolve_paths(cfg)
     if checked:
         validate(cfg)
     return cfg
+
+
+def resolve_paths(cfg: dict) -> None:
+    """data.path (and data.cache_dir) as absolute paths, before the run id is computed: ``small``,
+    ``./small`` and ``/abs/small`` are one run, whatever folder the command runs from."""
+    d = cfg["data"]
+    if d["path"]:
+        d["path"] = str(Path(d["path"]).expanduser().resolve())
+    if d["cache_dir"]:
+        d["cache_dir"] = str(Path(d["cache_dir"]).expanduser().resolve())
 
 
 def validate(cfg: dict) -> None:

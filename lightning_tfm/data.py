@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 
@@ -23,12 +24,22 @@ assert [PAD, BOS, EOS, UNK] == [0, 1, 2, 3]
 
 # ----------------------------------------------------------------------------------------------- corpora
 def read_lines(path: str | Path) -> list[str]:
-    """Lines of a text file, plain or gzip-compressed, without their line breaks."""
+    """Lines of a text file, plain or gzip-compressed, without their line breaks.
+
+    Lines end at "\n" only ("\r\n" is tolerated): ``str.splitlines`` would also split at U+2028,
+    U+0085, form feeds etc. inside a sentence and shift the source against the target.
+    """
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open
     try:
-        with opener(p, "rt", encoding="utf-8") as f:
-            return f.read().splitlines()
+        with opener(p, "rt", encoding="utf-8", newline="") as f:
+            text = f.read()
+        if not text:
+            return []
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()  # the final line break ends the last line; it does not start an empty one
+        return [x[:-1] if x.endswith("\r") else x for x in lines]
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise UserError(f"cannot read {p}: {e.__class__.__name__}: {e}; give a UTF-8 text file (optionally .gz)") from None
 
@@ -138,13 +149,6 @@ def decode_ids(tokenizer, ids: list[int]) -> str:
     return tokenizer.decode([i for i in ids if i > UNK or i == UNK], skip_special_tokens=True)
 
 
-def tokenize_split(ds, tokenizer):
-    """Add ``src_ids``/``tgt_ids`` columns (``datasets.map``: cached on disk for Hub datasets)."""
-    def enc(batch):
-        return {"src_ids": encode_lines(tokenizer, batch["src"]), "tgt_ids": encode_lines(tokenizer, batch["tgt"])}
-    return ds.map(enc, batched=True, batch_size=2000, desc="tokenizing")
-
-
 # --------------------------------------------------------------------------------------------- batching
 class TokenBatchSampler(Sampler[list[int]]):
     """Batches of sentence pairs of similar length under a token budget (Sec. 5.1: "sentence pairs were
@@ -163,51 +167,63 @@ class TokenBatchSampler(Sampler[list[int]]):
 
     def __init__(self, src_lens, tgt_lens, batch_tokens: int, shuffle: bool = True, seed: int = 1,
                  num_replicas: int = 1, rank: int = 0):
-        self.src_lens, self.tgt_lens = list(src_lens), list(tgt_lens)
+        # Lengths are numpy arrays (views of a prepared corpus's offsets): no per-pair Python objects.
+        self.src_lens = np.asarray(src_lens, dtype=np.int64)
+        self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
         self.batch_tokens, self.shuffle, self.seed = batch_tokens, shuffle, seed
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
-        self.batches = self._make_batches()
+        self.order, self.bounds = self._make_batches()
 
-    def _width(self, i: int) -> int:
-        return max(self.src_lens[i], self.tgt_lens[i])
+    def _make_batches(self) -> tuple[np.ndarray, np.ndarray]:
+        """The length-sorted pair order and the batch boundaries in it (batch k is order[bounds[k]:bounds[k+1]])."""
+        n = len(self.src_lens)
+        # The tie-breaking shuffle is Python's, so a seed gives the same batches as it always has.
+        perm = list(range(n))
+        random.Random(self.seed).shuffle(perm)
+        order = np.asarray(perm, dtype=np.int64)
+        del perm
+        order = order[np.lexsort((self.src_lens[order], self.tgt_lens[order]))]  # stable: shuffled ties
+        width = np.maximum(self.src_lens, self.tgt_lens)[order]
+        # Greedy packing, one numpy step per batch: from its first pair, a batch of k pairs fits while
+        # k * (running max width) <= batch_tokens; that product grows with k, so a binary search finds k.
+        bounds, start = [0], 0
+        while start < n:
+            stop = min(n, start + self.batch_tokens // max(int(width[start]), 1) + 1)
+            cost = np.maximum.accumulate(width[start:stop]) * np.arange(1, stop - start + 1)
+            k = max(1, int(np.searchsorted(cost, self.batch_tokens, side="right")))
+            start += k
+            bounds.append(start)
+        return order, np.asarray(bounds, dtype=np.int64)
 
-    def _make_batches(self) -> list[list[int]]:
-        order = list(range(len(self.src_lens)))
-        random.Random(self.seed).shuffle(order)
-        order.sort(key=lambda i: (self.tgt_lens[i], self.src_lens[i]))  # stable: shuffled ties
-        batches, cur, cur_max = [], [], 0
-        for i in order:
-            w = max(cur_max, self._width(i))
-            if cur and w * (len(cur) + 1) > self.batch_tokens:
-                batches.append(cur)
-                cur, w = [], self._width(i)
-            cur.append(i)
-            cur_max = w
-        if cur:
-            batches.append(cur)
-        return batches
+    @property
+    def batches(self) -> list[list[int]]:
+        return [self.order[a:b].tolist() for a, b in zip(self.bounds[:-1], self.bounds[1:])]
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def _epoch_spans(self) -> list[tuple[int, int]]:
+        spans = list(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(spans)
+        while len(spans) % self.num_replicas:
+            j = max(range(len(spans)), key=lambda k: (spans[k][1] - spans[k][0] > 1, spans[k][1] - spans[k][0]))
+            a, b = spans[j]
+            if b - a < 2:
+                raise ValueError(f"cannot deal {len(spans)} single-pair batches to {self.num_replicas} ranks")
+            spans[j:j + 1] = [(a, a + (b - a) // 2), (a + (b - a) // 2, b)]
+        return spans
+
     def epoch_batches(self) -> list[list[int]]:
         """All batches of the current epoch, in order, before sharding."""
-        batches = [list(b) for b in self.batches]
-        if self.shuffle:
-            random.Random(self.seed + self.epoch).shuffle(batches)
-        while len(batches) % self.num_replicas:
-            j = max(range(len(batches)), key=lambda k: (len(batches[k]) > 1, len(batches[k])))
-            if len(batches[j]) < 2:
-                raise ValueError(f"cannot deal {len(batches)} single-pair batches to {self.num_replicas} ranks")
-            b = batches.pop(j)
-            batches[j:j] = [b[: len(b) // 2], b[len(b) // 2:]]
-        return batches
+        return [self.order[a:b].tolist() for a, b in self._epoch_spans()]
 
     def __iter__(self):
-        return iter(self.epoch_batches()[self.rank::self.num_replicas])
+        for a, b in self._epoch_spans()[self.rank::self.num_replicas]:
+            yield self.order[a:b].tolist()
 
     def __len__(self) -> int:
-        n = len(self.batches)
+        n = len(self.bounds) - 1
         return math.ceil(n / self.num_replicas)
 
 
@@ -246,7 +262,8 @@ def collate(pairs: list[tuple]) -> Batch:
 
 
 class PairDataset(torch.utils.data.Dataset):
-    """Token-id pairs held in memory as Python lists (fast indexing for the batch sampler)."""
+    """Token-id pairs held in memory as Python lists (small sets and tests; a prepared corpus gives
+    :class:`lightning_tfm.corpus.MappedPairs`, which has the same interface)."""
 
     def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]]):
         self.src_ids, self.tgt_ids = src_ids, tgt_ids
@@ -256,3 +273,6 @@ class PairDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return i, self.src_ids[i], self.tgt_ids[i]
+
+    def widths(self) -> tuple[list[int], list[int]]:
+        return widths(self.src_ids), widths(self.tgt_ids)

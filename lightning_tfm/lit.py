@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from .data import Batch, PairDataset, TokenBatchSampler, collate, widths
+from .data import Batch, PairDataset, TokenBatchSampler, collate
 from .model import PAD, Transformer
 from .objectives import fused_label_smoothed_nll_loss, label_smoothed_nll_loss, make_optimizer
 
@@ -105,7 +105,9 @@ class TransformerModule(pl.LightningModule):
 
 class TranslationDataModule(pl.LightningDataModule):
     """Token-budget batches of a tokenized corpus; the train sampler is sharded across ranks itself
-    (``use_distributed_sampler=False`` in the Trainer)."""
+    (``use_distributed_sampler=False`` in the Trainer). The pairs are a :class:`PairDataset` or the
+    memory-mapped :class:`lightning_tfm.corpus.MappedPairs` of a prepared corpus: the sampler reads only
+    their width arrays."""
 
     def __init__(self, config: dict, train_pairs: PairDataset, dev_pairs: PairDataset):
         super().__init__()
@@ -114,7 +116,8 @@ class TranslationDataModule(pl.LightningDataModule):
     def _loader(self, pairs: PairDataset, shuffle: bool, shard: bool) -> DataLoader:
         world = self.trainer.world_size if (shard and self.trainer) else 1
         rank = self.trainer.global_rank if (shard and self.trainer) else 0
-        sampler = TokenBatchSampler(widths(pairs.src_ids), widths(pairs.tgt_ids), self.config["train"]["batch_tokens"],
+        src_widths, tgt_widths = pairs.widths()
+        sampler = TokenBatchSampler(src_widths, tgt_widths, self.config["train"]["batch_tokens"],
                                     shuffle=shuffle, seed=self.config["run"]["seed"], num_replicas=world, rank=rank)
         workers = self.config["train"]["num_workers"]
         return DataLoader(pairs, batch_sampler=sampler, collate_fn=collate, num_workers=workers,

@@ -1101,6 +1101,16 @@ def _check_local_data(cfg: dict) -> None:
                 split_file(d["path"], split, lang)
 
 
+def _corpus_line(cfg: dict) -> str:
+    from .corpus import status
+    try:
+        folder, ready = status(cfg)
+    except UserError as e:
+        return f"prepared corpus: cannot tell ({e})"
+    return (f"prepared corpus: {folder} " + ("exists (every trial maps it)" if ready else
+            "does not exist yet (built once before the first trial, or now with `ltfm prepare`)"))
+
+
 def sweep_cli(args) -> int:
     """``ltfm sweep SWEEP.yaml [--storage URL] [--n-trials N] [--dry-run] [--json] [--status] [k=v ...]``"""
     if args.n_trials is not None and args.n_trials < 1:
@@ -1112,6 +1122,7 @@ def sweep_cli(args) -> int:
         if args.json:
             print(json.dumps(rows, indent=1))
         else:
+            print(_corpus_line(plan.base_cfg))
             width = max(len(r["name"]) for r in rows)
             for r in rows:
                 what = f"{r['params']:>12,} params" if r["params"] is not None else f"skipped: {r['skipped']}"
@@ -1135,6 +1146,8 @@ def sweep_cli(args) -> int:
     except OSError:
         raise UserError(f"results folder {str(plan.results_dir)!r} is not writable: set run.results_dir to a "
                         "folder you can write") from None
+    from .corpus import prepare
+    prepare(plan.base_cfg)  # one vocabulary and one set of ids for every trial, built before any trial starts
     storage = storage or open_storage(url, heartbeat=sweep.heartbeat)
     study = _retry(open_study, sweep, storage)
     _retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)

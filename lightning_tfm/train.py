@@ -50,42 +50,7 @@ def _check_writable(results_dir: Path) -> None:
                         f"you can write") from None
 
 
-class Corpus:
-    """The tokenized splits of a run and its shared vocabulary."""
-
-    def __init__(self, cfg: dict, run_dir: Path):
-        from .data import PairDataset, encode_lines, load_split, tokenize_split, train_tokenizer
-        from tokenizers import Tokenizer
-
-        d = cfg["data"]
-        self.train_raw = load_split(cfg, d["train_split"], d["max_train_pairs"])
-        self.dev_raw = load_split(cfg, d["dev_split"], d["max_dev_pairs"])
-        self.test_raw = load_split(cfg, d["test_split"], d["max_test_pairs"]) if d["test_split"] else None
-        tok_path = run_dir / "tokenizer.json"
-        if tok_path.is_file():  # resume: the run's vocabulary, never a new one
-            self.tokenizer = Tokenizer.from_file(str(tok_path))
-        else:
-            self.tokenizer = train_tokenizer(
-                (s for col in ("src", "tgt") for s in self.train_raw[col]), d["vocab_size"], d["tokenizer_min_frequency"])
-        self.vocab_size = self.tokenizer.get_vocab_size()
-        train = tokenize_split(self.train_raw, self.tokenizer)
-        limit = min(d["max_tokens_per_sentence"], cfg["model"]["max_positions"] - 1)
-        src, tgt = list(train["src_ids"]), list(train["tgt_ids"])
-        keep = [i for i in range(len(src)) if 0 < len(src[i]) <= limit and 0 < len(tgt[i]) <= limit
-                and max(len(src[i]), len(tgt[i])) + 1 <= cfg["train"]["batch_tokens"]]
-        if not keep:
-            raise UserError(f"no training pair fits data.max_tokens_per_sentence={limit} and "
-                            f"train.batch_tokens={cfg['train']['batch_tokens']}: raise them")
-        self.skipped = len(src) - len(keep)
-        self.train = PairDataset([src[i] for i in keep], [tgt[i] for i in keep])
-        self.dev = PairDataset(encode_lines(self.tokenizer, self.dev_raw["src"]),
-                               encode_lines(self.tokenizer, self.dev_raw["tgt"]))
-
-    def save_tokenizer(self, run_dir: Path) -> None:
-        path = run_dir / "tokenizer.json"
-        if not path.exists():
-            self.tokenizer.save(str(path) + ".tmp")
-            os.replace(str(path) + ".tmp", path)
+from .corpus import Corpus  # noqa: E402  (the prepared corpus a run trains on; kept importable from here)
 
 
 def world_size(train_cfg: dict) -> int:
@@ -151,7 +116,8 @@ def train(cfg: dict) -> dict:
     if cfg["train"]["threads"]:
         torch.set_num_threads(cfg["train"]["threads"])
 
-    corpus = Corpus(cfg, run_dir)  # every data error is raised here, before anything is written
+    corpus = Corpus(cfg)  # every data error is raised here, before anything is written (builds the cache if needed)
+    corpus.use_in_run(run_dir, write=False)  # resuming on another vocabulary stops here
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.loggers import CSVLogger
@@ -164,13 +130,13 @@ def train(cfg: dict) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
     is_zero = rank_zero()
     if is_zero:
-        corpus.save_tokenizer(run_dir)
+        corpus.use_in_run(run_dir, write=True)
         (run_dir / "config.yaml").write_text(C.dump_yaml(scrub(cfg)))
     module = TransformerModule(cfg, corpus.vocab_size)
     params = module.model.num_parameters()
     summary = {"run_id": rid, "status": "running", "run_dir": str(run_dir), "config": scrub(cfg), "params": params,
                "vocab_size": corpus.vocab_size, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "pid": os.getpid(), "host": socket.gethostname(), "train_pairs": len(corpus.train), "skipped_train_pairs": corpus.skipped}
+               "pid": os.getpid(), "host": socket.gethostname(), **corpus.summary()}
     prev_wall = 0.0
     if summary_path.is_file():
         prev_wall = float(json.loads(summary_path.read_text()).get("wall_time_s") or 0.0)

@@ -4,8 +4,8 @@ import random
 import pytest
 
 from lightning_tfm.config import load_config
-from lightning_tfm.data import (TokenBatchSampler, collate, decode_ids, encode_lines, load_split, read_parallel,
-                                train_tokenizer, widths)
+from lightning_tfm.data import (TokenBatchSampler, collate, decode_ids, encode_lines, load_split, read_lines,
+                                read_parallel, train_tokenizer, widths)
 from lightning_tfm.errors import UserError
 from lightning_tfm.model import BOS, EOS, PAD
 
@@ -94,3 +94,15 @@ def test_hub_route_fails_offline_with_a_clear_message(monkeypatch):
     cfg = load_config(None, ["data.source=hub", "data.hub_name=wmt14", "data.hub_config=de-en"])
     with pytest.raises(UserError, match="Hugging Face Hub.*data.source=local"):
         load_split(cfg, "validation")
+
+
+def test_read_lines_splits_on_line_feeds_only(tmp_path):
+    f = tmp_path / "x.en"
+    f.write_bytes("one\u2028still one\r\ntwo \u0085 too\x0cand\x1c this\nthree\n".encode())
+    assert read_lines(f) == ["one\u2028still one", "two \u0085 too\x0cand\x1c this", "three"]
+    f.write_bytes(b"no final newline\n\nx")
+    assert read_lines(f) == ["no final newline", "", "x"]
+    # and a corpus with them stays line-aligned
+    (tmp_path / "train.en").write_text("a\u2028b\nc\n")
+    (tmp_path / "train.de").write_text("x\ny\n")
+    assert read_parallel(tmp_path, "train", "en", "de") == (["a\u2028b", "c"], ["x", "y"])

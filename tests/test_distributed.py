@@ -25,12 +25,27 @@ def ddp_and_single(tmp_path_factory, data_dir):
     for name, extra in {"ddp": ["train.devices=2", "train.strategy=ddp"],
                         "single": ["train.devices=1", "train.accumulate=2"]}.items():
         results = tmp_path_factory.mktemp(name)
-        p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", *COMMON, *extra,
-                 env={"WANDB_DIR": str(results)})
+        cache = tmp_path_factory.mktemp(name + "-cache")  # a fresh prepared-corpus cache: built by this run
+        p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", f"data.cache_dir={cache}",
+                 *COMMON, *extra, env={"WANDB_DIR": str(results)})
         assert p.returncode == 0, p.stderr[-3000:]
         (run_dir,) = [d for d in results.iterdir() if d.is_dir()]
         runs[name] = run_dir
+        runs[name + "-stderr"], runs[name + "-cache"] = p.stderr, cache
     return runs
+
+
+def test_both_ranks_map_one_prepared_corpus(ddp_and_single):
+    # the vocabulary and the ids are built once, by the first rank; the second maps the same folder
+    assert ddp_and_single["ddp-stderr"].count("training the BPE vocabulary") == 1
+    (folder,) = [p for p in ddp_and_single["ddp-cache"].iterdir() if p.is_dir()]
+    run = ddp_and_single["ddp"]
+    s = json.loads((run / "summary.json").read_text())
+    assert s["data_cache"] == str(folder) and folder.name.endswith(s["data_cache_hash"])
+    assert (run / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
+    # the single-process run prepared its own cache from the same data: the same vocabulary
+    (other,) = [p for p in ddp_and_single["single-cache"].iterdir() if p.is_dir()]
+    assert (other / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
 
 
 def test_ranks_see_disjoint_batches_that_together_are_the_epoch(ddp_and_single):
