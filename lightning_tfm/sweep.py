@@ -87,6 +87,7 @@ import yaml
 
 from . import config as C
 from .errors import UserError
+from .redact import mask_url, scrub_text
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 TOP_KEYS = ("name", "description", "experiment", "metric", "direction", "sampler", "pruner", "seeds",
@@ -429,24 +430,6 @@ def format_overrides(ov: dict) -> str:
 # ----------------------------------------------------------------------------------------------------------
 # Storage
 # ----------------------------------------------------------------------------------------------------------
-_PASSWORD_RE = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
-
-
-def mask_url(url: str) -> str:
-    """``postgresql://u:secret@h/db`` -> ``postgresql://u:***@h/db``."""
-    return _PASSWORD_RE.sub(r"\1***@", url)
-
-
-def _scrub(text: str, url: str) -> str:
-    try:
-        from sqlalchemy.engine import make_url
-        pw = make_url(url).password
-    except Exception:
-        pw = None
-    text = mask_url(text)
-    return text.replace(pw, "***") if pw else text
-
-
 def default_storage(sweep: Sweep, results_dir: Path) -> str:
     return f"sqlite:///{results_dir / (sweep.name + '.db')}"
 
@@ -534,7 +517,7 @@ def open_storage(url: str, heartbeat: dict | None = None, for_trial: bool = Fals
                                       "does not exist", "unable to open", "access denied", "unknown database")):
                 break
             time.sleep(0.5 + attempt)
-    detail = _scrub(str(getattr(last, "orig", None) or last).strip().splitlines()[0] if str(last).strip() else
+    detail = scrub_text(str(getattr(last, "orig", None) or last).strip().splitlines()[0] if str(last).strip() else
                     last.__class__.__name__, url)
     raise UserError(f"cannot open storage {shown}: {detail[:300]}; check the URL, that the server is "
                     "running and reachable, and the credentials")
@@ -870,7 +853,7 @@ class Worker:
             else:
                 error = (_log_error_line(log) if rc == 2 else None) or summary.get("error") or \
                     _log_error_line(log) or f"exit code {rc}"
-            error = _scrub(error, self.url)
+            error = scrub_text(error, self.url)
             self.say(f"{label}: failed: {error} ({took}; log {log})")
             self._close(trial, TrialState.FAIL, error=error, exit_code=rc, **results)
             if rc == 2:  # an input error (data, results folder): if it repeats, every trial would fail
