@@ -773,11 +773,8 @@ def table_csv(table: dict) -> str:
 
 
 def write_text(path: Path, text: str) -> Path:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+    from .atomic import write_text as atomic_write_text
+    return atomic_write_text(path, text)
 
 
 def write_table(table: dict, out_dir: str | Path) -> tuple[Path, Path]:

@@ -681,14 +681,6 @@ def _log_error_line(log: Path) -> str | None:
     return None
 
 
-def _read_summary(run_dir: Path) -> dict:
-    try:
-        s = json.loads((run_dir / "summary.json").read_text())
-        return s if isinstance(s, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 RESULT_ATTRS = ("status", "steps", "params", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "wall_time_s",
                 "wandb_run_id", "wandb_project", "wandb_mode")
 
@@ -825,7 +817,16 @@ class Worker:
                     proc.kill()
                 self._close(trial, TrialState.FAIL, reason="interrupted", status="interrupted")
                 raise
-        summary = _read_summary(run_dir)
+        from .results import RUN_LOCKED, read_summary
+        if rc == 2 and RUN_LOCKED in (_log_error_line(log) or ""):
+            # Another process (a `ltfm train` by hand, a worker of another sweep) trains this very run:
+            # not this trial's failure, and not an input error that would stop the worker.
+            self.counts["skipped"] += 1
+            reason = scrub_text(_log_error_line(log) or "", self.url)
+            self.say(f"{label}: already running elsewhere: {reason}")
+            self._close(trial, TrialState.FAIL, skip="running", reason=reason)
+            return 1
+        summary = read_summary(run_dir) or {}
         if rc != 0 and summary.get("pid") not in (None, proc.pid):
             summary = {}  # left by an earlier attempt: this process died before writing its own
         # (rc 0 with an older pid: the run was already completed, and `ltfm train` returned its summary)
