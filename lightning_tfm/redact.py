@@ -74,6 +74,8 @@ def scrub_text(text: str, url: str | None = None) -> str:
     if pw:
         from urllib.parse import unquote
         secrets += [pw, unquote(pw)]  # a driver's message may quote either spelling
+        # ... or a piece of it: given postgresql://u:s3cr@tPW@host, the driver reads host "tPW@host"
+        secrets += [piece for piece in re.split(r"[@:/]", unquote(pw)) if len(piece) >= 3]
     return _scrub_str(text, secrets)
 
 
