@@ -159,8 +159,16 @@ def coerce(key: str, value: Any, spec) -> Any:
         return v
     if spec is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if spec is float and isinstance(value, str) and value.strip().lower().lstrip("+-.") in ("inf", "infinity", "nan"):
-        raise UserError(f"{key}={value} is not a finite number: give a real value")
+    if spec is float and isinstance(value, str):
+        # PyYAML (YAML 1.1) reads 1e-9 and inf as strings; they are numbers to the user.
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if number is not None and not math.isfinite(number):
+            raise UserError(f"{key}={value} is not a finite number: give a real value")
+        if number is not None:
+            return number
     if spec is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     if spec is list and isinstance(value, tuple):

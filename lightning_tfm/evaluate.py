@@ -102,8 +102,9 @@ def _torch_load(path: Path) -> dict:
     except FileNotFoundError:
         raise UserError(f"checkpoint {path} not found") from None
     except Exception as e:  # truncated file, not a torch file, unsafe pickle
-        raise UserError(f"cannot read checkpoint {path} ({e.__class__.__name__}): give a checkpoint written by "
-                        f"`ltfm train` or `ltfm average`") from None
+        raise UserError(f"cannot read checkpoint {path} ({e.__class__.__name__}; truncated or damaged?): give "
+                        f"another checkpoint written by `ltfm train` or `ltfm average` (--checkpoint PATH, e.g. a "
+                        f"checkpoints/step=*.ckpt), or run the same `ltfm train` again: it sets damaged ones aside") from None
     if not isinstance(ck, dict) or not isinstance(ck.get("state_dict"), dict):
         raise UserError(f"{path} is not a Lightning checkpoint (no state_dict): give a checkpoint written by "
                         f"`ltfm train` or `ltfm average`")

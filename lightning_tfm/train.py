@@ -3,6 +3,12 @@
 ``train(cfg)`` is what ``ltfm train`` and the sweep trials run. The run folder is
 ``<run.results_dir>/<run id>``; the run id is derived from the config, so re-running the same command
 resumes from ``checkpoints/last.ckpt`` (and a completed run is not trained again).
+
+Faults (issue 15): one process trains a run folder at a time (``train.lock``); checkpoints, the summary,
+config and hypotheses are written atomically inside the run folder (:mod:`lightning_tfm.atomic`); an
+unreadable ``last.ckpt`` or ``summary.json`` is set aside with a warning and the newest readable step
+checkpoint is used; earlier attempts stay in ``summary["attempts"]``; a full or read-only disk and a
+diverging loss end as one line, exit 2, with the attempt recorded as ``failed``.
 """
 from __future__ import annotations
 
