@@ -518,7 +518,7 @@ def open_storage(url: str, heartbeat: dict | None = None, for_trial: bool = Fals
                 break
             time.sleep(0.5 + attempt)
     detail = scrub_text(str(getattr(last, "orig", None) or last).strip().splitlines()[0] if str(last).strip() else
-                    last.__class__.__name__, url)
+                        last.__class__.__name__, url)
     raise UserError(f"cannot open storage {shown}: {detail[:300]}; check the URL, that the server is "
                     "running and reachable, and the credentials")
 
