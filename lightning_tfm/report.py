@@ -99,8 +99,12 @@ def _replace_dir(src: Path, dest: Path) -> None:
     """Move ``src`` to ``dest`` (marking it as made by us), replacing a previous ``dest`` report folder."""
     from .atomic import write_text
 
-    write_text(src / MARKER, "made by `ltfm report`; `ltfm report --out` replaces only folders holding this file\n")
-    _check_out(dest)  # again: the folder may have changed while the notebook ran
+    try:
+        _check_out(dest)  # again: the folder may have changed while the notebook ran
+        write_text(src / MARKER, "made by `ltfm report`; `ltfm report --out` replaces only folders holding this file\n")
+    except BaseException:
+        shutil.rmtree(src, ignore_errors=True)
+        raise
     old = None
     if dest.exists():
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")

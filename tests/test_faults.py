@@ -355,9 +355,11 @@ def test_report_out_replaces_only_a_folder_it_made(tmp_path):
     (staging / "table3.md").write_text("report")
     with pytest.raises(UserError):
         _replace_dir(staging, mine)
-    assert (mine / "notes.md").read_text() == "my notes"
+    assert (mine / "notes.md").read_text() == "my notes" and not staging.exists()
     out = tmp_path / "report"
     _check_out(out)
+    staging.mkdir()
+    (staging / "table3.md").write_text("report")
     _replace_dir(staging, out)  # new folder: made, and marked
     assert (out / MARKER).is_file()
     staging.mkdir()
