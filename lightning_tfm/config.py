@@ -8,7 +8,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +166,16 @@ def coerce(key: str, value: Any, spec) -> Any:
         return v
     if spec is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if spec is float and isinstance(value, str):
+        # PyYAML (YAML 1.1) reads 1e-9 and inf as strings; they are numbers to the user.
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if number is not None and not math.isfinite(number):
+            raise UserError(f"{key}={value} is not a finite number: give a real value")
+        if number is not None:
+            return number
     if spec is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     if spec is list and isinstance(value, tuple):
@@ -250,9 +262,43 @@ def resolve_paths(cfg: dict) -> None:
         d["cache_dir"] = str(Path(d["cache_dir"]).expanduser().resolve())
 
 
+def _check_finite(cfg: dict) -> None:
+    """No float key may be inf or nan: ``train.lr_scale=inf`` would train to a NaN loss and call it done."""
+    for sec, keys in SCHEMA.items():
+        for name, spec in keys.items():
+            v = cfg[sec][name]
+            if isinstance(v, float) and not math.isfinite(v):
+                raise UserError(f"{sec}.{name}={v} is not a finite number: give a real value")
+
+
+def _check_devices(devices: str) -> None:
+    """Lightning's devices syntax: a count (-1 = all), ``auto``, or a list of device indices ``0,1``."""
+    text = devices.strip()
+    if text == "auto" or re.fullmatch(r"-1|[1-9][0-9]*", text):
+        return
+    ids = [x.strip() for x in text.strip("[]").split(",") if x.strip()]
+    if ids and all(x.isdigit() for x in ids) and len(set(ids)) == len(ids) and ("," in text or text.startswith("[")):
+        return
+    raise UserError(f"train.devices={devices!r} is not a device count (1, 2, ... or -1 for all), 'auto' or a "
+                    "list of device indices like '0,1'")
+
+
+def check_run_id(rid: str) -> None:
+    """A run id names one folder inside run.results_dir: no path separators, no '.' or '..'."""
+    if not rid or rid in (".", "..") or any(c in rid for c in "/\\\0") or rid.startswith("~") or rid != rid.strip():
+        raise UserError(f"run id {rid!r} must name a folder inside run.results_dir (no '/', '\\', '..' or "
+                        "leading '~'): set run.id (or run.name) to a plain name such as base-1")
+
+
 def validate(cfg: dict) -> None:
-    """Cross-key checks: every combination the model cannot build is named here, before any work."""
-    m, t, d = cfg["model"], cfg["train"], cfg["data"]
+    """Cross-key checks: every combination the model cannot build is named here, before any work.
+
+    Every key's range is checked here, not where it is first used: a value that only fails inside
+    Lightning, the DataLoader or the decoder after training would cost the whole run (and leave a half
+    written run folder)."""
+    _check_finite(cfg)
+    m, t, d, dec = cfg["model"], cfg["train"], cfg["data"], cfg["decode"]
+    check_run_id(run_id(cfg))
     for key in ("layers", "d_model", "d_ff", "heads", "d_k", "d_v", "max_positions"):
         if m[key] < 1:
             raise UserError(f"model.{key}={m[key]} must be a positive integer")
@@ -281,8 +327,52 @@ def validate(cfg: dict) -> None:
                         "(e.g. data.path=../shared/data/multi30k), or data.source=hub")
     if d["source"] == "hub" and not d["hub_name"]:
         raise UserError("data.hub_name is not set: pass e.g. data.hub_name=wmt14 data.hub_config=de-en")
-    if cfg["decode"]["beam_size"] < 1:
-        raise UserError(f"decode.beam_size={cfg['decode']['beam_size']} must be at least 1")
+    for key in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= t[key] < 1.0:
+            raise UserError(f"train.{key}={t[key]} must be in [0, 1) (the paper: 0.9 and 0.98)")
+    for key in ("adam_eps", "lr_scale"):
+        if t[key] <= 0:
+            raise UserError(f"train.{key}={t[key]} must be positive")
+    if t["clip_norm"] < 0:
+        raise UserError(f"train.clip_norm={t['clip_norm']} must be 0 (off) or positive")
+    for key in ("max_time_minutes", "checkpoint_every_minutes"):
+        if t[key] is not None and t[key] <= 0:
+            raise UserError(f"train.{key}={t[key]} must be positive (or null for no limit)")
+    for key in ("num_nodes", "log_every_steps"):
+        if t[key] < 1:
+            raise UserError(f"train.{key}={t[key]} must be a positive integer")
+    for key in ("keep_checkpoints", "num_workers"):
+        if t[key] < 0:
+            raise UserError(f"train.{key}={t[key]} must be 0 or more")
+    if t["threads"] is not None and t["threads"] < 1:
+        raise UserError(f"train.threads={t['threads']} must be a positive thread count (or null: torch's choice)")
+    _check_devices(t["devices"])
+    if d["max_tokens_per_sentence"] < 1:
+        raise UserError(f"data.max_tokens_per_sentence={d['max_tokens_per_sentence']} must be a positive integer")
+    if d["tokenizer_min_frequency"] < 0:
+        raise UserError(f"data.tokenizer_min_frequency={d['tokenizer_min_frequency']} must be 0 or more")
+    for key in ("max_train_pairs", "max_dev_pairs", "max_test_pairs"):
+        if d[key] is not None and d[key] < 1:
+            raise UserError(f"data.{key}={d[key]} must be a positive count (or null for all)")
+    if dec["beam_size"] < 1:
+        raise UserError(f"decode.beam_size={dec['beam_size']} must be at least 1")
+    if dec["batch_sentences"] < 1:
+        raise UserError(f"decode.batch_sentences={dec['batch_sentences']} must be at least 1")
+    if dec["max_len_a"] < 0 or dec["max_len_b"] < 0 or dec["max_len_a"] == 0 and dec["max_len_b"] == 0:
+        raise UserError(f"decode.max_len_a={dec['max_len_a']} and decode.max_len_b={dec['max_len_b']} must be 0 "
+                        "or more and allow at least one token (the paper: a=1, b=50)")
+    for key in ("dev_bleu_every_steps", "samples"):
+        if dec[key] < 0:
+            raise UserError(f"decode.{key}={dec[key]} must be 0 (off) or more")
+    if dec["average_last"] < 0:
+        raise UserError(f"decode.average_last={dec['average_last']} must be 0 (no averaging) or the number of "
+                        "last checkpoints to average, e.g. 5")
+    if dec["dev_bleu_subset"] is not None and dec["dev_bleu_subset"] < 1:
+        raise UserError(f"decode.dev_bleu_subset={dec['dev_bleu_subset']} must be a positive count (or null: all)")
+    if not all(isinstance(x, str) for x in cfg["wandb"]["tags"]):
+        raise UserError(f"wandb.tags={cfg['wandb']['tags']!r} must be a list of strings")
+    if cfg["sweep"]["trial"] is not None and cfg["sweep"]["trial"] < 0:
+        raise UserError(f"sweep.trial={cfg['sweep']['trial']} must be 0 or more")
 
 
 def flatten(cfg: dict) -> dict:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import atomic
 from .errors import UserError
 
 FORMAT_VERSION = 1
@@ -394,9 +395,7 @@ class Corpus:
                                 f"trained with another vocabulary and cannot resume on this one; start a new run "
                                 f"(another run.id or run.results_dir) or restore the data that run was prepared from")
         elif write:
-            tmp = path.with_name("tokenizer.json.tmp")
-            tmp.write_bytes(ours)
-            os.replace(tmp, path)
+            atomic.write_bytes(path, ours)
 
 
 def prepare_cli(args) -> int:

@@ -8,7 +8,6 @@ its own key, ``bleu_tok_compound_split``, so it is never mistaken for sacreBLEU.
 from __future__ import annotations
 
 import copy
-import os
 import re
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 
 from . import config as C
+from .atomic import atomic_path, write_text
 from .decode import Hypothesis, translate_ids
 from .errors import UserError
 from .model import Transformer
@@ -102,12 +102,36 @@ def _torch_load(path: Path) -> dict:
     except FileNotFoundError:
         raise UserError(f"checkpoint {path} not found") from None
     except Exception as e:  # truncated file, not a torch file, unsafe pickle
-        raise UserError(f"cannot read checkpoint {path} ({e.__class__.__name__}): give a checkpoint written by "
-                        f"`ltfm train` or `ltfm average`") from None
+        raise UserError(f"cannot read checkpoint {path} ({e.__class__.__name__}; truncated or damaged?): give "
+                        f"another checkpoint written by `ltfm train` or `ltfm average` (--checkpoint PATH, e.g. a "
+                        f"checkpoints/step=*.ckpt), or run the same `ltfm train` again: it sets damaged ones aside") from None
     if not isinstance(ck, dict) or not isinstance(ck.get("state_dict"), dict):
         raise UserError(f"{path} is not a Lightning checkpoint (no state_dict): give a checkpoint written by "
                         f"`ltfm train` or `ltfm average`")
     return ck
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why ``path`` is not a readable checkpoint (truncated, corrupt, not a Lightning checkpoint), or None.
+
+    Checks the zip container and every member's CRC (a truncated or overwritten file fails here without
+    unpickling anything), then loads it with ``weights_only=True`` (memory-mapped, so it costs little)."""
+    import zipfile
+
+    path = Path(path)
+    try:
+        if not zipfile.is_zipfile(path):
+            return "not a complete zip archive: truncated?"
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+        if bad is not None:
+            return f"member {bad} fails its CRC check"
+        ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # noqa: BLE001 - any failure to read is the answer
+        return f"{e.__class__.__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}".rstrip(": ")
+    if not isinstance(ck, dict) or not isinstance(ck.get("state_dict"), dict):
+        return "no state_dict: not a Lightning checkpoint"
+    return None
 
 
 def step_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
@@ -156,15 +180,26 @@ def write_average(run_dir: str | Path, last: int = 5, out: str | Path | None = N
     """
     run_dir = Path(run_dir)
     if last < 1:
-        raise UserError(f"--last {last}: average at least 1 checkpoint")
+        raise UserError(f"asked to average the last {last} checkpoints: give at least 1 "
+                        f"(ltfm average --last N, decode.average_last=N)")
     if not run_dir.is_dir():
         raise UserError(f"run folder {str(run_dir)!r} does not exist: give a folder written by `ltfm train`")
-    cands = step_checkpoints(run_dir)
+    cands = []
+    for step, path in step_checkpoints(run_dir):  # an unreadable one (full disk, kill) is left out, said once
+        why = checkpoint_problem(path)
+        if why is None:
+            cands.append((step, path))
+        else:
+            print(f"ltfm: warning: skipping unreadable {path} ({why})", file=sys.stderr)
     last_ckpt = run_dir / "checkpoints" / "last.ckpt"
     if last_ckpt.is_file():
-        step = int(_torch_load(last_ckpt).get("global_step", -1))
-        if not cands or step > cands[-1][0]:
-            cands.append((step, last_ckpt))
+        why = checkpoint_problem(last_ckpt)
+        if why is not None:
+            print(f"ltfm: warning: skipping unreadable {last_ckpt} ({why})", file=sys.stderr)
+        else:
+            step = int(_torch_load(last_ckpt).get("global_step", -1))
+            if not cands or step > cands[-1][0]:
+                cands.append((step, last_ckpt))
     if not cands:
         raise UserError(f"run folder {run_dir} has no checkpoints to average (checkpoints/step=*.ckpt): "
                         f"train it first with `ltfm train CONFIG`")
@@ -177,9 +212,8 @@ def write_average(run_dir: str | Path, last: int = 5, out: str | Path | None = N
     ck["averaged_from"] = [p.name for p in chosen]
     out = Path(out) if out else run_dir / "checkpoints" / "average.ckpt"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(ck, tmp)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        torch.save(ck, tmp)
     return out, chosen
 
 
@@ -323,15 +357,16 @@ def _average_last_override(overrides: list[str] | None) -> int | None:
     for text in overrides or []:
         key, value = C.parse_override(text)
         if key == "decode.average_last":
-            return int(value) or None
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise UserError(f"decode.average_last={value!r} must be 0 (no averaging) or the number of last "
+                                "checkpoints to average, e.g. 5")
+            return value or None
     return None
 
 
 def _write_lines_atomic(path: Path, lines: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, "".join(line + "\n" for line in lines))
 
 
 def evaluate_cli(args) -> int:

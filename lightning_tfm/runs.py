@@ -7,8 +7,11 @@ Status: the summary's ``status`` (``completed`` | ``failed`` | ``running``), wit
 - ``stale``: the summary says ``running`` but records the ``pid`` and ``host`` of its process, the host
   is this machine and that process no longer exists (killed worker, crash). A running summary without
   pid/host, or from another host, stays ``running`` -- we cannot tell from here.
-- ``unreadable``: ``summary.json`` exists but is not valid JSON; ``no summary``: a run folder (it has a
-  ``config.yaml``) whose ``summary.json`` was never written.
+- ``unreadable``: ``summary.json`` exists but is not valid JSON or not a summary (wrong types; the
+  ``error`` key says why); ``no summary``: a run folder (it has a ``config.yaml``) whose ``summary.json``
+  was never written.
+- ``failed (completed before)``: a continuation (larger ``train.max_steps``) failed; the run's earlier
+  completed results are kept in ``summary.json``'s ``attempts`` and shown in the other columns.
 """
 from __future__ import annotations
 
@@ -21,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .results import latest_completed, load_summary
 
 # Row keys (also the --json keys and the accepted --sort keys).
 ROW_KEYS = ("id", "variant", "family", "study", "status", "params", "steps", "dev_loss", "dev_ppl", "dev_bleu",
-            "test_bleu", "wall_time_s", "tokens_per_s", "wandb_run_id", "wandb_mode", "path")
+            "test_bleu", "wall_time_s", "tokens_per_s", "wandb_run_id", "wandb_mode", "attempts", "error", "path")
 # (header, row key) of the terminal table.
 COLUMNS = (("id", "id"), ("variant", "variant"), ("status", "status"), ("params", "params"),
            ("dev_ppl", "dev_ppl"), ("dev_bleu", "dev_bleu"), ("test_bleu", "test_bleu"), ("wall time", "wall_time_s"))
@@ -62,12 +66,10 @@ def _row(run_dir: Path) -> dict | None:
             return None  # not a run folder (e.g. a wandb dir, a sweep database)
         row["status"] = "no summary"
         return row
-    try:
-        summary = json.loads(summary_path.read_text())
-        if not isinstance(summary, dict):
-            raise ValueError
-    except (ValueError, OSError):
+    summary, problem = load_summary(run_dir)
+    if summary is None:
         row["status"] = "unreadable"
+        row["error"] = f"summary.json {problem}"
         return row
     run_cfg = (summary.get("config") or {}).get("run") or {}
     row.update({k: summary.get(k) for k in ROW_KEYS if k in summary and k not in ("id", "path", "status")})
@@ -75,6 +77,14 @@ def _row(run_dir: Path) -> dict | None:
     for key in ("variant", "family", "study"):
         row[key] = row.get(key) or run_cfg.get(key)
     row["status"] = _status(summary)
+    row["attempts"] = len(summary.get("attempts") or []) + 1
+    earlier = latest_completed(summary)
+    if earlier is not None and earlier is not summary:
+        # A continuation that failed keeps the run's earlier completed results: show them, and say so.
+        row["status"] = f"{row['status']} (completed before)"
+        for key in ROW_KEYS:
+            if key not in ("id", "path", "status", "variant", "family", "study") and row.get(key) is None:
+                row[key] = earlier.get(key)
     return row
 
 

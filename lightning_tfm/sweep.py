@@ -88,6 +88,7 @@ import yaml
 
 from . import config as C
 from .errors import UserError
+from .redact import mask_url, scrub_text
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 TOP_KEYS = ("name", "description", "experiment", "metric", "direction", "sampler", "pruner", "seeds",
@@ -449,24 +450,6 @@ def format_overrides(ov: dict) -> str:
 # ----------------------------------------------------------------------------------------------------------
 # Storage
 # ----------------------------------------------------------------------------------------------------------
-_PASSWORD_RE = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
-
-
-def mask_url(url: str) -> str:
-    """``postgresql://u:secret@h/db`` -> ``postgresql://u:***@h/db``."""
-    return _PASSWORD_RE.sub(r"\1***@", url)
-
-
-def _scrub(text: str, url: str) -> str:
-    try:
-        from sqlalchemy.engine import make_url
-        pw = make_url(url).password
-    except Exception:
-        pw = None
-    text = mask_url(text)
-    return text.replace(pw, "***") if pw else text
-
-
 def default_storage(sweep: Sweep, results_dir: Path) -> str:
     return f"sqlite:///{results_dir / (sweep.name + '.db')}"
 
@@ -554,8 +537,8 @@ def open_storage(url: str, heartbeat: dict | None = None, for_trial: bool = Fals
                                       "does not exist", "unable to open", "access denied", "unknown database")):
                 break
             time.sleep(0.5 + attempt)
-    detail = _scrub(str(getattr(last, "orig", None) or last).strip().splitlines()[0] if str(last).strip() else
-                    last.__class__.__name__, url)
+    detail = scrub_text(str(getattr(last, "orig", None) or last).strip().splitlines()[0] if str(last).strip() else
+                        last.__class__.__name__, url)
     raise UserError(f"cannot open storage {shown}: {detail[:300]}; check the URL, that the server is "
                     "running and reachable, and the credentials")
 
@@ -822,14 +805,6 @@ def _log_error_line(log: Path) -> str | None:
     return None
 
 
-def _read_summary(run_dir: Path) -> dict:
-    try:
-        s = json.loads((run_dir / "summary.json").read_text())
-        return s if isinstance(s, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 RESULT_ATTRS = ("status", "steps", "params", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "wall_time_s",
                 "wandb_run_id", "wandb_project", "wandb_mode")
 
@@ -958,7 +933,16 @@ class Worker:
                     proc.kill()
                 self._close(trial, TrialState.FAIL, reason="interrupted", status="interrupted")
                 raise
-        summary = _read_summary(run_dir)
+        from .results import RUN_LOCKED, read_summary
+        if rc == 2 and RUN_LOCKED in (_log_error_line(log) or ""):
+            # Another process (a `ltfm train` by hand, a worker of another sweep) trains this very run:
+            # not this trial's failure, and not an input error that would stop the worker.
+            self.counts["skipped"] += 1
+            reason = scrub_text(_log_error_line(log) or "", self.url)
+            self.say(f"{label}: already running elsewhere: {reason}")
+            self._close(trial, TrialState.FAIL, skip="running", reason=reason)
+            return 1
+        summary = read_summary(run_dir) or {}
         if rc != 0 and summary.get("pid") not in (None, proc.pid):
             summary = {}  # left by an earlier attempt: this process died before writing its own
         # (rc 0 with an older pid: the run was already completed, and `ltfm train` returned its summary)
@@ -986,7 +970,7 @@ class Worker:
             else:
                 error = (_log_error_line(log) if rc == 2 else None) or summary.get("error") or \
                     _log_error_line(log) or f"exit code {rc}"
-            error = _scrub(error, self.url)
+            error = scrub_text(error, self.url)
             self.say(f"{label}: failed: {error} ({took}; log {log})")
             self._close(trial, TrialState.FAIL, error=error, exit_code=rc, **results)
             if rc == 2:  # an input error (data, results folder): if it repeats, every trial would fail

@@ -44,6 +44,7 @@ from pytorch_lightning.utilities import rank_zero_only
 
 from .config import flatten
 from .errors import UserError
+from .redact import MASK, is_secret_key, scrub  # noqa: F401 - redact.py is the one place secrets are masked
 
 # History keys the LightningModule logs (self.log / logger.log_metrics, step = trainer.global_step).
 TRAIN_LOSS = "train/loss"
@@ -60,66 +61,7 @@ SUMMARY_KEYS = ("dev_ppl", "dev_bleu", "test_bleu", "params", "train_tokens", "w
                 "dev_loss", "steps", "status", "bleu_signature")
 
 ID_FILE = "wandb_id.txt"
-MASK = "***"
 MODES = ("online", "offline", "disabled")
-
-# ---------------------------------------------------------------------------------------------------
-# Secret scrubbing
-# ---------------------------------------------------------------------------------------------------
-
-# A key is secret when one of its words (split on . _ - / and spaces, lower case) is one of these.
-# Word matching, not substring matching: "train.batch_tokens" and "d_k" are not secrets.
-_SECRET_WORDS = {"key", "apikey", "password", "passwd", "pwd", "token", "secret", "secrets", "credential",
-                 "credentials", "auth"}
-# scheme://user:PASSWORD@host  (greedy up to the last "@" before the path, so an unencoded "@" in the
-# password is masked too)
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)([^/\s]*)(@)")
-# ?password=...&token=... in query strings and "key=value" text
-_KV_SECRET = re.compile(r"(?i)\b((?:api[_-]?key|password|passwd|pwd|token|secret|access[_-]?token)=)([^&\s;]+)")
-
-
-def is_secret_key(key: str) -> bool:
-    """True when a config/summary key names a secret (``WANDB_API_KEY``, ``db.password``, ``auth_token``)."""
-    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower())
-    return any(w in _SECRET_WORDS for w in words)
-
-
-# Environment variables whose values are masked wherever they appear: narrower than _SECRET_WORDS, since
-# PWD (the working directory) and SSH_AUTH_SOCK (a socket path) are not secrets and appear in paths.
-_ENV_SECRET_WORDS = {"key", "apikey", "password", "passwd", "token", "secret"}
-
-
-def _known_secret_values() -> list[str]:
-    """Secret values from the environment (e.g. WANDB_API_KEY's) that must never be written anywhere,
-    whatever key or text holds them."""
-    return [v for k, v in os.environ.items()
-            if v and len(v) >= 8 and set(re.split(r"[^a-z0-9]+", k.lower())) & _ENV_SECRET_WORDS]
-
-
-def scrub(obj: Any) -> Any:
-    """A copy of ``obj`` (dict / list / tuple / str / scalar) with secrets masked as ``***``.
-
-    Masks: values under secret-looking keys (key, password, token, secret, ...), the password of any URL
-    (``postgresql://user:pw@host/db`` -> ``postgresql://user:***@host/db``), ``password=...``-style pairs,
-    and any occurrence of a secret environment variable's value (e.g. the WANDB_API_KEY itself).
-    Use it on anything that goes to a file, a log or W&B.
-    """
-    return _scrub(obj, _known_secret_values())
-
-
-def _scrub(obj: Any, env_secrets: list[str]) -> Any:
-    if isinstance(obj, Mapping):
-        return {k: (MASK if is_secret_key(k) and obj[k] not in (None, "") else _scrub(v, env_secrets))
-                for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_scrub(v, env_secrets) for v in obj)
-    if isinstance(obj, str):
-        s = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), obj)
-        s = _KV_SECRET.sub(lambda m: m.group(1) + MASK, s)
-        for value in env_secrets:
-            s = s.replace(value, MASK)
-        return s
-    return obj
 
 
 @contextlib.contextmanager

@@ -102,7 +102,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     p = ltfm(*args)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert f"report: {out / 'table3.md'}" in p.stdout and "Direction agrees with the paper" in p.stdout
-    assert {f.name for f in out.iterdir()} == {"table3.md", "table3.csv", "table3.html", "table3.ipynb", *PNGS}
+    assert {f.name for f in out.iterdir()} == {"table3.md", "table3.csv", "table3.html", "table3.ipynb", *PNGS,
+                                               ".ltfm-report"}
 
     # table3.md: one row per variant of the sweep file, in the paper's order, ours beside the paper's
     md = (out / "table3.md").read_text()
@@ -417,7 +418,7 @@ def test_search_report_shows_every_trial_and_optunas_plots(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert {f.name for f in out.iterdir()} == {"search.md", "search.csv", "search.html", "search.ipynb",
                                                "optimization_history.png", "param_importances.png",
-                                               "intermediate_values.png"}
+                                               "intermediate_values.png", ".ltfm-report"}
     md = (out / "search.md").read_text()
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| trial")]
     assert [r.split("|")[3].strip() for r in rows] == ["complete", "complete", "pruned", "complete", "fail"]

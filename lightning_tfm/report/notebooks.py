@@ -45,8 +45,6 @@ from ..errors import UserError
 from .text import first_line
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
-# What a report folder may hold: ``ltfm report`` replaces such a folder, never one holding other files.
-REPORT_SUFFIXES = (".md", ".csv", ".png", ".ipynb", ".html", ".tmp")
 EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "bleu_vs_params.png", "norm_curves.png"),
             "search": ("search.md", "search.csv", "optimization_history.png", "param_importances.png",
                        "intermediate_values.png")}
@@ -82,18 +80,30 @@ def venv_kernel():
                 os.environ["JUPYTER_PATH"] = old
 
 
+# Written into every folder ``ltfm report`` makes; only a folder holding it is ever replaced.
+MARKER = ".ltfm-report"
+
+
 def _check_out(out: Path) -> None:
+    """``--out`` must be a new or empty folder, or one an earlier ``ltfm report`` made (its marker file):
+    the report replaces the whole folder, so a folder of the user's own files is refused (exit 2)."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {str(out)!r} is a file: give a folder for the report")
-    if out.is_dir():
-        foreign = [p.name for p in out.iterdir() if p.is_dir() or not p.name.endswith(REPORT_SUFFIXES)]
-        if foreign:
-            raise UserError(f"--out folder {str(out)!r} holds files that are not a report ({foreign[0]}, ...): "
-                            "give a new or empty folder (the report replaces the folder's contents)")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise UserError(f"--out folder {str(out)!r} is not a report folder made by `ltfm report` (no {MARKER} "
+                        "file) and is not empty: give a new or empty folder (the report replaces its contents)")
 
 
 def _replace_dir(src: Path, dest: Path) -> None:
-    """Move ``src`` to ``dest``, replacing a previous ``dest`` folder."""
+    """Move ``src`` to ``dest`` (marking it as made by us), replacing a previous ``dest`` report folder."""
+    from ..atomic import write_text
+
+    try:
+        _check_out(dest)  # again: the folder may have changed while the notebook ran
+        write_text(src / MARKER, "made by `ltfm report`; `ltfm report --out` replaces only folders holding this file\n")
+    except BaseException:
+        shutil.rmtree(src, ignore_errors=True)
+        raise
     old = None
     if dest.exists():
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")

@@ -211,7 +211,8 @@ def default_results_dir(sweep) -> Path:
 def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) -> tuple[Path, str | None]:
     """(absolute results folder, storage URL or None) of the local source, or a one-line UserError when
     there is nothing to read."""
-    from ..sweep import default_storage, mask_url, open_storage
+    from ..redact import mask_url
+    from ..sweep import default_storage, open_storage
 
     if results_dir is not None:
         results = Path(results_dir).absolute()
@@ -318,7 +319,8 @@ def record_from_trial(trial, results_dir: Path) -> RunRecord:
 
 def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportData:
     from ..results import read_summary
-    from ..sweep import mask_url, open_storage, open_study
+    from ..redact import mask_url
+    from ..sweep import open_storage, open_study
 
     records: list[RunRecord] = []
     study = None

@@ -12,7 +12,8 @@ from typing import Any
 
 from .figures import placeholder
 from .records import DONE, ReportData
-from .text import fmt, fmt_knob, md_cell, write_text
+from ..atomic import write_text
+from .text import fmt, fmt_knob, md_cell
 
 
 _METRIC_HISTORY = {"dev_loss": "dev/loss", "dev_ppl": "dev/ppl", "dev_bleu": "dev/bleu"}

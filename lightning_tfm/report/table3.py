@@ -36,7 +36,8 @@ from typing import Any
 
 from ..errors import UserError
 from .records import DONE, ReportData, RunRecord
-from .text import first_line, fmt, fmt_knob, md_cell, write_text
+from ..atomic import write_text
+from .text import first_line, fmt, fmt_knob, md_cell
 
 
 PAPER_ORDER = ("base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",

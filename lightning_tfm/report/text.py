@@ -1,8 +1,6 @@
-"""Cells and files of the report: how a number, a knob or a markdown cell is written, and the one helper
-that writes a report's text files (nothing half-written: a temporary file renamed into place)."""
+"""Cells of the report: how a number, a knob, a markdown cell or an error line is written."""
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -35,11 +33,3 @@ def first_line(text: Any, limit: int = 300) -> str:
     names a problem in one line."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(text or "")).strip()
     return text.splitlines()[0][:limit] if text else ""
-
-
-def write_text(path: Path, text: str) -> Path:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
