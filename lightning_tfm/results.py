@@ -1,24 +1,118 @@
-"""Reading the local results store (run folders): the source of truth for reports and tables."""
+"""What a run's results are, in one place: the metric names it logs, the fields of its ``summary.json``,
+and the readers of the local results store (run folders), the source of truth for tables and reports.
+
+Training writes these names (``lit.py``, ``train.py``), and everything that reads results uses them from
+here: pruning and the sweep worker (``sweep/``), W&B tracking (``tracking.py``), ``ltfm runs`` and the
+reports. Renaming a metric here renames it everywhere; a stray string literal elsewhere is a bug.
+"""
 from __future__ import annotations
 
 import csv
 import json
 import math
+import typing
 from pathlib import Path
+from typing import TypedDict
+
+# ------------------------------------------------------------------------------------------ metric names
+# History keys: what the LightningModule logs at each step / validation (metrics.csv columns, W&B history).
+TRAIN_LOSS = "train/loss"            # label-smoothed loss per target token
+TRAIN_NLL = "train/nll"              # negative log-likelihood per target token
+TRAIN_LR = "train/lr"
+TRAIN_TOKENS_PER_S = "train/tokens_per_s"
+DEV_LOSS = "dev/loss"                # per-wordpiece NLL on the dev set: dev/ppl = exp(dev/loss) (Table 3's PPL)
+DEV_PPL = "dev/ppl"
+DEV_SMOOTHED_LOSS = "dev/smoothed_loss"
+DEV_BLEU = "dev/bleu"                # sacreBLEU of beam search on the first decode.dev_bleu_subset sentences
+DEV_BLEU_RATIO = "dev/bleu_ratio"
+DEV_SAMPLES = "dev/samples"          # W&B table of sample translations
+
+# The summary.json keys a sweep may optimise, with the history key reported at each validation (pruning)
+# and the direction that is better.
+OBJECTIVES: dict[str, tuple[str, str]] = {
+    "dev_loss": (DEV_LOSS, "minimize"),
+    "dev_ppl": (DEV_PPL, "minimize"),
+    "dev_bleu": (DEV_BLEU, "maximize"),
+}
+
+
+def history_key(summary_key: str) -> str:
+    """The logged (history) key of an objective: ``dev_loss`` -> ``dev/loss``."""
+    return OBJECTIVES[summary_key][0]
+
+
+# ----------------------------------------------------------------------------------------- summary.json
+class Summary(TypedDict, total=False):
+    """``<run>/summary.json``: written by ``train.train`` at the start of each attempt (status ``running``) and
+    at its end. Every field may be missing or null (a run that failed early has few)."""
+    run_id: str
+    status: str                  # running | completed | pruned | failed (| interrupted)
+    error: str                   # one line, when failed
+    run_dir: str
+    host: str
+    pid: int
+    config: dict                 # the resolved config, secrets masked
+    started_at: str
+    finished_at: str
+    params: int
+    vocab_size: int
+    world_size: int
+    accumulate: int
+    effective_batch_tokens: int
+    precision: str               # what train.precision resolved to
+    train_pairs: int
+    skipped_train_pairs: int
+    data_cache: str              # the prepared corpus the run trained on, and its hash
+    data_cache_hash: str
+    length_limit: int            # longest sentence (pieces) trained on; longer dev/test pairs are truncated
+    truncated_dev_pairs: int
+    truncated_test_pairs: int
+    steps: int
+    epochs: int
+    train_tokens: int | float
+    dev_loss: int | float        # the last validation's DEV_LOSS
+    dev_ppl: int | float
+    dev_bleu: int | float        # beam search on the whole dev set at the end
+    test_bleu: int | float
+    dev_bleu_ratio: int | float  # hypothesis/reference length ratio
+    test_bleu_ratio: int | float
+    dev_bleu_tok_compound_split: int | float   # German target: t2t's tokenized BLEU, comparable to the paper's
+    test_bleu_tok_compound_split: int | float
+    bleu_signature: str
+    bleu_checkpoint: str         # "last" or "average of last N"
+    decode: dict                 # beam_size, length_penalty, max_len_a, max_len_b
+    dev_bleu_history: list       # [step, dev BLEU on the subset] during training
+    wall_time_s: int | float     # over all attempts
+    train_time_s: int | float
+    tokens_per_s: int | float
+    wandb_run_id: str
+    wandb_project: str
+    wandb_mode: str
+    attempts: list               # earlier attempts (their summaries without config), oldest first
+
+
+# The results every consumer shows or copies (runs table, sweep trial attributes, W&B run summary).
+RESULT_FIELDS = ("status", "steps", "params", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "train_tokens",
+                 "wall_time_s", "tokens_per_s")
+WANDB_FIELDS = ("wandb_run_id", "wandb_project", "wandb_mode")
+
+
+def _field_types() -> dict[str, tuple[type, ...]]:
+    out = {}
+    for name, hint in typing.get_type_hints(Summary).items():
+        args = typing.get_args(hint)
+        types = args if args and typing.get_origin(hint) is not list else (typing.get_origin(hint) or hint,)
+        out[name] = tuple(typing.get_origin(t) or t for t in types)
+    return out
+
+
+# Field -> the types a reader may rely on (None is always allowed). A file that breaks one of them
+# (hand-edited, from another tool, truncated) is reported as unreadable, never half-used.
+_TYPES: dict[str, tuple[type, ...]] = _field_types()
 
 # The words of the error a second `ltfm train` of a run prints (exit 2) while another process trains it;
 # a sweep worker reads them in the trial's log to tell "already running" from a failure.
 RUN_LOCKED = "is already being trained by"
-
-# summary.json fields and the types a reader may rely on (None is always allowed). A file that breaks
-# one of them (hand-edited, from another tool, truncated) is reported as unreadable, never half-used.
-_TYPES: dict[str, tuple[type, ...]] = {
-    "run_id": (str,), "status": (str,), "error": (str,), "run_dir": (str,), "host": (str,), "config": (dict,),
-    "steps": (int,), "epochs": (int,), "pid": (int,), "params": (int,), "vocab_size": (int,), "world_size": (int,),
-    "train_tokens": (int, float), "dev_loss": (int, float), "dev_ppl": (int, float), "dev_bleu": (int, float),
-    "test_bleu": (int, float), "wall_time_s": (int, float), "train_time_s": (int, float),
-    "tokens_per_s": (int, float), "attempts": (list,),
-}
 
 
 def summary_problem(summary) -> str | None:

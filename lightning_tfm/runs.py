@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
-from .results import latest_completed, load_summary
+from .results import RESULT_FIELDS, latest_completed, load_summary
 
 # Row keys (also the --json keys and the accepted --sort keys).
-ROW_KEYS = ("id", "variant", "family", "study", "status", "params", "steps", "dev_loss", "dev_ppl", "dev_bleu",
-            "test_bleu", "wall_time_s", "tokens_per_s", "wandb_run_id", "wandb_mode", "attempts", "error", "path")
+ROW_KEYS = ("id", "variant", "family", "study", *RESULT_FIELDS, "wandb_run_id", "wandb_mode", "attempts", "error",
+            "path")
 # (header, row key) of the terminal table.
 COLUMNS = (("id", "id"), ("variant", "variant"), ("status", "status"), ("params", "params"),
            ("dev_ppl", "dev_ppl"), ("dev_bleu", "dev_bleu"), ("test_bleu", "test_bleu"), ("wall time", "wall_time_s"))

@@ -45,20 +45,12 @@ from pytorch_lightning.utilities import rank_zero_only
 from .config import flatten
 from .errors import UserError
 from .redact import MASK, is_secret_key, scrub  # noqa: F401 - redact.py is the one place secrets are masked
+from .results import DEV_SAMPLES, RESULT_FIELDS
 
-# History keys the LightningModule logs (self.log / logger.log_metrics, step = trainer.global_step).
-TRAIN_LOSS = "train/loss"
-TRAIN_LR = "train/lr"
-TRAIN_TOKENS_PER_S = "train/tokens_per_s"
-DEV_LOSS = "dev/loss"
-DEV_PPL = "dev/ppl"
-DEV_BLEU = "dev/bleu"
-SAMPLES_KEY = "dev/samples"
 SAMPLE_COLUMNS = ["source", "reference", "hypothesis"]
 
 # summary.json fields copied to the W&B run summary by ``finish`` (whichever are present).
-SUMMARY_KEYS = ("dev_ppl", "dev_bleu", "test_bleu", "params", "train_tokens", "wall_time_s", "tokens_per_s",
-                "dev_loss", "steps", "status", "bleu_signature")
+SUMMARY_KEYS = RESULT_FIELDS + ("bleu_signature",)
 
 ID_FILE = "wandb_id.txt"
 MODES = ("online", "offline", "disabled")
@@ -271,7 +263,7 @@ def log_samples(logger: WandbLogger | None, step: int, rows: list[tuple[str, str
     ``dev/samples``. No-op without a logger or rows; rank zero only."""
     if logger is None or not rows or rank_zero_only.rank != 0:
         return
-    logger.log_table(key=SAMPLES_KEY, columns=list(SAMPLE_COLUMNS),
+    logger.log_table(key=DEV_SAMPLES, columns=list(SAMPLE_COLUMNS),
                      data=[[str(c) for c in row] for row in rows], step=step)
 
 

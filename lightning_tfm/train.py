@@ -30,9 +30,10 @@ import yaml
 
 from . import atomic
 from . import config as C
+from . import results as R
 from .corpus import Corpus
 from .errors import UserError
-from .results import RUN_LOCKED
+
 from .precision import resolve_precision
 
 
@@ -163,7 +164,7 @@ class RunLock:
                 os.close(fd)
             who = (f"pid {holder.get('pid')} on host {holder.get('host')}" if isinstance(holder, dict) and
                    holder.get("pid") else "another process")
-            raise UserError(f"run {self.rid} {RUN_LOCKED} {who} (lock {self.path}): wait for it to finish or stop "
+            raise UserError(f"run {self.rid} {R.RUN_LOCKED} {who} (lock {self.path}): wait for it to finish or stop "
                             f"it; running the same command afterwards resumes the run") from None
         self.fd = fd
         with contextlib.suppress(OSError):  # a full disk must not stop the holder itself
@@ -395,7 +396,7 @@ def _train_locked(cfg: dict, rid: str, run_dir: Path, corpus: "Corpus", is_zero:
             every_n_train_steps=None if t["checkpoint_every_minutes"] else t["checkpoint_every_steps"],
             train_time_interval=timedelta(minutes=t["checkpoint_every_minutes"]) if t["checkpoint_every_minutes"] else None,
         )
-        best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="dev/loss", mode="min", save_top_k=1,
+        best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=R.DEV_LOSS, mode="min", save_top_k=1,
                                enable_version_counter=False, auto_insert_metric_name=False)
         from .tracking import make_wandb_logger
         from .lit import DevBleu
@@ -433,7 +434,7 @@ def _train_locked(cfg: dict, rid: str, run_dir: Path, corpus: "Corpus", is_zero:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
         if trainer.interrupted:
             raise KeyboardInterrupt
-        if trainer.global_step % t["val_every_steps"] != 0 or "dev/loss" not in trainer.callback_metrics:
+        if trainer.global_step % t["val_every_steps"] != 0 or R.DEV_LOSS not in trainer.callback_metrics:
             trainer.validate(module, datamodule=datamodule, verbose=False)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         train_wall = prev_wall + time.time() - started
@@ -447,7 +448,7 @@ def _train_locked(cfg: dict, rid: str, run_dir: Path, corpus: "Corpus", is_zero:
     train_tokens = module.train_tokens * trainer.world_size
     summary.update(
         status="pruned" if pruned else "completed", steps=trainer.global_step, epochs=trainer.current_epoch,
-        dev_loss=metrics.get("dev/loss"), dev_ppl=metrics.get("dev/ppl"),
+        dev_loss=metrics.get(R.DEV_LOSS), dev_ppl=metrics.get(R.DEV_PPL),
         train_tokens=train_tokens, wall_time_s=round(wall, 1), train_time_s=round(train_wall, 1),
         tokens_per_s=round(train_tokens / max(train_wall, 1e-9), 1),
         dev_bleu_history=dev_bleu.history,

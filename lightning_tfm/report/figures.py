@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .. import results as R
 from .records import ReportData, RunRecord
 from .table3 import load_paper, ordered_variants
 
@@ -96,7 +97,7 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
             recs = [r for r in data.records if r.variant == v]
             drawn = False
             for r in sorted(recs, key=lambda r: (r.seed is None, r.seed or 0)):
-                xs, ys = _series(r, "dev/ppl")
+                xs, ys = _series(r, R.DEV_PPL)
                 if xs:
                     ax.plot(xs, ys, marker=".", color="black" if v == "base" else f"C{j % 10}",
                             label=_label(r, many), linewidth=1.2)
@@ -168,13 +169,13 @@ def plot_norm_curves(data: ReportData, path: str | Path) -> str:
         color = "black" if r.variant == "base" else f"C{i % 10}"
         kind = "post" if r.variant == "base" else r.config.get("model.norm", "?")
         label = f"{_label(r, many)} ({kind}-norm)"
-        xs, ys = _series(r, "train/loss")
+        xs, ys = _series(r, R.TRAIN_LOSS)
         full.plot(xs, ys, color=color, label=label, linewidth=1)
         pts = [(x, y) for x, y in zip(xs, ys) if x <= early]
         if len(pts) < 5:
             pts = list(zip(xs, ys))[:5]
         first.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=color, label=label, linewidth=1)
-        xs, ys = _series(r, "dev/ppl")
+        xs, ys = _series(r, R.DEV_PPL)
         dev.plot(xs, ys, marker=".", color=color, label=label, linewidth=1)
     full.set_title("training loss, whole run", fontsize=9)
     shown = max((int(x) for line in first.lines for x in line.get_xdata()), default=early)

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from .. import results as R
 from ..errors import UserError
 from .text import first_line
 
 
-HISTORY_KEYS = ("dev/loss", "dev/ppl", "dev/bleu", "train/loss")
+HISTORY_KEYS = (R.DEV_LOSS, R.DEV_PPL, R.DEV_BLEU, R.TRAIN_LOSS)
 
 
 WANDB_STEP = "trainer/global_step"

@@ -13,10 +13,8 @@ from typing import Any
 from .figures import placeholder
 from .records import DONE, ReportData
 from ..atomic import write_text
+from ..results import history_key
 from .text import fmt, fmt_knob, md_cell
-
-
-_METRIC_HISTORY = {"dev_loss": "dev/loss", "dev_ppl": "dev/ppl", "dev_bleu": "dev/bleu"}
 
 
 def search_study(data: ReportData):
@@ -43,7 +41,7 @@ def search_study(data: ReportData):
         value = getattr(r, sweep.metric) if state == TrialState.COMPLETE else None
         if state == TrialState.COMPLETE and value is None:
             state = TrialState.FAIL
-        key = _METRIC_HISTORY[sweep.metric]
+        key = history_key(sweep.metric)
         inter = {row["step"]: row[key] for row in r.history if key in row}
         try:
             study.add_trial(create_trial(state=state, value=value, params=params, distributions=dists,
