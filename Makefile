@@ -3,6 +3,7 @@
 #   FULL=1      : the full CPU budget (the experiment's train.max_steps per row, hours)
 #   SWEEP=sweeps/table3.yaml FULL=1 ARGS="train.devices=8 train.strategy=ddp" : the paper's scale on a GPU node
 # make test     : set up .venv and run the test suite (what CI runs)
+# make test-fast: the suite without the slow end-to-end tests (development)
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.
 #                 Default: ../shared/data/multi30k when it exists (offline machines), else the Hub.
 SHELL := /bin/bash
@@ -27,7 +28,7 @@ QUICK := train.max_steps=$(QUICK_STEPS) train.warmup=$(shell echo $$(( $(QUICK_S
 	data.max_dev_pairs=300 train.threads=1
 BUDGET := $(if $(FULL),,$(QUICK))
 
-.PHONY: setup ablation test train clean
+.PHONY: setup ablation test test-fast train clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +54,10 @@ train: setup
 
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# the suite without the tests that train through subprocesses (marked slow): a few minutes, for development
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf results reports/build wandb

@@ -1,4 +1,8 @@
-"""Shared fixtures: the real Multi30k data beside the checkout, and one smoke training reused by many tests."""
+"""Shared fixtures: the real Multi30k data beside the checkout, and one smoke training reused by many tests.
+
+Tests that train through real subprocesses (or use a fixture that does) are marked ``slow``: ``make test``
+runs everything, ``make test-fast`` (``pytest -m "not slow"``) the rest, in a few minutes.
+"""
 from __future__ import annotations
 
 import os
@@ -39,3 +43,13 @@ def smoke_run(tmp_path_factory, data_dir) -> Path:
     assert p.returncode == 0, p.stderr[-3000:]
     (run_dir,) = [d for d in results.iterdir() if d.is_dir()]
     return run_dir
+
+
+# Fixtures that train a model in a subprocess (or start a database server): a test using one is slow.
+SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", "pg_url"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -88,6 +88,7 @@ def test_bad_data_is_a_user_error(tmp_path):
         read_parallel(tmp_path, "test", "en", "de")
 
 
+@pytest.mark.slow
 def test_hub_route_fails_offline_with_a_clear_message(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

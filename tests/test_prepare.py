@@ -146,6 +146,7 @@ def small_corpus(folder, n=300):
     return folder
 
 
+@pytest.mark.slow
 def test_two_processes_asking_at_once_build_once(tmp_path):
     data = small_corpus(tmp_path / "data", n=20000)  # large enough that the two overlap
     cmd = [sys.executable, "-m", "lightning_tfm", "prepare", str(SMOKE), f"data.path={data}",
@@ -182,6 +183,7 @@ def test_a_damaged_cache_is_rebuilt_not_used(tmp_path, capfd):
         assert K.check_folder(folder) is not None
 
 
+@pytest.mark.slow
 def test_a_long_dev_line_is_truncated_and_counted(tmp_path):
     data = small_corpus(tmp_path / "data")
     lines = (data / "val.en").read_text().splitlines()

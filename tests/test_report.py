@@ -296,6 +296,7 @@ def test_a_failing_cell_fails_the_command_naming_the_cell(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------------------
 # Several seeds, significance
 # ------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_several_seeds_give_mean_std_and_a_paired_bootstrap_against_base(tmp_path, data_dir):
     refs = [line for line in rd.dev_references({"data.source": "local", "data.path": str(data_dir),
                                                 "data.dev_split": "val", "data.src_lang": "en", "data.tgt_lang": "de",
@@ -388,6 +389,7 @@ def test_noise_rule():
 # ------------------------------------------------------------------------------------------------------------
 # The search report
 # ------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_search_report_shows_every_trial_and_optunas_plots(tmp_path):
     """A search study in a real SQLite storage (its trials written through Optuna: the sweep machinery is tested
     in test_sweep.py); its run folders live on another machine, so values come from the trials' attributes."""

@@ -432,6 +432,7 @@ def test_fused_adam_takes_the_steps_of_torchs_default_adam():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_compiled_features_equal_eager():
     """``train.compile``: torch.compile'd decoder states (and their gradients) equal the eager ones."""
     from lightning_tfm.objectives import fused_label_smoothed_nll_loss

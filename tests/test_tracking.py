@@ -358,6 +358,7 @@ print("RANK", trainer.global_rank, "INFO", info["wandb_run_id"], flush=True)
 """
 
 
+@pytest.mark.slow
 def test_ddp_creates_one_wandb_run_on_rank_zero_only(wandb_env):
     run_dir = wandb_env / "results" / "ddp"
     script = wandb_env / "ddp_train.py"

@@ -34,6 +34,7 @@ def test_checkpoints_load_with_weights_only(smoke_run):
         assert ck["hyper_parameters"]["config"]["model"]["d_model"] == 64
 
 
+@pytest.mark.slow
 def test_rerunning_the_same_command_resumes_from_the_saved_step(tmp_path, data_dir):
     args = ["train", SMOKE, f"data.path={data_dir}", f"run.results_dir={tmp_path}", "data.max_train_pairs=600",
             "train.val_every_steps=10", "train.checkpoint_every_steps=10"]
@@ -84,6 +85,7 @@ def test_bad_input_stops_with_one_line_and_exit_2(tmp_path, data_dir, overrides,
     assert not results.exists()  # nothing half-written
 
 
+@pytest.mark.slow
 def test_misaligned_and_empty_files_are_rejected(tmp_path, data_dir):
     folder = tmp_path / "data"
     folder.mkdir()
