@@ -6,6 +6,7 @@ code 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -17,54 +18,60 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
+#: Each subcommand's handler as ``"module:function"`` (relative to this package), called with the parsed
+#: arguments. The module is imported only when its command runs, so that ``ltfm --help`` and argument errors
+#: never import torch, Lightning or Optuna. ``train``, ``prepare`` and ``bench`` decide something first (below).
+COMMANDS = {
+    "train": ".cli:_train",
+    "prepare": ".cli:_prepare",
+    "evaluate": ".evaluate:evaluate_cli",
+    "translate": ".evaluate:translate_cli",
+    "average": ".evaluate:average_cli",
+    "runs": ".runs:runs_cli",
+    "sweep": ".sweep.cli:sweep_cli",
+    "report": ".report.notebooks:report_cli",
+    "bench": ".cli:_bench",
+}
+
+
+def _run(target: str, args) -> int:
+    module, function = target.split(":")
+    return getattr(importlib.import_module(module, __package__), function)(args)
+
+
 def _train(args) -> int:
+    """``ltfm train``. A sweep trial (``sweep.trial`` set; the worker starts this very command, so it reads the
+    same in a trial's log as by hand) reports to its Optuna study through the sweep's pruning callback:
+    training itself knows nothing of sweeps."""
     from .config import load_config
     from .train import train
-    summary = train(load_config(args.config, args.overrides))
+
+    cfg = load_config(args.config, args.overrides)
+    callbacks = []
+    if cfg["sweep"]["trial"] is not None:
+        from .sweep.pruning import OptunaPruning
+        callbacks.append(OptunaPruning(cfg))
+    summary = train(cfg, callbacks=callbacks)
     return 0 if summary.get("status") in ("completed", "pruned") else 1
 
 
 def _prepare(args) -> int:
+    """``ltfm prepare CONFIG|SWEEP``: a sweep file's corpus is that of its base experiment with the sweep's
+    overrides (what its trials use); reading a sweep file belongs to the sweep package, above the corpus."""
+    from .config import load_config, read_yaml
     from .corpus import prepare_cli
-    return prepare_cli(args)
 
-
-def _evaluate(args) -> int:
-    from .evaluate import evaluate_cli
-    return evaluate_cli(args)
-
-
-def _translate(args) -> int:
-    from .evaluate import translate_cli
-    return translate_cli(args)
-
-
-def _average(args) -> int:
-    from .evaluate import average_cli
-    return average_cli(args)
-
-
-def _runs(args) -> int:
-    from .runs import runs_cli
-    return runs_cli(args)
-
-
-def _sweep(args) -> int:
-    from .sweep import sweep_cli
-    return sweep_cli(args)
-
-
-def _report(args) -> int:
-    from .report.notebooks import report_cli
-    return report_cli(args)
+    if "experiment" in read_yaml(args.config):  # a sweep file
+        from .sweep import Plan, load_sweep
+        cfg = Plan(load_sweep(args.config), args.overrides).base_cfg
+    else:
+        cfg = load_config(args.config, args.overrides)
+    return prepare_cli(cfg, rebuild=args.rebuild)
 
 
 def _bench(args) -> int:
-    if args.data is not None:  # the data pipeline's benchmark (prepared corpora), not the model's speed
-        from .bench_data import bench_data_cli
-        return bench_data_cli(args)
-    from .bench import bench_cli
-    return bench_cli(args)
+    # --data: the data pipeline's benchmark (prepared corpora), not the model's speed
+    return _run(".bench_data:bench_data_cli" if args.data is not None else ".bench:bench_cli", args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,14 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one model: ltfm train CONFIG.yaml [dotted.key=value ...]")
     t.add_argument("config")
     t.add_argument("overrides", nargs="*", help="dotted.key=value")
-    t.set_defaults(func=_train)
 
     pr = sub.add_parser("prepare", help="build the prepared corpus (vocabulary + token ids) of a config once: "
                                          "ltfm prepare CONFIG.yaml [dotted.key=value ...]")
     pr.add_argument("config")
     pr.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
     pr.add_argument("overrides", nargs="*", help="dotted.key=value")
-    pr.set_defaults(func=_prepare)
 
     e = sub.add_parser("evaluate", help="BLEU of a run's checkpoint on a split or on any files")
     e.add_argument("run_dir")
@@ -91,25 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", default="last", help="last | best | average | PATH")
     e.add_argument("--out", help="hypotheses file (default: in the run folder)")
     e.add_argument("overrides", nargs="*", help="decode.* overrides, e.g. decode.beam_size=1")
-    e.set_defaults(func=_evaluate)
 
     tr = sub.add_parser("translate", help="translate stdin to stdout with a run's checkpoint")
     tr.add_argument("run_dir")
     tr.add_argument("--checkpoint", default="last")
     tr.add_argument("overrides", nargs="*", help="decode.* overrides")
-    tr.set_defaults(func=_translate)
 
     a = sub.add_parser("average", help="average the last N checkpoints of a run")
     a.add_argument("run_dir")
     a.add_argument("--last", type=int, default=5)
     a.add_argument("--out")
-    a.set_defaults(func=_average)
 
     r = sub.add_parser("runs", help="table of the runs in a results folder")
     r.add_argument("results_dir", nargs="?", default="results")
     r.add_argument("--json", action="store_true")
     r.add_argument("--sort")
-    r.set_defaults(func=_runs)
 
     s = sub.add_parser("sweep", help="run (or join) an Optuna sweep")
     s.add_argument("sweep_file")
@@ -119,7 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--status", action="store_true")
     s.add_argument("overrides", nargs="*", help="dotted.key=value applied to every trial's base experiment")
-    s.set_defaults(func=_sweep)
 
     rp = sub.add_parser("report", help="regenerate the ablation report of a sweep")
     rp.add_argument("sweep_file")
@@ -127,7 +127,6 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--results")
     rp.add_argument("--out")
     rp.add_argument("--from-wandb", metavar="ENTITY/PROJECT")
-    rp.set_defaults(func=_report)
 
     b = sub.add_parser("bench", help="training and decoding speed, ours against MarianMTModel")
     b.add_argument("--config")
@@ -137,7 +136,6 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--data", type=int, metavar="N", help="instead: benchmark the data pipeline on a generated "
                    "corpus of N pairs (prepare time, second trial's time to its first step, RSS, cache size)")
     b.add_argument("overrides", nargs="*")
-    b.set_defaults(func=_bench)
     return p
 
 
@@ -152,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         if extra:
             args.overrides = list(args.overrides or []) + extra
-        return args.func(args)
+        return _run(COMMANDS[args.command], args)
     except UserError as e:
         print(f"ltfm: error: {e}", file=sys.stderr)
         return 2

@@ -398,17 +398,10 @@ class Corpus:
             atomic.write_bytes(path, ours)
 
 
-def prepare_cli(args) -> int:
-    """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of an
-    experiment, or of a sweep's base experiment with the sweep's own overrides (what its trials use)."""
-    from .config import load_config, read_yaml
-
-    if "experiment" in read_yaml(args.config):  # a sweep file
-        from .sweep import Plan, load_sweep
-        cfg = Plan(load_sweep(args.config), args.overrides).base_cfg
-    else:
-        cfg = load_config(args.config, args.overrides)
-    folder, manifest = prepare(cfg, progress=True, rebuild=args.rebuild)
+def prepare_cli(cfg: dict, rebuild: bool = False) -> int:
+    """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of ``cfg`` (an
+    experiment's, or a sweep's base experiment with the sweep's own overrides: the command line reads which)."""
+    folder, manifest = prepare(cfg, progress=True, rebuild=rebuild)
     counts = ", ".join(f"{role} {c['pairs']:,} pairs" + (f" ({c['skipped_pairs']:,} skipped)" if c.get('skipped_pairs')
                                                           else "") for role, c in manifest["splits"].items())
     print(f"{folder}\n  vocabulary {manifest['vocab_size']} ({manifest['dtype']}), {counts}, "

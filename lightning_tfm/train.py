@@ -22,6 +22,7 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -282,8 +283,12 @@ def _trainer_kwargs(cfg: dict, accumulate: int) -> dict:
     )
 
 
-def train(cfg: dict) -> dict:
+def train(cfg: dict, callbacks: Sequence = ()) -> dict:
     """Train (or resume, or skip if completed) the run described by ``cfg``; returns its summary.
+
+    ``callbacks``: more Lightning callbacks (a sweep trial's pruning, :mod:`lightning_tfm.sweep.pruning`);
+    when one of them has a true ``pruned`` attribute after fitting, the run ends as ``pruned`` and is not
+    decoded.
 
     Whatever happens, nothing finished is lost: one process trains a run folder at a time (:class:`RunLock`),
     every file is written atomically inside it, an unreadable checkpoint or summary is set aside (never
@@ -318,7 +323,7 @@ def train(cfg: dict) -> dict:
         # Only global rank zero locks: the other ranks of a DDP run belong to the same training.
         lock = RunLock(run_dir, rid) if is_zero else contextlib.nullcontext()
         with lock:
-            return _train_locked(cfg, rid, run_dir, corpus, is_zero, started)
+            return _train_locked(cfg, rid, run_dir, corpus, is_zero, started, list(callbacks))
     except UserError:
         raise
     except BaseException as e:
@@ -332,7 +337,8 @@ def _already_done(prev: dict | None, cfg: dict) -> bool:
     return bool(prev) and prev.get("status") == "completed" and (prev.get("steps") or 0) >= cfg["train"]["max_steps"]
 
 
-def _train_locked(cfg: dict, rid: str, run_dir: Path, corpus: "Corpus", is_zero: bool, started: float) -> dict:
+def _train_locked(cfg: dict, rid: str, run_dir: Path, corpus: "Corpus", is_zero: bool, started: float,
+                  extra: list) -> dict:
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.loggers import CSVLogger
@@ -407,16 +413,11 @@ def _train_locked(cfg: dict, rid: str, run_dir: Path, corpus: "Corpus", is_zero:
             loggers.append(wandb_logger)
         dev_bleu = DevBleu(cfg, corpus.tokenizer, corpus.dev_raw["src"], corpus.dev_raw["tgt"], wandb_logger)
         checkpoint_io, finite_loss = lightning_parts()
-        callbacks = [finite_loss, checkpoint, best, dev_bleu]
-        pruner = None
-        if cfg["sweep"]["trial"] is not None:  # a sweep trial: report the dev metric to its Optuna study
-            from .pruning import OptunaPruning
-            pruner = OptunaPruning(cfg)
-            callbacks.append(pruner)
         world = world_size(t)
         accumulate = accumulation(t, world)
         trainer_kwargs = _trainer_kwargs(cfg, accumulate)
-        trainer = pl.Trainer(logger=loggers, callbacks=callbacks, default_root_dir=str(run_dir),
+        trainer = pl.Trainer(logger=loggers, callbacks=[finite_loss, checkpoint, best, dev_bleu, *extra],
+                             default_root_dir=str(run_dir),
                              plugins=[checkpoint_io], **trainer_kwargs)
         if trainer.world_size != world:
             raise UserError(f"train.devices={t['devices']} x train.num_nodes={t['num_nodes']} gives {world} processes "
@@ -438,7 +439,7 @@ def _train_locked(cfg: dict, rid: str, run_dir: Path, corpus: "Corpus", is_zero:
             trainer.validate(module, datamodule=datamodule, verbose=False)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         train_wall = prev_wall + time.time() - started
-        pruned = pruner is not None and pruner.pruned
+        pruned = any(getattr(cb, "pruned", False) for cb in extra)
         if is_zero and not pruned:  # a pruned trial is not decoded: its dev loss already ranked it
             summary.update(final_evaluation(cfg, module.model, corpus, run_dir))
     except BaseException as e:

@@ -1,11 +1,13 @@
 """Report a training run's dev metric to its Optuna trial at every validation, and stop it when pruned.
 
 ``ltfm sweep`` starts each trial as its own ``ltfm train`` process with ``sweep.storage``, ``sweep.study``,
-``sweep.trial`` (the trial *number*) and ``sweep.metric``; ``train.py`` then adds :class:`OptunaPruning` to
-the Lightning callbacks. The callback reports to the already RUNNING trial that the sweep worker claimed,
-through Optuna's public API: ``optuna.load_study`` plus ``optuna.trial.Trial(study, trial_id)`` (the same
-object ``study.optimize`` hands to an objective), so ``trial.report`` / ``trial.should_prune`` run the
-study's own pruner.
+``sweep.trial`` (the trial *number*) and ``sweep.metric``; the command line (``ltfm train`` in
+:mod:`lightning_tfm.cli`) then hands :class:`OptunaPruning` to :func:`lightning_tfm.train.train` as an
+extra Lightning callback: training knows nothing of sweeps, and ends a run as ``pruned`` when a callback
+says so (its ``pruned`` attribute). The callback reports to the already RUNNING trial that the sweep
+worker claimed, through Optuna's public API: ``optuna.load_study`` plus ``optuna.trial.Trial(study,
+trial_id)`` (the same object ``study.optimize`` hands to an objective), so ``trial.report`` /
+``trial.should_prune`` run the study's own pruner.
 
 - The pruner is the sweep file's, read from the study's user attribute ``ltfm.pruner`` (written by the
   worker), so the trial process needs nothing but the storage, the study and the trial number.
@@ -27,10 +29,8 @@ import sys
 
 import pytorch_lightning as pl
 
-#: The environment variable through which the sweep worker passes the full storage URL (with any
-#: password) to the trial process; ``sweep.storage`` in the run's config holds the URL with the password
-#: masked, so that no password is written to config.yaml, summary.json or W&B.
-STORAGE_ENV = "LTFM_SWEEP_STORAGE"
+from .spec import build_pruner
+from .storage import STORAGE_ENV, open_storage
 
 
 def metric_key(metric: str) -> str:
@@ -66,7 +66,6 @@ class OptunaPruning(pl.Callback):
         if self._trial is None and not self._broken:
             import optuna
 
-            from .sweep import build_pruner, open_storage
             storage = open_storage(self.storage_url, for_trial=True)
             study_id = storage.get_study_id_from_name(self.study_name)
             pruner = build_pruner(storage.get_study_user_attrs(study_id).get("ltfm.pruner"))

@@ -1,0 +1,80 @@
+"""``ltfm sweep``: the command line of a worker, the dry run and the status table."""
+from __future__ import annotations
+
+import json
+
+from ..corpus import prepare
+from ..corpus import status as corpus_status
+from ..errors import UserError
+from ..redact import mask_url
+from .plan import Plan, format_overrides
+from .spec import load_sweep
+from .status import dry_run, format_status, status_rows
+from .storage import default_storage, open_storage, open_study, quiet_optuna, retry
+from .worker import Worker, stop_on_sigterm
+
+
+def _check_local_data(cfg: dict) -> None:
+    d = cfg["data"]
+    if d["source"] != "local":
+        return
+    from ..data import split_file  # here: data imports torch, which a worker (it trains nothing itself) never needs
+    for split in (d["train_split"], d["dev_split"], d["test_split"]):
+        if split:
+            for lang in (d["src_lang"], d["tgt_lang"]):
+                split_file(d["path"], split, lang)
+
+
+def _corpus_line(cfg: dict) -> str:
+    try:
+        folder, ready = corpus_status(cfg)
+    except UserError as e:
+        return f"prepared corpus: cannot tell ({e})"
+    return (f"prepared corpus: {folder} " + ("exists (every trial maps it)" if ready else
+            "does not exist yet (built once before the first trial, or now with `ltfm prepare`)"))
+
+
+def sweep_cli(args) -> int:
+    """``ltfm sweep SWEEP.yaml [--storage URL] [--n-trials N] [--dry-run] [--json] [--status] [k=v ...]``"""
+    if args.n_trials is not None and args.n_trials < 1:
+        raise UserError(f"--n-trials {args.n_trials} must be at least 1")
+    sweep = load_sweep(args.sweep_file)
+    plan = Plan(sweep, args.overrides)
+    if args.dry_run:
+        rows = dry_run(sweep, plan, args.n_trials)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+        else:
+            print(_corpus_line(plan.base_cfg))
+            width = max(len(r["name"]) for r in rows)
+            for r in rows:
+                what = f"{r['params']:>12,} params" if r["params"] is not None else f"skipped: {r['skipped']}"
+                print(f"{r['name']:<{width}}  seed {r['seed']}  {what}  steps {r['max_steps']}  "
+                      f"{format_overrides(r['overrides'])}")
+        return 0
+    quiet_optuna()
+    url = args.storage or default_storage(sweep, plan.results_dir)
+    if args.status:
+        storage = open_storage(url, create=False)
+        study = open_study(sweep, storage, create=False)
+        rows = status_rows(study)
+        print(json.dumps(rows, indent=1, default=str) if args.json else format_status(sweep, rows, mask_url(url)))
+        return 0
+    # A given --storage is checked first (fails fast, writes nothing here); the default SQLite file is only
+    # created once the data and the results folder are known to be fine.
+    storage = open_storage(url, heartbeat=sweep.heartbeat) if args.storage else None
+    _check_local_data(plan.base_cfg)
+    try:
+        (plan.results_dir / "sweep-logs").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        raise UserError(f"results folder {str(plan.results_dir)!r} is not writable: set run.results_dir to a "
+                        "folder you can write") from None
+    prepare(plan.base_cfg)  # one vocabulary and one set of ids for every trial, built before any trial starts
+    storage = storage or open_storage(url, heartbeat=sweep.heartbeat)
+    study = retry(open_study, sweep, storage)
+    retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)
+    retry(study.set_user_attr, "ltfm.metric", sweep.metric)
+    stop_on_sigterm()
+    worker = Worker(sweep, plan, url, storage, study)
+    worker.say(f"study {sweep.name} in {mask_url(url)}; results in {plan.results_dir}")
+    return worker.run(args.n_trials)

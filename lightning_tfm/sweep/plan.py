@@ -1,0 +1,129 @@
+"""Trial configurations: what each row of a sweep trains, in one path.
+
+A trial's config is the experiment < the sweep file's ``overrides`` < the command line's ``dotted.key=value``
+< the variant's (or sampled) values < the variant's ``budget`` factor on train.max_steps < the run.*
+bookkeeping (seed, variant, family, study). :func:`trial_overrides` says it as overrides and
+:func:`trial_config` as the nested config; the worker (:class:`Plan`), the dry run and the reports
+(:mod:`lightning_tfm.report.records`) all go through them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import config as C
+from ..errors import UserError
+from .spec import RESERVED, Entry, Sweep
+
+#: What a worker adds under the command line (a sweep file may set it otherwise): a trial's output goes to
+#: its log file, where a progress bar is noise.
+WORKER_DEFAULTS = {"train.progress_bar": False}
+
+
+def parse_cli_overrides(overrides: list[str] | None) -> dict:
+    out = {}
+    for text in overrides or []:
+        key, value = C.parse_override(text)
+        if key in RESERVED or key.startswith("sweep."):
+            raise UserError(f"{key} is set by ltfm sweep for each trial: leave it out (seeds come from the sweep file)")
+        scratch = C.defaults()
+        C.set_dotted(scratch, key, value)  # unknown key / wrong type: one line, exit 2
+        out[key] = value
+    return out
+
+
+def trial_overrides(sweep: Sweep, entry: Entry, base: dict, base_steps: int | float,
+                    results_dir: Path | None = None) -> dict:
+    """A trial's overrides of its experiment: ``base`` (the sweep file's, then the command line's), the
+    entry's, its budget as a factor on train.max_steps (``base_steps`` = the experiment's with ``base``),
+    the run.* bookkeeping (seed, variant, family, study), and last the worker's absolute ``results_dir``."""
+    ov = {**base, **entry.overrides}
+    if entry.max_steps is not None:
+        ov["train.max_steps"] = entry.max_steps
+    elif entry.budget != 1.0:
+        ov["train.max_steps"] = max(1, int(round(ov.get("train.max_steps", base_steps) * entry.budget)))
+    ov.update({"run.seed": entry.seed, "run.variant": entry.name, "run.family": entry.family,
+               "run.study": sweep.name})
+    if results_dir is not None:
+        ov["run.results_dir"] = str(results_dir)
+    return ov
+
+
+def trial_config(sweep: Sweep, entry: Entry | None = None, cli_overrides: dict | None = None,
+                 checked: bool = True, results_dir: Path | None = None) -> dict:
+    """The nested config of one trial (without ``entry``: the sweep's base): the experiment with
+    :func:`trial_overrides`. ``cli_overrides`` come after the sweep file's; ``results_dir`` is the worker's.
+    ``checked=False`` (not validated) is for the reports: they show rows that cannot be built and need no data.path."""
+    base = {**sweep.overrides, **(cli_overrides or {})}
+    cfg = C.load_config(sweep.experiment, base, checked=checked)
+    if entry is None:
+        return cfg
+    return C.load_config(sweep.experiment, trial_overrides(sweep, entry, base, cfg["train"]["max_steps"], results_dir),
+                         checked=checked)
+
+
+class Plan:
+    """A worker's resolved sweep: the base overrides (the sweep file's, then the command line's) and, per row,
+    the overrides its ``ltfm train`` gets and the config they give (:func:`trial_config`)."""
+
+    def __init__(self, sweep: Sweep, cli_overrides: list[str] | None):
+        self.sweep = sweep
+        self.cli = {**{k: v for k, v in WORKER_DEFAULTS.items() if k not in sweep.overrides},
+                    **parse_cli_overrides(cli_overrides)}
+        self.base = {**sweep.overrides, **self.cli}
+        self.base_cfg = trial_config(sweep, cli_overrides=self.cli)  # the user's base must be valid: exit 2
+        self.results_dir = Path(self.base_cfg["run"]["results_dir"]).absolute()
+
+    def trial_overrides(self, entry: Entry) -> dict:
+        return trial_overrides(self.sweep, entry, self.base, self.base_cfg["train"]["max_steps"], self.results_dir)
+
+    def config(self, entry: Entry) -> dict:
+        return trial_config(self.sweep, entry, self.cli, results_dir=self.results_dir)
+
+    def max_steps(self, entry: Entry) -> int:
+        ov = self.trial_overrides(entry)
+        return int(ov.get("train.max_steps", self.base_cfg["train"]["max_steps"]))
+
+    def grid_key(self, entry: Entry) -> str:
+        return f"{entry.name}/seed{entry.seed}/steps{self.max_steps(entry)}/{entry.definition_hash()}"
+
+    def attrs(self, entry: Entry) -> dict:
+        return {"grid_key": self.grid_key(entry), "variant": entry.name, "family": entry.family,
+                "seed": entry.seed, "max_steps": self.max_steps(entry), "overrides": entry.overrides,
+                "budget": entry.budget}
+
+
+def build_model_params(cfg: dict) -> int:
+    """Build the trial's model (on the meta device: no memory, no time) and count its parameters.
+
+    The vocabulary is ``data.vocab_size``; a trained BPE vocabulary may come out slightly smaller.
+    """
+    import torch  # here, not at the top: `ltfm sweep --status` and the reports never build a model
+
+    from ..model import Transformer
+    with torch.device("meta"):
+        model = Transformer.from_config(cfg["model"], cfg["data"]["vocab_size"])
+    return model.num_parameters()
+
+
+def check_buildable(plan: Plan, entry: Entry) -> tuple[dict | None, int | None, str | None]:
+    """(config, params, None) or (None, None, reason) for a combination that cannot be built."""
+    try:
+        cfg = plan.config(entry)
+        return cfg, build_model_params(cfg), None
+    except UserError as e:
+        return None, None, str(e)
+    except Exception as e:  # the model constructor refused it
+        return None, None, f"model cannot be built: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def yaml_value(v: Any) -> str:
+    """A value as ``ltfm``'s ``key=value`` parser (YAML) reads it back exactly: 1e-9 -> 1.0e-09, '1' -> "'1'"."""
+    text = yaml.safe_dump(v, default_flow_style=True, width=1 << 30)
+    return text[:-len("\n...\n")] if text.endswith("\n...\n") else text.rstrip("\n")
+
+
+def format_overrides(ov: dict) -> str:
+    return " ".join(f"{k}={yaml_value(v)}" for k, v in ov.items()) or "(base)"

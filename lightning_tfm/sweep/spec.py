@@ -1,0 +1,301 @@
+"""The sweep file: its checks (:func:`load_sweep`), its rows (:class:`Entry`) and its search space.
+
+Everything here reads the file alone: no storage, no training. The sampler and pruner specs are turned into
+Optuna objects here too (:func:`build_sampler`, :func:`build_pruner`), because checking a file means building
+them; the space spec is decoded in one place (:func:`distributions`), which the worker's sampling
+(:func:`suggest`), the dry run and the search report share.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import config as C
+from ..errors import UserError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+TOP_KEYS = ("name", "description", "experiment", "metric", "direction", "sampler", "pruner", "seeds",
+            "overrides", "heartbeat", "n_trials", "variants", "space")
+METRICS = {"dev_loss": "minimize", "dev_ppl": "minimize", "dev_bleu": "maximize"}
+# Keys a sweep sets itself: a sweep file or the command line may not.
+RESERVED = ("run.seed", "run.id", "run.variant", "run.family", "run.study")
+VARIANT_META = ("family", "budget")
+SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "gp": "GPSampler",
+            "qmc": "QMCSampler"}
+PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "PercentilePruner",
+           "hyperband": "HyperbandPruner", "successive_halving": "SuccessiveHalvingPruner",
+           "threshold": "ThresholdPruner"}
+HEARTBEAT_DEFAULTS = {"interval": 30, "grace": 120, "max_retry": 3}
+
+
+@dataclass
+class Entry:
+    """One trial to run: a variant (or a sampled point) with one seed."""
+    name: str
+    family: str
+    seed: int
+    overrides: dict            # the variant's (or sampled) dotted overrides, as written
+    budget: float = 1.0
+    max_steps: int | None = None  # fixed by the trial that was enqueued (else: from the budget)
+
+    def definition_hash(self) -> str:
+        blob = json.dumps({"o": self.overrides, "b": self.budget}, sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:8]
+
+
+@dataclass
+class Sweep:
+    path: Path
+    name: str
+    experiment: Path
+    metric: str
+    direction: str
+    sampler: dict
+    pruner: dict
+    seeds: list[int]
+    overrides: dict
+    heartbeat: dict
+    n_trials: int | None
+    variants: dict[str, dict] | None = None    # name -> {"family", "budget", "overrides"}
+    space: dict[str, dict] | None = None       # dotted key -> distribution spec
+
+    @property
+    def mode(self) -> str:
+        return "variants" if self.variants is not None else "space"
+
+    def entries(self) -> list[Entry]:
+        assert self.variants is not None
+        return [Entry(name, v["family"], seed, v["overrides"], v["budget"])
+                for name, v in self.variants.items() for seed in self.seeds]
+
+
+def _err(path, msg: str) -> UserError:
+    return UserError(f"sweep file {str(path)!r}: {msg}")
+
+
+def _check_override(path, where: str, key: str, value: Any) -> Any:
+    """A dotted key of the config schema with a value of its type (cross-key checks come per trial)."""
+    if not isinstance(key, str) or "." not in key:
+        raise _err(path, f"{where}: {key!r} is not a dotted config key such as model.heads")
+    if key in RESERVED or key.startswith("sweep."):
+        raise _err(path, f"{where}: {key} is set by ltfm sweep (use seeds: for run.seed)")
+    try:
+        scratch = C.defaults()
+        C.set_dotted(scratch, key, value)
+    except UserError as e:
+        raise _err(path, f"{where}: {e}") from None
+    sec, name = key.split(".")
+    return scratch[sec][name]
+
+
+def _mapping(path, where: str, value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _err(path, f"{where} must be a mapping of dotted.key: value")
+    return value
+
+
+def _plugin_spec(path, what: str, value: Any, table: dict, default: str) -> dict:
+    if value is None:
+        value = {"type": default}
+    if isinstance(value, str):
+        value = {"type": value}
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise _err(path, f"{what} must be a name or a mapping with type: one of {', '.join(table)}")
+    spec = dict(value)
+    spec["type"] = spec["type"].lower()
+    if spec["type"] not in table:
+        raise _err(path, f"{what} type {value['type']!r} is not one of {', '.join(table)}")
+    return spec
+
+
+def build_sampler(spec: dict | None):
+    import optuna
+
+    spec = dict(spec or {"type": "tpe"})
+    cls = getattr(optuna.samplers, SAMPLERS[spec.pop("type")])
+    return cls(**spec)
+
+
+def build_pruner(spec: dict | None):
+    """The Optuna pruner of a sweep file's ``pruner:`` (also used by the trial process)."""
+    import optuna
+
+    spec = dict(spec or {"type": "none"})
+    cls = getattr(optuna.pruners, PRUNERS[spec.pop("type")])
+    return cls(**spec)
+
+
+def _check_plugin(path, what: str, spec: dict, builder) -> None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            builder(spec)
+    except (TypeError, ValueError) as e:
+        raise _err(path, f"{what} {spec['type']}: {str(e).splitlines()[0]}") from None
+
+
+def _check_distribution(path, key: str, spec: Any) -> dict:
+    where = f"space {key}"
+    if not isinstance(key, str) or "." not in key:
+        raise _err(path, f"space: {key!r} is not a dotted config key such as model.heads")
+    if key in RESERVED or key.startswith("sweep."):
+        raise _err(path, f"{where}: {key} is set by ltfm sweep")
+    if not isinstance(spec, dict) or spec.get("type") not in ("categorical", "int", "float"):
+        raise _err(path, f"{where} must be a mapping with type: categorical | int | float")
+    spec = dict(spec)
+    kind = spec["type"]
+    allowed = {"categorical": {"type", "choices"}, "int": {"type", "low", "high", "step", "log"},
+               "float": {"type", "low", "high", "step", "log"}}[kind]
+    unknown = set(spec) - allowed
+    if unknown:
+        raise _err(path, f"{where}: unknown field {sorted(unknown)[0]!r}: a {kind} takes {', '.join(sorted(allowed))}")
+    if kind == "categorical":
+        choices = spec.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise _err(path, f"{where}: choices must be a non-empty list")
+        spec["choices"] = [_check_override(path, where, key, c) for c in choices]
+        return spec
+    for bound in ("low", "high"):
+        if bound not in spec:
+            raise _err(path, f"{where}: {bound} is missing")
+        v = spec[bound]
+        if kind == "int" and (not isinstance(v, int) or isinstance(v, bool)):
+            raise _err(path, f"{where}: {bound} must be an integer")
+        if kind == "float" and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+            raise _err(path, f"{where}: {bound} must be a number")
+        _check_override(path, where, key, v)
+    if spec["low"] > spec["high"]:
+        raise _err(path, f"{where}: low {spec['low']} is above high {spec['high']}")
+    if "step" in spec and spec["step"] is not None and not (isinstance(spec["step"], (int, float)) and spec["step"] > 0):
+        raise _err(path, f"{where}: step must be a positive number")
+    if "log" in spec and not isinstance(spec["log"], bool):
+        raise _err(path, f"{where}: log must be true or false")
+    return spec
+
+
+def load_sweep(path: str | os.PathLike) -> Sweep:
+    """Read and validate a sweep file; every problem is one UserError line naming the file and key."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"sweep file {str(path)!r} not found: give a YAML file such as sweeps/table3-cpu.yaml")
+    try:
+        tree = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise _err(path, f"not valid YAML{where}: fix the syntax") from None
+    if not isinstance(tree, dict):
+        raise _err(path, "must hold a mapping with name, experiment, metric, ... and variants or space")
+    unknown = [k for k in tree if k not in TOP_KEYS]
+    if unknown:
+        raise _err(path, f"unknown key {unknown[0]!r}: a sweep file has {', '.join(TOP_KEYS)}")
+    name = tree.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise _err(path, "name must be set to letters, digits, '.', '_' or '-' (it names the Optuna study)")
+    exp = tree.get("experiment")
+    if not isinstance(exp, str):
+        raise _err(path, "experiment must name the base experiment YAML (relative to the sweep file)")
+    experiment = (p.parent / exp).resolve()
+    if not experiment.is_file():
+        raise _err(path, f"experiment {exp!r} not found (looked for {experiment})")
+    metric = tree.get("metric", "dev_loss")
+    if metric not in METRICS:
+        raise _err(path, f"metric {metric!r} is not one of {', '.join(METRICS)}")
+    direction = tree.get("direction", METRICS[metric])
+    if direction not in ("minimize", "maximize"):
+        raise _err(path, f"direction {direction!r} must be minimize or maximize")
+    if direction != METRICS[metric]:
+        raise _err(path, f"direction {direction} does not fit metric {metric}: it is {METRICS[metric]}d")
+    sampler = _plugin_spec(path, "sampler", tree.get("sampler"), SAMPLERS, "tpe")
+    _check_plugin(path, "sampler", sampler, build_sampler)
+    pruner = _plugin_spec(path, "pruner", tree.get("pruner"), PRUNERS, "none")
+    _check_plugin(path, "pruner", pruner, build_pruner)
+    seeds = tree.get("seeds", [1])
+    seeds = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+        raise _err(path, "seeds must be a non-empty list of distinct integers, e.g. [1, 2, 3]")
+    overrides = {k: _check_override(path, "overrides", k, v)
+                 for k, v in _mapping(path, "overrides", tree.get("overrides")).items()}
+    hb = tree.get("heartbeat") or {}
+    if not isinstance(hb, dict) or set(hb) - set(HEARTBEAT_DEFAULTS):
+        raise _err(path, f"heartbeat must be a mapping with {', '.join(HEARTBEAT_DEFAULTS)}")
+    heartbeat = {**HEARTBEAT_DEFAULTS, **hb}
+    for k, v in heartbeat.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "max_retry" else 1):
+            raise _err(path, f"heartbeat.{k} must be a {'non-negative' if k == 'max_retry' else 'positive'} integer")
+    if heartbeat["grace"] <= heartbeat["interval"]:
+        raise _err(path, "heartbeat.grace must be longer than heartbeat.interval")
+    has_v, has_s = "variants" in tree, "space" in tree
+    if has_v == has_s:
+        raise _err(path, "give either variants (named rows) or space (distributions), not both or neither")
+    n_trials = tree.get("n_trials")
+    if n_trials is not None and (not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1):
+        raise _err(path, "n_trials must be a positive integer")
+    sweep = Sweep(p, name, experiment, metric, direction, sampler, pruner, seeds, overrides, heartbeat, n_trials)
+    if has_v:
+        variants = tree["variants"]
+        if not isinstance(variants, dict) or not variants:
+            raise _err(path, "variants must be a non-empty mapping of name: {dotted.key: value}")
+        sweep.variants = {}
+        for vname, body in variants.items():
+            if not isinstance(vname, str) or not NAME_RE.match(vname):
+                raise _err(path, f"variant name {vname!r} must use letters, digits, '.', '_' or '-'")
+            body = _mapping(path, f"variant {vname}", body)
+            family = body.get("family", re.sub(r"\d+$", "", vname))
+            if not isinstance(family, str) or not family:
+                raise _err(path, f"variant {vname}: family must be a name such as A or norm")
+            budget = body.get("budget", 1)
+            if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
+                raise _err(path, f"variant {vname}: budget must be a positive factor on train.max_steps")
+            ov = {k: _check_override(path, f"variant {vname}", k, v) for k, v in body.items() if k not in VARIANT_META}
+            sweep.variants[vname] = {"family": family, "budget": float(budget), "overrides": ov}
+    else:
+        space = tree["space"]
+        if not isinstance(space, dict) or not space:
+            raise _err(path, "space must be a non-empty mapping of dotted.key: {type: ...}")
+        sweep.space = {k: _check_distribution(path, k, v) for k, v in space.items()}
+        if len(seeds) != 1:
+            raise _err(path, "a space sweep takes one seed (each sampled point is one trial)")
+        sweep.n_trials = n_trials or 20
+    return sweep
+
+
+def distributions(space: dict) -> dict:
+    """The sweep file's ``space`` specs (checked by :func:`load_sweep`) as Optuna distributions."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out = {}
+    for key, d in space.items():
+        if d["type"] == "categorical":
+            out[key] = CategoricalDistribution(d["choices"])
+        elif d["type"] == "int":
+            out[key] = IntDistribution(d["low"], d["high"], step=d.get("step") or 1, log=d.get("log", False))
+        else:
+            out[key] = FloatDistribution(float(d["low"]), float(d["high"]), step=d.get("step"), log=d.get("log", False))
+    return out
+
+
+def suggest(trial, space: dict) -> dict:
+    """Sample every key of ``space`` in ``trial`` (through Optuna's public ``suggest_*``): key -> value."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    params = {}
+    for key, dist in distributions(space).items():
+        if isinstance(dist, CategoricalDistribution):
+            params[key] = trial.suggest_categorical(key, dist.choices)
+        elif isinstance(dist, IntDistribution):
+            params[key] = trial.suggest_int(key, dist.low, dist.high, step=dist.step, log=dist.log)
+        else:
+            params[key] = trial.suggest_float(key, dist.low, dist.high, step=dist.step, log=dist.log)
+    return params

@@ -1,0 +1,80 @@
+"""What a sweep would do and what it did: the dry run (every trial's overrides and parameter count, without
+training or storage) and the status table of a study."""
+from __future__ import annotations
+
+import datetime as _dt
+
+from .plan import Plan, check_buildable
+from .spec import Entry, Sweep, suggest
+from .storage import quiet_optuna
+
+
+def dry_run(sweep: Sweep, plan: Plan, n_trials: int | None) -> list[dict]:
+    """Every trial's name, overrides and parameter count, without training or touching any storage."""
+    rows = []
+    if sweep.mode == "variants":
+        entries = sweep.entries()
+    else:  # show the kind of points the space yields: random draws from it
+        import optuna
+        quiet_optuna()
+        seed = sweep.sampler.get("seed", 0)
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed), direction=sweep.direction)
+        entries = []
+        for i in range(n_trials or sweep.n_trials or 10):
+            trial = study.ask()
+            params = suggest(trial, sweep.space)
+            entries.append(Entry(f"search-{i:04d}", "search", sweep.seeds[0], params))
+    for entry in entries:
+        _, params, reason = check_buildable(plan, entry)
+        rows.append({"name": entry.name, "family": entry.family, "seed": entry.seed, "overrides": entry.overrides,
+                     "max_steps": plan.max_steps(entry), "params": params, "skipped": reason})
+    return rows
+
+
+def _duration(t) -> float | None:
+    if t.datetime_start is None:
+        return None
+    end = t.datetime_complete or _dt.datetime.now()
+    return (end - t.datetime_start).total_seconds()
+
+
+def status_rows(study) -> list[dict]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        state = t.state.name.lower()
+        if a.get("skip"):
+            state = "skipped" if a["skip"] == "unbuildable" else "duplicate"
+        steps = a.get("steps")
+        if steps is None and t.intermediate_values:
+            steps = max(t.intermediate_values)
+        rows.append({"number": t.number, "variant": a.get("variant"), "family": a.get("family"),
+                     "seed": a.get("seed"), "state": state, "value": t.value, "steps": steps,
+                     "duration_s": _duration(t), "run_dir": a.get("run_dir"), "wandb_run_id": a.get("wandb_run_id"),
+                     "note": a.get("reason") or a.get("error")})
+    return rows
+
+
+def _fmt_duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def format_status(sweep: Sweep, rows: list[dict], storage_shown: str) -> str:
+    head = ("#", "variant", "seed", "state", sweep.metric, "steps", "duration", "run folder", "note")
+    table = [head]
+    for r in rows:
+        table.append((str(r["number"]), r["variant"] or "-", str(r["seed"] if r["seed"] is not None else "-"),
+                      r["state"], f"{r['value']:.4f}" if isinstance(r["value"], float) else "-",
+                      str(r["steps"] if r["steps"] is not None else "-"), _fmt_duration(r["duration_s"]),
+                      r["run_dir"] or "-", (r["note"] or "")[:80]))
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
+    lines.append(f"study {sweep.name} in {storage_shown}: {summary}")
+    return "\n".join(lines)

@@ -1,0 +1,203 @@
+"""The Optuna storage and study of a sweep: URLs and drivers, SQLite made safe for many workers, the study
+with its metric name and machines, the trial heartbeat, and a retry for transient storage errors.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..redact import mask_url, scrub_text
+from .spec import Sweep, build_pruner, build_sampler
+
+#: The environment variable through which the sweep worker passes the full storage URL (with any
+#: password) to the trial process; ``sweep.storage`` in the run's config holds the URL with the password
+#: masked, so that no password is written to config.yaml, summary.json or W&B.
+STORAGE_ENV = "LTFM_SWEEP_STORAGE"
+
+
+def default_storage(sweep: Sweep, results_dir: Path) -> str:
+    return f"sqlite:///{results_dir / (sweep.name + '.db')}"
+
+
+def _sqlite_immediate(engine) -> None:
+    """Make every SQLite transaction BEGIN IMMEDIATE: the write lock is taken before the first read, so
+    Optuna's read-check-write of a trial state (claiming a WAITING trial, failing a stale one) is atomic
+    across processes. (SQLite ignores SELECT ... FOR UPDATE, which is what protects it on PostgreSQL/MySQL.)
+    This is SQLAlchemy's documented pysqlite recipe; connections are opened with isolation_level=None."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):  # noqa: ANN001
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _available_driver(parsed) -> str | None:
+    """A URL without a driver (``postgresql://``, ``mysql://``) whose SQLAlchemy default DBAPI is not
+    installed but another common one is: the drivername to use instead (else None)."""
+    import importlib.util
+
+    options = {"postgresql": [("psycopg", "postgresql+psycopg"), ("psycopg2", "postgresql+psycopg2")],
+               "mysql": [("MySQLdb", "mysql+mysqldb"), ("pymysql", "mysql+pymysql")]}.get(parsed.drivername)
+    if not options:
+        return None
+    for module, drivername in options:
+        if importlib.util.find_spec(module) is not None:
+            return None if drivername == options[0][1] else drivername
+    return None
+
+
+def open_storage(url: str, heartbeat: dict | None = None, for_trial: bool = False, create: bool = True):
+    """An Optuna ``RDBStorage`` for ``url``, or a one-line UserError (the password never shown)."""
+    import optuna
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    shown = mask_url(url)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError, TypeError):
+        raise UserError(f"storage URL {shown!r} is malformed: use sqlite:///path.db, "
+                        "postgresql://user@host:port/db or mysql+pymysql://user@host/db") from None
+    backend = parsed.get_backend_name()
+    default_driver = _available_driver(parsed)
+    if default_driver:  # e.g. SQLAlchemy 2.1 reads postgresql:// as psycopg 3; psycopg2 may be what is installed
+        url = parsed.set(drivername=default_driver).render_as_string(hide_password=False)
+    kwargs: dict[str, Any] = {}
+    if backend == "sqlite":
+        db = parsed.database
+        if not db or db == ":memory:":
+            raise UserError(f"storage URL {shown!r} has no database file: use sqlite:///path/to/file.db")
+        dbp = Path(db)
+        if not create and not dbp.is_file():
+            raise UserError(f"no sweep database at {dbp}: run the sweep first (or pass --storage)")
+        if not dbp.parent.is_dir():
+            raise UserError(f"storage folder {str(dbp.parent)!r} does not exist: create it or choose another path")
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120, "isolation_level": None}}
+    elif backend in ("postgresql", "mysql", "mariadb"):
+        kwargs["engine_kwargs"] = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
+    else:
+        raise UserError(f"storage URL {shown!r}: {backend!r} is not supported: use sqlite, postgresql or mysql")
+    if heartbeat and not for_trial:
+        from optuna.storages import RetryHeartbeatStaleTrialCallback
+        kwargs.update(heartbeat_interval=heartbeat["interval"], grace_period=heartbeat["grace"],
+                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                          max_retry=heartbeat["max_retry"], inherit_intermediate_values=True))
+    last: Exception | None = None
+    for attempt in range(3):  # two workers creating the tables at the same instant: one retries
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                storage = optuna.storages.RDBStorage(url, **kwargs)
+            if backend == "sqlite":
+                _sqlite_immediate(storage.engine)
+            return storage
+        except ImportError:
+            driver = "psycopg2-binary (pip install 'lightning_tfm[postgres]')" if backend == "postgresql" \
+                else "a driver such as pymysql (and use mysql+pymysql://)"
+            raise UserError(f"storage {shown!r} needs {driver}") from None
+        except Exception as e:  # OperationalError (unreachable, refused, bad credentials), schema races
+            last = e
+            msg = str(e).lower()
+            if any(s in msg for s in ("refused", "could not translate", "timeout", "authentication", "password",
+                                      "does not exist", "unable to open", "access denied", "unknown database")):
+                break
+            time.sleep(0.5 + attempt)
+    detail = scrub_text(str(getattr(last, "orig", None) or last).strip().splitlines()[0] if str(last).strip() else
+                        last.__class__.__name__, url)
+    raise UserError(f"cannot open storage {shown}: {detail[:300]}; check the URL, that the server is "
+                    "running and reachable, and the credentials")
+
+
+def quiet_optuna():
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
+
+
+def machine_description() -> str:
+    """This machine as a report names it: CPU model and the cores this process may use."""
+    import platform
+
+    model = None
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model or platform.processor() or platform.machine() or 'unknown CPU'}, {cores} cores"
+
+
+def open_study(sweep: Sweep, storage, create: bool = True):
+    """The sweep's study. ``create``: a worker joining it, which names the metric for optuna-dashboard (instead
+    of "Objective 0") and records its machine as the study attribute ``ltfm.machine.<host>`` (the report's
+    headline)."""
+    import optuna
+
+    sampler, pruner = build_sampler(sweep.sampler), build_pruner(sweep.pruner)
+    if create:
+        study = optuna.create_study(storage=storage, study_name=sweep.name, direction=sweep.direction,
+                                    sampler=sampler, pruner=pruner, load_if_exists=True)
+        if study.metric_names != [sweep.metric]:
+            with warnings.catch_warnings():  # experimental since Optuna 3.2, and what the dashboard reads
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                retry(study.set_metric_names, [sweep.metric])
+        retry(study.set_user_attr, f"ltfm.machine.{socket.gethostname()}", machine_description())
+    else:
+        try:
+            study = optuna.load_study(study_name=sweep.name, storage=storage, sampler=sampler, pruner=pruner)
+        except KeyError:
+            raise UserError(f"no study {sweep.name!r} in the storage: run `ltfm sweep {sweep.path}` first") from None
+    if study.direction.name.lower() != sweep.direction:
+        raise UserError(f"study {sweep.name!r} in this storage {study.direction.name.lower()}s, but the sweep file "
+                        f"says {sweep.direction}: use another --storage or fix the sweep file")
+    return study
+
+
+def retry(fn, *args, attempts: int = 5, **kw):
+    """Storage calls under heavy contention can fail transiently; try again a few times."""
+    import optuna
+    for i in range(attempts):
+        try:
+            return fn(*args, **kw)
+        except optuna.exceptions.StorageInternalError:
+            if i == attempts - 1:
+                raise
+            time.sleep(0.5 * (i + 1))
+
+
+class Heartbeat:
+    """Record the Optuna heartbeat of a trial every ``interval`` seconds while its process runs."""
+
+    def __init__(self, storage, trial_id: int, interval: int):
+        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while True:
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception as e:  # transient database trouble: try again at the next beat
+                print(f"ltfm: warning: heartbeat of trial id {self.trial_id} failed ({e.__class__.__name__})",
+                      file=sys.stderr)
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self):
+        self.storage.record_heartbeat(self.trial_id)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
