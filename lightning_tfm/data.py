@@ -243,11 +243,12 @@ class Batch:
         return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.index)
 
 
-def pad(seqs: list[list[int]]) -> torch.Tensor:
+def pad(seqs: list[list[int]], device=None) -> torch.Tensor:
+    """Right-padded (B, max length) long tensor of token ids."""
     out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD, dtype=torch.long)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out
+    return out if device is None else out.to(device)
 
 
 def collate(pairs: list[tuple]) -> Batch:

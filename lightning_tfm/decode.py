@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .data import pad
 from .model import BOS, EOS, PAD, MemoryCache, Transformer
 from .model.fast import BufferedKVCache
 
@@ -321,14 +322,6 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
     return out
 
 
-def pad_batch(seqs: list[list[int]], device="cpu") -> Tensor:
-    """Right-padded (B, S) long tensor."""
-    out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-    return out.to(device)
-
-
 def translate_ids(model: Transformer, src_ids: list[list[int]], beam_size: int = 4, alpha: float = 0.6,
                   max_len_a: float = 1.0, max_len_b: int = 50, batch_sentences: int = 128, device="cpu",
                   dtype: torch.dtype | None = torch.bfloat16, use_cache: bool = True, min_len: int = 0
@@ -358,7 +351,7 @@ def translate_ids(model: Transformer, src_ids: list[list[int]], beam_size: int =
             for start in range(0, len(todo), batch_sentences):
                 chunk = todo[start:start + batch_sentences]
                 # Sources longer than the positions the model has are cut (they could not be encoded).
-                src = pad_batch([list(src_ids[i][:limit - 1]) + [EOS] for i in chunk], device)
+                src = pad([list(src_ids[i][:limit - 1]) + [EOS] for i in chunk], device)
                 hyps = beam_search(model, src, beam_size, alpha, max_len_a, max_len_b, use_cache=use_cache,
                                    min_len=min_len)
                 for i, h in zip(chunk, hyps):

@@ -45,6 +45,17 @@ def smoke_run(tmp_path_factory, data_dir) -> Path:
     return run_dir
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny models run faster on one thread, and the CPU is shared (tests of the model and decoding)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 # Fixtures that train a model in a subprocess (or start a database server): a test using one is slow.
 SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", "pg_url"}
 

@@ -11,14 +11,7 @@ import torch
 from lightning_tfm.decode import Hypothesis, beam_search, greedy_decode, length_penalty, translate_ids
 from lightning_tfm.model import BOS, EOS, PAD, Transformer
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, and the CPU is shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def random_model(vocab=6, seed=0, spread=0.8):

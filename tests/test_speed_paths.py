@@ -18,15 +18,9 @@ from lightning_tfm.model import EOS, PAD, Transformer, fast
 from lightning_tfm.model.attention import reference_attention, scaled_dot_product_attention, sdpa_attention
 from lightning_tfm.model.fast import matmul_attention
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
+
 V = 40
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def make(norm="post", positional="sinusoidal", dropout=0.0, heads=3, d_k=4, d_v=6, seed=0, scale=1.0,

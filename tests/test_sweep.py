@@ -137,6 +137,7 @@ def test_dashboard_sees_the_metric_name_each_rows_name_family_and_knobs(tmp_path
     assert importances and set(importances) <= set(a1.params)
 
 
+@pytest.mark.slow
 def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir):
     p = ltfm("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "--dry-run", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
@@ -184,6 +185,7 @@ def test_trial_overrides_reach_the_trial_process_exactly():
         assert parse_override(f"k={yaml_value(value)}") == ("k", value), value
 
 
+@pytest.mark.slow
 def test_bad_sweep_files_and_storage_give_one_line_errors(tmp_path, data_dir):
     good = {"name": "x", "experiment": str(SMOKE), "variants": {"base": {}}}
     cases = {
@@ -223,6 +225,7 @@ def test_bad_sweep_files_and_storage_give_one_line_errors(tmp_path, data_dir):
 # ------------------------------------------------------------------------------------------------------------
 # Real sweeps
 # ------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_path, data_dir):
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "rows", {
@@ -275,6 +278,7 @@ def _versions(run_dir: Path) -> list[Path]:
     return sorted(run_dir.glob("logs/version_*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_two_workers_share_one_study_and_train_each_variant_once(backend, tmp_path, data_dir, request):
     results = tmp_path / "results"
@@ -312,6 +316,7 @@ def test_two_workers_share_one_study_and_train_each_variant_once(backend, tmp_pa
                 assert password.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.slow
 def test_killed_worker_is_detected_and_its_trial_resumes_from_the_checkpoint(tmp_path, data_dir):
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "kill", {"base": {}, "C1": {"model.d_ff": 32}},
@@ -373,6 +378,7 @@ def _alive(pid: int) -> bool:
     return "\nState:\tZ" not in state  # a zombie waiting for a reaper is dead
 
 
+@pytest.mark.slow
 def test_search_samples_the_space_and_honours_the_trial_budget(tmp_path, data_dir):
     results = tmp_path / "results"
     path = tmp_path / "srch.yaml"

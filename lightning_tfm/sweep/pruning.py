@@ -29,13 +29,9 @@ import sys
 
 import pytorch_lightning as pl
 
+from ..results import history_key
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
-
-
-def metric_key(metric: str) -> str:
-    """summary.json key -> Lightning's logged key: ``dev_loss`` -> ``dev/loss``."""
-    return metric.replace("_", "/", 1)
 
 
 class OptunaPruning(pl.Callback):
@@ -47,7 +43,7 @@ class OptunaPruning(pl.Callback):
         self.storage_url = os.environ.get(STORAGE_ENV) or s["storage"]
         self.study_name, self.trial_number = s["study"], int(s["trial"])
         self.metric = s["metric"]
-        self.key = metric_key(self.metric)
+        self.key = history_key(self.metric)  # the logged key: dev_loss -> dev/loss
         self.pruned = False
         self.history: dict[int, float] = {}  # step -> value reported (saved in checkpoints)
         self._trial = None

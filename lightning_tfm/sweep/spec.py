@@ -20,11 +20,13 @@ import yaml
 
 from .. import config as C
 from ..errors import UserError
+from ..results import OBJECTIVES
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 TOP_KEYS = ("name", "description", "experiment", "metric", "direction", "sampler", "pruner", "seeds",
             "overrides", "heartbeat", "n_trials", "variants", "space")
-METRICS = {"dev_loss": "minimize", "dev_ppl": "minimize", "dev_bleu": "maximize"}
+# The summary.json keys a sweep may optimise, and the direction that is better (results.OBJECTIVES).
+METRICS = {key: direction for key, (_, direction) in OBJECTIVES.items()}
 # Keys a sweep sets itself: a sweep file or the command line may not.
 RESERVED = ("run.seed", "run.id", "run.variant", "run.family", "run.study")
 VARIANT_META = ("family", "budget")

@@ -26,7 +26,7 @@ from typing import Any
 from .. import config as C
 from ..errors import UserError
 from ..redact import mask_url, scrub_text
-from ..results import RUN_LOCKED, read_summary
+from ..results import RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .plan import Plan, check_buildable, yaml_value
 from .spec import Entry, Sweep, suggest
 from .storage import STORAGE_ENV, Heartbeat, retry
@@ -180,8 +180,8 @@ def _log_error_line(log: Path) -> str | None:
     return None
 
 
-RESULT_ATTRS = ("status", "steps", "params", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu", "wall_time_s",
-                "wandb_run_id", "wandb_project", "wandb_mode")
+# The run's results a trial records in its user attributes (what reports read when the run folder is elsewhere).
+RESULT_ATTRS = RESULT_FIELDS + WANDB_FIELDS
 
 
 class Worker:
