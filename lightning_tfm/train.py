@@ -217,9 +217,7 @@ def resume_checkpoint(ckpt_dir: Path) -> Path | None:
 def _previous_summary(summary_path: Path) -> dict | None:
     """The run's earlier summary, or None. An unusable one (truncated, hand-edited) is set aside with a
     warning; a fresh summary is written and the checkpoints are kept."""
-    from .results import load_summary
-
-    prev, problem = load_summary(summary_path.parent)
+    prev, problem = R.load_summary(summary_path.parent)
     if problem is not None:
         dest = summary_path.with_name(f"summary.json.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
         try:
@@ -301,8 +299,7 @@ def train(cfg: dict, callbacks: Sequence = ()) -> dict:
     run_dir = results_dir / rid
     _check_writable(results_dir)
     summary_path = run_dir / "summary.json"
-    from .results import read_summary
-    prev = read_summary(run_dir)  # a quick look (no lock yet); an unusable one is dealt with under the lock
+    prev = R.read_summary(run_dir)  # a quick look (no lock yet); an unusable one is dealt with under the lock
     if _already_done(prev, cfg):
         print(f"ltfm: run {rid} is already completed: {summary_path}", file=sys.stderr)
         return prev
