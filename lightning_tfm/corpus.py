@@ -272,7 +272,7 @@ def folder_size(folder: Path) -> int:
 
 # -------------------------------------------------------------------------------------------- loading
 class MappedPairs:
-    """Pairs of a prepared split, read from its memory-mapped arrays (``PairDataset``'s interface).
+    """Pairs of a prepared split, read from its memory-mapped arrays.
 
     ``rows`` picks and orders the split's pairs; item i is (i, source ids, target ids) as Python lists,
     made when a batch asks for it. ``max_len`` cuts longer sentences (dev: the documented truncation).

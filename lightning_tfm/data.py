@@ -260,20 +260,3 @@ def collate(pairs: list[tuple]) -> Batch:
     tgt_in = pad([[BOS] + t for _, t in pairs])
     tgt_out = pad([t + [EOS] for _, t in pairs])
     return Batch(src, tgt_in, tgt_out, index)
-
-
-class PairDataset(torch.utils.data.Dataset):
-    """Token-id pairs held in memory as Python lists (small sets and tests; a prepared corpus gives
-    :class:`lightning_tfm.corpus.MappedPairs`, which has the same interface)."""
-
-    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]]):
-        self.src_ids, self.tgt_ids = src_ids, tgt_ids
-
-    def __len__(self):
-        return len(self.src_ids)
-
-    def __getitem__(self, i):
-        return i, self.src_ids[i], self.tgt_ids[i]
-
-    def widths(self) -> tuple[list[int], list[int]]:
-        return widths(self.src_ids), widths(self.tgt_ids)

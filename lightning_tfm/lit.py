@@ -8,7 +8,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from .data import Batch, PairDataset, TokenBatchSampler, collate
+from .corpus import MappedPairs
+from .data import Batch, TokenBatchSampler, collate
 from .model import PAD, Transformer
 from . import results as R
 from .objectives import fused_label_smoothed_nll_loss, label_smoothed_nll_loss, make_optimizer
@@ -106,15 +107,14 @@ class TransformerModule(pl.LightningModule):
 
 class TranslationDataModule(pl.LightningDataModule):
     """Token-budget batches of a tokenized corpus; the train sampler is sharded across ranks itself
-    (``use_distributed_sampler=False`` in the Trainer). The pairs are a :class:`PairDataset` or the
-    memory-mapped :class:`lightning_tfm.corpus.MappedPairs` of a prepared corpus: the sampler reads only
-    their width arrays."""
+    (``use_distributed_sampler=False`` in the Trainer). The pairs are the memory-mapped
+    :class:`lightning_tfm.corpus.MappedPairs` of a prepared corpus: the sampler reads only their width arrays."""
 
-    def __init__(self, config: dict, train_pairs: PairDataset, dev_pairs: PairDataset):
+    def __init__(self, config: dict, train_pairs: MappedPairs, dev_pairs: MappedPairs):
         super().__init__()
         self.config, self.train_pairs, self.dev_pairs = config, train_pairs, dev_pairs
 
-    def _loader(self, pairs: PairDataset, shuffle: bool, shard: bool) -> DataLoader:
+    def _loader(self, pairs: MappedPairs, shuffle: bool, shard: bool) -> DataLoader:
         world = self.trainer.world_size if (shard and self.trainer) else 1
         rank = self.trainer.global_rank if (shard and self.trainer) else 0
         src_widths, tgt_widths = pairs.widths()
