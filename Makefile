@@ -1,7 +1,10 @@
-# make ablation : set up .venv and run the main job: Table 3 (sweeps/table3-cpu.yaml) on Multi30k at CPU
-#                 scale with a ~20-minute budget on 2 cores (2 workers sharing one Optuna study), then its report (reports/build/<sweep>/)
-#   FULL=1      : the full CPU budget (the experiment's train.max_steps per row, hours)
-#   SWEEP=sweeps/table3.yaml FULL=1 ARGS="train.devices=8 train.strategy=ddp" : the paper's scale on a GPU node
+# make ablation : set up .venv and run the main job, Table 3, then its report (reports/build/<sweep>/):
+#                 on CPU the protocol sweeps/table3-cpu.yaml (Multi30k, d_model 128, 700 steps a row, the base at
+#                 3 seeds: ~2 hours on a 2-core AVX2 CPU, one worker per core); with a CUDA GPU the full Multi30k
+#                 budget, sweeps/table3-multi30k.yaml (one worker per GPU). One progress line every 30 s.
+#   QUICK=1     : a pipeline check in a few minutes (every row of the protocol, QUICK_STEPS steps, 100 dev pairs)
+#   WORKERS=K   : K workers instead of one per core (or GPU)
+#   SWEEP=sweeps/table3.yaml ARGS="train.devices=8 train.strategy=ddp" WORKERS=1 : the paper's scale on a GPU node
 # make test     : set up .venv and run the test suite (what CI runs)
 # make test-fast: the suite without the slow end-to-end tests (development)
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.
@@ -18,17 +21,20 @@ else
 DATA_ARGS := data.source=local data.path=$(abspath $(DATA))
 endif
 EXPERIMENT ?= experiments/multi30k-smoke.yaml
-SWEEP ?= sweeps/table3-cpu.yaml
-WORKERS ?= 2
+# CUDA present (asked of the environment's torch once it is installed): the full Multi30k budget on the GPUs
+HAS_CUDA = $(shell $(PY) -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null)
+SWEEP ?= $(if $(filter 1,$(HAS_CUDA)),sweeps/table3-multi30k.yaml,sweeps/table3-cpu.yaml)
+WORKERS ?= auto
 ARGS ?=
-# The quick budget (66 min on an AVX2-only 2-core CPU in fp32; a pipeline check): every row trains QUICK_STEPS steps of small batches (big: 3x), dev BLEU on 300 sentences.
-QUICK_STEPS ?= 80
-QUICK := train.max_steps=$(QUICK_STEPS) train.warmup=$(shell echo $$(( $(QUICK_STEPS) / 2 ))) train.batch_tokens=1500 \
-	train.val_every_steps=$(shell echo $$(( $(QUICK_STEPS) / 2 ))) train.checkpoint_every_steps=$(QUICK_STEPS) \
-	data.max_dev_pairs=300 train.threads=1
-BUDGET := $(if $(FULL),,$(QUICK))
+# QUICK=1: the pipeline in a few minutes (every row QUICK_STEPS steps, big 3x; 100 dev pairs). Its numbers say nothing.
+QUICK_STEPS ?= 20
+QUICK_ARGS := train.max_steps=$(QUICK_STEPS) train.warmup=$(QUICK_STEPS) train.val_every_steps=$(QUICK_STEPS) \
+	train.checkpoint_every_steps=$(QUICK_STEPS) data.max_dev_pairs=100 decode.max_len_b=10
+BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
+# QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
+RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation test test-fast train clean
+.PHONY: setup ablation reference test test-fast train clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,14 +46,28 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 ablation: setup
-	@echo "ltfm: $(SWEEP) with $(WORKERS) workers ($(if $(FULL),full budget,quick budget: $(QUICK_STEPS) steps per row; FULL=1 for the full one))"
-	@trap 'kill 0' INT TERM; pids=; for i in $$(seq $(WORKERS)); do \
-	  $(VENV)/bin/ltfm sweep $(SWEEP) $(DATA_ARGS) $(BUDGET) $(ARGS) & pids="$$pids $$!"; sleep 2; done; \
-	  rc=0; for p in $$pids; do wait $$p || rc=1; done; \
-	  [ $$rc = 0 ] || echo "ltfm: some trials failed (ltfm sweep $(SWEEP) --status); ltfm runs shows them"
-	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(BUDGET) $(ARGS)
-	$(VENV)/bin/ltfm runs results
-	$(VENV)/bin/ltfm report $(SWEEP)
+	$(VENV)/bin/ltfm sweep $(SWEEP) --workers $(WORKERS) $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS) || \
+	  echo "ltfm: some trials failed (ltfm sweep $(SWEEP) --status); ltfm runs shows them"
+	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS)
+	$(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results)
+	$(VENV)/bin/ltfm report $(SWEEP) $(if $(QUICK),--results results-quick --out reports/build/quick-$(notdir $(basename $(SWEEP))),)
+
+# make reference: `make ablation` (same variables), then its report copied to reports/reference/<sweep name>/ with
+# provenance.txt (command, commit, machine, start date, wall time) and status.txt (every row's state and duration)
+REF_NAME = $(notdir $(basename $(SWEEP)))
+reference: setup
+	@set -e; start=$$(date -u +%Y-%m-%dT%H:%M:%SZ); t0=$$(date +%s); commit=$$(git rev-parse HEAD 2>/dev/null || echo unknown); \
+	dirty=$$(git status --porcelain --untracked-files=no 2>/dev/null | head -1); \
+	$(MAKE) --no-print-directory ablation SWEEP=$(SWEEP) WORKERS=$(WORKERS) ARGS='$(ARGS)' $(if $(QUICK),QUICK=1,); \
+	t1=$$(date +%s); out=reports/reference/$(REF_NAME)$(if $(QUICK),-quick,); \
+	build=reports/build/$(if $(QUICK),quick-,)$(REF_NAME); rm -rf $$out; mkdir -p $$out; \
+	cp $$build/table3.md $$build/table3.csv $$build/table3.html $$build/*.png $$out/; \
+	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS) > $$out/status.txt; \
+	w=$$((t1 - t0)); { echo "command: make reference$(if $(QUICK), QUICK=1,)$(if $(filter-out auto,$(WORKERS)), WORKERS=$(WORKERS),)$(if $(ARGS), ARGS='$(ARGS)',)"; \
+	  echo "sweep: $(SWEEP)"; echo "commit: $$commit$${dirty:+ (with uncommitted changes)}"; \
+	  echo "machine: $$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $$(nproc) cores, $$(free -g | awk '/Mem:/{print $$2}') GiB, torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	  echo "started: $$start"; echo "wall time (setup checked, sweep, report): $$((w / 3600))h $$((w % 3600 / 60))m $$((w % 60))s"; } > $$out/provenance.txt; \
+	cat $$out/provenance.txt; echo "reference report: $$out/"
 
 train: setup
 	$(VENV)/bin/ltfm train $(EXPERIMENT) $(DATA_ARGS) $(ARGS)
@@ -63,4 +83,4 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 clean:
-	rm -rf results reports/build wandb
+	rm -rf results results-quick reports/build wandb

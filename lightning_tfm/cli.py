@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true")
     s.add_argument("--json", action="store_true")
     s.add_argument("--status", action="store_true")
+    s.add_argument("--workers", metavar="K|auto", help="start K workers of this study here and show one progress "
+                   "line (auto: one per CUDA device, else one per CPU core)")
+    s.add_argument("--every", type=float, default=30.0, metavar="SECONDS", help="with --workers: seconds between "
+                   "progress lines (default 30)")
+    s.add_argument("--storage-from-env", action="store_true", help=argparse.SUPPRESS)
     s.add_argument("overrides", nargs="*", help="dotted.key=value applied to every trial's base experiment")
 
     rp = sub.add_parser("report", help="regenerate the ablation report of a sweep")

@@ -491,7 +491,7 @@ def headline_lines(table: dict) -> list[str]:
     lines = [agreement_line(table)]
     if std["ppl"] is None and std["bleu"] is None:
         lines.append(f"Beyond seed noise: unknown, the base row has {table['base_seeds']} completed seed(s); "
-                     "seed noise needs at least 2 (sweep `seeds: [1, 2, 3]`).")
+                     "seed noise needs at least 2 (in the sweep file: `base: {seeds: [1, 2, 3]}`).")
     else:
         beyond = {m: s[f"{m}_noise"]["beyond"] for m in ("ppl", "bleu")}
         compared = {m: sum(s[f"{m}_noise"].values()) for m in ("ppl", "bleu")}

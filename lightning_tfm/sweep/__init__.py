@@ -12,6 +12,8 @@ spec <- plan, storage <- worker, status <- cli, and spec, storage <- pruning):
 - :mod:`.worker`: queueing, claiming and running trials as ``ltfm train`` processes (:class:`Worker`);
   where a trial becomes a run folder and a W&B run;
 - :mod:`.status`: the dry run and the status table;
+- :mod:`.launch`: ``--workers K|auto``: K workers started here, one progress line (rows done/running/left,
+  each running row's step and dev PPL, the time left);
 - :mod:`.pruning`: the Lightning callback a trial process reports its dev metric through (imports
   Lightning, so it is not imported here);
 - :mod:`.cli`: ``ltfm sweep``.
@@ -33,6 +35,8 @@ Sweep file (YAML, in ``sweeps/``)::
       base: {}
       A1: {model.heads: 1, model.d_k: 256, model.d_v: 256}
       big: {family: big, budget: 3, model.d_model: 512}   # budget: factor on train.max_steps
+      # a row's own seeds (default: the sweep's): the base at three seeds measures the seed noise
+      # base: {seeds: [1, 2, 3]}
     space:                                   # OR Optuna distributions over dotted keys
       model.heads: {type: categorical, choices: [2, 4, 8]}
       model.dropout: {type: float, low: 0.0, high: 0.3}

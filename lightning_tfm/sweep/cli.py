@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from ..corpus import prepare
 from ..corpus import status as corpus_status
@@ -10,8 +11,8 @@ from ..redact import mask_url
 from .plan import Plan, format_overrides
 from .spec import load_sweep
 from .status import dry_run, format_status, status_rows
-from .storage import default_storage, open_storage, open_study, quiet_optuna, retry
-from .worker import Worker, stop_on_sigterm
+from .storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
+from .worker import Worker, enqueue_missing, stop_on_sigterm
 
 
 def _check_local_data(cfg: dict) -> None:
@@ -54,6 +55,32 @@ def sweep_cli(args) -> int:
         return 0
     quiet_optuna()
     url = args.storage or default_storage(sweep, plan.results_dir)
+    if getattr(args, "storage_from_env", False) and os.environ.get(STORAGE_ENV):
+        url = os.environ[STORAGE_ENV]  # a worker started by --workers: the URL (maybe with a password) off argv
+    workers = getattr(args, "workers", None)
+    if workers is not None and not args.status:
+        if workers != "auto" and not (workers.isdigit() and int(workers) >= 1):
+            raise UserError(f"--workers {workers!r} must be a count of at least 1 or 'auto'")
+        if args.n_trials is not None:
+            raise UserError("--workers and --n-trials do not go together: each worker runs until the study is done")
+        if args.every <= 0:
+            raise UserError(f"--every {args.every} must be a positive number of seconds")
+        from .launch import launch
+        storage = open_storage(url, heartbeat=sweep.heartbeat) if args.storage else None  # fail fast on a bad URL
+        _check_local_data(plan.base_cfg)
+        try:
+            (plan.results_dir / "sweep-logs").mkdir(parents=True, exist_ok=True)
+        except OSError:
+            raise UserError(f"results folder {str(plan.results_dir)!r} is not writable: set run.results_dir to a "
+                            "folder you can write") from None
+        # The corpus is built and the rows are queued here, once, before any worker starts (workers started
+        # together would each queue every row: duplicates, closed untrained, but noise in --status).
+        prepare(plan.base_cfg)
+        storage = storage or open_storage(url, heartbeat=sweep.heartbeat)
+        study = retry(open_study, sweep, storage)
+        if sweep.mode == "variants":
+            retry(enqueue_missing, study, plan)
+        return launch(args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every)
     if args.status:
         storage = open_storage(url, create=False)
         study = open_study(sweep, storage, create=False)

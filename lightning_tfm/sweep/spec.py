@@ -29,7 +29,7 @@ TOP_KEYS = ("name", "description", "experiment", "metric", "direction", "sampler
 METRICS = {key: direction for key, (_, direction) in OBJECTIVES.items()}
 # Keys a sweep sets itself: a sweep file or the command line may not.
 RESERVED = ("run.seed", "run.id", "run.variant", "run.family", "run.study")
-VARIANT_META = ("family", "budget")
+VARIANT_META = ("family", "budget", "seeds")
 SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "gp": "GPSampler",
             "qmc": "QMCSampler"}
 PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "PercentilePruner",
@@ -76,7 +76,7 @@ class Sweep:
     def entries(self) -> list[Entry]:
         assert self.variants is not None
         return [Entry(name, v["family"], seed, v["overrides"], v["budget"])
-                for name, v in self.variants.items() for seed in self.seeds]
+                for name, v in self.variants.items() for seed in (v.get("seeds") or self.seeds)]
 
 
 def _err(path, msg: str) -> UserError:
@@ -260,8 +260,12 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
             budget = body.get("budget", 1)
             if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
                 raise _err(path, f"variant {vname}: budget must be a positive factor on train.max_steps")
+            vseeds = body.get("seeds")  # a row's own seeds (e.g. the base at 3 seeds for the noise), else the sweep's
+            if vseeds is not None and (not isinstance(vseeds, list) or not vseeds or len(set(vseeds)) != len(vseeds)
+                                       or not all(isinstance(x, int) and not isinstance(x, bool) for x in vseeds)):
+                raise _err(path, f"variant {vname}: seeds must be a non-empty list of distinct integers, e.g. [1, 2, 3]")
             ov = {k: _check_override(path, f"variant {vname}", k, v) for k, v in body.items() if k not in VARIANT_META}
-            sweep.variants[vname] = {"family": family, "budget": float(budget), "overrides": ov}
+            sweep.variants[vname] = {"family": family, "budget": float(budget), "overrides": ov, "seeds": vseeds}
     else:
         space = tree["space"]
         if not isinstance(space, dict) or not space:

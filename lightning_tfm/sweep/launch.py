@@ -1,0 +1,246 @@
+"""``ltfm sweep SWEEP --workers K|auto``: K workers of one study on this machine, and one progress line.
+
+The launcher starts K ``ltfm sweep`` worker processes on the same storage (each writes its own log,
+``<results>/sweep-logs/<name>/worker-<i>.log``) and, while they run, prints one line a person can read
+every ``--every`` seconds instead of K interleaved progress bars::
+
+    [table3-cpu 0:42] rows 7/23 done, 2 running, 14 left | big s1 step 900/2040 ppl 41.2 | C5 s1 ... | ETA 1:15
+
+plus a line whenever a row finishes. ``auto`` is one worker per CUDA device when there is one (each
+worker sees its own GPU through ``CUDA_VISIBLE_DEVICES``), else one per CPU core with
+``train.threads`` = cores / workers. Ctrl-C stops every worker (their trials save a checkpoint and are
+resumed by the next run of the same command).
+
+ETA: every row's work is its planned steps x parameters (a step's cost grows with the parameter count,
+the shared embedding/softmax included); the rate is the work done so far over the time the workers
+spent on it (finished and running trials), so the estimate corrects itself as rows finish.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..results import read_metrics
+from .plan import Plan, check_buildable
+from .spec import Sweep
+from .storage import STORAGE_ENV
+
+DONE = ("complete", "pruned")
+
+
+def auto_workers() -> tuple[int, str]:
+    """(workers, device): one per CUDA device if there is any, else one per CPU core."""
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+            return torch.cuda.device_count(), "cuda"
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)), "cpu"
+
+
+def worker_overrides(overrides: list[str], workers: int, device: str, cores: int) -> list[str]:
+    """The overrides a launched worker adds unless the command line set them: its share of the cores
+    (CPU) or the GPU accelerator."""
+    given = {o.split("=", 1)[0] for o in overrides}
+    extra = []
+    if device == "cuda":
+        if "train.accelerator" not in given:
+            extra.append("train.accelerator=gpu")
+    elif "train.threads" not in given:
+        extra.append(f"train.threads={max(1, cores // workers)}")
+    return [*overrides, *extra]
+
+
+def _duration(t, now: _dt.datetime) -> float:
+    if t.datetime_start is None:
+        return 0.0
+    return max(0.0, ((t.datetime_complete or now) - t.datetime_start).total_seconds())
+
+
+def _latest(run_dir: str | None) -> tuple[int | None, float | None]:
+    """(last logged step, last dev perplexity) of a run folder's metrics.csv files."""
+    if not run_dir:
+        return None, None
+    try:
+        rows = read_metrics(run_dir)
+    except Exception:  # noqa: BLE001 - a file being written: try again at the next line
+        return None, None
+    step = max((r["step"] for r in rows), default=None)
+    ppl = next((r["dev/ppl"] for r in reversed(rows) if r.get("dev/ppl") is not None), None)
+    return step, ppl
+
+
+def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.datetime | None = None,
+             workers: int = 1) -> dict:
+    """Where a variants study stands: rows done / failed / running / left, each running row's step and dev
+    perplexity, and the time left. ``cost`` maps a grid key to its work (steps x parameters)."""
+    now = now or _dt.datetime.now()
+    by_key: dict[str, list] = {}
+    for t in trials:
+        by_key.setdefault(t.user_attrs.get("grid_key"), []).append(t)
+    done = failed = 0
+    running, left_work, done_work, spent = [], 0.0, 0.0, 0.0
+    for entry in sweep.entries():
+        key = plan.grid_key(entry)
+        ts = by_key.get(key, [])
+        states = {t.state.name.lower() for t in ts}
+        work = cost.get(key, 0.0)
+        steps_planned = plan.max_steps(entry) or 1
+        for t in ts:
+            spent += _duration(t, now) if t.state.name.lower() in (*DONE, "running") else 0.0
+        if states & set(DONE):
+            done += 1
+            done_work += work
+        elif "running" in states:
+            t = next(t for t in ts if t.state.name.lower() == "running")
+            step, ppl = _latest(t.user_attrs.get("run_dir"))
+            frac = min(1.0, (step or 0) / steps_planned)
+            done_work += work * frac
+            left_work += work * (1 - frac)
+            running.append({"variant": entry.name, "seed": entry.seed, "step": step, "max_steps": steps_planned,
+                            "dev_ppl": ppl, "for_s": _duration(t, now)})
+        elif ts and "waiting" not in states and all(t.user_attrs.get("skip") or t.state.name == "FAIL" for t in ts) \
+                and any(t.user_attrs.get("skip") == "unbuildable" or t.user_attrs.get("exit_code") for t in ts):
+            failed += 1
+        else:
+            left_work += work
+    total = len(sweep.entries())
+    rate = done_work / spent if spent > 0 and done_work > 0 else None  # work per worker-second
+    eta = left_work / (rate * max(1, min(workers, total - done - failed))) if rate else None
+    return {"total": total, "done": done, "failed": failed, "running": running,
+            "left": total - done - failed - len(running), "eta_s": eta}
+
+
+def _hms(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "?"
+    s = int(s)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def format_progress(name: str, p: dict, elapsed_s: float) -> str:
+    parts = [f"[{name} {_hms(elapsed_s)}] rows {p['done']}/{p['total']} done"
+             + (f", {p['failed']} failed" if p["failed"] else "")
+             + f", {len(p['running'])} running, {p['left']} left"]
+    for r in p["running"]:
+        step = "starting" if r["step"] is None else f"step {r['step']}/{r['max_steps']}"
+        ppl = f" dev ppl {r['dev_ppl']:.1f}" if r["dev_ppl"] is not None else ""
+        parts.append(f"{r['variant']} s{r['seed']} {step}{ppl}")
+    parts.append("ETA " + ("estimating" if p["eta_s"] is None else _hms(p["eta_s"])))
+    return " | ".join(parts)
+
+
+def row_costs(plan: Plan) -> dict[str, float]:
+    """Each row's work: planned steps x parameter count (unbuildable rows: 0)."""
+    out = {}
+    for entry in plan.sweep.entries():
+        _, params, _ = check_buildable(plan, entry)
+        out[plan.grid_key(entry)] = float((plan.max_steps(entry) or 1) * (params or 0))
+    return out
+
+
+def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], storage_url: str, open_study_fn,
+           workers: int | str, every: float = 30.0, out=sys.stdout) -> int:
+    """Start the workers, print progress until they have all exited; returns 1 if any worker failed."""
+    if workers == "auto":
+        n, device = auto_workers()
+    else:
+        n, device = int(workers), "cpu"
+        with contextlib.suppress(Exception):
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    args = worker_overrides(overrides, n, device, cores)
+    logs = plan.results_dir / "sweep-logs" / sweep.name
+    logs.mkdir(parents=True, exist_ok=True)
+    say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
+    where = (f"{n} worker(s), one GPU each" if device == "cuda" else
+             f"{n} worker(s) on {cores} CPU core(s), {args[-1] if args and args[-1].startswith('train.threads=') else ''}")
+    say(f"[{sweep.name}] {where.rstrip(', ')}; logs in {logs}/worker-<i>.log")
+    cost = row_costs(plan) if sweep.mode == "variants" else {}
+    procs = []
+    started = time.time()
+
+    def _terminated(signum, frame):  # noqa: ARG001 - `kill` / a batch scheduler: stop like Ctrl-C
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        for i in range(n):
+            env = {**os.environ, STORAGE_ENV: storage_url, "PYTHONUNBUFFERED": "1"}
+            if device == "cuda":
+                env["CUDA_VISIBLE_DEVICES"] = str(i)
+            fh = open(logs / f"worker-{i}.log", "ab")
+            # the storage URL reaches the worker through the environment (never on a command line `ps` shows)
+            cmd = [sys.executable, "-m", "lightning_tfm", "sweep", sweep_file, "--storage-from-env", *args]
+            procs.append((subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           env=env, start_new_session=False), fh))
+            if i + 1 < n:
+                time.sleep(2)  # the first worker queues the rows and builds the prepared corpus
+        study = None
+        seen: dict[int, str] = {}
+        last = 0.0
+        while True:
+            alive = [p for p, _ in procs if p.poll() is None]
+            if sweep.mode == "variants":
+                with contextlib.suppress(Exception):
+                    study = study or open_study_fn()
+                if study is not None:
+                    with contextlib.suppress(Exception):
+                        trials = study.get_trials(deepcopy=False)
+                        for t in trials:
+                            state, a = t.state.name.lower(), t.user_attrs
+                            if state not in (*DONE, "fail") or seen.get(t.number) == state:
+                                continue
+                            seen[t.number] = state
+                            if (t.datetime_complete is None or t.datetime_complete.timestamp() < started
+                                    or a.get("skip") == "duplicate"):
+                                continue  # finished before this launch, or a duplicate never trained
+                            what = (f"dev ppl {a['dev_ppl']:.2f}" if isinstance(a.get("dev_ppl"), float) else
+                                    a.get("reason") or a.get("error") or state)
+                            say(f"[{sweep.name}] {'finished' if state == 'complete' else state}: {a.get('variant')} "
+                                f"seed {a.get('seed')}: {what} ({_hms(_duration(t, _dt.datetime.now()))})")
+                        if not alive or time.time() - last >= every:
+                            p = progress(sweep, plan, trials, cost, workers=len(alive) or n)
+                            say(format_progress(sweep.name, p, time.time() - started))
+                            last = time.time()
+            if not alive:
+                break
+            time.sleep(min(5.0, every))
+    except KeyboardInterrupt:
+        say(f"[{sweep.name}] interrupted: stopping the workers (their trials save a checkpoint; run the same "
+            "command again to continue)")
+        # Ctrl-C in a terminal has reached the workers too (one process group); a signal sent to this process
+        # alone has not: after a moment, the workers still running get SIGTERM, which they handle the same way.
+        deadline = time.time() + 5
+        while time.time() < deadline and any(p.poll() is None for p, _ in procs):
+            time.sleep(0.2)
+        for p, _ in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGTERM)
+        for p, _ in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=60)
+            if p.poll() is None:
+                p.kill()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for _, fh in procs:
+            fh.close()
+    rcs = [p.returncode for p, _ in procs]
+    took = _hms(time.time() - started)
+    if any(rcs):
+        say(f"[{sweep.name}] workers finished in {took}; some trials failed or a worker stopped (exit codes "
+            f"{rcs}): see {logs}/worker-<i>.log and `ltfm sweep {sweep_file} --status`")
+        return 2 if all(rc == 2 for rc in rcs) else 1
+    say(f"[{sweep.name}] workers finished in {took}")
+    return 0

@@ -1,0 +1,182 @@
+"""``ltfm sweep --workers``: K workers of one study started here and one readable progress line (rows
+done/running/left, each running row's step and dev PPL, the time left); a row's own seeds."""
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import optuna
+import pytest
+import yaml
+
+from conftest import ROOT, ltfm
+from lightning_tfm.errors import UserError
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _metrics(run_dir, rows):
+    folder = run_dir / "logs" / "version_0"
+    folder.mkdir(parents=True)
+    lines = ["step,train/loss,dev/ppl,dev/loss"] + [f"{s},{loss},{ppl if ppl else ''},{''}" for s, loss, ppl in rows]
+    (folder / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_progress_counts_rows_reads_running_rows_and_estimates_the_time_left(tmp_path, data_dir):
+    from lightning_tfm.sweep import Plan, claim_waiting, enqueue_missing, load_sweep
+    from lightning_tfm.sweep.launch import format_progress, progress
+
+    sweep = load_sweep(ROOT / "sweeps/table3-cpu.yaml")
+    plan = Plan(sweep, ["train.max_steps=100", f"data.path={data_dir}"])
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), study_name=sweep.name)
+    storage = study._storage
+    enqueue_missing(study, plan)
+    sid = storage.get_study_id_from_name(sweep.name)
+    total = len(sweep.entries())
+    assert total == 23  # 21 rows, the base at 3 seeds
+    cost = {plan.grid_key(e): 100.0 for e in sweep.entries()}  # every row the same work: the ETA is checkable
+    cost[plan.grid_key(next(e for e in sweep.entries() if e.name == "big"))] = 300.0
+
+    p = progress(sweep, plan, study.get_trials(deepcopy=False), cost, workers=2)
+    assert (p["done"], p["running"], p["left"], p["eta_s"]) == (0, [], total, None)  # nothing measured yet
+    assert "rows 0/23 done, 0 running, 23 left" in format_progress(sweep.name, p, 0) and "ETA estimating" in \
+        format_progress(sweep.name, p, 0)
+
+    # big (queued first) finishes; base seed 1 is half-way, dev PPL read from its metrics.csv
+    big, _ = claim_waiting(study, storage, sid)
+    assert big.user_attrs["variant"] == "big"
+    study.tell(big.number, 3.0)
+    base, _ = claim_waiting(study, storage, sid)
+    run_dir = tmp_path / "base-run"
+    _metrics(run_dir, [(10, 5.0, None), (20, 4.0, 61.5), (50, 3.5, None)])
+    storage.set_trial_user_attr(base._trial_id, "run_dir", str(run_dir))
+    trials = study.get_trials(deepcopy=False)
+    t_big = next(t for t in trials if t.number == big.number)
+    t_base = next(t for t in trials if t.number == base.number)
+    # Time the work: big took 300 s, base has run 100 s -> 300 + 50 units of work in 400 worker-seconds.
+    start = t_base.datetime_start
+    t_big.datetime_start, t_big.datetime_complete = start - dt.timedelta(seconds=300), start
+    now = start + dt.timedelta(seconds=100)
+    p = progress(sweep, plan, trials, cost, now=now, workers=2)
+    assert (p["done"], len(p["running"]), p["left"]) == (1, 1, total - 2)
+    assert p["running"][0] == {"variant": "base", "seed": 1, "step": 50, "max_steps": 100, "dev_ppl": 61.5,
+                               "for_s": 100.0}
+    left = 50 + 100 * (total - 2)  # half of base s1, then 21 rows of 100
+    assert p["eta_s"] == pytest.approx(left / (350 / 400) / 2)
+    line = format_progress(sweep.name, p, 400)
+    assert re.search(r"rows 1/23 done, 1 running, 21 left \| base s1 step 50/100 dev ppl 61\.5 \| ETA \d+:\d\d", line)
+
+    # a row whose trial crashed (not re-queued) counts as failed, not as left
+    c1 = None
+    while (claimed := claim_waiting(study, storage, sid)) is not None:
+        trial, _ = claimed
+        if trial.user_attrs["variant"] == "C1":
+            c1 = trial
+            storage.set_trial_user_attr(trial._trial_id, "exit_code", 1)
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(trial.number, 3.0)
+    assert c1 is not None
+    study.tell(base.number, 3.0)
+    p = progress(sweep, plan, study.get_trials(deepcopy=False), cost, workers=2)
+    assert (p["done"], p["failed"], p["running"], p["left"]) == (total - 1, 1, [], 0)
+    assert "1 failed" in format_progress(sweep.name, p, 10)
+
+
+def test_workers_share_the_cores_or_take_a_gpu_each():
+    from lightning_tfm.sweep.launch import worker_overrides
+
+    assert worker_overrides(["a.b=1"], 2, "cpu", 2) == ["a.b=1", "train.threads=1"]
+    assert worker_overrides([], 2, "cpu", 8) == ["train.threads=4"]
+    assert worker_overrides(["train.threads=3"], 2, "cpu", 8) == ["train.threads=3"]  # the command line wins
+    assert worker_overrides([], 4, "cuda", 64) == ["train.accelerator=gpu"]
+
+
+def test_a_rows_own_seeds_and_bad_ones(tmp_path):
+    from lightning_tfm.sweep import load_sweep
+
+    body = {"name": "s", "experiment": str(ROOT / "experiments/multi30k-smoke.yaml"), "seeds": [7],
+            "variants": {"base": {"seeds": [1, 2, 3]}, "C1": {"model.layers": 1}}}
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(body, sort_keys=False))
+    assert [(e.name, e.seed) for e in load_sweep(f).entries()] == [("base", 1), ("base", 2), ("base", 3), ("C1", 7)]
+    for bad in ([], [1, 1], "1", [1.5]):
+        body["variants"]["base"]["seeds"] = bad
+        f.write_text(yaml.safe_dump(body, sort_keys=False))
+        with pytest.raises(UserError, match="variant base: seeds must be a non-empty list of distinct integers"):
+            load_sweep(f)
+
+
+def test_bad_workers_argument_stops_with_one_line(tmp_path, data_dir):
+    for arg, msg in (("0", "--workers '0' must be a count of at least 1 or 'auto'"),
+                     ("many", "--workers 'many' must be a count")):
+        p = ltfm("sweep", "sweeps/smoke.yaml", "--workers", arg, f"data.path={data_dir}",
+                 f"run.results_dir={tmp_path}")
+        assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.slow
+def test_two_workers_from_one_command_show_progress_and_finish_the_table(tmp_path, data_dir):
+    """The command `make ablation` runs: two workers on this 2-core machine, progress lines, every row done."""
+    results = tmp_path / "results"
+    p = ltfm("sweep", "sweeps/smoke.yaml", "--workers", "2", "--every", "3", f"data.path={data_dir}",
+             f"run.results_dir={results}", "train.max_steps=20", "train.val_every_steps=10",
+             "data.max_train_pairs=300", "decode.max_len_b=10", env={"WANDB_DIR": str(tmp_path)}, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = p.stdout
+    assert "2 worker(s) on" in out and "train.threads=1" in out
+    lines = [ln for ln in out.splitlines() if re.match(r"\[smoke [\d:]+\] rows \d/4 done", ln)]
+    assert lines and "rows 4/4 done, 0 running, 0 left" in lines[-1]
+    assert any(re.search(r"\| (base|A1|C1|prenorm) s1 (starting|step \d+/20)", ln) for ln in lines), lines
+    for row in ("base", "A1", "C1", "prenorm"):  # one line per finished row, with its dev PPL
+        assert re.search(rf"finished: {row} seed 1: dev ppl \d+\.\d\d \(\d+:\d\d\)", out), out
+    logs = results / "sweep-logs" / "smoke"
+    assert (logs / "worker-0.log").is_file() and (logs / "worker-1.log").is_file()
+    claimed = [(logs / f"worker-{i}.log").read_text().count(": training ") for i in (0, 1)]
+    assert sum(claimed) == 4 and min(claimed) >= 1, claimed  # both workers trained rows
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{results / 'smoke.db'}")
+    # the launcher queued the rows once, before the workers started: no duplicate trials
+    assert sorted(t.state.name for t in study.get_trials()) == ["COMPLETE"] * 4
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_launcher_stops_its_workers_and_the_same_command_finishes_the_table(tmp_path, data_dir):
+    """`kill` of the one process a user started: no worker or trial is left running, nothing finished is lost,
+    and the same command again completes the rows."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    results = tmp_path / "results"
+    args = [sys.executable, "-m", "lightning_tfm", "sweep", "sweeps/smoke.yaml", "--workers", "2", "--every", "2",
+            f"data.path={data_dir}", f"run.results_dir={results}", "train.max_steps=400", "train.val_every_steps=20",
+            "data.max_train_pairs=300", "decode.max_len_b=10"]
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path)}
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own group: the signal reaches the launcher alone
+    deadline = time.time() + 300
+    lines = []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if re.search(r"step [1-9]\d*/400", line):  # a trial is training
+            break
+    else:
+        proc.kill()
+        pytest.fail("no trial started training: " + "".join(lines)[-2000:])
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 130, out[-2000:]
+    assert "interrupted: stopping the workers" in out
+    left = subprocess.run(["pgrep", "-f", str(results)], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes still running: {left}"
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{results / 'smoke.db'}")
+    assert not [t for t in study.get_trials() if t.state.name == "RUNNING"]
+    # the same command, with a budget that ends soon: every row completes, the interrupted ones from a checkpoint
+    p = ltfm(*args[3:-4], "train.max_steps=40", "train.val_every_steps=20", "data.max_train_pairs=300",
+             "decode.max_len_b=10", env={"WANDB_DIR": str(tmp_path)}, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert "rows 4/4 done" in p.stdout
