@@ -65,7 +65,7 @@ reference: setup
 	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS) > $$out/status.txt; \
 	w=$$((t1 - t0)); { echo "command: make reference$(if $(QUICK), QUICK=1,)$(if $(filter-out auto,$(WORKERS)), WORKERS=$(WORKERS),)$(if $(ARGS), ARGS='$(ARGS)',)"; \
 	  echo "sweep: $(SWEEP)"; echo "commit: $$commit$${dirty:+ (with uncommitted changes)}"; \
-	  echo "machine: $$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $$(nproc) cores, $$(free -g | awk '/Mem:/{print $$2}') GiB, torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	  echo "machine: $$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1) (family $$(lscpu | sed -n 's/^CPU family: *//p' | head -1), model $$(lscpu | sed -n 's/^Model: *//p' | head -1); $$(grep -o -w -m1 'avx512_bf16' /proc/cpuinfo || echo 'no avx512_bf16'), $$(grep -o -w -m1 'avx2' /proc/cpuinfo || echo 'no avx2')), $$(nproc) cores, $$(free -g | awk '/Mem:/{print $$2}') GiB, torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
 	  echo "started: $$start"; echo "wall time (setup checked, sweep, report): $$((w / 3600))h $$((w % 3600 / 60))m $$((w % 60))s"; } > $$out/provenance.txt; \
 	cat $$out/provenance.txt; echo "reference report: $$out/"
 
