@@ -1,10 +1,11 @@
 # make ablation : set up .venv and run the main job, Table 3, then its report (reports/build/<sweep>/):
-#                 on CPU the protocol sweeps/table3-cpu.yaml (Multi30k, d_model 128, 700 steps a row, the base at
+#                 on CPU the protocol sweeps/table3-cpu.yaml (Multi30k, d_model 128, 600 steps a row, the base at
 #                 3 seeds: ~2 hours on a 2-core AVX2 CPU, one worker per core); with a CUDA GPU the full Multi30k
 #                 budget, sweeps/table3-multi30k.yaml (one worker per GPU). One progress line every 30 s.
 #   QUICK=1     : a pipeline check in a few minutes (every row of the protocol, QUICK_STEPS steps, 100 dev pairs)
 #   WORKERS=K   : K workers instead of one per core (or GPU)
 #   SWEEP=sweeps/table3.yaml ARGS="train.devices=8 train.strategy=ddp" WORKERS=1 : the paper's scale on a GPU node
+# make reference: make ablation, then its report with provenance in reports/reference/<sweep name>/
 # make test     : set up .venv and run the test suite (what CI runs)
 # make test-fast: the suite without the slow end-to-end tests (development)
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.

@@ -92,6 +92,19 @@ def test_workers_share_the_cores_or_take_a_gpu_each():
     assert worker_overrides([], 4, "cuda", 64) == ["train.accelerator=gpu"]
 
 
+def test_each_gpu_worker_sees_its_own_device_and_the_storage_url_stays_off_the_command_line():
+    from lightning_tfm.sweep import STORAGE_ENV
+    from lightning_tfm.sweep.launch import worker_env
+
+    url = "postgresql://u:secret@db/x"
+    assert [worker_env({}, i, "cuda", url)["CUDA_VISIBLE_DEVICES"] for i in range(3)] == ["0", "1", "2"]
+    # a job already limited to some GPUs (a scheduler's CUDA_VISIBLE_DEVICES): one of those each
+    assert [worker_env({"CUDA_VISIBLE_DEVICES": "4,6"}, i, "cuda", url)["CUDA_VISIBLE_DEVICES"]
+            for i in range(2)] == ["4", "6"]
+    cpu = worker_env({"PATH": "/bin"}, 1, "cpu", url)
+    assert "CUDA_VISIBLE_DEVICES" not in cpu and cpu[STORAGE_ENV] == url and cpu["PATH"] == "/bin"
+
+
 def test_a_rows_own_seeds_and_bad_ones(tmp_path):
     from lightning_tfm.sweep import load_sweep
 
@@ -180,3 +193,21 @@ def test_sigterm_to_the_launcher_stops_its_workers_and_the_same_command_finishes
              "decode.max_len_b=10", env={"WANDB_DIR": str(tmp_path)}, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:]
     assert "rows 4/4 done" in p.stdout
+
+
+def test_a_search_sweeps_progress_line_counts_its_trials():
+    from lightning_tfm.sweep import load_sweep
+    from lightning_tfm.sweep.launch import format_search_progress
+
+    sweep = load_sweep(ROOT / "sweeps/search.yaml")
+    study = optuna.create_study()
+    for value in (1.0, 2.0):
+        study.tell(study.ask(), value)
+    study.tell(study.ask(), state=optuna.trial.TrialState.PRUNED)
+    study.ask()  # running
+    dup = study.ask()
+    study._storage.set_trial_user_attr(dup._trial_id, "skip", "duplicate")
+    study.tell(dup, state=optuna.trial.TrialState.FAIL)
+    line = format_search_progress(sweep, study.get_trials(deepcopy=False), 75)
+    assert line == (f"[{sweep.name} 1:15] trials 3/{sweep.n_trials} finished (2 completed, 1 pruned, 0 failed), "
+                    "1 running")

@@ -379,6 +379,36 @@ def test_identical_outputs_are_never_significant_and_clearly_different_ones_are(
     assert rd.bleu_significant(different, delta, "within") is False   # several seeds: within their spread
 
 
+def test_the_base_at_its_own_seeds_and_every_rows_learning_curve(tmp_path):
+    """The CPU protocol's shape: the base at three seeds (its spread is the noise), other rows at one; the
+    learning-curve table averages the seeds at each validation step and gives a longer row's last value."""
+    sweep = load_sweep(write_sweep(tmp_path / "own.yaml", "own", {"base": {"seeds": [1, 2, 3]}, "A1": {},
+                                                                   "big": {"family": "big", "budget": 3}}))
+
+    def rec(variant, seed, ppl, curve):
+        return rd.RunRecord(variant=variant, family=variant, seed=seed, status="completed", params=1000,
+                            dev_ppl=ppl, dev_bleu=10.0 + seed, history=[{"step": st, "dev/ppl": v} for st, v in curve])
+    records = [rec("base", 1, 30.0, [(100, 300.0), (200, 60.0)]), rec("base", 2, 31.0, [(100, 310.0), (200, 62.0)]),
+               rec("base", 3, 32.0, [(100, 320.0), (200, 64.0)]), rec("A1", 1, 40.0, [(100, 400.0), (200, 80.0)]),
+               rec("big", 1, 20.0, [(100, 200.0), (200, 50.0), (300, 40.0), (600, 20.0)])]
+    table = rd.build_table(rd.ReportData(sweep, records, "test", {}), bootstrap=False)
+    rows = {r["variant"]: r for r in table["rows"]}
+    assert (rows["base"]["seeds_total"], rows["A1"]["seeds_total"]) == (3, 1)
+    assert rows["base"]["status"] == "completed (3 seeds)" and rows["A1"]["status"] == "completed"
+    assert rows["base"]["dev_ppl"] == pytest.approx(31.0) and rows["A1"]["ppl_noise"] == "beyond"  # 9 > 2 x 1
+    curves = table["curves"]
+    assert curves["steps"] == [100, 200]
+    assert curves["rows"]["base"] == {100: pytest.approx(310.0), 200: pytest.approx(62.0)}
+    md = rd.table_markdown(table)
+    assert "Base experiment `multi30k-smoke.yaml`; seed 1; base at seeds 1, 2, 3." in md
+    names, cells = md_rows(md, "Learning curves")
+    assert names == ["base", "A1", "big"]
+    assert (cells["base"]["step 100"], cells["base"]["step 200"], cells["base"]["final"]) == \
+        ("310.0", "62.0", "62.0 (step 200)")
+    assert cells["big"]["final"] == "20.0 (step 600)" and cells["A1"]["step 200"] == "80.0"
+    assert "(mean ± std over the completed seeds)" in md
+
+
 def test_noise_rule():
     assert rd.noise_verdict(0.5, 0.2) == "beyond" and rd.noise_verdict(-0.5, 0.2) == "beyond"  # 2 x 0.2 = 0.4
     assert rd.noise_verdict(0.3, 0.2) == "within" and rd.noise_verdict(0.0, 0.0) == "within"

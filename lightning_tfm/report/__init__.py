@@ -24,11 +24,11 @@ from .records import (ReportData, RunRecord, latest_per_key, load_report_data, p
 from .search import (plot_intermediate_values, plot_optimization_history, plot_param_importances,  # noqa: E402
                      search_markdown, search_rows, search_study, write_search)
 from .table3 import (NOISE_RULE, bleu_markdown, bleu_significant, build_table, config_markdown,  # noqa: E402
-                     dev_references, headline_markdown, noise_verdict, notes_markdown, paired_test, ppl_markdown,
+                     curves_markdown, dev_references, learning_curves, headline_markdown, noise_verdict, notes_markdown, paired_test, ppl_markdown,
                      table_markdown, write_table)
 
 __all__ = ["NOISE_RULE", "ReportData", "RunRecord", "bleu_markdown", "bleu_significant", "build_table",
-           "config_markdown", "dev_references", "headline_markdown", "latest_per_key", "load_report_data",
+           "config_markdown", "curves_markdown", "dev_references", "learning_curves", "headline_markdown", "latest_per_key", "load_report_data",
            "noise_verdict", "notes_markdown", "paired_test", "planned_configs", "plot_bleu_vs_params",
            "plot_dev_ppl_by_family", "plot_intermediate_values", "plot_norm_curves", "plot_optimization_history",
            "plot_param_importances", "ppl_markdown", "search_markdown", "search_rows", "search_study",

@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .. import results as R
 from ..errors import UserError
 from .records import DONE, ReportData, RunRecord
 from ..atomic import write_text
@@ -144,6 +145,7 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
     pbase = paper["base"]
     sweep = data.sweep
     seeds = list(sweep.seeds)
+    own_seeds = {v: list(body["seeds"]) for v, body in (sweep.variants or {}).items() if body.get("seeds")}
     by_variant: dict[str, list[RunRecord]] = {}
     for r in data.records:
         by_variant.setdefault(r.variant, []).append(r)
@@ -170,7 +172,8 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
                                "in_paper": p is not None}
         for _, key in KNOBS:
             row[key] = cfg.get(key)
-        row.update(seeds_completed=a["n_done"], seeds_total=max(len(seeds), len(recs)),
+        vseeds = own_seeds.get(v, seeds)  # a row's own seeds (the base at three, for the noise), else the sweep's
+        row.update(seeds_completed=a["n_done"], seeds_total=max(len(vseeds), len(recs)),
                    dev_ppl=a["ppl"], dev_ppl_std=a["ppl_sd"], dev_bleu=a["bleu"], dev_bleu_std=a["bleu_sd"],
                    params=a["params"],
                    paper_dev_ppl=p["dev_ppl"] if p else None, paper_dev_bleu=p["dev_bleu"] if p else None,
@@ -195,12 +198,14 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
         row["bleu_sentences"] = t["sentences"] if t else None
         row["bleu_test_seeds"] = t["seeds"] if t else None
         row["bleu_significant"] = bleu_significant(t, row["delta_bleu"], row["bleu_noise"]) if t else None
-        row["status"] = _status(v, recs, seeds)
+        row["status"] = _status(v, recs, vseeds)
         rows.append(row)
     summary = agreement_summary(rows)
     notes = list(test_notes)
     signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
-    return {"sweep": sweep.name, "experiment": sweep.experiment.name, "seeds": seeds, "rows": rows,
+    all_seeds = sorted(set(seeds).union(*own_seeds.values()))
+    return {"sweep": sweep.name, "experiment": sweep.experiment.name, "seeds": all_seeds, "rows": rows,
+            "sweep_seeds": seeds, "own_seeds": own_seeds, "curves": learning_curves(data, variants),
             "summary": summary, "notes": notes, "bleu_signatures": signatures, "test_signature": test_signature,
             "has_base": base is not None and base["n_done"] > 0, "run_info": sweep_run_info(data),
             "source": data.source, "data_notes": list(data.notes),
@@ -509,9 +514,12 @@ def headline_lines(table: dict) -> list[str]:
 
 def headline_markdown(table: dict) -> str:
     seeds = table["seeds"]
+    own = table.get("own_seeds") or {}
+    sweep_seeds = table.get("sweep_seeds", seeds)
+    seed_text = (f"seed{'s' if len(sweep_seeds) > 1 else ''} {', '.join(map(str, sweep_seeds))}"
+                 + "".join(f"; {v} at seeds {', '.join(map(str, s))}" for v, s in own.items()))
     head = [f"# Table 3 replica: sweep `{table['sweep']}`", "",
-            f"Base experiment `{table['experiment']}`; seed{'s' if len(seeds) > 1 else ''} "
-            f"{', '.join(map(str, seeds))}. Paper = Vaswani et al. (2017), Table 3 (newstest2013). Absolute values "
+            f"Base experiment `{table['experiment']}`; {seed_text}. Paper = Vaswani et al. (2017), Table 3 (newstest2013). Absolute values "
             "are not comparable across corpora, model sizes and BLEU tokenizations: compare the directions of "
             "change and their relative sizes.", ""]
     return "\n".join(head + [f"- {ln}" for ln in headline_lines(table)]) + "\n"
@@ -519,7 +527,7 @@ def headline_markdown(table: dict) -> str:
 
 def ppl_markdown(table: dict) -> str:
     lines = ["## Dev perplexity", "",
-             "Ours " + ("(mean ± std over the completed seeds) " if len(table["seeds"]) > 1 else "")
+             "Ours " + ("(mean ± std over the completed seeds) " if _several_seeds(table) else "")
              + "beside the paper's; Δ = change against the same side's base row, with its size relative to that "
                "base; \"agrees\" = our change has the paper's sign; \"beyond noise\": " + NOISE_RULE + ".", ""]
     return "\n".join(lines + _md_table(table, PPL_COLUMNS, ppl_cells, left=("PPL agrees", "PPL beyond noise"))) + "\n"
@@ -531,11 +539,52 @@ def bleu_markdown(table: dict) -> str:
              "hypotheses against the base's (p-value, and how many sentences the two outputs differ in); it "
              "measures test-set sampling noise only, not the variation between training seeds. "
              f"\\* = p < {SIGNIFICANCE} on outputs that differ"
-             + (", and beyond seed noise" if len(table["seeds"]) > 1 else "") + "; identical outputs or equal BLEU "
+             + (", and beyond seed noise" if _several_seeds(table) else "") + "; identical outputs or equal BLEU "
              f"are never significant, nor are two outputs that both score below {BLEU_FLOOR:g} BLEU (no 4-gram to speak "
              "of: the score is set by smoothing).", ""]
     return "\n".join(lines + _md_table(table, BLEU_COLUMNS, bleu_cells,
                                        left=("BLEU agrees", "BLEU beyond noise", "paired bootstrap"))) + "\n"
+
+
+def _several_seeds(table: dict) -> bool:
+    return any((r["seeds_total"] or 0) > 1 for r in table["rows"])
+
+
+def learning_curves(data: ReportData, variants: list[str]) -> dict:
+    """Each row's dev perplexity at each validation step, the mean over its completed seeds (a step every seed
+    logged): ``{"steps": [...], "rows": {variant: {step: ppl}}}``. At a short budget, whether the rows are
+    still converging (and whether their order holds) is part of what the table says."""
+    rows: dict[str, dict[int, float]] = {}
+    for v in variants:
+        series = [{int(h["step"]): h[R.DEV_PPL] for h in r.history if h.get(R.DEV_PPL) is not None}
+                  for r in data.records if r.variant == v and r.completed]
+        series = [s for s in series if s]
+        if not series:
+            continue
+        common = set.intersection(*(set(s) for s in series))
+        rows[v] = {st: sum(s[st] for s in series) / len(series) for st in sorted(common)}
+    base_steps = sorted(rows.get("base", {}))
+    steps = base_steps or sorted(set().union(*(set(r) for r in rows.values()))) if rows else []
+    return {"steps": steps, "rows": rows}
+
+
+def curves_markdown(table: dict) -> str:
+    """Dev perplexity at each of the base's validation steps, per row (rows with more steps, such as big's
+    3x budget, add their final value in the last column)."""
+    curves = table.get("curves") or {"steps": [], "rows": {}}
+    steps, rows = curves["steps"], curves["rows"]
+    lines = ["## Learning curves", "",
+             "Dev perplexity at each validation (mean over the completed seeds), the base's steps as columns; "
+             "\"final\" is the row's last validation (big trains 3x the steps).", ""]
+    if not steps or not rows:
+        return "\n".join(lines + ["No validation history to show."]) + "\n"
+    head = ["row", *[f"step {st}" for st in steps], "final"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["--:"] * (len(head) - 1)) + "|"]
+    for v, series in rows.items():
+        last = max(series)
+        cells = [v] + [f"{series[st]:.1f}" if st in series else "" for st in steps] + [f"{series[last]:.1f} (step {last})"]
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def config_markdown(table: dict) -> str:
@@ -562,10 +611,10 @@ def notes_markdown(table: dict) -> str:
 
 
 def table_markdown(table: dict) -> str:
-    """table3.md: the headline, the PPL table, the BLEU table, the configuration table, notes (what the HTML
+    """table3.md: the headline, the PPL table, the BLEU table, the learning curves, the configuration table, notes (what the HTML
     shows, in the same order); one fact per line, so it diffs well in the repository."""
-    return "\n".join(part(table) for part in (headline_markdown, ppl_markdown, bleu_markdown, config_markdown,
-                                              notes_markdown))
+    return "\n".join(part(table) for part in (headline_markdown, ppl_markdown, bleu_markdown, curves_markdown,
+                                              config_markdown, notes_markdown))
 
 
 CSV_COLUMNS = ("variant", "family", "in_paper", *CSV_KNOBS.values(), "seeds_completed", "seeds_total",

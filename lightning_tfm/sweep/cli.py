@@ -35,6 +35,23 @@ def _corpus_line(cfg: dict) -> str:
             "does not exist yet (built once before the first trial, or now with `ltfm prepare`)"))
 
 
+def _join(sweep, plan: Plan, url: str, given: bool):
+    """Check the inputs, build the prepared corpus once, open the storage and the study: (storage, study).
+
+    A given ``--storage`` is checked first (fails fast, writes nothing here); the default SQLite file is only
+    created once the data and the results folder are known to be fine."""
+    storage = open_storage(url, heartbeat=sweep.heartbeat) if given else None
+    _check_local_data(plan.base_cfg)
+    try:
+        (plan.results_dir / "sweep-logs").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        raise UserError(f"results folder {str(plan.results_dir)!r} is not writable: set run.results_dir to a "
+                        "folder you can write") from None
+    prepare(plan.base_cfg)  # one vocabulary and one set of ids for every trial, built before any trial starts
+    storage = storage or open_storage(url, heartbeat=sweep.heartbeat)
+    return storage, retry(open_study, sweep, storage)
+
+
 def sweep_cli(args) -> int:
     """``ltfm sweep SWEEP.yaml [--storage URL] [--n-trials N] [--dry-run] [--json] [--status] [k=v ...]``"""
     if args.n_trials is not None and args.n_trials < 1:
@@ -65,40 +82,20 @@ def sweep_cli(args) -> int:
             raise UserError("--workers and --n-trials do not go together: each worker runs until the study is done")
         if args.every <= 0:
             raise UserError(f"--every {args.every} must be a positive number of seconds")
-        from .launch import launch
-        storage = open_storage(url, heartbeat=sweep.heartbeat) if args.storage else None  # fail fast on a bad URL
-        _check_local_data(plan.base_cfg)
-        try:
-            (plan.results_dir / "sweep-logs").mkdir(parents=True, exist_ok=True)
-        except OSError:
-            raise UserError(f"results folder {str(plan.results_dir)!r} is not writable: set run.results_dir to a "
-                            "folder you can write") from None
-        # The corpus is built and the rows are queued here, once, before any worker starts (workers started
-        # together would each queue every row: duplicates, closed untrained, but noise in --status).
-        prepare(plan.base_cfg)
-        storage = storage or open_storage(url, heartbeat=sweep.heartbeat)
-        study = retry(open_study, sweep, storage)
-        if sweep.mode == "variants":
-            retry(enqueue_missing, study, plan)
-        return launch(args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every)
     if args.status:
         storage = open_storage(url, create=False)
         study = open_study(sweep, storage, create=False)
         rows = status_rows(study)
         print(json.dumps(rows, indent=1, default=str) if args.json else format_status(sweep, rows, mask_url(url)))
         return 0
-    # A given --storage is checked first (fails fast, writes nothing here); the default SQLite file is only
-    # created once the data and the results folder are known to be fine.
-    storage = open_storage(url, heartbeat=sweep.heartbeat) if args.storage else None
-    _check_local_data(plan.base_cfg)
-    try:
-        (plan.results_dir / "sweep-logs").mkdir(parents=True, exist_ok=True)
-    except OSError:
-        raise UserError(f"results folder {str(plan.results_dir)!r} is not writable: set run.results_dir to a "
-                        "folder you can write") from None
-    prepare(plan.base_cfg)  # one vocabulary and one set of ids for every trial, built before any trial starts
-    storage = storage or open_storage(url, heartbeat=sweep.heartbeat)
-    study = retry(open_study, sweep, storage)
+    storage, study = _join(sweep, plan, url, given=bool(args.storage))
+    if workers is not None:
+        # The rows are queued here, once, before any worker starts (workers started together would each queue
+        # every row: duplicates, closed untrained, but noise in --status).
+        from .launch import launch
+        if sweep.mode == "variants":
+            retry(enqueue_missing, study, plan)
+        return launch(args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every)
     retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)
     retry(study.set_user_attr, "ltfm.metric", sweep.metric)
     stop_on_sigterm()

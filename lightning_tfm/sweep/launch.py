@@ -58,6 +58,16 @@ def worker_overrides(overrides: list[str], workers: int, device: str, cores: int
     return [*overrides, *extra]
 
 
+def worker_env(environ, i: int, device: str, storage_url: str) -> dict:
+    """Worker i's environment: the storage URL (off the command line), and on CUDA its own GPU (the i-th of
+    the devices this process may use)."""
+    env = {**environ, STORAGE_ENV: storage_url, "PYTHONUNBUFFERED": "1"}
+    if device == "cuda":
+        visible = [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = visible[i % len(visible)] if visible else str(i)
+    return env
+
+
 def _duration(t, now: _dt.datetime) -> float:
     if t.datetime_start is None:
         return 0.0
@@ -137,6 +147,19 @@ def format_progress(name: str, p: dict, elapsed_s: float) -> str:
     return " | ".join(parts)
 
 
+def format_search_progress(sweep: Sweep, trials, elapsed_s: float) -> str:
+    """A space sweep's line: trials finished (completed / pruned / failed) of ``n_trials``, and running."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        if t.user_attrs.get("skip") == "duplicate":
+            continue
+        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    finished = counts.get("complete", 0) + counts.get("pruned", 0) + counts.get("fail", 0)
+    return (f"[{sweep.name} {_hms(elapsed_s)}] trials {finished}/{sweep.n_trials} finished ({counts.get('complete', 0)} "
+            f"completed, {counts.get('pruned', 0)} pruned, {counts.get('fail', 0)} failed), "
+            f"{counts.get('running', 0)} running")
+
+
 def row_costs(plan: Plan) -> dict[str, float]:
     """Each row's work: planned steps x parameter count (unbuildable rows: 0)."""
     out = {}
@@ -144,6 +167,49 @@ def row_costs(plan: Plan) -> dict[str, float]:
         _, params, _ = check_buildable(plan, entry)
         out[plan.grid_key(entry)] = float((plan.max_steps(entry) or 1) * (params or 0))
     return out
+
+
+class _Monitor:
+    """What the launcher prints while its workers run: a line per finished trial, and the progress line."""
+
+    def __init__(self, sweep: Sweep, plan: Plan, cost: dict, open_study_fn, started: float, workers: int, say):
+        self.sweep, self.plan, self.cost, self.open_study_fn = sweep, plan, cost, open_study_fn
+        self.started, self.workers, self.say = started, workers, say
+        self.study, self.seen, self.last = None, {}, 0.0
+
+    def _trials(self):
+        try:
+            self.study = self.study or self.open_study_fn()
+            return self.study.get_trials(deepcopy=False)
+        except Exception:  # noqa: BLE001 - storage busy or not there yet: the next poll reads it
+            return None
+
+    def finished_rows(self) -> None:
+        for t in self._trials() or ():
+            state, a = t.state.name.lower(), t.user_attrs
+            if state not in (*DONE, "fail") or self.seen.get(t.number) == state:
+                continue
+            self.seen[t.number] = state
+            if (t.datetime_complete is None or t.datetime_complete.timestamp() < self.started
+                    or a.get("skip") == "duplicate"):
+                continue  # finished before this launch, or a duplicate never trained
+            what = (f"dev ppl {a['dev_ppl']:.2f}" if isinstance(a.get("dev_ppl"), float) else
+                    a.get("reason") or a.get("error") or state)
+            name = a.get("variant") or f"trial {t.number}"
+            self.say(f"[{self.sweep.name}] {'finished' if state == 'complete' else state}: {name} "
+                     f"seed {a.get('seed')}: {what} ({_hms(_duration(t, _dt.datetime.now()))})")
+
+    def progress_line(self, alive: int) -> None:
+        trials = self._trials()
+        if trials is None:
+            return
+        elapsed = time.time() - self.started
+        if self.sweep.mode == "variants":
+            p = progress(self.sweep, self.plan, trials, self.cost, workers=alive)
+            self.say(format_progress(self.sweep.name, p, elapsed))
+        else:
+            self.say(format_search_progress(self.sweep, trials, elapsed))
+        self.last = time.time()
 
 
 def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], storage_url: str, open_study_fn,
@@ -174,43 +240,20 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         for i in range(n):
-            env = {**os.environ, STORAGE_ENV: storage_url, "PYTHONUNBUFFERED": "1"}
-            if device == "cuda":
-                env["CUDA_VISIBLE_DEVICES"] = str(i)
+            env = worker_env(os.environ, i, device, storage_url)
             fh = open(logs / f"worker-{i}.log", "ab")
             # the storage URL reaches the worker through the environment (never on a command line `ps` shows)
             cmd = [sys.executable, "-m", "lightning_tfm", "sweep", sweep_file, "--storage-from-env", *args]
             procs.append((subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           env=env, start_new_session=False), fh))
+                                           env=env), fh))
             if i + 1 < n:
-                time.sleep(2)  # the first worker queues the rows and builds the prepared corpus
-        study = None
-        seen: dict[int, str] = {}
-        last = 0.0
+                time.sleep(2)  # staggered: the workers do not all open the storage and load torch at once
+        monitor = _Monitor(sweep, plan, cost, open_study_fn, started, n, say)
         while True:
             alive = [p for p, _ in procs if p.poll() is None]
-            if sweep.mode == "variants":
-                with contextlib.suppress(Exception):
-                    study = study or open_study_fn()
-                if study is not None:
-                    with contextlib.suppress(Exception):
-                        trials = study.get_trials(deepcopy=False)
-                        for t in trials:
-                            state, a = t.state.name.lower(), t.user_attrs
-                            if state not in (*DONE, "fail") or seen.get(t.number) == state:
-                                continue
-                            seen[t.number] = state
-                            if (t.datetime_complete is None or t.datetime_complete.timestamp() < started
-                                    or a.get("skip") == "duplicate"):
-                                continue  # finished before this launch, or a duplicate never trained
-                            what = (f"dev ppl {a['dev_ppl']:.2f}" if isinstance(a.get("dev_ppl"), float) else
-                                    a.get("reason") or a.get("error") or state)
-                            say(f"[{sweep.name}] {'finished' if state == 'complete' else state}: {a.get('variant')} "
-                                f"seed {a.get('seed')}: {what} ({_hms(_duration(t, _dt.datetime.now()))})")
-                        if not alive or time.time() - last >= every:
-                            p = progress(sweep, plan, trials, cost, workers=len(alive) or n)
-                            say(format_progress(sweep.name, p, time.time() - started))
-                            last = time.time()
+            monitor.finished_rows()
+            if not alive or time.time() - monitor.last >= every:
+                monitor.progress_line(len(alive) or n)
             if not alive:
                 break
             time.sleep(min(5.0, every))
