@@ -130,30 +130,6 @@ def test_bad_workers_argument_stops_with_one_line(tmp_path, data_dir):
 
 
 @pytest.mark.slow
-def test_two_workers_from_one_command_show_progress_and_finish_the_table(tmp_path, data_dir):
-    """The command `make ablation` runs: two workers on this 2-core machine, progress lines, every row done."""
-    results = tmp_path / "results"
-    p = ltfm("sweep", "sweeps/smoke.yaml", "--workers", "2", "--every", "3", f"data.path={data_dir}",
-             f"run.results_dir={results}", "train.max_steps=20", "train.val_every_steps=10",
-             "data.max_train_pairs=300", "decode.max_len_b=10", env={"WANDB_DIR": str(tmp_path)}, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    out = p.stdout
-    assert "2 worker(s) on" in out and "train.threads=1" in out
-    lines = [ln for ln in out.splitlines() if re.match(r"\[smoke [\d:]+\] rows \d/4 done", ln)]
-    assert lines and "rows 4/4 done, 0 running, 0 left" in lines[-1]
-    assert any(re.search(r"\| (base|A1|C1|prenorm) s1 (starting|step \d+/20)", ln) for ln in lines), lines
-    for row in ("base", "A1", "C1", "prenorm"):  # one line per finished row, with its dev PPL
-        assert re.search(rf"finished: {row} seed 1: dev ppl \d+\.\d\d \(\d+:\d\d\)", out), out
-    logs = results / "sweep-logs" / "smoke"
-    assert (logs / "worker-0.log").is_file() and (logs / "worker-1.log").is_file()
-    claimed = [(logs / f"worker-{i}.log").read_text().count(": training ") for i in (0, 1)]
-    assert sum(claimed) == 4 and min(claimed) >= 1, claimed  # both workers trained rows
-    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{results / 'smoke.db'}")
-    # the launcher queued the rows once, before the workers started: no duplicate trials
-    assert sorted(t.state.name for t in study.get_trials()) == ["COMPLETE"] * 4
-
-
-@pytest.mark.slow
 def test_sigterm_to_the_launcher_stops_its_workers_and_the_same_command_finishes_the_table(tmp_path, data_dir):
     """`kill` of the one process a user started: no worker or trial is left running, nothing finished is lost,
     and the same command again completes the rows."""
@@ -188,12 +164,25 @@ def test_sigterm_to_the_launcher_stops_its_workers_and_the_same_command_finishes
     assert not left, f"processes still running: {left}"
     study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{results / 'smoke.db'}")
     assert not [t for t in study.get_trials() if t.state.name == "RUNNING"]
-    # the same command, with a budget that ends soon: every row completes, the interrupted ones from a checkpoint
+    # the same command, with a budget that ends soon: every row completes, the interrupted ones from a checkpoint;
+    # what `make ablation` shows: progress lines, one line per finished row with its dev PPL, a log per worker
     p = ltfm(*args[3:-4], "train.max_steps=40", "train.val_every_steps=20", "data.max_train_pairs=300",
              "decode.max_len_b=10", env={"WANDB_DIR": str(tmp_path)}, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:]
-    assert "rows 4/4 done" in p.stdout
-
+    out = p.stdout
+    assert "2 worker(s) on" in out and "train.threads=1" in out
+    lines = [ln for ln in out.splitlines() if re.match(r"\[smoke [\d:]+\] rows \d/4 done", ln)]
+    assert lines and "rows 4/4 done, 0 running, 0 left" in lines[-1]
+    assert any(re.search(r"\| (base|A1|C1|prenorm) s1 (starting|step \d+/40)", ln) for ln in lines), lines
+    for row in ("base", "A1", "C1", "prenorm"):
+        assert re.search(rf"finished: {row} seed 1: dev ppl \d+\.\d\d \(\d+:\d\d\)", out), out
+    logs = results / "sweep-logs" / "smoke"
+    assert (logs / "worker-0.log").is_file() and (logs / "worker-1.log").is_file()
+    # the launcher queued the rows once, before the workers started: no duplicate trials
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{results / 'smoke.db'}")
+    assert not [t for t in study.get_trials() if t.user_attrs.get("skip") == "duplicate"]
+    assert {t.user_attrs["variant"] for t in study.get_trials() if t.state.name == "COMPLETE"} == \
+        {"base", "A1", "C1", "prenorm"}
 
 def test_a_search_sweeps_progress_line_counts_its_trials():
     from lightning_tfm.sweep import load_sweep

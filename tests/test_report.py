@@ -181,10 +181,11 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert not soup.select(".jp-CodeCell .jp-InputArea, .jp-InputPrompt, .jp-Editor, .highlight") and "rd.build_table" not in html
     assert "kernel python" not in html and "sweep_file" not in html  # hidden cells (parameters, setup, loading)
     text = soup.get_text(" ", strip=True)
-    assert text.index("Direction agrees with the paper") < text.index("Dev perplexity") < text.index("Dev BLEU")
+    assert text.index("Direction agrees with the paper") < text.index("Dev perplexity") < text.index("Dev BLEU") \
+        < text.index("Learning curves")
     html_tables = soup.find_all("table")
-    assert len(html_tables) == 3
-    for html_table, want in zip(html_tables, ("dev PPL paper", "dev BLEU paper", "d_model")):
+    assert len(html_tables) == 4
+    for html_table, want in zip(html_tables, ("dev PPL paper", "dev BLEU paper", "step 9", "d_model")):
         cells = [[c.get_text(strip=True) for c in tr.find_all(["td", "th"])] for tr in html_table.find_all("tr")]
         assert want in cells[0] and [r[0] for r in cells[1:]] == ORDER
     embedded = [base64.b64decode(img["src"].split(",", 1)[1]) for img in soup.find_all("img")
