@@ -120,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--status", action="store_true")
     s.add_argument("--workers", metavar="K|auto", help="start K workers of this study here and show one progress "
-                   "line (auto: one per CUDA device, else one per CPU core)")
+                   "line (auto: --workers-per-gpu on every CUDA device, else one per CPU core)")
+    s.add_argument("--workers-per-gpu", type=int, default=None, metavar="K", help="with --workers auto on CUDA: "
+                   "workers sharing each GPU (default 4: a Table 3 row leaves most of a large GPU idle)")
     s.add_argument("--every", type=float, default=30.0, metavar="SECONDS", help="with --workers: seconds between "
                    "progress lines (default 30)")
     s.add_argument("--storage-from-env", action="store_true", help=argparse.SUPPRESS)

@@ -240,7 +240,12 @@ class Batch:
     index: torch.Tensor | None = None  # (B,): positions of the pairs in their dataset
 
     def to(self, device):
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.index)
+        """The batch on ``device``; from pinned host memory the copies are asynchronous (non_blocking)."""
+        return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.tgt_in, self.tgt_out)), self.index)
+
+    def pin_memory(self):
+        """The DataLoader's ``pin_memory=True`` calls this: page-locked copies, so ``to(cuda)`` overlaps compute."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.index)
 
 
 def pad(seqs: list[list[int]], device=None) -> torch.Tensor:

@@ -188,7 +188,8 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     n_cand = 1 if K == 1 else 2 * K
     n_row = min(n_cand, model.vocab_size)  # candidates taken from each beam's row
     ml = _max_lengths(src, max_len_a, max_len_b, model)
-    width = int(ml.max()) + 2  # BOS + up to max length tokens + EOS
+    ml_min, ml_max = torch.stack([ml.min(), ml.max()]).tolist()
+    width = ml_max + 2  # BOS + up to max length tokens + EOS
 
     memory, src_mask = model.encode(src)  # once per sentence; its K beams share it (rows: sentence-major)
     if not shared_memory:
@@ -229,17 +230,18 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         lprobs[:, PAD] = float("-inf")
         lprobs[:, BOS] = float("-inf")
         at_max = t >= ml  # (n,) these sentences may only end now: EOS is their only candidate
-        any_max = bool(at_max.any())
+        any_max = t >= ml_min  # known on the host: no device sync
         if any_max:
-            rows = at_max.repeat_interleave(rk)
-            eos_lp = lprobs[rows, EOS]  # before the min_len ban: the maximum length wins
+            rows = at_max.repeat_interleave(rk).unsqueeze(1)
+            eos_lp = lprobs[:, EOS].clone()  # before the min_len ban: the maximum length wins
         if t < min_len:  # fairseq's --min-len: no EOS before min_len tokens
             lprobs[:, EOS] = float("-inf")
         row_lp, row_tok = topk_rows(lprobs, n_row)
-        if any_max:
-            row_lp[rows] = float("-inf")
-            row_lp[rows, 0] = eos_lp
-            row_tok[rows, 0] = EOS
+        if any_max:  # masked writes rather than boolean indexing, which would wait for the device
+            only_eos = torch.full_like(row_lp, float("-inf"))
+            only_eos[:, 0] = eos_lp
+            row_lp = torch.where(rows, only_eos, row_lp)
+            row_tok = torch.where(rows & (torch.arange(n_row, device=device) == 0), EOS, row_tok)
 
         cand = (alive_lp[:, :rk].unsqueeze(2) + row_lp.view(n, rk, n_row)).view(n, rk * n_row)
         top_lp, top_j = cand.topk(n_cand, dim=1)
@@ -249,15 +251,14 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         # Finished candidates: keep the best per sentence if it beats the best so far.
         fin = torch.where(is_eos, top_lp / length_penalty(t + 1, alpha), neg_inf)
         fin_best, fin_j = fin.max(1)
+        # Masked writes over every alive sentence: no device sync to ask which ones improved.
         improved = fin_best > best_score[orig]
-        if bool(improved.any()):
-            sel = improved.nonzero().squeeze(1)
-            j = fin_j[sel]
-            o = orig[sel]
-            best_score[o] = fin_best[sel]
-            best_lp[o] = top_lp[sel, j]
-            best_len[o] = t
-            best_tokens[o] = tokens.index_select(0, sel * K + beam[sel, j])
+        fin_j = fin_j.unsqueeze(1)
+        fin_row = torch.arange(n, device=device) * K + beam.gather(1, fin_j).squeeze(1)
+        best_score[orig] = torch.where(improved, fin_best, best_score[orig])
+        best_lp[orig] = torch.where(improved, top_lp.gather(1, fin_j).squeeze(1), best_lp[orig])
+        best_len[orig] = torch.where(improved, t, best_len[orig])
+        best_tokens[orig] = torch.where(improved.unsqueeze(1), tokens.index_select(0, fin_row), best_tokens[orig])
 
         # Alive: the best K candidates that do not end in EOS.
         alive_lp, j = top_lp.masked_fill(is_eos, float("-inf")).topk(K, dim=1)
@@ -268,11 +269,13 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         # Done: nothing alive can beat the best finished hypothesis (see the module docstring).
         lp_hi = length_penalty(ml.float() + 1, alpha).clamp(min=length_penalty(t + 2.0, alpha))
         done = (best_score[orig] >= alive_lp[:, 0] / lp_hi) | at_max
-        if bool(done.all()):
+        n_done = int(done.sum())  # the step's one wait for the device
+        if n_done == n:
             break
-        if bool(done.any()):  # drop finished sentences from every per-row tensor and from the cache
+        if n_done:  # drop finished sentences from every per-row tensor and from the cache
             keep = (~done).nonzero().squeeze(1)
             orig, ml, alive_lp = orig[keep], ml[keep], alive_lp[keep]
+            ml_min = int(ml.min())
             new_tok, index, cache_index = new_tok[keep], index[keep], cache_index[keep]
             flat = index.view(-1)
             mem_rows = keep if shared_memory else flat

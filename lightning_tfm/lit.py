@@ -121,8 +121,9 @@ class TranslationDataModule(pl.LightningDataModule):
         sampler = TokenBatchSampler(src_widths, tgt_widths, self.config["train"]["batch_tokens"],
                                     shuffle=shuffle, seed=self.config["run"]["seed"], num_replicas=world, rank=rank)
         workers = self.config["train"]["num_workers"]
+        cuda = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
         return DataLoader(pairs, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
-                          persistent_workers=workers > 0)
+                          persistent_workers=workers > 0, pin_memory=cuda)
 
     def train_dataloader(self):
         return self._loader(self.train_pairs, shuffle=True, shard=True)

@@ -1,9 +1,7 @@
 """``train.precision: auto``: bf16 where the hardware multiplies bf16 matrices natively, fp32 elsewhere.
 
-Measured on two 2-core AMD EPYC machines this project ran on, 1024 x 1024 matrix products, torch 2.13.0:
-one with AVX-512 bf16 ran bf16 about 4x faster than fp32; one with AVX2 only (no bf16 instructions, so
-oneDNN is not used and torch falls back to a scalar kernel) ran bf16 at 0.74 GFLOP/s against 56 GFLOP/s
-for fp32, 76x slower. A fixed bf16 default would make such a machine useless, hence ``auto``.
+On a CPU without AVX-512 bf16 or AMX, oneDNN does not run bf16 and torch falls back to a scalar kernel many
+times slower than fp32 (README, "Precision", has the measured ratios), hence ``auto`` rather than a fixed bf16.
 """
 from __future__ import annotations
 
@@ -26,17 +24,24 @@ def _on_cuda(accelerator: str) -> bool:
     return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
 
 
+def auto_precision(device: str, native_bf16: bool) -> str:
+    """What ``auto`` means on ``device`` ("cuda", "cpu" or another accelerator): bf16-mixed where bf16 is
+    native; on older GPUs 16-mixed with a loss scaler (as fairseq's --fp16); fp32 on other CPUs and devices."""
+    if device == "cuda":
+        return "bf16-mixed" if native_bf16 else "16-mixed"
+    if device == "cpu":
+        return "bf16-mixed" if native_bf16 else "32"
+    return "32"
+
+
 def resolve_precision(precision: str, accelerator: str = "auto") -> str:
-    """The Lightning precision a run uses: ``auto`` becomes bf16-mixed on GPUs with bf16 (16-mixed on
-    older GPUs, as fairseq's --fp16) and on CPUs with native bf16, else 32. Other values pass through,
-    with a warning when bf16 is asked for on a CPU that emulates it."""
+    """The Lightning precision a run uses: ``auto`` as :func:`auto_precision` says for this machine. Other
+    values pass through, with a warning when bf16 is asked for on a CPU that emulates it."""
     cuda = _on_cuda(accelerator)
     if precision == "auto":
         if cuda:
-            return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
-        if accelerator in ("auto", "cpu"):
-            return "bf16-mixed" if cpu_has_fast_bf16() else "32"
-        return "32"
+            return auto_precision("cuda", torch.cuda.is_bf16_supported())
+        return auto_precision("cpu", cpu_has_fast_bf16()) if accelerator in ("auto", "cpu") else "32"
     if precision.startswith("bf16") and not cuda and accelerator in ("auto", "cpu") and not cpu_has_fast_bf16():
         _warn_slow_bf16()
     return precision
@@ -44,7 +49,7 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
 
 @functools.lru_cache(maxsize=None)
 def _warn_slow_bf16() -> None:
-    print("ltfm: warning: this CPU has no native bf16 (matrix products run ~70x slower than fp32 here); "
+    print("ltfm: warning: this CPU has no native bf16 (its bf16 matrix products run many times slower than fp32); "
           "train.precision=auto picks fp32 on such a CPU", file=sys.stderr)
 
 

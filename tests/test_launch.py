@@ -60,7 +60,7 @@ def test_progress_counts_rows_reads_running_rows_and_estimates_the_time_left(tmp
     p = progress(sweep, plan, trials, cost, now=now, workers=2)
     assert (p["done"], len(p["running"]), p["left"]) == (1, 1, total - 2)
     assert p["running"][0] == {"variant": "base", "seed": 1, "step": 50, "max_steps": 100, "dev_ppl": 61.5,
-                               "for_s": 100.0}
+                               "for_s": 100.0, "gpu": None}
     left = 50 + 100 * (total - 2)  # half of base s1, then 21 rows of 100
     assert p["eta_s"] == pytest.approx(left / (350 / 400) / 2)
     line = format_progress(sweep.name, p, 400)
@@ -83,26 +83,57 @@ def test_progress_counts_rows_reads_running_rows_and_estimates_the_time_left(tmp
     assert "1 failed" in format_progress(sweep.name, p, 10)
 
 
-def test_workers_share_the_cores_or_take_a_gpu_each():
-    from lightning_tfm.sweep.launch import worker_overrides
+def test_workers_share_the_cores_on_a_cpu():
+    from lightning_tfm.sweep.launch import worker_overrides, worker_plan
 
-    assert worker_overrides(["a.b=1"], 2, "cpu", 2) == ["a.b=1", "train.threads=1"]
-    assert worker_overrides([], 2, "cpu", 8) == ["train.threads=4"]
-    assert worker_overrides(["train.threads=3"], 2, "cpu", 8) == ["train.threads=3"]  # the command line wins
-    assert worker_overrides([], 4, "cuda", 64) == ["train.accelerator=gpu"]
+    assert [(s.gpu, s.threads, s.loader_workers) for s in worker_plan("auto", [], 2)] == [(None, 1, 0)] * 2
+    assert [s.threads for s in worker_plan(2, [], 8)] == [4, 4]
+    assert worker_overrides(["a.b=1"], worker_plan(2, [], 2)[0]) == ["a.b=1", "train.threads=1"]
+    assert worker_overrides(["train.threads=3"], worker_plan(2, [], 8)[1]) == ["train.threads=3"]  # the command line wins
+
+
+def test_several_workers_share_each_gpu_and_the_gpus_fill_evenly():
+    from lightning_tfm.sweep.launch import worker_overrides, worker_plan
+
+    one = worker_plan("auto", ["0"], 16, per_gpu=4)  # one H100-class GPU, 16 cores: 4 rows at once
+    assert [s.gpu for s in one] == ["0"] * 4
+    assert [(s.threads, s.loader_workers) for s in one] == [(2, 2)] * 4  # 4 cores each: the loop and the loader
+    two = worker_plan("auto", ["0", "1"], 16, per_gpu=3)
+    assert [s.gpu for s in two] == ["0", "1", "0", "1", "0", "1"]
+    assert all(s.threads >= 1 for s in two) and sum(s.threads + s.loader_workers for s in two) <= 16
+    five = worker_plan(5, ["0", "1"], 4)  # an explicit count: round-robin, never a GPU with two more than another
+    assert [s.gpu for s in five] == ["0", "1", "0", "1", "0"] and all(s.loader_workers == 0 for s in five)
+    assert worker_overrides([], one[0]) == ["train.threads=2", "train.accelerator=gpu", "train.devices=1",
+                                            "train.num_workers=2"]
+    assert worker_overrides(["train.num_workers=0", "train.threads=1"], one[0]) == \
+        ["train.num_workers=0", "train.threads=1", "train.accelerator=gpu", "train.devices=1"]
+    with pytest.raises(UserError, match="--workers-per-gpu 0 must be at least 1"):
+        worker_plan("auto", ["0"], 16, per_gpu=0)
 
 
 def test_each_gpu_worker_sees_its_own_device_and_the_storage_url_stays_off_the_command_line():
     from lightning_tfm.sweep import STORAGE_ENV
-    from lightning_tfm.sweep.launch import worker_env
+    from lightning_tfm.sweep.launch import worker_env, worker_plan
+    from lightning_tfm.sweep.worker import GPU_ENV
 
     url = "postgresql://u:secret@db/x"
-    assert [worker_env({}, i, "cuda", url)["CUDA_VISIBLE_DEVICES"] for i in range(3)] == ["0", "1", "2"]
-    # a job already limited to some GPUs (a scheduler's CUDA_VISIBLE_DEVICES): one of those each
-    assert [worker_env({"CUDA_VISIBLE_DEVICES": "4,6"}, i, "cuda", url)["CUDA_VISIBLE_DEVICES"]
-            for i in range(2)] == ["4", "6"]
-    cpu = worker_env({"PATH": "/bin"}, 1, "cpu", url)
-    assert "CUDA_VISIBLE_DEVICES" not in cpu and cpu[STORAGE_ENV] == url and cpu["PATH"] == "/bin"
+    slots = worker_plan("auto", ["4", "6"], 8, per_gpu=2)  # a job already limited to GPUs 4 and 6
+    envs = [worker_env({}, s, url) for s in slots]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["4", "6", "4", "6"]
+    assert [e[GPU_ENV] for e in envs] == ["4", "6", "4", "6"] and all(e[STORAGE_ENV] == url for e in envs)
+    cpu = worker_env({"PATH": "/bin"}, worker_plan(2, [], 2)[1], url)
+    assert "CUDA_VISIBLE_DEVICES" not in cpu and GPU_ENV not in cpu and cpu[STORAGE_ENV] == url
+    assert cpu["PATH"] == "/bin"
+
+
+def test_the_progress_line_shows_each_gpus_rows_and_utilisation():
+    from lightning_tfm.sweep.launch import format_gpus, gpu_usage
+
+    usage = gpu_usage("0, 87, 21811\n1, 12, 3072\nbad line\n")
+    assert usage == {"0": (87, 21811), "1": (12, 3072)}
+    running = [{"gpu": "0"}, {"gpu": "0"}, {"gpu": "0"}, {"gpu": "1"}]
+    assert format_gpus(running, ["0", "1"], usage) == "GPU 0: 3 rows 87% 21.3 GiB, GPU 1: 1 row 12% 3.0 GiB"
+    assert format_gpus([], ["0"], {}) == "GPU 0: 0 rows"
 
 
 def test_a_rows_own_seeds_and_bad_ones(tmp_path):
@@ -121,10 +152,11 @@ def test_a_rows_own_seeds_and_bad_ones(tmp_path):
 
 
 def test_bad_workers_argument_stops_with_one_line(tmp_path, data_dir):
-    for arg, msg in (("0", "--workers '0' must be a count of at least 1 or 'auto'"),
-                     ("many", "--workers 'many' must be a count")):
-        p = ltfm("sweep", "sweeps/smoke.yaml", "--workers", arg, f"data.path={data_dir}",
-                 f"run.results_dir={tmp_path}")
+    for args, msg in ((["--workers", "0"], "--workers '0' must be a count of at least 1 or 'auto'"),
+                      (["--workers", "many"], "--workers 'many' must be a count"),
+                      (["--workers", "auto", "--workers-per-gpu", "0"], "--workers-per-gpu 0 must be at least 1"),
+                      (["--workers-per-gpu", "2"], "--workers-per-gpu goes with --workers auto")):
+        p = ltfm("sweep", "sweeps/smoke.yaml", *args, f"data.path={data_dir}", f"run.results_dir={tmp_path}")
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
     assert not list(tmp_path.iterdir())  # nothing written
 

@@ -113,23 +113,32 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     aligns the queries with the last key positions. ``kernel``: "sdpa" is torch's fused kernel,
     "matmul" and "auto" (matmul for short sequences on CPU) are speed paths, see model/fast.py.
     """
-    if causal:
-        t, s = q.shape[-2], k.shape[-2]
-        tri = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(diagonal=s - t)
-        mask = tri if mask is None else mask & tri
     if fast.use_matmul(kernel, q, k):
-        return fast.matmul_attention(q, k, v, mask, dropout)
-    return sdpa_attention(q, k, v, mask, dropout)
+        return fast.matmul_attention(q, k, v, causal_mask(q, k, mask) if causal else mask, dropout)
+    return sdpa_attention(q, k, v, mask, dropout, causal)
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0) -> Tensor:
-    """Eq. 1 via torch's fused scaled_dot_product_attention."""
+def causal_mask(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+    """``mask`` and the causal triangle, the queries aligned with the last keys."""
+    t, s = q.shape[-2], k.shape[-2]
+    tri = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(diagonal=s - t)
+    return tri if mask is None else mask & tri
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0,
+                   causal: bool = False) -> Tensor:
+    """Eq. 1 via torch's fused scaled_dot_product_attention. The decoder's self-attention in training
+    (causal, queries = keys, no other mask) goes as ``is_causal`` with no mask tensor: on CUDA that is what
+    lets SDPA choose its flash kernel; an explicit mask leaves it the memory-efficient one."""
+    is_causal = causal and mask is None and q.shape[-2] == k.shape[-2]
+    if causal and not is_causal:
+        mask = causal_mask(q, k, mask)
     if fast.sdpa_in_fp32(q):
         # autocast is switched off around it, or SDPA would cast the inputs straight back to bf16
         with torch.autocast("cpu", enabled=False):
             return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
-                                                  dropout_p=dropout).to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+                                                  dropout_p=dropout, is_causal=is_causal).to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
 
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:

@@ -29,10 +29,17 @@ ATTENTION_KERNELS = ("auto", "matmul", "sdpa")
 MATMUL_MAX_KEYS = 128  # "auto": the matmul kernel on CPU up to this many keys, SDPA beyond
 
 
+def attention_path(kernel: str, device: str, keys: int) -> str:
+    """"matmul" (:func:`matmul_attention`) or "sdpa" (torch's fused kernels) for ``kernel`` ("auto" | "matmul" |
+    "sdpa") on a ``device`` type with ``keys`` keys. "auto" takes the matmul path only for short sequences on
+    CPU; on CUDA SDPA dispatches to its flash or memory-efficient kernels."""
+    return "matmul" if kernel == "matmul" or (kernel == "auto" and device == "cpu" and keys <= MATMUL_MAX_KEYS) \
+        else "sdpa"
+
+
 def use_matmul(kernel: str, q: Tensor, k: Tensor) -> bool:
-    """Whether ``kernel`` ("auto" | "matmul" | "sdpa") computes attention of ``q`` over ``k`` with
-    :func:`matmul_attention` (else torch's SDPA)."""
-    return kernel == "matmul" or (kernel == "auto" and q.device.type == "cpu" and k.shape[-2] <= MATMUL_MAX_KEYS)
+    """Whether attention of ``q`` over ``k`` takes :func:`matmul_attention` (else torch's SDPA)."""
+    return attention_path(kernel, q.device.type, k.shape[-2]) == "matmul"
 
 
 def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0) -> Tensor:

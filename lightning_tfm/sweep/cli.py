@@ -82,6 +82,10 @@ def sweep_cli(args) -> int:
             raise UserError("--workers and --n-trials do not go together: each worker runs until the study is done")
         if args.every <= 0:
             raise UserError(f"--every {args.every} must be a positive number of seconds")
+    per_gpu = getattr(args, "workers_per_gpu", None)
+    if per_gpu is not None and (workers is None or per_gpu < 1):
+        raise UserError(f"--workers-per-gpu {per_gpu} must be at least 1 and goes with --workers" if per_gpu < 1
+                        else "--workers-per-gpu goes with --workers auto (or K): add --workers auto")
     if args.status:
         storage = open_storage(url, create=False)
         study = open_study(sweep, storage, create=False)
@@ -95,7 +99,9 @@ def sweep_cli(args) -> int:
         from .launch import launch
         if sweep.mode == "variants":
             retry(enqueue_missing, study, plan)
-        return launch(args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every)
+        from .launch import WORKERS_PER_GPU
+        return launch(args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every,
+                      per_gpu=per_gpu or WORKERS_PER_GPU)
     retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)
     retry(study.set_user_attr, "ltfm.metric", sweep.metric)
     stop_on_sigterm()

@@ -6,9 +6,10 @@ every ``--every`` seconds instead of K interleaved progress bars::
 
     [table3-cpu 0:42] rows 7/23 done, 2 running, 14 left | big s1 step 900/2040 ppl 41.2 | C5 s1 ... | ETA 1:15
 
-plus a line whenever a row finishes. ``auto`` is one worker per CUDA device when there is one (each
-worker sees its own GPU through ``CUDA_VISIBLE_DEVICES``), else one per CPU core with
-``train.threads`` = cores / workers. Ctrl-C stops every worker (their trials save a checkpoint and are
+plus a line whenever a row finishes. ``auto`` is ``--workers-per-gpu`` workers on every CUDA device when
+there is one (each worker sees its one GPU through ``CUDA_VISIBLE_DEVICES``; the line shows each GPU's
+running rows and utilisation), else one per CPU core with ``train.threads`` = cores / workers
+(:func:`worker_plan`). Ctrl-C stops every worker (their trials save a checkpoint and are
 resumed by the next run of the same command).
 
 ETA: every row's work is its planned steps x parameters (a step's cost grows with the parameter count,
@@ -18,6 +19,7 @@ spent on it (finished and running trials), so the estimate corrects itself as ro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import math
 import os
@@ -27,44 +29,76 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import UserError
 from ..results import read_metrics
 from .plan import Plan, check_buildable
 from .spec import Sweep
 from .storage import STORAGE_ENV
+from .worker import GPU_ENV
 
 DONE = ("complete", "pruned")
 
 
-def auto_workers() -> tuple[int, str]:
-    """(workers, device): one per CUDA device if there is any, else one per CPU core."""
+# Workers per GPU when --workers is auto on CUDA: a Table 3 row at Multi30k scale is a small model that leaves
+# most of a large GPU idle, so several rows share one device. Not yet measured on a GPU: the figure that
+# settles it is `make gpu-check`'s (see README, "On a GPU").
+WORKERS_PER_GPU = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One launched worker: the GPU it trains on (None: the CPU), its torch threads and DataLoader workers."""
+
+    index: int
+    gpu: str | None
+    threads: int
+    loader_workers: int
+
+
+def visible_gpus(environ=os.environ) -> list[str]:
+    """The CUDA devices this process may use, as ids for CUDA_VISIBLE_DEVICES (a scheduler's list if it set one)."""
     with contextlib.suppress(Exception):
         import torch
 
-        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-            return torch.cuda.device_count(), "cuda"
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)), "cpu"
+        if torch.cuda.is_available():
+            n = torch.cuda.device_count()
+            given = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+            return given[:n] if given else [str(i) for i in range(n)]
+    return []
 
 
-def worker_overrides(overrides: list[str], workers: int, device: str, cores: int) -> list[str]:
-    """The overrides a launched worker adds unless the command line set them: its share of the cores
-    (CPU) or the GPU accelerator."""
+def worker_plan(workers: int | str, gpus: list[str], cores: int, per_gpu: int = WORKERS_PER_GPU) -> list[Slot]:
+    """Which device each launched worker trains on, with its share of the CPU.
+
+    No GPU: ``auto`` is one worker per core, each with cores / workers torch threads. GPUs: ``auto`` is
+    ``per_gpu`` workers on every device, dealt round-robin (worker i on gpus[i % len(gpus)], so the devices
+    fill evenly whatever the count); each worker's share of the cores is split between its torch threads
+    (the Python loop that feeds the GPU) and DataLoader workers (collation off that loop)."""
+    if per_gpu < 1:
+        raise UserError(f"--workers-per-gpu {per_gpu} must be at least 1")
+    n = (len(gpus) * per_gpu if gpus else cores) if workers == "auto" else int(workers)
+    share = max(1, cores // n)
+    if not gpus:
+        return [Slot(i, None, share, 0) for i in range(n)]
+    loaders = share // 2 if share >= 2 else 0
+    return [Slot(i, gpus[i % len(gpus)], max(1, share - loaders), loaders) for i in range(n)]
+
+
+def worker_overrides(overrides: list[str], slot: Slot) -> list[str]:
+    """The overrides a launched worker adds unless the command line set them: its device and its share of
+    the cores."""
     given = {o.split("=", 1)[0] for o in overrides}
-    extra = []
-    if device == "cuda":
-        if "train.accelerator" not in given:
-            extra.append("train.accelerator=gpu")
-    elif "train.threads" not in given:
-        extra.append(f"train.threads={max(1, cores // workers)}")
-    return [*overrides, *extra]
+    extra = {"train.threads": slot.threads}
+    if slot.gpu is not None:
+        extra.update({"train.accelerator": "gpu", "train.devices": 1, "train.num_workers": slot.loader_workers})
+    return [*overrides, *(f"{k}={v}" for k, v in extra.items() if k not in given)]
 
 
-def worker_env(environ, i: int, device: str, storage_url: str) -> dict:
-    """Worker i's environment: the storage URL (off the command line), and on CUDA its own GPU (the i-th of
-    the devices this process may use)."""
+def worker_env(environ, slot: Slot, storage_url: str) -> dict:
+    """A worker's environment: the storage URL (off the command line), and on CUDA the one device it sees."""
     env = {**environ, STORAGE_ENV: storage_url, "PYTHONUNBUFFERED": "1"}
-    if device == "cuda":
-        visible = [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-        env["CUDA_VISIBLE_DEVICES"] = visible[i % len(visible)] if visible else str(i)
+    if slot.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = env[GPU_ENV] = slot.gpu
     return env
 
 
@@ -115,7 +149,7 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
             done_work += work * frac
             left_work += work * (1 - frac)
             running.append({"variant": entry.name, "seed": entry.seed, "step": step, "max_steps": steps_planned,
-                            "dev_ppl": ppl, "for_s": _duration(t, now)})
+                            "dev_ppl": ppl, "for_s": _duration(t, now), "gpu": t.user_attrs.get("gpu")})
         elif ts and "waiting" not in states and all(t.user_attrs.get("skip") or t.state.name == "FAIL" for t in ts) \
                 and any(t.user_attrs.get("skip") == "unbuildable" or t.user_attrs.get("exit_code") for t in ts):
             failed += 1
@@ -135,10 +169,45 @@ def _hms(s: float | None) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def format_progress(name: str, p: dict, elapsed_s: float) -> str:
+def gpu_usage(smi_csv: str) -> dict[str, tuple[int, int]]:
+    """{device id: (utilisation %, memory used MiB)} from ``nvidia-smi --query-gpu=index,utilization.gpu,
+    memory.used --format=csv,noheader,nounits``; rows it cannot read are left out."""
+    out = {}
+    for line in smi_csv.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 3 and all(x.isdigit() for x in parts):
+            out[parts[0]] = (int(parts[1]), int(parts[2]))
+    return out
+
+
+def read_gpu_usage() -> dict[str, tuple[int, int]]:
+    """The GPUs' utilisation now, or {} where nvidia-smi is missing or fails."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        p = subprocess.run(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        if p.returncode == 0:
+            return gpu_usage(p.stdout)
+    return {}
+
+
+def format_gpus(running: list[dict], gpus: list[str], usage: dict[str, tuple[int, int]]) -> str:
+    """``GPU 0: 4 rows 87% 21.3 GiB, GPU 1: 3 rows ...``: each device's running rows and, where nvidia-smi
+    answers, its utilisation and memory."""
+    parts = []
+    for g in gpus:
+        n = sum(1 for r in running if r.get("gpu") == g)
+        u = usage.get(g)
+        parts.append(f"GPU {g}: {n} row{'s' if n != 1 else ''}" + (f" {u[0]}% {u[1] / 1024:.1f} GiB" if u else ""))
+    return ", ".join(parts)
+
+
+def format_progress(name: str, p: dict, elapsed_s: float, gpus: list[str] = (),
+                    usage: dict[str, tuple[int, int]] | None = None) -> str:
     parts = [f"[{name} {_hms(elapsed_s)}] rows {p['done']}/{p['total']} done"
              + (f", {p['failed']} failed" if p["failed"] else "")
              + f", {len(p['running'])} running, {p['left']} left"]
+    if gpus:
+        parts.append(format_gpus(p["running"], list(gpus), usage or {}))
     for r in p["running"]:
         step = "starting" if r["step"] is None else f"step {r['step']}/{r['max_steps']}"
         ppl = f" dev ppl {r['dev_ppl']:.1f}" if r["dev_ppl"] is not None else ""
@@ -172,9 +241,10 @@ def row_costs(plan: Plan) -> dict[str, float]:
 class _Monitor:
     """What the launcher prints while its workers run: a line per finished trial, and the progress line."""
 
-    def __init__(self, sweep: Sweep, plan: Plan, cost: dict, open_study_fn, started: float, workers: int, say):
+    def __init__(self, sweep: Sweep, plan: Plan, cost: dict, open_study_fn, started: float, workers: int, say,
+                 gpus: list[str] = ()):
         self.sweep, self.plan, self.cost, self.open_study_fn = sweep, plan, cost, open_study_fn
-        self.started, self.workers, self.say = started, workers, say
+        self.started, self.workers, self.say, self.gpus = started, workers, say, list(gpus)
         self.study, self.seen, self.last = None, {}, 0.0
 
     def _trials(self):
@@ -206,31 +276,28 @@ class _Monitor:
         elapsed = time.time() - self.started
         if self.sweep.mode == "variants":
             p = progress(self.sweep, self.plan, trials, self.cost, workers=alive)
-            self.say(format_progress(self.sweep.name, p, elapsed))
+            usage = read_gpu_usage() if self.gpus else {}
+            self.say(format_progress(self.sweep.name, p, elapsed, self.gpus, usage))
         else:
             self.say(format_search_progress(self.sweep, trials, elapsed))
         self.last = time.time()
 
 
 def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], storage_url: str, open_study_fn,
-           workers: int | str, every: float = 30.0, out=sys.stdout) -> int:
+           workers: int | str, every: float = 30.0, out=sys.stdout, per_gpu: int = WORKERS_PER_GPU) -> int:
     """Start the workers, print progress until they have all exited; returns 1 if any worker failed."""
-    if workers == "auto":
-        n, device = auto_workers()
-    else:
-        n, device = int(workers), "cpu"
-        with contextlib.suppress(Exception):
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    args = worker_overrides(overrides, n, device, cores)
+    gpus = visible_gpus()
+    slots = worker_plan(workers, gpus, cores, per_gpu)
+    n = len(slots)
     logs = plan.results_dir / "sweep-logs" / sweep.name
     logs.mkdir(parents=True, exist_ok=True)
     say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
-    where = (f"{n} worker(s), one GPU each" if device == "cuda" else
-             f"{n} worker(s) on {cores} CPU core(s), {args[-1] if args and args[-1].startswith('train.threads=') else ''}")
-    say(f"[{sweep.name}] {where.rstrip(', ')}; logs in {logs}/worker-<i>.log")
+    s0 = slots[0]
+    where = (f"{n} worker(s) on {len(gpus)} GPU(s) ({', '.join(f'GPU {g}: {sum(s.gpu == g for s in slots)}' for g in gpus)}), "
+             f"each {s0.threads} thread(s) and {s0.loader_workers} DataLoader worker(s)" if gpus else
+             f"{n} worker(s) on {cores} CPU core(s), {s0.threads} thread(s) each")
+    say(f"[{sweep.name}] {where}; logs in {logs}/worker-<i>.log")
     cost = row_costs(plan) if sweep.mode == "variants" else {}
     procs = []
     started = time.time()
@@ -239,16 +306,17 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
         raise KeyboardInterrupt
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        for i in range(n):
-            env = worker_env(os.environ, i, device, storage_url)
+        for i, slot in enumerate(slots):
+            env = worker_env(os.environ, slot, storage_url)
             fh = open(logs / f"worker-{i}.log", "ab")
             # the storage URL reaches the worker through the environment (never on a command line `ps` shows)
-            cmd = [sys.executable, "-m", "lightning_tfm", "sweep", sweep_file, "--storage-from-env", *args]
+            cmd = [sys.executable, "-m", "lightning_tfm", "sweep", sweep_file, "--storage-from-env",
+                   *worker_overrides(overrides, slot)]
             procs.append((subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            env=env), fh))
             if i + 1 < n:
                 time.sleep(2)  # staggered: the workers do not all open the storage and load torch at once
-        monitor = _Monitor(sweep, plan, cost, open_study_fn, started, n, say)
+        monitor = _Monitor(sweep, plan, cost, open_study_fn, started, n, say, gpus)
         while True:
             alive = [p for p, _ in procs if p.poll() is None]
             monitor.finished_rows()

@@ -31,6 +31,8 @@ from .plan import Plan, check_buildable, yaml_value
 from .spec import Entry, Sweep, suggest
 from .storage import STORAGE_ENV, Heartbeat, retry
 
+GPU_ENV = "LTFM_WORKER_GPU"  # set by the launcher: the GPU this worker's trials train on (recorded per trial)
+
 
 def enqueue_missing(study, plan: Plan) -> int:
     """Enqueue every (variant, seed) row that has no live trial yet; returns how many were added."""
@@ -281,8 +283,9 @@ class Worker:
         run_dir = self.plan.results_dir / rid
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"trial-{trial.number:04d}-{entry.name}-s{entry.seed}.log"
+        where = {"gpu": os.environ[GPU_ENV]} if os.environ.get(GPU_ENV) else {}  # launched on a GPU
         for k, v in {"run_id": rid, "run_dir": str(run_dir), "host": socket.gethostname(), "log": str(log),
-                     "planned_params": params}.items():
+                     "planned_params": params, **where}.items():
             retry(trial.set_user_attr, k, v)
         overrides = self.plan.trial_overrides(entry)
         overrides.update({"sweep.storage": mask_url(self.url), "sweep.study": self.sweep.name,
