@@ -4,10 +4,14 @@ One job per module; imports point one way (model <- training <- sweep <- report:
 sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the sweep never imports it):
 
 - :mod:`.records`: a sweep's runs as :class:`RunRecord` lists: local run folders, the Optuna study, W&B;
-- :mod:`.table3`: the Table 3 replica beside the paper's: seed noise, paired bootstrap, agreement, md/csv;
+- :mod:`.paper`: the paper's Table 3 numbers (a package resource) and its row order;
+- :mod:`.table`: the Table 3 replica beside the paper's (:func:`build_table`): rows, statuses, order, knobs,
+  learning curves;
+- :mod:`.stats`: the seed-noise rule, direction agreement, sacreBLEU's paired bootstrap, the dev references;
+- :mod:`.render`: the Table 3 replica as text: headline, markdown tables, CSV, :func:`write_table`;
 - :mod:`.search`: the search report: one row per trial, Optuna's plots;
 - :mod:`.figures`: the Table 3 figures (matplotlib);
-- :mod:`.text`: cell formatting and the one text-file writer;
+- :mod:`.text`: cell formatting: numbers, knobs, markdown cells, one-line error messages;
 - :mod:`.notebooks`: ``ltfm report``: papermill execution of the packaged notebooks
   (``lightning_tfm/resources/notebooks/``), HTML export, publishing the report folder.
 
@@ -23,9 +27,10 @@ from .records import (ReportData, RunRecord, latest_per_key, load_report_data, p
                       wandb_record)
 from .search import (plot_intermediate_values, plot_optimization_history, plot_param_importances,  # noqa: E402
                      search_markdown, search_rows, search_study, write_search)
-from .table3 import (NOISE_RULE, bleu_markdown, bleu_significant, build_table, config_markdown,  # noqa: E402
-                     curves_markdown, dev_references, learning_curves, headline_markdown, noise_verdict, notes_markdown, paired_test, ppl_markdown,
-                     table_markdown, write_table)
+from .render import (bleu_markdown, config_markdown, curves_markdown, headline_markdown, notes_markdown,  # noqa: E402
+                     ppl_markdown, table_markdown, write_table)
+from .stats import NOISE_RULE, bleu_significant, dev_references, noise_verdict, paired_test  # noqa: E402
+from .table import build_table, learning_curves  # noqa: E402
 
 __all__ = ["NOISE_RULE", "ReportData", "RunRecord", "bleu_markdown", "bleu_significant", "build_table",
            "config_markdown", "curves_markdown", "dev_references", "learning_curves", "headline_markdown", "latest_per_key", "load_report_data",

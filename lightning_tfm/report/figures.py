@@ -7,7 +7,8 @@ from pathlib import Path
 
 from .. import results as R
 from .records import ReportData, RunRecord
-from .table3 import load_paper, ordered_variants
+from .paper import load_paper
+from .table import ordered_variants
 
 
 def new_figure(nrows: int, ncols: int, width: float, height: float):

@@ -1,0 +1,257 @@
+"""The Table 3 replica as text: the markdown (``table3.md``) and the CSV (``table3.csv``) of the table that
+:func:`lightning_tfm.report.table.build_table` gives, and :func:`write_table`, which writes both.
+
+The markdown (and the HTML) put the headline first (direction agreement, rows beyond noise, the sweep's wall
+time, the machines), then a PPL table, a BLEU table, the learning curves, the configuration table and notes.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from ..atomic import write_text
+from .stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
+from .table import CSV_KNOBS, KNOBS
+from .text import fmt, fmt_knob, md_cell
+
+
+def _params_m(n: int | None) -> str:
+    if n is None:
+        return ""
+    m = n / 1e6
+    return f"{m:.2f}" if m < 10 else f"{m:.1f}"
+
+
+def _mstd(mean, sd, digits) -> str:
+    if mean is None:
+        return ""
+    return fmt(mean, digits) + (f" ± {sd:.{digits}f}" if sd is not None else "")
+
+
+def _yes(x: bool | None) -> str:
+    return "" if x is None else ("yes" if x else "no")
+
+
+def _delta(delta: float | None, rel: float | None, digits: int) -> str:
+    """A change with its relative size: ``+1.10 (+22%)``."""
+    if delta is None:
+        return ""
+    return fmt(delta, digits, sign=True) + (f" ({100 * rel:+.0f}%)" if rel is not None else "")
+
+
+def _noise_cell(row: dict, metric: str, base_std: float | None) -> str:
+    if row["variant"] == "base":
+        return f"noise: {NOISE_K:g}σ = {NOISE_K * base_std:.2f}" if base_std is not None else "noise unknown (1 seed)"
+    return {"beyond": "yes", "within": "no", "unknown": "unknown"}.get(row[f"{metric}_noise"], "")
+
+
+def _test_cell(row: dict) -> str:
+    if row["bleu_p_value"] is None:
+        return ""
+    n, of = row["bleu_differing"], row["bleu_sentences"]
+    if n == 0:
+        return f"identical outputs ({of} sentences)"
+    if not row["bleu_tested"]:
+        why = "equal BLEU" if row["delta_bleu"] is not None and round(row["delta_bleu"], 2) == 0 else \
+            f"both BLEU < {BLEU_FLOOR:g}"
+        return f"not tested: {why} ({n}/{of} sentences differ)"
+    p = row["bleu_p_value"]
+    return f"p = {p:.3f}, {n}/{of} sentences differ" if p >= 0.001 else f"p < 0.001, {n}/{of} sentences differ"
+
+
+PPL_COLUMNS = ("row", "dev PPL ours", "dev PPL paper", "ΔPPL ours", "ΔPPL paper", "PPL agrees", "PPL beyond noise")
+
+
+BLEU_COLUMNS = ("row", "dev BLEU ours", "dev BLEU paper", "ΔBLEU ours", "ΔBLEU paper", "BLEU agrees",
+                "BLEU beyond noise", "paired bootstrap")
+
+
+CONFIG_COLUMNS = ("row", *[h for h, _ in KNOBS], "params ours (M)", "params paper (M)", "status")
+
+
+def ppl_cells(row: dict, table: dict) -> list[str]:
+    return [row["variant"], _mstd(row["dev_ppl"], row["dev_ppl_std"], 2), fmt(row["paper_dev_ppl"], 2),
+            _delta(row["delta_ppl"], row["delta_ppl_rel"], 2),
+            _delta(row["paper_delta_ppl"], row["paper_delta_ppl_rel"], 2), _yes(row["ppl_agrees"]),
+            _noise_cell(row, "ppl", table["base_std"]["ppl"])]
+
+
+def bleu_cells(row: dict, table: dict) -> list[str]:
+    sig = "*" if row["bleu_significant"] else ""
+    return [row["variant"], _mstd(row["dev_bleu"], row["dev_bleu_std"], 2), fmt(row["paper_dev_bleu"], 1),
+            _delta(row["delta_bleu"], row["delta_bleu_rel"], 2) + sig,
+            _delta(row["paper_delta_bleu"], row["paper_delta_bleu_rel"], 1), _yes(row["bleu_agrees"]),
+            _noise_cell(row, "bleu", table["base_std"]["bleu"]), _test_cell(row)]
+
+
+def config_cells(row: dict, table: dict) -> list[str]:  # noqa: ARG001 - same signature as the others
+    return [row["variant"], *[fmt_knob(row[key]) for _, key in KNOBS], _params_m(row["params"]),
+            ("" if row["paper_params_m"] is None else f"{row['paper_params_m']:g}"), row["status"]]
+
+
+def _md_table(table: dict, columns: tuple, cells, left: tuple = ()) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |",
+             "|" + "|".join("---" if i == 0 or c in left else "--:" for i, c in enumerate(columns)) + "|"]
+    for row in table["rows"]:
+        lines.append("| " + " | ".join(md_cell(c) for c in cells(row, table)) + " |")
+    return lines
+
+
+def _fraction(pair: tuple[int, int]) -> str:
+    k, n = pair
+    return f"{k}/{n} rows ({100 * k / n:.0f}%)" if n else "no rows"
+
+
+def agreement_line(table: dict) -> str:
+    s = table["summary"]
+    return (f"Direction agrees with the paper: dev PPL {_fraction(s['ppl'])}, dev BLEU {_fraction(s['bleu'])}, "
+            f"both {_fraction(s['both'])}.")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "not recorded"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def headline_lines(table: dict) -> list[str]:
+    """The facts a reader wants first, one per line (``ltfm report`` prints them too)."""
+    s, info, std = table["summary"], table["run_info"], table["base_std"]
+    lines = [agreement_line(table)]
+    if std["ppl"] is None and std["bleu"] is None:
+        lines.append(f"Beyond seed noise: unknown, the base row has {table['base_seeds']} completed seed(s); "
+                     "seed noise needs at least 2 (in the sweep file: `base: {seeds: [1, 2, 3]}`).")
+    else:
+        beyond = {m: s[f"{m}_noise"]["beyond"] for m in ("ppl", "bleu")}
+        compared = {m: sum(s[f"{m}_noise"].values()) for m in ("ppl", "bleu")}
+        lines.append(f"Rows beyond seed noise: dev PPL {beyond['ppl']}/{compared['ppl']}, dev BLEU "
+                     f"{beyond['bleu']}/{compared['bleu']} (|Δ| > {NOISE_K:g} × the base's seed std: PPL "
+                     f"{fmt(std['ppl'], 2) or '?'}, BLEU {fmt(std['bleu'], 2) or '?'}, over {table['base_seeds']} seeds).")
+        lines.append(f"Direction agrees with the paper on the rows beyond noise: dev PPL {_fraction(s['ppl_beyond'])}, "
+                     f"dev BLEU {_fraction(s['bleu_beyond'])}.")
+    lines.append(f"Sweep: {info['runs']} completed run(s) of {info['records']}; wall time "
+                 f"{_duration(info['wall_s'])} (first start to last end), training time summed over runs "
+                 f"{_duration(info['train_s'])}.")
+    lines.append("Machine: " + ("; ".join(info["machines"]) if info["machines"] else "not recorded") + ".")
+    return lines
+
+
+def headline_markdown(table: dict) -> str:
+    seeds = table["seeds"]
+    own = table.get("own_seeds") or {}
+    sweep_seeds = table.get("sweep_seeds", seeds)
+    seed_text = (f"seed{'s' if len(sweep_seeds) > 1 else ''} {', '.join(map(str, sweep_seeds))}"
+                 + "".join(f"; {v} at seeds {', '.join(map(str, s))}" for v, s in own.items()))
+    head = [f"# Table 3 replica: sweep `{table['sweep']}`", "",
+            f"Base experiment `{table['experiment']}`; {seed_text}. Paper = Vaswani et al. (2017), Table 3 (newstest2013). Absolute values "
+            "are not comparable across corpora, model sizes and BLEU tokenizations: compare the directions of "
+            "change and their relative sizes.", ""]
+    return "\n".join(head + [f"- {ln}" for ln in headline_lines(table)]) + "\n"
+
+
+def ppl_markdown(table: dict) -> str:
+    lines = ["## Dev perplexity", "",
+             "Ours " + ("(mean ± std over the completed seeds) " if _several_seeds(table) else "")
+             + "beside the paper's; Δ = change against the same side's base row, with its size relative to that "
+               "base; \"agrees\" = our change has the paper's sign; \"beyond noise\": " + NOISE_RULE + ".", ""]
+    return "\n".join(lines + _md_table(table, PPL_COLUMNS, ppl_cells, left=("PPL agrees", "PPL beyond noise"))) + "\n"
+
+
+def bleu_markdown(table: dict) -> str:
+    lines = ["## Dev BLEU", "",
+             "As the perplexity table. \"paired bootstrap\": sacreBLEU's paired bootstrap resampling of the row's dev "
+             "hypotheses against the base's (p-value, and how many sentences the two outputs differ in); it "
+             "measures test-set sampling noise only, not the variation between training seeds. "
+             f"\\* = p < {SIGNIFICANCE} on outputs that differ"
+             + (", and beyond seed noise" if _several_seeds(table) else "") + "; identical outputs or equal BLEU "
+             f"are never significant, nor are two outputs that both score below {BLEU_FLOOR:g} BLEU (no 4-gram to speak "
+             "of: the score is set by smoothing).", ""]
+    return "\n".join(lines + _md_table(table, BLEU_COLUMNS, bleu_cells,
+                                       left=("BLEU agrees", "BLEU beyond noise", "paired bootstrap"))) + "\n"
+
+
+def _several_seeds(table: dict) -> bool:
+    return any((r["seeds_total"] or 0) > 1 for r in table["rows"])
+
+
+def curves_markdown(table: dict) -> str:
+    """Dev perplexity at each of the base's validation steps, per row (rows with more steps, such as big's
+    3x budget, add their final value in the last column)."""
+    curves = table.get("curves") or {"steps": [], "rows": {}}
+    steps, rows = curves["steps"], curves["rows"]
+    lines = ["## Learning curves", "",
+             "Dev perplexity at each validation (mean over the completed seeds), the base's steps as columns; "
+             "\"final\" is the row's last validation (big trains 3x the steps).", ""]
+    if not steps or not rows:
+        return "\n".join(lines + ["No validation history to show."]) + "\n"
+    head = ["row", *[f"step {st}" for st in steps], "final"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["--:"] * (len(head) - 1)) + "|"]
+    for v, series in rows.items():
+        last = max(series)
+        cells = [v] + [f"{series[st]:.1f}" if st in series else "" for st in steps] + [f"{series[last]:.1f} (step {last})"]
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def config_markdown(table: dict) -> str:
+    lines = ["## Configuration", "", "Each row's Table 3 knobs (ours), its parameter count beside the paper's, and "
+             "its status; missing, failed, skipped and pruned rows keep their row.", ""]
+    return "\n".join(lines + _md_table(table, CONFIG_COLUMNS, config_cells, left=("positional", "norm", "status"))) + "\n"
+
+
+def notes_markdown(table: dict) -> str:
+    s = table["summary"]
+    lines = []
+    if not table["has_base"]:
+        lines.append("No completed base row: no change against the base can be computed.")
+    if s["not_compared"]:
+        lines.append("Not compared (no completed run): "
+                     + ", ".join(f"{v} ({st.split()[0].rstrip(':;')})" for v, st in s["not_compared"]) + ".")
+    if table["test_signature"]:
+        lines.append(f"Paired bootstrap: sacreBLEU `{table['test_signature']}`.")
+    for sig in table["bleu_signatures"]:
+        lines.append(f"Our dev BLEU: sacreBLEU `{sig}`.")
+    lines.append(f"Source: {table['source']}.")
+    lines += table["notes"] + table["data_notes"]
+    return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"
+
+
+def table_markdown(table: dict) -> str:
+    """table3.md: the headline, the PPL table, the BLEU table, the learning curves, the configuration table, notes (what the HTML
+    shows, in the same order); one fact per line, so it diffs well in the repository."""
+    return "\n".join(part(table) for part in (headline_markdown, ppl_markdown, bleu_markdown, curves_markdown,
+                                              config_markdown, notes_markdown))
+
+
+CSV_COLUMNS = ("variant", "family", "in_paper", *CSV_KNOBS.values(), "seeds_completed", "seeds_total",
+               "dev_ppl", "dev_ppl_std", "paper_dev_ppl", "delta_ppl", "paper_delta_ppl", "delta_ppl_rel",
+               "paper_delta_ppl_rel", "ppl_agrees", "ppl_noise",
+               "dev_bleu", "dev_bleu_std", "paper_dev_bleu", "delta_bleu", "paper_delta_bleu", "delta_bleu_rel",
+               "paper_delta_bleu_rel", "bleu_agrees", "bleu_noise", "bleu_tested", "bleu_p_value", "bleu_differing",
+               "bleu_sentences", "bleu_significant", "params", "paper_params_m", "status")
+
+
+def table_csv(table: dict) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for row in table["rows"]:
+        out = []
+        for col in CSV_COLUMNS:
+            value = row[{v: k for k, v in CSV_KNOBS.items()}.get(col, col)]
+            if isinstance(value, float):
+                value = f"{value:.6g}"
+            out.append("" if value is None else value)
+        w.writerow(out)
+    return buf.getvalue()
+
+
+def write_table(table: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return (write_text(out / "table3.md", table_markdown(table)), write_text(out / "table3.csv", table_csv(table)))

@@ -1,0 +1,205 @@
+"""The statistics of the Table 3 replica: means and seed spreads, the seed-noise rule, direction agreement with
+the paper, and sacreBLEU's paired bootstrap on the dev hypotheses.
+
+Seed noise (:func:`noise_verdict`, the one rule): a row's change is beyond noise when |Δ| > NOISE_K (2) × the
+sample standard deviation of the base row over its seeds; with one base seed the noise is "unknown", never
+guessed.
+
+Agreement (:func:`agrees`, :func:`agreement_summary`): "agrees" = our change against our base and the paper's
+against the paper's base have the same sign (rows where the paper's change is 0 are not compared); the
+summary counts it over all rows and over the rows beyond noise.
+
+BLEU differences are tested with sacreBLEU's paired bootstrap resampling (:func:`paired_test`: 1000
+resamples, sacreBLEU's fixed seed 12345 unless ``SACREBLEU_SEED`` says otherwise) on the dev hypotheses of the
+base and the row, guarded so that identical outputs, equal BLEU or two near-zero BLEU are never significant,
+and reported with the number of sentences that differ. The bootstrap measures test-set sampling noise only;
+with several seeds the seeds both rows completed are pooled (:func:`paired_bootstrap`: the test resamples
+(sentence, seed) pairs) and a change within seed noise is not marked significant whatever its p-value
+(:func:`bleu_significant`). The references are the runs' dev split (:func:`dev_references`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import UserError
+from .records import RunRecord
+from .text import first_line
+
+
+SIGNIFICANCE = 0.05
+
+
+# Below this corpus BLEU on both sides a difference is not tested: with (almost) no matching 4-gram, BLEU's
+# geometric mean is set by the smoothing of zero counts, not by how good the translations are.
+BLEU_FLOOR = 1.0
+
+
+BOOTSTRAP_SAMPLES = 1000
+
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _sign(x: float | None) -> int | None:
+    if x is None:
+        return None
+    return (x > 0) - (x < 0)
+
+
+def agrees(ours: float | None, paper: float | None) -> bool | None:
+    """Same direction of change against the base; None when either is unknown or the paper's is 0."""
+    if ours is None or paper is None or _sign(paper) == 0:
+        return None
+    return _sign(ours) == _sign(paper)
+
+
+def relative(delta: float | None, base: float | None) -> float | None:
+    """A change as a fraction of its base: the paper's and our absolute values are on different scales
+    (corpus, model size, BLEU tokenization), their relative changes can be set side by side."""
+    if delta is None or base is None or base == 0:
+        return None
+    return delta / abs(base)
+
+
+NOISE_K = 2.0
+
+
+NOISE_RULE = (f"a row's change is beyond seed noise when |Δ| > {NOISE_K:g} × the sample standard deviation of "
+              "the base row over its seeds (the spread that retraining the same configuration with another "
+              "seed gives); with fewer than 2 completed base seeds the noise is unknown")
+
+
+def noise_verdict(delta: float | None, base_std: float | None, k: float = NOISE_K) -> str | None:
+    """The one noise rule of the report (:data:`NOISE_RULE`): ``"beyond"`` when ``|delta| > k * base_std``,
+    ``"within"`` otherwise, ``"unknown"`` when the base's seed spread is unknown (one seed); None without a
+    change. A zero spread (every seed gave the same number) makes any nonzero change beyond noise."""
+    if delta is None:
+        return None
+    if base_std is None:
+        return "unknown"
+    return "beyond" if abs(delta) > k * base_std else "within"
+
+
+def agreement_summary(rows: list[dict]) -> dict:
+    """Direction agreement with the paper over all compared rows and over the rows whose change is beyond
+    seed noise, per metric; and how many rows are beyond noise."""
+    out: dict[str, Any] = {}
+    for metric in ("ppl", "bleu"):
+        judged = [r for r in rows if r[f"{metric}_agrees"] is not None]
+        out[metric] = (sum(1 for r in judged if r[f"{metric}_agrees"]), len(judged))
+        beyond = [r for r in judged if r[f"{metric}_noise"] == "beyond"]
+        out[f"{metric}_beyond"] = (sum(1 for r in beyond if r[f"{metric}_agrees"]), len(beyond))
+        changed = [r for r in rows if r[f"{metric}_noise"] is not None]
+        out[f"{metric}_noise"] = {v: sum(1 for r in changed if r[f"{metric}_noise"] == v)
+                                  for v in ("beyond", "within", "unknown")}
+    both = [r for r in rows if r["ppl_agrees"] is not None and r["bleu_agrees"] is not None]
+    out["both"] = (sum(1 for r in both if r["ppl_agrees"] and r["bleu_agrees"]), len(both))
+    out["not_compared"] = [(r["variant"], r["status"]) for r in rows
+                           if r["variant"] != "base" and r["in_paper"] and r["seeds_completed"] == 0]
+    return out
+
+
+_REFS_CACHE: dict[tuple, list[str]] = {}
+
+
+def dev_references(config: dict) -> list[str]:
+    """The dev references a run was scored against: its config's dev split, first data.max_dev_pairs."""
+    from ..data import load_split
+
+    key = tuple(config.get(k) for k in ("data.source", "data.path", "data.hub_name", "data.hub_config",
+                                        "data.dev_split", "data.src_lang", "data.tgt_lang", "data.max_dev_pairs"))
+    if key not in _REFS_CACHE:
+        nested: dict[str, dict] = {}
+        for k, v in config.items():
+            sec, name = k.split(".", 1)
+            nested.setdefault(sec, {})[name] = v
+        ds = load_split(nested, nested["data"]["dev_split"], nested["data"].get("max_dev_pairs"))
+        _REFS_CACHE[key] = list(ds["tgt"])
+    return _REFS_CACHE[key]
+
+
+def paired_test(base_hyps: list[str], hyps: list[str], refs: list[str], tgt: str = "") -> dict:
+    """sacreBLEU's paired bootstrap resampling of ``hyps`` against ``base_hyps`` (dev BLEU), guarded.
+
+    sacreBLEU's test counts the resampled differences *above* the observed one and adds one
+    (``(c + 1) / (n + 1)``): when the two outputs are identical every difference is 0, none is above 0, and it
+    returns p = 1/1001, "significant". Hence: outputs that differ in no sentence, or whose BLEU scores are
+    equal at the precision the table shows, are not tested (p = 1); nor are two outputs both below
+    :data:`BLEU_FLOOR`. The bootstrap resamples sentences of one test set: it measures test-set sampling noise
+    only, not the variation of retraining with another seed.
+
+    Returns {"p_value", "differing" (sentences whose hypotheses differ), "sentences", "score", "base_score",
+    "tested", "signature"}."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if not (len(base_hyps) == len(hyps) == len(refs)):
+        raise ValueError(f"{len(hyps)} hypotheses, base {len(base_hyps)}, references {len(refs)}")
+    differing = sum(1 for a, b in zip(base_hyps, hyps) if a != b)
+    metric = BLEU(trg_lang=tgt if tgt == "zh" else "")  # as lightning_tfm.evaluate.bleu scores
+    score, base_score = metric.corpus_score(hyps, [refs]).score, metric.corpus_score(base_hyps, [refs]).score
+    out = {"p_value": 1.0, "differing": differing, "sentences": len(hyps), "score": float(score),
+           "base_score": float(base_score), "tested": False, "signature": None}
+    if differing == 0 or round(score, 2) == round(base_score, 2) or max(score, base_score) < BLEU_FLOOR:
+        return out
+    test = PairedTest([("base", base_hyps), ("row", hyps)], {"BLEU": BLEU(trg_lang=tgt if tgt == "zh" else "")},
+                      references=[refs], test_type="bs", n_samples=BOOTSTRAP_SAMPLES)
+    sigs, scores = test()
+    out.update(p_value=float(scores["BLEU"][1].p_value), tested=True, signature=str(sigs["BLEU"]))
+    return out
+
+
+def bleu_significant(test: dict, delta: float | None, noise: str | None) -> bool:
+    """A row's ΔBLEU is marked significant when sacreBLEU's paired bootstrap gives p < SIGNIFICANCE on outputs
+    that differ, the change shows at the table's precision, and -- with several seeds -- it is beyond seed
+    noise (:func:`noise_verdict`): test-set sampling noise alone does not make a change real."""
+    return bool(test["tested"] and test["p_value"] < SIGNIFICANCE and test["differing"] > 0
+                and delta is not None and round(delta, 2) != 0 and noise != "within")
+
+
+def paired_bootstrap(by_variant: dict[str, list[RunRecord]], variants: list[str]) -> tuple[dict, list[str], str | None]:
+    """:func:`paired_test` of every row's dev hypotheses against the base's; several seeds: the seeds both
+    rows completed, concatenated (the test resamples (sentence, seed) pairs).
+
+    Returns ({variant: paired_test's dict + "seeds"}, notes, the test's signature)."""
+    from ..data import read_lines
+
+    notes: list[str] = []
+    base = {r.seed: r for r in by_variant.get("base", []) if r.completed and r.hyps}
+    if not base:
+        if any(r.completed for recs in by_variant.values() for r in recs):
+            notes.append("paired bootstrap not computed: it needs the dev hypotheses files of a completed base "
+                         "run (local results only)")
+        return {}, notes, None
+    out: dict[str, dict] = {}
+    signature = None
+    for v in variants:
+        if v == "base":
+            continue
+        recs = {r.seed: r for r in by_variant.get(v, []) if r.completed and r.hyps}
+        seeds = sorted(set(base) & set(recs), key=lambda s: (s is None, s or 0))
+        if not seeds:
+            continue
+        try:
+            hb, hv, refs = [], [], []
+            for s in seeds:
+                ref = dev_references(recs[s].config)
+                b, h = read_lines(base[s].hyps), read_lines(recs[s].hyps)
+                if not (len(b) == len(h) == len(ref)):
+                    raise UserError(f"{v} seed {s}: {len(h)} hypotheses, base {len(b)}, references {len(ref)}")
+                hb += b
+                hv += h
+                refs += ref
+            res = paired_test(hb, hv, refs, str(recs[seeds[0]].config.get("data.tgt_lang") or ""))
+            signature = res["signature"] or signature
+            out[v] = {**res, "seeds": seeds}
+        except Exception as e:  # noqa: BLE001 - e.g. Hub references offline: the table stands without the test
+            notes.append(f"paired bootstrap for {v} not computed: {first_line(e, 200) or e.__class__.__name__}")
+    return out, notes, signature

@@ -1,0 +1,192 @@
+"""The Table 3 replica as data: :func:`build_table` gives one row per variant beside the paper's, with its
+knobs, its status, its numbers and their changes against the base, plus how the sweep ran and the learning
+curves.
+
+The rows: one per variant of the sweep file, in the paper's order (base, A1-A4, B1, B2, C1-C7, D1-D4, E, big),
+then the sweep's other rows in file order, then runs of variants the file no longer lists
+(:func:`ordered_variants`). A variant that is missing, waiting, running, failed, skipped (unbuildable) or
+pruned keeps its row with that status; its numbers stay empty (only completed seeds are averaged). Several
+seeds: mean ± sample standard deviation. Change (Δ) = the row's value minus its base's, ours against our base
+and the paper's against the paper's base, each also given relative to its base.
+
+:data:`KNOBS` are the table's knob columns (header, flat config key), :data:`CSV_KNOBS` their CSV column
+names. The statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the
+markdown and the CSV in :mod:`.render`.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from .. import results
+from .paper import PAPER_ORDER, load_paper
+from .records import DONE, ReportData, RunRecord
+from .stats import agreement_summary, agrees, bleu_significant, mean_std, noise_verdict, paired_bootstrap, relative
+
+
+# (column header, flat config key): the knob columns of Table 3 (ours), plus positions and norm.
+KNOBS = (("N", "model.layers"), ("d_model", "model.d_model"), ("d_ff", "model.d_ff"), ("h", "model.heads"),
+         ("d_k", "model.d_k"), ("d_v", "model.d_v"), ("P_drop", "model.dropout"),
+         ("ε_ls", "train.label_smoothing"), ("positional", "model.positional"), ("norm", "model.norm"),
+         ("train steps", "train.max_steps"))
+
+
+CSV_KNOBS = {"model.layers": "layers", "model.d_model": "d_model", "model.d_ff": "d_ff", "model.heads": "heads",
+             "model.d_k": "d_k", "model.d_v": "d_v", "model.dropout": "dropout",
+             "train.label_smoothing": "label_smoothing", "model.positional": "positional", "model.norm": "norm",
+             "train.max_steps": "train_steps"}
+
+
+def ordered_variants(sweep, records: list[RunRecord]) -> list[str]:
+    """Paper rows in the paper's order, then the sweep's other rows in file order, then runs of variants
+    the sweep file does not list (sorted)."""
+    listed = list(sweep.variants or {})
+    paper = [v for v in PAPER_ORDER if v in listed]
+    others = [v for v in listed if v not in PAPER_ORDER]
+    rank = {v: i for i, v in enumerate(PAPER_ORDER)}
+    stray = sorted({r.variant for r in records} - set(listed), key=lambda v: (rank.get(v, len(rank)), v))
+    return paper + others + stray
+
+
+def _status(variant: str, recs: list[RunRecord], seeds: list[int]) -> str:
+    if not recs:
+        return "missing (no run)"
+    done = [r for r in recs if r.completed]
+    if len(done) == len(recs) and len(recs) >= len(seeds):
+        return DONE if len(recs) == 1 else f"{DONE} ({len(recs)} seeds)"
+    parts = []
+    for r in sorted(recs, key=lambda r: (r.seed is None, r.seed or 0)):
+        if r.completed:
+            continue
+        what = r.status
+        if r.status == "pruned" and r.steps is not None:
+            what += f" at step {r.steps}"
+        if r.note:
+            what += f": {r.note}"
+        parts.append((f"seed {r.seed} " if len(seeds) > 1 or len(recs) > 1 else "") + what)
+    missing = [s for s in seeds if s not in {r.seed for r in recs}]
+    parts += [f"seed {s} missing" for s in missing] if len(seeds) > 1 else []
+    head = f"{len(done)}/{max(len(seeds), len(recs))} seeds {DONE}; " if done else ""
+    return head + "; ".join(parts)
+
+
+def build_table(data: ReportData, bootstrap: bool = True) -> dict:
+    """The Table 3 replica as ``{"rows": [...], "summary": {...}, "notes": [...], "run_info": {...}}`` (see the
+    module docstring)."""
+    paper = load_paper()
+    pbase = paper["base"]
+    sweep = data.sweep
+    seeds = list(sweep.seeds)
+    own_seeds = {v: list(body["seeds"]) for v, body in (sweep.variants or {}).items() if body.get("seeds")}
+    by_variant: dict[str, list[RunRecord]] = {}
+    for r in data.records:
+        by_variant.setdefault(r.variant, []).append(r)
+
+    def agg(variant: str) -> dict:
+        done = [r for r in by_variant.get(variant, []) if r.completed]
+        ppl, ppl_sd = mean_std([r.dev_ppl for r in done if r.dev_ppl is not None])
+        bleu, bleu_sd = mean_std([r.dev_bleu for r in done if r.dev_bleu is not None])
+        params = [r.params for r in by_variant.get(variant, []) if r.params is not None]
+        return {"ppl": ppl, "ppl_sd": ppl_sd, "bleu": bleu, "bleu_sd": bleu_sd, "n_done": len(done),
+                "params": params[0] if params else None}
+
+    base = agg("base") if "base" in by_variant else None
+    variants = ordered_variants(sweep, data.records)
+    tests, test_notes, test_signature = (paired_bootstrap(by_variant, variants) if bootstrap else ({}, [], None))
+    rows = []
+    for v in variants:
+        recs = by_variant.get(v, [])
+        a = agg(v)
+        cfg = {**data.planned.get(v, {}), **next((r.config for r in recs if r.config), {})}
+        p = paper.get(v)
+        row: dict[str, Any] = {"variant": v, "family": next((r.family for r in recs if r.family), None)
+                               or ((sweep.variants or {}).get(v) or {}).get("family"),
+                               "in_paper": p is not None}
+        for _, key in KNOBS:
+            row[key] = cfg.get(key)
+        vseeds = own_seeds.get(v, seeds)  # a row's own seeds (the base at three, for the noise), else the sweep's
+        row.update(seeds_completed=a["n_done"], seeds_total=max(len(vseeds), len(recs)),
+                   dev_ppl=a["ppl"], dev_ppl_std=a["ppl_sd"], dev_bleu=a["bleu"], dev_bleu_std=a["bleu_sd"],
+                   params=a["params"],
+                   paper_dev_ppl=p["dev_ppl"] if p else None, paper_dev_bleu=p["dev_bleu"] if p else None,
+                   paper_params_m=p["params_m"] if p else None)
+        is_base = v == "base"
+        for metric, mean in (("ppl", a["ppl"]), ("bleu", a["bleu"])):
+            ours_base = base[metric] if base else None
+            paper_key = f"dev_{metric}"
+            delta = (mean - ours_base) if (not is_base and mean is not None and ours_base is not None) else None
+            pdelta = (p[paper_key] - pbase[paper_key]) if (p and not is_base) else None
+            row[f"delta_{metric}"] = delta
+            row[f"paper_delta_{metric}"] = pdelta
+            row[f"delta_{metric}_rel"] = relative(delta, ours_base)
+            row[f"paper_delta_{metric}_rel"] = relative(pdelta, pbase[paper_key])
+            row[f"{metric}_agrees"] = agrees(delta, pdelta)
+            row[f"{metric}_noise"] = (noise_verdict(delta, base[f"{metric}_sd"] if base else None)
+                                      if delta is not None else None)
+        t = tests.get(v)
+        row["bleu_p_value"] = t["p_value"] if t else None
+        row["bleu_tested"] = t["tested"] if t else None
+        row["bleu_differing"] = t["differing"] if t else None
+        row["bleu_sentences"] = t["sentences"] if t else None
+        row["bleu_test_seeds"] = t["seeds"] if t else None
+        row["bleu_significant"] = bleu_significant(t, row["delta_bleu"], row["bleu_noise"]) if t else None
+        row["status"] = _status(v, recs, vseeds)
+        rows.append(row)
+    summary = agreement_summary(rows)
+    notes = list(test_notes)
+    signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
+    all_seeds = sorted(set(seeds).union(*own_seeds.values()))
+    return {"sweep": sweep.name, "experiment": sweep.experiment.name, "seeds": all_seeds, "rows": rows,
+            "sweep_seeds": seeds, "own_seeds": own_seeds, "curves": learning_curves(data, variants),
+            "summary": summary, "notes": notes, "bleu_signatures": signatures, "test_signature": test_signature,
+            "has_base": base is not None and base["n_done"] > 0, "run_info": sweep_run_info(data),
+            "source": data.source, "data_notes": list(data.notes),
+            "base_std": {m: (base[f"{m}_sd"] if base else None) for m in ("ppl", "bleu")},
+            "base_seeds": base["n_done"] if base else 0}
+
+
+def sweep_run_info(data: ReportData) -> dict:
+    """How the sweep ran: wall time from the first start to the last end of the shown rows' trials (else
+    runs), their training time summed, and the machines (CPU model, cores) the workers recorded."""
+    import datetime as dt
+
+    starts, ends = [], []
+    machines: dict[str, str] = {}
+    trials = {r.trial for r in data.records if r.trial is not None}
+    if data.study is not None and trials:
+        for t in data.study.get_trials(deepcopy=False):
+            if t.number in trials and t.datetime_start is not None:
+                starts.append(t.datetime_start)
+                if t.datetime_complete is not None:
+                    ends.append(t.datetime_complete)
+        machines = {k.split(".", 2)[2]: v for k, v in data.study.user_attrs.items() if k.startswith("ltfm.machine.")}
+    else:
+        for r in data.records:
+            with contextlib.suppress(TypeError, ValueError):
+                starts.append(dt.datetime.fromisoformat(r.started_at))
+                ends.append(dt.datetime.fromisoformat(r.finished_at))
+    hosts = sorted({r.host for r in data.records if r.host})
+    named = [f"{machines[h]} ({h})" if h in machines else f"{h} (CPU not recorded)" for h in hosts]
+    named += [f"{m} ({h})" for h, m in sorted(machines.items()) if h not in hosts and not hosts]
+    walls = [r.wall_time_s for r in data.records if r.wall_time_s is not None]
+    return {"wall_s": (max(ends) - min(starts)).total_seconds() if starts and ends else None,
+            "train_s": sum(walls) if walls else None, "machines": named,
+            "runs": sum(1 for r in data.records if r.completed), "records": len(data.records)}
+
+
+def learning_curves(data: ReportData, variants: list[str]) -> dict:
+    """Each row's dev perplexity at each validation step, the mean over its completed seeds (a step every seed
+    logged): ``{"steps": [...], "rows": {variant: {step: ppl}}}``. At a short budget, whether the rows are
+    still converging (and whether their order holds) is part of what the table says."""
+    rows: dict[str, dict[int, float]] = {}
+    for v in variants:
+        series = [{int(h["step"]): h[results.DEV_PPL] for h in r.history if h.get(results.DEV_PPL) is not None}
+                  for r in data.records if r.variant == v and r.completed]
+        series = [s for s in series if s]
+        if not series:
+            continue
+        common = set.intersection(*(set(s) for s in series))
+        rows[v] = {st: sum(s[st] for s in series) / len(series) for st in sorted(common)}
+    base_steps = sorted(rows.get("base", {}))
+    steps = base_steps or sorted(set().union(*(set(r) for r in rows.values()))) if rows else []
+    return {"steps": steps, "rows": rows}
