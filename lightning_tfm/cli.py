@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 
-from .errors import UserError
+from .training.errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,10 +24,10 @@ class _Parser(argparse.ArgumentParser):
 COMMANDS = {
     "train": ".cli:_train",
     "prepare": ".cli:_prepare",
-    "evaluate": ".evaluate:evaluate_cli",
-    "translate": ".evaluate:translate_cli",
-    "average": ".evaluate:average_cli",
-    "runs": ".runs:runs_cli",
+    "evaluate": ".training.commands:evaluate_cli",
+    "translate": ".training.commands:translate_cli",
+    "average": ".training.commands:average_cli",
+    "runs": ".training.runs:runs_cli",
     "sweep": ".sweep.cli:sweep_cli",
     "report": ".report.notebooks:report_cli",
     "bench": ".cli:_bench",
@@ -43,8 +43,8 @@ def _train(args) -> int:
     """``ltfm train``. A sweep trial (``sweep.trial`` set; the worker starts this very command, so it reads the
     same in a trial's log as by hand) reports to its Optuna study through the sweep's pruning callback:
     training itself knows nothing of sweeps."""
-    from .config import load_config
-    from .train import train
+    from .training.config import load_config
+    from .training.train import train
 
     cfg = load_config(args.config, args.overrides)
     callbacks = []
@@ -58,8 +58,8 @@ def _train(args) -> int:
 def _prepare(args) -> int:
     """``ltfm prepare CONFIG|SWEEP``: a sweep file's corpus is that of its base experiment with the sweep's
     overrides (what its trials use); reading a sweep file belongs to the sweep package, above the corpus."""
-    from .config import load_config, read_yaml
-    from .corpus import prepare_cli
+    from .training.config import load_config, read_yaml
+    from .training.corpus import prepare_cli
 
     if "experiment" in read_yaml(args.config):  # a sweep file
         from .sweep import Plan, load_sweep
@@ -71,7 +71,7 @@ def _prepare(args) -> int:
 
 def _bench(args) -> int:
     # --data: the data pipeline's benchmark (prepared corpora), not the model's speed
-    return _run(".bench_data:bench_data_cli" if args.data is not None else ".bench:bench_cli", args)
+    return _run(".training.bench_pipeline:bench_data_cli" if args.data is not None else ".training.bench:bench_cli", args)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Beam search and greedy decoding (lightning_tfm.decode) on tiny models."""
+"""Beam search and greedy decoding (lightning_tfm.training.decode) on tiny models."""
 from __future__ import annotations
 
 import functools
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from lightning_tfm.decode import Hypothesis, beam_search, greedy_decode, length_penalty, translate_ids
+from lightning_tfm.training.decode import Hypothesis, beam_search, greedy_decode, length_penalty, translate_ids
 from lightning_tfm.model import BOS, EOS, PAD, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from conftest import SMOKE, ltfm
-from lightning_tfm.data import TokenBatchSampler
-from lightning_tfm.results import read_metrics
-from lightning_tfm.train import accumulation, world_size
+from lightning_tfm.training.data import TokenBatchSampler
+from lightning_tfm.training.results import read_metrics
+from lightning_tfm.training.train import accumulation, world_size
 
 COMMON = ["data.max_train_pairs=400", "data.max_dev_pairs=100", "train.batch_tokens=1024", "train.accelerator=cpu",
           "train.precision=32", "model.dropout=0", "train.record_batches=true", "train.max_steps=12",

@@ -16,10 +16,10 @@ import pytest
 import sacrebleu
 import torch
 
-from lightning_tfm import config as C
-from lightning_tfm.data import read_lines, train_tokenizer
-from lightning_tfm.evaluate import (average_checkpoints, bleu, load_model, tokenize_compound_split,
-                                    tokenized_bleu_compound_split, translate_lines)
+from lightning_tfm.training import config as C
+from lightning_tfm.training.data import read_lines, train_tokenizer
+from lightning_tfm.training.checkpoints import average_checkpoints, load_model, write_average
+from lightning_tfm.training.evaluate import bleu, tokenize_compound_split, tokenized_bleu_compound_split, translate_lines
 from lightning_tfm.model import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,12 +165,18 @@ def test_load_model_checkpoint_choices(run_dir, tmp_path):
     best, cfg, tok = load_model(run, "best")
     assert torch.equal(best.embed.weight, first["model.embed.weight"]) and not best.training
     assert cfg["model"]["d_model"] == 32 and tok.get_vocab_size() == best.vocab_size
-    # "average" is written on first use from the last decode.average_last (default 5) checkpoints.
+    # "average" without average.ckpt: the last decode.average_last (default 5) checkpoints averaged in memory;
+    # loading writes nothing.
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
     avg, _, _ = load_model(run, "average")
     ws = [torch.load(run / "checkpoints" / f"step={s:06d}.ckpt", weights_only=True)["state_dict"]["model.embed.weight"]
           for s in (1, 2, 3)]
-    assert (run / "checkpoints" / "average.ckpt").is_file()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
     assert torch.allclose(avg.embed.weight, sum(ws) / 3, atol=1e-7)
+    # written once by write_average (ltfm average), the same weights load from the file
+    written, _ = write_average(run)
+    assert written == run / "checkpoints" / "average.ckpt"
+    assert torch.equal(load_model(run, "average")[0].embed.weight, avg.embed.weight)
 
 
 # ---------------------------------------------------------------------------------------------- translate

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import SMOKE, ltfm
 from lightning_tfm import cli
-from lightning_tfm.evaluate import checkpoint_problem, step_checkpoints
+from lightning_tfm.training.checkpoints import checkpoint_problem, step_checkpoints
 
 # A fresh small run (not the smoke fixture): checkpoints every 10 steps, a quick final evaluation.
 SMALL = ["train.val_every_steps=10", "train.checkpoint_every_steps=10", "data.max_dev_pairs=20",
@@ -108,7 +108,7 @@ def test_bad_config_values_stop_before_anything_is_written(override, words, data
 
 
 def test_good_device_specs_still_pass():
-    from lightning_tfm.config import load_config
+    from lightning_tfm.training.config import load_config
 
     for devices in ("1", "2", "-1", "auto", "0,1", "0,"):
         load_config(SMOKE, [f"train.devices={devices}", "data.path=x"])
@@ -160,7 +160,7 @@ def test_truncated_last_checkpoint_is_set_aside_and_the_run_resumes(smoke_run, d
 
 
 def test_no_readable_checkpoint_means_starting_over_and_saying_so(tmp_path, capsys):
-    from lightning_tfm.train import resume_checkpoint
+    from lightning_tfm.training.checkpoints import resume_checkpoint
 
     ckpt = tmp_path / "run" / "checkpoints"
     ckpt.mkdir(parents=True)
@@ -176,7 +176,7 @@ def test_no_readable_checkpoint_means_starting_over_and_saying_so(tmp_path, caps
 # ---------------------------------------------------------------------------------- atomic writes
 KILLED_WRITER = """
 import os, signal, sys
-from lightning_tfm.atomic import atomic_path
+from lightning_tfm.training.atomic import atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     with open(tmp, "wb") as f:
         f.write(b"half a new checkpoint")
@@ -186,7 +186,7 @@ with atomic_path(sys.argv[1]) as tmp:
 
 
 def test_sigkill_mid_write_leaves_the_old_file_and_a_temp_that_is_cleaned(tmp_path):
-    from lightning_tfm.atomic import is_temp, remove_stale_temps, write_text
+    from lightning_tfm.training.atomic import is_temp, remove_stale_temps, write_text
 
     target = tmp_path / "summary.json"
     write_text(target, '{"status": "completed"}\n')
@@ -201,7 +201,7 @@ def test_sigkill_mid_write_leaves_the_old_file_and_a_temp_that_is_cleaned(tmp_pa
 
 
 def test_a_failed_writer_leaves_nothing(tmp_path):
-    from lightning_tfm.atomic import atomic_path, write_json
+    from lightning_tfm.training.atomic import atomic_path, write_json
 
     target = tmp_path / "x.ckpt"
     write_json(target, {"v": 1})
@@ -322,7 +322,7 @@ def test_train_warns_about_an_odd_summary_and_writes_a_fresh_one(smoke_run, data
 
 # ------------------------------------------------------------------------------------ secrets, paths
 def test_storage_url_password_is_masked_whole():
-    from lightning_tfm.redact import mask_url, scrub, scrub_text
+    from lightning_tfm.training.redact import mask_url, scrub, scrub_text
 
     url = "postgresql://alice:s3cr@tPW@host/db"
     assert mask_url(url) == "postgresql://alice:***@host/db"
@@ -341,7 +341,7 @@ def test_sweep_status_never_shows_any_part_of_the_password(data_dir):
 
 
 def test_report_out_replaces_only_a_folder_it_made(tmp_path):
-    from lightning_tfm.errors import UserError
+    from lightning_tfm.training.errors import UserError
     from lightning_tfm.report.notebooks import MARKER, _check_out, _replace_dir
 
     mine = tmp_path / "mine"

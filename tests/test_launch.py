@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, ltfm
-from lightning_tfm.errors import UserError
+from lightning_tfm.training.errors import UserError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -8,13 +8,13 @@ import sys
 from conftest import ROOT
 
 PACKAGE = ROOT / "lightning_tfm"
-# model <- training (everything else at the top level) <- sweep <- report <- the command line
-LAYERS = {"model": 0, "sweep": 2, "report": 3, "cli": 4, "__main__": 4}
+# One package a layer, as the README's diagram: model <- training <- sweep <- report <- the command line.
+LAYERS = {"model": 0, "training": 1, "sweep": 2, "report": 3, "cli": 4, "__main__": 4}
 
 
 def _layer(module: str) -> int:
     parts = module.split(".")
-    return LAYERS.get(parts[1], 1) if len(parts) > 1 else 4
+    return LAYERS[parts[1]] if len(parts) > 1 else 4
 
 
 def _module(path) -> str:
@@ -48,6 +48,17 @@ def test_imports_point_one_way():
             if target.startswith("lightning_tfm.") and _layer(target) > _layer(module):
                 upward.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
     assert not upward, upward
+
+
+def test_every_module_belongs_to_a_layer_and_none_is_over_500_lines():
+    """No module sits outside the layers (the package root holds only the command line), and none grows
+    past 500 lines."""
+    loose = [p.name for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__", "cli")]
+    assert not loose, f"modules at the package root, outside every layer: {loose}"
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == \
+        {k for k in LAYERS if k not in ("cli", "__main__")}
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, long
 
 
 def test_help_imports_neither_torch_nor_optuna():

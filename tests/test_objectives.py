@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from lightning_tfm.objectives import label_smoothed_nll_loss, make_optimizer, noam_lr
+from lightning_tfm.training.loss import label_smoothed_nll_loss
+from lightning_tfm.training.optim import make_optimizer, noam_lr
 
 
 def test_label_smoothed_loss_against_a_hand_computation():

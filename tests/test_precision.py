@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_tfm import precision as P
+from lightning_tfm.training import precision as P
 
 
 def trainer_matmul_dtype(precision: str) -> torch.dtype:

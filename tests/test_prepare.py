@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, SMOKE, ltfm
-from lightning_tfm import corpus as K
-from lightning_tfm.config import load_config, run_id
-from lightning_tfm.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
+from lightning_tfm.training import corpus as K
+from lightning_tfm.training.config import load_config, run_id
+from lightning_tfm.training.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
 
 
 # ------------------------------------------------------------------ the pipeline before prepared corpora

@@ -22,7 +22,7 @@ from conftest import ROOT, SMOKE, ltfm
 from wandb_offline import read_runs
 from lightning_tfm import report as rd
 from lightning_tfm.report import notebooks
-from lightning_tfm.errors import UserError
+from lightning_tfm.training.errors import UserError
 from lightning_tfm.sweep import load_sweep
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -289,7 +289,7 @@ def test_a_failing_cell_fails_the_command_naming_the_cell(tmp_path, capsys):
     assert failed.is_file() and str(failed) in err[0]
     assert not list(tmp_path.glob(".build.tmp-*"))
     # a UserError raised in a cell is the user's input: one line, the CLI's exit code 2
-    nb = _notebook(tmp_path / "user.ipynb", "from lightning_tfm.errors import UserError\n"
+    nb = _notebook(tmp_path / "user.ipynb", "from lightning_tfm.training.errors import UserError\n"
                                             "raise UserError('no study named x: run ltfm sweep first')")
     with pytest.raises(UserError, match="no study named x"):
         notebooks.execute(nb, {}, out, "table3")
@@ -360,7 +360,7 @@ def test_several_seeds_give_mean_std_and_a_paired_bootstrap_against_base(tmp_pat
 
 def test_identical_outputs_are_never_significant_and_clearly_different_ones_are(tmp_path, data_dir):
     """sacreBLEU's bootstrap alone calls two identical outputs different (p = 1/1001): the report's test may not."""
-    from lightning_tfm.data import read_lines
+    from lightning_tfm.training.data import read_lines
 
     refs = rd.dev_references({"data.source": "local", "data.path": str(data_dir), "data.dev_split": "val",
                               "data.src_lang": "en", "data.tgt_lang": "de", "data.max_dev_pairs": 200})

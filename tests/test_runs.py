@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_tfm.errors import UserError
-from lightning_tfm.runs import format_table, list_runs
+from lightning_tfm.training.errors import UserError
+from lightning_tfm.training.runs import format_table, list_runs
 
 LTFM = [sys.executable, "-m", "lightning_tfm"]
 

@@ -13,7 +13,7 @@ import contextlib
 import pytest
 import torch
 
-from lightning_tfm.decode import beam_search, new_cache, translate_ids
+from lightning_tfm.training.decode import beam_search, new_cache, translate_ids
 from lightning_tfm.model import EOS, PAD, Transformer, fast
 from lightning_tfm.model.attention import reference_attention, scaled_dot_product_attention, sdpa_attention
 from lightning_tfm.model.fast import matmul_attention
@@ -104,8 +104,8 @@ def test_auto_kernel_choice():
 
 
 def test_kernel_is_chosen_by_the_constructor_and_the_config():
-    from lightning_tfm.config import config_hash, load_config
-    from lightning_tfm.errors import UserError
+    from lightning_tfm.training.config import config_hash, load_config
+    from lightning_tfm.training.errors import UserError
 
     for name in fast.ATTENTION_KERNELS:
         m = make(kernel=name)
@@ -253,7 +253,7 @@ def test_bench_marian_matches_our_architecture():
     """``ltfm bench --vs marian`` compares like with like: same trainable parameter count (post-norm,
     shared embeddings, static sinusoids, no extra norms), ReLU, sqrt(d_model) embedding scale."""
     pytest.importorskip("transformers")  # the optional [bench] extra
-    from lightning_tfm import bench
+    from lightning_tfm.training import bench
 
     s = {**bench.DEFAULTS, "layers": 2, "d_model": 32, "d_ff": 64, "heads": 4, "vocab": 100}
     ours, marian = bench.build_ours(s), bench.build_marian(s)
@@ -272,8 +272,8 @@ def test_bench_marian_matches_our_architecture():
 
 def test_bench_runs_both_models_to_the_same_output_length():
     pytest.importorskip("transformers")
-    from lightning_tfm import bench
-    from lightning_tfm.precision import cpu_has_fast_bf16
+    from lightning_tfm.training import bench
+    from lightning_tfm.training.precision import cpu_has_fast_bf16
 
     s = dict(layers=1, d_model=32, d_ff=64, heads=2, vocab=60, batch=4, src_len=5, tgt_len=5, out_len=4,
              reps=1, train_steps=1, decode_batches=1)
@@ -360,7 +360,7 @@ def test_fused_projection_and_smoothed_loss_equal_the_plain_path(dtype, tol):
     """Loss, NLL, token count, and the gradients of the states and of the shared embedding."""
     import torch.nn.functional as F
 
-    from lightning_tfm.objectives import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
+    from lightning_tfm.training.loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 
     g = torch.Generator().manual_seed(0)
     W0 = torch.randn(300, 24, generator=g) * 0.5
@@ -391,7 +391,7 @@ def test_fused_projection_and_smoothed_loss_equal_the_plain_path(dtype, tol):
 
 
 def test_fused_loss_on_the_model_equals_logits_loss():
-    from lightning_tfm.objectives import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
+    from lightning_tfm.training.loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 
     src, tgt = padded_src(), padded_src(seed=3)
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
@@ -403,7 +403,7 @@ def test_fused_loss_on_the_model_equals_logits_loss():
 
 
 def test_fused_adam_takes_the_steps_of_torchs_default_adam():
-    from lightning_tfm.objectives import adam
+    from lightning_tfm.training.optim import adam
 
     # Gradients are set directly: a model's gradients include exact zeros computed as rounding noise
     # (the key bias of attention cannot change a softmax), where Adam's step is sign(noise) * lr.
@@ -429,7 +429,7 @@ def test_fused_adam_takes_the_steps_of_torchs_default_adam():
 @pytest.mark.slow
 def test_compiled_features_equal_eager():
     """``train.compile``: torch.compile'd decoder states (and their gradients) equal the eager ones."""
-    from lightning_tfm.objectives import fused_label_smoothed_nll_loss
+    from lightning_tfm.training.loss import fused_label_smoothed_nll_loss
 
     src, tgt = padded_src(b=3), padded_src(b=3, seed=3)
     out = {}
@@ -446,7 +446,7 @@ def test_compiled_features_equal_eager():
 # ----------------------------------------------------------------------------------- decoding speed paths
 @pytest.mark.parametrize("width,k", [(8000, 8), (1000, 8), (1000, 1), (130, 8), (40, 8)])
 def test_two_stage_topk_values_equal_torch_topk(width, k):
-    from lightning_tfm.decode import topk_rows
+    from lightning_tfm.training.decode import topk_rows
 
     g = torch.Generator().manual_seed(width + k)
     for x in (torch.randn(37, width, generator=g),
@@ -464,7 +464,7 @@ def test_two_stage_topk_values_equal_torch_topk(width, k):
 def test_reused_vocabulary_buffers_equal_log_softmax(dtype):
     import torch.nn.functional as F
 
-    from lightning_tfm.decode import _VocabBuffers
+    from lightning_tfm.training.decode import _VocabBuffers
 
     g = torch.Generator().manual_seed(1)
     W = (torch.randn(500, 16, generator=g) * 2).to(dtype)

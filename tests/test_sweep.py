@@ -17,7 +17,7 @@ import yaml
 
 from conftest import ROOT, SMOKE, ltfm
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
-from lightning_tfm.config import load_config
+from lightning_tfm.training.config import load_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -183,7 +183,7 @@ def test_search_dry_run_samples_the_space(data_dir):
 
 
 def test_trial_overrides_reach_the_trial_process_exactly():
-    from lightning_tfm.config import parse_override
+    from lightning_tfm.training.config import parse_override
     from lightning_tfm.sweep import yaml_value
     for value in [1e-9, 0.1, 3, "pre", "1", "null", None, True, "/a b/c", [1, 2]]:
         assert parse_override(f"k={yaml_value(value)}") == ("k", value), value

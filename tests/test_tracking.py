@@ -19,9 +19,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import wandb
-from lightning_tfm import results as R, tracking
-from lightning_tfm.config import load_config
-from lightning_tfm.errors import UserError
+from lightning_tfm.training import results as R, tracking
+from lightning_tfm.training.config import load_config
+from lightning_tfm.training.errors import UserError
 from wandb_offline import find_run_files, read_records, read_run, read_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -343,7 +343,7 @@ from pathlib import Path
 from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, {tests!r})
 from test_tracking import Toy, make_cfg
-from lightning_tfm import results as R, tracking
+from lightning_tfm.training import results as R, tracking
 
 run_dir = Path({run_dir!r})
 cfg = make_cfg()

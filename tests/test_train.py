@@ -6,7 +6,7 @@ import torch
 import yaml
 
 from conftest import SMOKE, ltfm
-from lightning_tfm.results import read_metrics
+from lightning_tfm.training.results import read_metrics
 
 SUMMARY_KEYS = {"run_id", "status", "config", "params", "dev_loss", "dev_ppl", "steps", "train_tokens", "wall_time_s"}
 

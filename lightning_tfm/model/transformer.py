@@ -96,7 +96,7 @@ class Transformer(nn.Module):
 
     @property
     def output_weight(self) -> Tensor:
-        """The (vocab, d_model) matrix of :meth:`project` (for the fused loss, objectives.py)."""
+        """The (vocab, d_model) matrix of :meth:`project` (for the fused loss, training/loss.py)."""
         return self.embed.weight
 
     def features(self, src: Tensor, tgt_in: Tensor) -> Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .. import results as R
+from ..training import results as R
 from .records import ReportData, RunRecord
 from .paper import load_paper
 from .table import ordered_variants

@@ -41,7 +41,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from ..errors import UserError
+from ..training.errors import UserError
 from .text import first_line
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
@@ -96,7 +96,7 @@ def _check_out(out: Path) -> None:
 
 def _replace_dir(src: Path, dest: Path) -> None:
     """Move ``src`` to ``dest`` (marking it as made by us), replacing a previous ``dest`` report folder."""
-    from ..atomic import write_text
+    from ..training.atomic import write_text
 
     try:
         _check_out(dest)  # again: the folder may have changed while the notebook ran

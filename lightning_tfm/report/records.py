@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .. import results as R
-from ..errors import UserError
+from ..training import results as R
+from ..training.errors import UserError
 from .text import first_line
 
 
@@ -84,13 +84,13 @@ def _int(x: Any) -> int | None:
 
 
 def _flatten(cfg: dict) -> dict:
-    from ..config import flatten
+    from ..training.config import flatten
     return flatten({k: v for k, v in (cfg or {}).items() if isinstance(v, dict)})
 
 
 def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> RunRecord:
     """A run folder's ``summary.json`` (+ its metric history and dev hypotheses when ``run_dir`` is given)."""
-    from ..results import read_metrics
+    from ..training.results import read_metrics
 
     cfg = summary.get("config") or {}
     run_cfg = cfg.get("run") or {}
@@ -188,7 +188,7 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
     import socket
     from urllib.parse import urlparse
 
-    from ..tracking import has_api_key
+    from ..training.tracking import has_api_key
     check_wandb_path(path)
     if not has_api_key():
         raise UserError("--from-wandb needs a W&B API key: set WANDB_API_KEY or run `wandb login` "
@@ -212,7 +212,7 @@ def default_results_dir(sweep) -> Path:
 def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) -> tuple[Path, str | None]:
     """(absolute results folder, storage URL or None) of the local source, or a one-line UserError when
     there is nothing to read."""
-    from ..redact import mask_url
+    from ..training.redact import mask_url
     from ..sweep import default_storage, open_storage
 
     if results_dir is not None:
@@ -252,7 +252,7 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
     """variant -> the flat config of its trial, for rows without a run: the sweep's own trial config
     (:func:`lightning_tfm.sweep.trial_config`), and when a base run completed, the variant's trial overrides on
     that run's config instead (so command-line overrides given to the sweep are included)."""
-    from ..config import flatten
+    from ..training.config import flatten
     from ..sweep import Entry, trial_config, trial_overrides
 
     if sweep.mode != "variants":
@@ -294,7 +294,7 @@ def record_from_trial(trial, results_dir: Path) -> RunRecord:
             break
     summary = None
     if run_dir is not None:
-        from ..results import read_summary
+        from ..training.results import read_summary
         summary = read_summary(run_dir)
     if summary is not None:
         rec = record_from_summary(summary, run_dir)
@@ -319,8 +319,8 @@ def record_from_trial(trial, results_dir: Path) -> RunRecord:
 
 
 def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportData:
-    from ..results import read_summary
-    from ..redact import mask_url
+    from ..training.results import read_summary
+    from ..training.redact import mask_url
     from ..sweep import open_storage, open_study
 
     records: list[RunRecord] = []
@@ -391,7 +391,7 @@ def fetch_wandb_records(path: str, group: str, timeout: int = 20) -> list[RunRec
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - no network, bad key, no such project: one line
-        from ..tracking import scrub
+        from ..training.tracking import scrub
         first = first_line(scrub(str(e)))
         raise UserError(f"cannot read W&B project {path!r} ({e.__class__.__name__}: {first}); check ENTITY/PROJECT, "
                         "the API key and the network") from None

@@ -10,7 +10,7 @@ import csv
 import io
 from pathlib import Path
 
-from ..atomic import write_text
+from ..training.atomic import write_text
 from .stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
 from .table import CSV_KNOBS, KNOBS
 from .text import fmt, fmt_knob, md_cell

@@ -12,8 +12,8 @@ from typing import Any
 
 from .figures import placeholder
 from .records import DONE, ReportData
-from ..atomic import write_text
-from ..results import history_key
+from ..training.atomic import write_text
+from ..training.results import history_key
 from .text import fmt, fmt_knob, md_cell
 
 

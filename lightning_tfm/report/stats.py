@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import UserError
+from ..training.errors import UserError
 from .records import RunRecord
 from .text import first_line
 
@@ -111,7 +111,7 @@ _REFS_CACHE: dict[tuple, list[str]] = {}
 
 def dev_references(config: dict) -> list[str]:
     """The dev references a run was scored against: its config's dev split, first data.max_dev_pairs."""
-    from ..data import load_split
+    from ..training.data import load_split
 
     key = tuple(config.get(k) for k in ("data.source", "data.path", "data.hub_name", "data.hub_config",
                                         "data.dev_split", "data.src_lang", "data.tgt_lang", "data.max_dev_pairs"))
@@ -169,7 +169,7 @@ def paired_bootstrap(by_variant: dict[str, list[RunRecord]], variants: list[str]
     rows completed, concatenated (the test resamples (sentence, seed) pairs).
 
     Returns ({variant: paired_test's dict + "seeds"}, notes, the test's signature)."""
-    from ..data import read_lines
+    from ..training.data import read_lines
 
     notes: list[str] = []
     base = {r.seed: r for r in by_variant.get("base", []) if r.completed and r.hyps}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .. import results
+from ..training import results
 from .paper import PAPER_ORDER, load_paper
 from .records import DONE, ReportData, RunRecord
 from .stats import agreement_summary, agrees, bleu_significant, mean_std, noise_verdict, paired_bootstrap, relative

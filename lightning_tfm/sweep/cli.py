@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import os
 
-from ..corpus import prepare
-from ..corpus import status as corpus_status
-from ..errors import UserError
-from ..redact import mask_url
+from ..training.corpus import prepare
+from ..training.corpus import status as corpus_status
+from ..training.errors import UserError
+from ..training.redact import mask_url
 from .plan import Plan, format_overrides
 from .spec import load_sweep
 from .status import dry_run, format_status, status_rows
@@ -19,7 +19,7 @@ def _check_local_data(cfg: dict) -> None:
     d = cfg["data"]
     if d["source"] != "local":
         return
-    from ..data import split_file  # here: data imports torch, which a worker (it trains nothing itself) never needs
+    from ..training.data import split_file  # here: data imports torch, which a worker (it trains nothing itself) never needs
     for split in (d["train_split"], d["dev_split"], d["test_split"]):
         if split:
             for lang in (d["src_lang"], d["tgt_lang"]):

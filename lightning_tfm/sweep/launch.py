@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import UserError
-from ..results import read_metrics
+from ..training.errors import UserError
+from ..training.results import read_metrics
 from .plan import Plan, check_buildable
 from .spec import Sweep
 from .storage import STORAGE_ENV

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from .. import config as C
-from ..errors import UserError
+from ..training import config as C
+from ..training.errors import UserError
 from .spec import RESERVED, Entry, Sweep
 
 #: What a worker adds under the command line (a sweep file may set it otherwise): a trial's output goes to

@@ -29,7 +29,7 @@ import sys
 
 import pytorch_lightning as pl
 
-from ..results import history_key
+from ..training.results import history_key
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
 

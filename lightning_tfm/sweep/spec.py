@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from .. import config as C
-from ..errors import UserError
-from ..results import OBJECTIVES
+from ..training import config as C
+from ..training.errors import UserError
+from ..training.results import OBJECTIVES
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 TOP_KEYS = ("name", "description", "experiment", "metric", "direction", "sampler", "pruner", "seeds",

@@ -13,8 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from ..redact import mask_url, scrub_text
+from ..training.errors import UserError
+from ..training.redact import mask_url, scrub_text
 from .spec import Sweep, build_pruner, build_sampler
 
 #: The environment variable through which the sweep worker passes the full storage URL (with any

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import config as C
-from ..errors import UserError
-from ..redact import mask_url, scrub_text
-from ..results import RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
+from ..training import config as C
+from ..training.errors import UserError
+from ..training.redact import mask_url, scrub_text
+from ..training.results import RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .plan import Plan, check_buildable, yaml_value
 from .spec import Entry, Sweep, suggest
 from .storage import STORAGE_ENV, Heartbeat, retry

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import Sampler
 
 from .errors import UserError
-from .model import BOS, EOS, PAD, UNK
+from ..model import BOS, EOS, PAD, UNK
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3 = PAD, BOS, EOS, UNK
 assert [PAD, BOS, EOS, UNK] == [0, 1, 2, 3]

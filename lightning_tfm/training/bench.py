@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import statistics
 import threading
 import time
 
@@ -101,7 +100,7 @@ def train_flops_per_step(s: dict) -> float:
 
 # -------------------------------------------------------------------------------------------- the models
 def build_ours(s: dict):
-    from .model import Transformer
+    from ..model import Transformer
 
     torch.manual_seed(0)
     return Transformer(s["vocab"], s["layers"], s["d_model"], s["d_ff"], s["heads"], s["d_model"] // s["heads"],
@@ -113,7 +112,7 @@ def build_marian(s: dict):
         from transformers import MarianConfig, MarianMTModel
     except ImportError:
         raise UserError("--vs marian needs Hugging Face transformers: pip install -e '.[bench]'") from None
-    from .model import EOS, PAD
+    from ..model import EOS, PAD
 
     torch.manual_seed(0)
     cfg = MarianConfig(vocab_size=s["vocab"], d_model=s["d_model"], encoder_layers=s["layers"],
@@ -139,9 +138,10 @@ def _autocast(dtype):
 
 def make_train_step(kind: str, model, s: dict, dtype: str):
     """One training step as ``ltfm train`` runs it: ours with the fused projection + smoothed loss
-    (objectives.fused_label_smoothed_nll_loss); Marian through its logits and the same smoothed loss.
+    (loss.fused_label_smoothed_nll_loss); Marian through its logits and the same smoothed loss.
     Both use the same (fused) Adam."""
-    from .objectives import adam, fused_label_smoothed_nll_loss, label_smoothed_nll_loss
+    from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
+    from .optim import adam
 
     src, tgt_in, tgt_out = _batch(s)
     opt = adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
@@ -177,7 +177,7 @@ def make_decode(kind: str, model, s: dict, dtype: str):
             assert all(len(h.tokens) == n for h in out)
         return run
 
-    from .model import EOS
+    from ..model import EOS
 
     mask = torch.ones_like(src)
 

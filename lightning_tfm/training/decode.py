@@ -47,8 +47,8 @@ import torch
 from torch import Tensor
 
 from .data import pad
-from .model import BOS, EOS, PAD, MemoryCache, Transformer
-from .model.fast import BufferedKVCache
+from ..model import BOS, EOS, PAD, MemoryCache, Transformer
+from ..model.fast import BufferedKVCache
 
 
 @dataclass

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = ROOT.parent / "shared" / "data" / "multi30k"
 TRIAL = ["train.max_steps=1", "train.val_every_steps=1000", "train.checkpoint_every_steps=1000",
          "data.test_split=null", "data.max_dev_pairs=100", "data.max_train_pairs=null", "decode.beam_size=1",

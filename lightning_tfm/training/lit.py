@@ -10,9 +10,10 @@ from torch.utils.data import DataLoader
 
 from .corpus import MappedPairs
 from .data import Batch, TokenBatchSampler, collate
-from .model import PAD, Transformer
+from ..model import PAD, Transformer
 from . import results as R
-from .objectives import fused_label_smoothed_nll_loss, label_smoothed_nll_loss, make_optimizer
+from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
+from .optim import make_optimizer
 
 
 class TransformerModule(pl.LightningModule):

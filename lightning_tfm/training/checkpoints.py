@@ -1,0 +1,291 @@
+"""Checkpoints, in one place (as fairseq's ``checkpoint_utils``): load with ``weights_only=True``, check,
+scan a run's checkpoint folder, average, resolve a name to a file, pick the one to resume from, set aside
+unreadable ones, and write atomically (Lightning's writer made atomic). Loading never writes: an averaged
+checkpoint that is not on disk is averaged in memory; ``write_average`` is the one place that writes one.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import re
+import sys
+import time
+import os
+from pathlib import Path
+
+import torch
+
+from ..model import Transformer
+from . import atomic
+from . import config as C
+from .errors import UserError
+
+STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
+
+
+def load_checkpoint(path: Path) -> dict:
+    """A checkpoint's dict, loaded with ``weights_only=True`` on the CPU; one line naming the way out if it
+    cannot be read or is not a Lightning checkpoint."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise UserError(f"checkpoint {path} not found") from None
+    except Exception as e:  # truncated file, not a torch file, unsafe pickle
+        raise UserError(f"cannot read checkpoint {path} ({e.__class__.__name__}; truncated or damaged?): give "
+                        f"another checkpoint written by `ltfm train` or `ltfm average` (--checkpoint PATH, e.g. a "
+                        f"checkpoints/step=*.ckpt), or run the same `ltfm train` again: it sets damaged ones aside") from None
+    if not isinstance(ck, dict) or not isinstance(ck.get("state_dict"), dict):
+        raise UserError(f"{path} is not a Lightning checkpoint (no state_dict): give a checkpoint written by "
+                        f"`ltfm train` or `ltfm average`")
+    return ck
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why ``path`` is not a readable checkpoint (truncated, corrupt, not a Lightning checkpoint), or None.
+
+    Checks the zip container and every member's CRC (a truncated or overwritten file fails here without
+    unpickling anything), then loads it with ``weights_only=True`` (memory-mapped, so it costs little)."""
+    import zipfile
+
+    path = Path(path)
+    try:
+        if not zipfile.is_zipfile(path):
+            return "not a complete zip archive: truncated?"
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+        if bad is not None:
+            return f"member {bad} fails its CRC check"
+        ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # noqa: BLE001 - any failure to read is the answer
+        return f"{e.__class__.__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}".rstrip(": ")
+    if not isinstance(ck, dict) or not isinstance(ck.get("state_dict"), dict):
+        return "no state_dict: not a Lightning checkpoint"
+    return None
+
+
+def step_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of the run's ``checkpoints/step=NNNNNN.ckpt`` files, by step."""
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    if not ckpt_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := STEP_CKPT.match(p.name))]
+    return sorted(found, key=lambda sp: (sp[0], sp[1].name))
+
+
+def average_checkpoints(paths: list[str | Path]) -> dict:
+    """Mean of every floating-point tensor of the checkpoints' state_dicts (Sec. 6.1: "averaging the last
+    5 checkpoints"); other entries are taken from the last checkpoint. Loads one checkpoint at a time.
+    Accumulates in float64 and casts back to each tensor's dtype (tensor2tensor's avg_checkpoints sums in
+    the checkpoint's dtype; float64 only makes the mean exact to the last bit)."""
+    if not paths:
+        raise UserError("no checkpoints to average")
+    sums: dict[str, torch.Tensor] = {}
+    last: dict = {}
+    for i, path in enumerate(paths):
+        sd = load_checkpoint(Path(path))["state_dict"]
+        if i == 0:
+            sums = {k: v.to(torch.float64) for k, v in sd.items() if v.is_floating_point()}
+            keys = set(sd)
+        else:
+            if set(sd) != keys:
+                raise UserError(f"{path} has other parameters than {paths[0]}: average checkpoints of one run")
+            for k in sums:
+                if sd[k].shape != sums[k].shape:
+                    raise UserError(f"{path}: {k} has shape {tuple(sd[k].shape)}, {paths[0]} has "
+                                    f"{tuple(sums[k].shape)}: average checkpoints of one run")
+                sums[k] += sd[k].to(torch.float64)
+        last = sd
+    n = len(paths)
+    return {k: (sums[k] / n).to(v.dtype) if k in sums else v for k, v in last.items()}
+
+
+def averaged_checkpoint(run_dir: str | Path, last: int = 5) -> tuple[dict, list[Path]]:
+    """The average of the run's last ``last`` step checkpoints, in memory: (checkpoint, averaged paths).
+
+    ``checkpoints/last.ckpt`` joins the candidates when it is newer than every step checkpoint (a run
+    stopped by time). The result is a Lightning checkpoint like the others (the newest averaged checkpoint
+    with its state_dict replaced, without optimizer state), so it loads the same way; unreadable
+    candidates are left out with a warning.
+    """
+    run_dir = Path(run_dir)
+    if last < 1:
+        raise UserError(f"asked to average the last {last} checkpoints: give at least 1 "
+                        f"(ltfm average --last N, decode.average_last=N)")
+    if not run_dir.is_dir():
+        raise UserError(f"run folder {str(run_dir)!r} does not exist: give a folder written by `ltfm train`")
+    cands = []
+    for step, path in step_checkpoints(run_dir):  # an unreadable one (full disk, kill) is left out, said once
+        why = checkpoint_problem(path)
+        if why is None:
+            cands.append((step, path))
+        else:
+            print(f"ltfm: warning: skipping unreadable {path} ({why})", file=sys.stderr)
+    last_ckpt = run_dir / "checkpoints" / "last.ckpt"
+    if last_ckpt.is_file():
+        why = checkpoint_problem(last_ckpt)
+        if why is not None:
+            print(f"ltfm: warning: skipping unreadable {last_ckpt} ({why})", file=sys.stderr)
+        else:
+            step = int(load_checkpoint(last_ckpt).get("global_step", -1))
+            if not cands or step > cands[-1][0]:
+                cands.append((step, last_ckpt))
+    if not cands:
+        raise UserError(f"run folder {run_dir} has no checkpoints to average (checkpoints/step=*.ckpt): "
+                        f"train it first with `ltfm train CONFIG`")
+    chosen = [p for _, p in cands[-last:]]
+    state = average_checkpoints(chosen)
+    ck = load_checkpoint(chosen[-1])
+    for key in ("optimizer_states", "lr_schedulers"):
+        ck.pop(key, None)
+    ck["state_dict"] = state
+    ck["averaged_from"] = [p.name for p in chosen]
+    return ck, chosen
+
+
+def write_average(run_dir: str | Path, last: int = 5, out: str | Path | None = None) -> tuple[Path, list[Path]]:
+    """Write :func:`averaged_checkpoint` to ``out`` (default ``checkpoints/average.ckpt``), atomically.
+    Returns (written path, averaged paths)."""
+    ck, chosen = averaged_checkpoint(run_dir, last)
+    out = Path(out) if out else Path(run_dir) / "checkpoints" / "average.ckpt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.atomic_path(out) as tmp:
+        torch.save(ck, tmp)
+    return out, chosen
+
+
+def resolve_checkpoint(run_dir: str | Path, checkpoint: str = "last", average_last: int | None = None) -> Path | None:
+    """Path of ``last`` | ``best`` | ``average`` | a file path; None for ``average`` when no
+    ``checkpoints/average.ckpt`` is written (:func:`load_model` then averages in memory)."""
+    run_dir = Path(run_dir)
+    ckpt_dir = run_dir / "checkpoints"
+    if checkpoint not in ("last", "best", "average"):
+        p = Path(checkpoint)
+        if not p.is_file():
+            raise UserError(f"checkpoint {checkpoint!r} not found: give last, best, average or a .ckpt file")
+        return p
+    if not ckpt_dir.is_dir() or not any(ckpt_dir.glob("*.ckpt")):
+        raise UserError(f"run folder {run_dir} has no checkpoints (checkpoints/*.ckpt): train it first with "
+                        f"`ltfm train CONFIG`, or pass --checkpoint PATH")
+    if checkpoint == "last":
+        p = ckpt_dir / "last.ckpt"
+        if not p.is_file():
+            raise UserError(f"run folder {run_dir} has no checkpoints/last.ckpt: pass --checkpoint best, average or PATH")
+        return p
+    if checkpoint == "best":
+        p = ckpt_dir / "best.ckpt"
+        if not p.is_file():
+            raise UserError(f"run folder {run_dir} records no best checkpoint (checkpoints/best.ckpt, lowest dev "
+                            f"loss): use --checkpoint last or average")
+        return p
+    p = ckpt_dir / "average.ckpt"
+    return p if p.is_file() else None
+
+
+def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int | None = None):
+    """(model in eval mode on CPU, nested config, tokenizer) of a run folder's checkpoint.
+
+    ``checkpoint``: ``last``, ``best`` (lowest dev loss), ``average`` (``checkpoints/average.ckpt``, or when
+    none is written the last ``average_last`` (default: the run's decode.average_last, else 5) checkpoints
+    averaged in memory), or a path. The config is the checkpoint's own (``hyper_parameters.config``), else the run's
+    config.yaml. A checkpoint of another vocabulary than the run's tokenizer is refused.
+    """
+    from .data import load_tokenizer
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run folder {str(run_dir)!r} does not exist: give a folder written by `ltfm train`")
+    cfg_path = run_dir / "config.yaml"
+    run_cfg = C.load_config(cfg_path) if cfg_path.is_file() else None
+    if average_last is None and run_cfg is not None:
+        average_last = run_cfg["decode"]["average_last"] or None
+    path = resolve_checkpoint(run_dir, checkpoint, average_last)
+    if path is None:
+        n = average_last or 5
+        print(f"ltfm: averaging the last {n} checkpoints of {run_dir} (not written: `ltfm average` writes it)",
+              file=sys.stderr)
+        ck, chosen = averaged_checkpoint(run_dir, n)
+        path = chosen[-1]
+    else:
+        ck = load_checkpoint(path)
+    hp = ck.get("hyper_parameters") or {}
+    cfg = copy.deepcopy(hp.get("config") or run_cfg)
+    if cfg is None:
+        raise UserError(f"{path} holds no config and {cfg_path} is missing: give a run folder written by `ltfm train`")
+    state = {k[len("model."):]: v for k, v in ck["state_dict"].items() if k.startswith("model.")}
+    if "embed.weight" not in state:
+        raise UserError(f"{path} is not a lightning_tfm checkpoint (no model.embed.weight)")
+    tokenizer = load_tokenizer(run_dir)
+    vocab = int(hp.get("vocab_size") or state["embed.weight"].shape[0])
+    if vocab != tokenizer.get_vocab_size() or state["embed.weight"].shape[0] != vocab:
+        raise UserError(f"checkpoint {path} has a vocabulary of {vocab} entries but {run_dir / 'tokenizer.json'} has "
+                        f"{tokenizer.get_vocab_size()}: it belongs to another run; give a checkpoint of this run")
+    model = Transformer.from_config(cfg["model"], vocab)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise UserError(f"checkpoint {path} does not fit its model config ({str(e).splitlines()[0]})") from None
+    return model.eval(), cfg, tokenizer
+
+
+# ------------------------------------------------------------------------------------------- resuming
+def set_aside(path: Path, why: str) -> Path:
+    """Rename an unreadable file out of the way (kept for inspection, never read again by us)."""
+    dest = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(path, dest)
+    print(f"ltfm: warning: {path} is unreadable ({why}); moved to {dest.name}", file=sys.stderr)
+    return dest
+
+
+def resume_checkpoint(ckpt_dir: Path) -> Path | None:
+    """The checkpoint to resume from: ``last.ckpt`` when it reads, else the newest readable
+    ``step=*.ckpt``; unreadable ones (truncated by a full disk or a kill) are set aside with a warning.
+    None (start from step 0) when there is none, which is said too if checkpoints were set aside."""
+    last = ckpt_dir / "last.ckpt"
+    if last.is_file():
+        why = checkpoint_problem(last)
+        if why is None:
+            return last
+        set_aside(last, why)
+        for step, path in reversed(step_checkpoints(ckpt_dir.parent)):
+            why = checkpoint_problem(path)
+            if why is None:
+                print(f"ltfm: resuming from {path.name} (step {step}) instead", file=sys.stderr)
+                return path
+            set_aside(path, why)
+        print("ltfm: warning: no readable checkpoint left: the run starts over from step 0", file=sys.stderr)
+    return None
+
+
+def rank_resume_checkpoint(ckpt_dir: Path) -> Path | None:
+    """A non-zero rank's checkpoint: rank zero has set unreadable ones aside before the ranks meet in
+    ``fit``, so by then ``last.ckpt`` is readable or gone; the newest step checkpoint otherwise."""
+    last = ckpt_dir / "last.ckpt"
+    if last.is_file():
+        return last
+    steps = step_checkpoints(ckpt_dir.parent)
+    return steps[-1][1] if steps else None
+
+
+# ------------------------------------------------------------------------------------------- writing
+def atomic_checkpoint_io():
+    """Lightning's checkpoint writer, made atomic inside the run folder (a plugin for the Trainer; built
+    here, not at import, so that ``ltfm train`` reports config errors before importing Lightning).
+
+    Lightning's own ``_atomic_save`` commits through an fsspec transaction whose temporary file is made
+    in ``$TMPDIR`` and then *copied* into the run folder: a full disk or a kill during that copy leaves a
+    truncated ``last.ckpt``. Here the serialized bytes are written to a temporary file beside the target,
+    fsynced and renamed (:mod:`lightning_tfm.training.atomic`), so a checkpoint is either whole or absent.
+    """
+    from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+    class AtomicCheckpointIO(TorchCheckpointIO):
+        def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+            if storage_options is not None:
+                raise TypeError("AtomicCheckpointIO takes no storage_options")
+            buf = io.BytesIO()
+            torch.save(checkpoint, buf)  # in memory first, as Lightning does: a write error is an OSError here
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_bytes(path, buf.getbuffer())
+
+    return AtomicCheckpointIO()

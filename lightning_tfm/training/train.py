@@ -1,0 +1,304 @@
+"""One training run, top to bottom: check the config, take the run folder, build, fit, summarise.
+
+``train(cfg)`` is what ``ltfm train`` and the sweep trials run. The run folder is
+``<run.results_dir>/<run id>``; the run id is derived from the config, so re-running the same command
+resumes from ``checkpoints/last.ckpt`` (and a completed run is not trained again).
+
+Nothing finished is lost: one process trains a run folder at a time (:mod:`.run_folder`); checkpoints, the
+summary, config and hypotheses are written atomically inside the run folder (:mod:`.atomic`,
+:mod:`.checkpoints`); an unreadable ``last.ckpt`` or ``summary.json`` is set aside with a warning and the
+newest readable step checkpoint is used; earlier attempts stay in ``summary["attempts"]``; a full or
+read-only disk and a diverging loss end as one line, exit 2, with the attempt recorded as ``failed``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+
+from . import atomic
+from . import config as C
+from . import results
+from . import run_folder
+from .checkpoints import atomic_checkpoint_io, rank_resume_checkpoint, resume_checkpoint
+from .corpus import Corpus
+from .errors import UserError
+from .precision import resolve_precision
+
+
+def train(cfg: dict, callbacks: Sequence = ()) -> dict:
+    """Train (or resume, or skip if completed) the run described by ``cfg``; returns its summary.
+
+    ``callbacks``: more Lightning callbacks (a sweep trial's pruning, :mod:`lightning_tfm.sweep.pruning`);
+    when one of them has a true ``pruned`` attribute after fitting, the run ends as ``pruned`` and is not
+    decoded.
+    """
+    started = time.time()
+    C.validate(cfg)
+    rid = C.run_id(cfg)
+    results_dir = Path(cfg["run"]["results_dir"])
+    run_dir = results_dir / rid
+    run_folder.check_writable(results_dir)
+    prev = results.read_summary(run_dir)  # a quick look (no lock yet); an unusable one is dealt with under the lock
+    if run_folder.already_done(prev, cfg):
+        print(f"ltfm: run {rid} is already completed: {run_dir / 'summary.json'}", file=sys.stderr)
+        return prev
+    if not cfg["train"]["progress_bar"]:
+        import datasets
+        datasets.disable_progress_bars()
+    if cfg["train"]["threads"]:
+        torch.set_num_threads(cfg["train"]["threads"])
+
+    corpus = Corpus(cfg)  # every data error is raised here, before anything is written (builds the cache if needed)
+    corpus.use_in_run(run_dir, write=False)  # resuming on another vocabulary stops here
+    from .tracking import resolve_mode
+    resolve_mode(cfg)  # a bad WANDB_MODE / wandb.mode stops here, before the run folder exists
+    is_zero = run_folder.rank_zero()
+    try:
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        # Only global rank zero locks: the other ranks of a DDP run belong to the same training.
+        with run_folder.RunLock(run_dir, rid) if is_zero else contextlib.nullcontext():
+            return Run(cfg, rid, run_dir, corpus, is_zero, started, list(callbacks)).go()
+    except UserError:
+        raise
+    except BaseException as e:
+        err = run_folder.storage_error(e, run_dir)
+        if err is None:
+            raise
+        raise err from None
+
+
+class Run:
+    """The run under its lock: :meth:`go` = build, fit, summarise; any failure is recorded by :meth:`fail`."""
+
+    def __init__(self, cfg: dict, rid: str, run_dir: Path, corpus: Corpus, is_zero: bool, started: float,
+                 extra: list):
+        self.cfg, self.rid, self.run_dir, self.corpus = cfg, rid, run_dir, corpus
+        self.is_zero, self.started, self.extra = is_zero, started, extra
+        self.summary_path, self.ckpt_dir = run_dir / "summary.json", run_dir / "checkpoints"
+        self.trainer = self.wandb_logger = None
+        self.summary: dict = {}
+        self.prev_wall = 0.0
+
+    def go(self) -> dict:
+        prev = self.open_folder()
+        if run_folder.already_done(prev, self.cfg):  # completed by the process that held the lock a moment ago
+            print(f"ltfm: run {self.rid} is already completed: {self.summary_path}", file=sys.stderr)
+            return prev
+        module = self.build(prev)
+        try:
+            metrics, pruned = self.fit(module)
+            train_wall = self.prev_wall + time.time() - self.started
+            if self.is_zero and not pruned:  # a pruned trial is not decoded: its dev loss already ranked it
+                from .evaluate import final_evaluation
+                self.summary.update(final_evaluation(self.cfg, module.model, self.corpus, self.run_dir))
+        except BaseException as e:
+            self.fail(e)
+            raise
+        return self.summarise(module, metrics, pruned, train_wall)
+
+    # -------------------------------------------------------------------------------------------- build
+    def open_folder(self) -> dict | None:
+        """Rank zero: remove what a killed process left mid-write, read the earlier summary."""
+        if not self.is_zero:
+            return None
+        for folder in (self.run_dir, self.ckpt_dir, self.run_dir / "hyps"):
+            atomic.remove_stale_temps(folder)
+        return run_folder.previous_summary(self.summary_path)
+
+    def build(self, prev: dict | None):
+        """Seed, the run folder's config and tokenizer, the model, and the summary of a running attempt."""
+        import pytorch_lightning as pl
+
+        from .lit import TransformerModule
+        from .tracking import scrub
+
+        cfg = self.cfg
+        pl.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
+        if self.is_zero:
+            self.corpus.use_in_run(self.run_dir, write=True)
+            atomic.write_text(self.run_dir / "config.yaml", C.dump_yaml(scrub(cfg)))
+        module = TransformerModule(cfg, self.corpus.vocab_size)
+        module.run_id = self.rid
+        self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg),
+                        "params": module.model.num_parameters(), "vocab_size": self.corpus.vocab_size,
+                        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
+                        "host": socket.gethostname(), **self.corpus.summary()}
+        attempts = run_folder.attempts(prev)
+        if attempts:
+            self.summary["attempts"] = attempts
+        self.prev_wall = float((prev or {}).get("wall_time_s") or 0.0)
+        return module
+
+    # ---------------------------------------------------------------------------------------------- fit
+    def fit(self, module) -> tuple[dict, bool]:
+        """The Trainer with its loggers and callbacks; fit from the checkpoint to resume; (metrics, pruned)."""
+        import pytorch_lightning as pl
+        from pytorch_lightning.loggers import CSVLogger
+
+        from .lit import DevBleu, TranslationDataModule
+        from .tracking import make_wandb_logger
+
+        cfg, t = self.cfg, self.cfg["train"]
+        if self.is_zero:
+            atomic.write_json(self.summary_path, self.summary)
+        self.wandb_logger = make_wandb_logger(cfg, self.rid, self.run_dir)
+        loggers = [CSVLogger(save_dir=str(self.run_dir), name="logs")]  # logs/version_N: one per attempt
+        if self.wandb_logger is not None:
+            loggers.append(self.wandb_logger)
+        self.dev_bleu = DevBleu(cfg, self.corpus.tokenizer, self.corpus.dev_raw["src"], self.corpus.dev_raw["tgt"],
+                                self.wandb_logger)
+        world = world_size(t)
+        accumulate = accumulation(t, world)
+        trainer_kwargs = _trainer_kwargs(cfg, accumulate)
+        self.trainer = trainer = pl.Trainer(
+            logger=loggers, callbacks=[stop_on_nonfinite_loss(), *checkpoint_callbacks(t, self.ckpt_dir),
+                                       self.dev_bleu, *self.extra],
+            default_root_dir=str(self.run_dir), plugins=[atomic_checkpoint_io()], **trainer_kwargs)
+        if trainer.world_size != world:
+            raise UserError(f"train.devices={t['devices']} x train.num_nodes={t['num_nodes']} gives {world} processes "
+                            f"but Lightning sees {trainer.world_size}: make them agree with the launcher (torchrun/srun)")
+        self.summary.update(precision=trainer_kwargs["precision"])  # what train.precision (e.g. auto) resolved to
+        self.summary.update(world_size=world, accumulate=accumulate,
+                            effective_batch_tokens=t["batch_tokens"] * world * accumulate)
+        if self.is_zero:
+            print(f"ltfm: run {self.rid}: {world} process(es) x {t['batch_tokens']} tokens x accumulation {accumulate} "
+                  f"= {self.summary['effective_batch_tokens']} tokens per side per optimizer step", file=sys.stderr)
+        datamodule = TranslationDataModule(cfg, self.corpus.train, self.corpus.dev)
+        # Rank zero picks the checkpoint (setting unreadable ones aside); the other ranks wait for the
+        # same file name (a DDP run on one node shares the folder; Lightning broadcasts nothing here).
+        resume = resume_checkpoint(self.ckpt_dir) if self.is_zero else rank_resume_checkpoint(self.ckpt_dir)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
+        if trainer.interrupted:
+            raise KeyboardInterrupt
+        if trainer.global_step % t["val_every_steps"] != 0 or results.DEV_LOSS not in trainer.callback_metrics:
+            trainer.validate(module, datamodule=datamodule, verbose=False)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        return metrics, any(getattr(cb, "pruned", False) for cb in self.extra)
+
+    # ---------------------------------------------------------------------------------------- summarise
+    def summarise(self, module, metrics: dict, pruned: bool, train_wall: float) -> dict:
+        """The attempt's summary.json: status, steps, dev loss and perplexity, tokens, times, W&B run."""
+        trainer = self.trainer
+        wall = self.prev_wall + time.time() - self.started
+        train_tokens = module.train_tokens * trainer.world_size
+        self.summary.update(
+            status="pruned" if pruned else "completed", steps=trainer.global_step, epochs=trainer.current_epoch,
+            dev_loss=metrics.get(results.DEV_LOSS), dev_ppl=metrics.get(results.DEV_PPL),
+            train_tokens=train_tokens, wall_time_s=round(wall, 1), train_time_s=round(train_wall, 1),
+            tokens_per_s=round(train_tokens / max(train_wall, 1e-9), 1),
+            dev_bleu_history=self.dev_bleu.history,
+            finished_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
+        if self.is_zero:
+            from .tracking import finish
+            self.summary.update(finish(self.wandb_logger, self.summary, self.summary.get("bleu_checkpoint_path")))
+            atomic.write_json(self.summary_path, self.summary)
+        return self.summary
+
+    def fail(self, e: BaseException) -> None:
+        """Record the attempt as failed (if the folder still takes a small file), keeping the earlier ones."""
+        if not self.is_zero:
+            return
+        from .tracking import finish, scrub
+
+        err = e if isinstance(e, UserError) else run_folder.storage_error(e, self.run_dir) or e
+        text = str(err).splitlines()[0] if str(err) else ""
+        self.summary.update(status="failed", error=scrub(f"{err.__class__.__name__}: {text}"),
+                            steps=self.trainer.global_step if self.trainer is not None else 0,
+                            wall_time_s=self.prev_wall + time.time() - self.started)
+        try:
+            self.summary.update(finish(self.wandb_logger, self.summary))
+        except Exception:  # noqa: BLE001 - the run's own error is the one to report
+            pass
+        try:
+            atomic.write_json(self.summary_path, self.summary)
+        except OSError as write_error:
+            print(f"ltfm: warning: could not record the failure in {self.summary_path} ({write_error.strerror})",
+                  file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------ the Trainer's parts
+def checkpoint_callbacks(t: dict, ckpt_dir: Path) -> list:
+    """Step checkpoints (``step=NNNNNN.ckpt``, the last ``train.keep_checkpoints`` kept, and ``last.ckpt``)
+    and ``best.ckpt`` (lowest dev loss)."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    minutes = t["checkpoint_every_minutes"]
+    steps = ModelCheckpoint(
+        dirpath=ckpt_dir, filename="step={step:06d}", auto_insert_metric_name=False, save_last=True,
+        monitor="step", mode="max", save_top_k=max(t["keep_checkpoints"], 1),
+        every_n_train_steps=None if minutes else t["checkpoint_every_steps"],
+        train_time_interval=timedelta(minutes=minutes) if minutes else None,
+    )
+    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=results.DEV_LOSS, mode="min", save_top_k=1,
+                           enable_version_counter=False, auto_insert_metric_name=False)
+    return [steps, best]
+
+
+def stop_on_nonfinite_loss():
+    """A callback that stops the run as failed the moment the training loss is nan/inf: nothing after it can be
+    trusted, and a checkpoint of it must not become ``last.ckpt`` (Lightning runs checkpoint callbacks after
+    this one)."""
+    import pytorch_lightning as pl
+
+    class StopOnNonFiniteLoss(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if isinstance(loss, torch.Tensor) and not bool(torch.isfinite(loss.detach()).all()):
+                raise UserError(f"training loss became {float(loss.detach().float().mean())} at step "
+                                f"{trainer.global_step}: the run diverged; lower train.lr_scale, raise train.warmup or "
+                                f"set train.clip_norm, in a new run")
+
+    return StopOnNonFiniteLoss()
+
+
+def world_size(train_cfg: dict) -> int:
+    """Processes the run will have: devices per node x nodes (before the Trainer exists)."""
+    devices = train_cfg["devices"].strip()
+    if devices.lstrip("-").isdigit():
+        n = int(devices)
+        if n == -1:
+            n = torch.cuda.device_count() if train_cfg["accelerator"] in ("gpu", "cuda", "auto") and \
+                torch.cuda.is_available() else 1
+    elif devices == "auto":
+        n = torch.cuda.device_count() if train_cfg["accelerator"] in ("gpu", "cuda", "auto") and \
+            torch.cuda.is_available() else 1
+    else:
+        n = len([d for d in devices.split(",") if d.strip()])
+    return max(n, 1) * train_cfg["num_nodes"]
+
+
+def accumulation(train_cfg: dict, world: int) -> int:
+    """Gradient accumulation that brings batch_tokens x world x accumulation closest to batch_tokens_total,
+    so that 1 CPU, 2 GPUs or 8 GPUs take the same optimizer steps (the paper: ~25,000 tokens per side on
+    8 GPUs). fairseq sets the same product by hand (--update-freq)."""
+    total = train_cfg["batch_tokens_total"]
+    if total is None:
+        return train_cfg["accumulate"]
+    return max(1, round(total / (train_cfg["batch_tokens"] * world)))
+
+
+def _trainer_kwargs(cfg: dict, accumulate: int) -> dict:
+    t = cfg["train"]
+    devices = t["devices"]
+    devices = int(devices) if devices.lstrip("-").isdigit() else devices
+    return dict(
+        accelerator=t["accelerator"], devices=devices, num_nodes=t["num_nodes"], strategy=t["strategy"],
+        precision=resolve_precision(t["precision"], t["accelerator"]), max_steps=t["max_steps"],
+        max_time=timedelta(minutes=t["max_time_minutes"]) if t["max_time_minutes"] else None,
+        accumulate_grad_batches=accumulate,
+        gradient_clip_val=t["clip_norm"] or None,
+        val_check_interval=t["val_every_steps"] * accumulate, check_val_every_n_epoch=None,
+        num_sanity_val_steps=0, log_every_n_steps=t["log_every_steps"],
+        use_distributed_sampler=False, enable_model_summary=False,
+        enable_progress_bar=t["progress_bar"], max_epochs=-1,
+    )
