@@ -1,7 +1,7 @@
 # make ablation : set up .venv and run the main job, Table 3, then its report (reports/build/<sweep>/):
 #                 on CPU the protocol sweeps/table3-cpu.yaml (Multi30k, d_model 128, 600 steps a row, the base at
-#                 3 seeds: ~2 hours on a 2-core AVX2 CPU, one worker per core); with a CUDA GPU the full Multi30k
-#                 budget, sweeps/table3-multi30k.yaml (one worker per GPU). One progress line every 30 s.
+#                 3 seeds: 100 min on a 2-core AVX2 CPU, one worker per core); with a CUDA GPU the GPU protocol,
+#                 sweeps/table3-gpu.yaml (d_model 256, 4 workers on each GPU). One progress line every 30 s.
 #   QUICK=1     : a pipeline check in a few minutes (every row of the protocol, QUICK_STEPS steps, 100 dev pairs)
 #   WORKERS=K   : K workers instead of one per core (or GPU)
 #   SWEEP=sweeps/table3.yaml ARGS="train.devices=8 train.strategy=ddp" WORKERS=1 : the paper's scale on a GPU node
@@ -24,7 +24,7 @@ endif
 EXPERIMENT ?= experiments/multi30k-smoke.yaml
 # CUDA present (asked of the environment's torch once it is installed): the full Multi30k budget on the GPUs
 HAS_CUDA = $(shell $(PY) -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null)
-SWEEP ?= $(if $(filter 1,$(HAS_CUDA)),sweeps/table3-multi30k.yaml,sweeps/table3-cpu.yaml)
+SWEEP ?= $(if $(filter 1,$(HAS_CUDA)),sweeps/table3-gpu.yaml,sweeps/table3-cpu.yaml)
 WORKERS ?= auto
 ARGS ?=
 # QUICK=1: the pipeline in a few minutes (every row QUICK_STEPS steps, big 3x; 100 dev pairs). Its numbers say nothing.
@@ -35,12 +35,16 @@ BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-fast train clean
+.PHONY: setup ablation reference test test-fast train clean gpu-check
+
+# A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
+# system's packages and pip installs no torch over it. Elsewhere torch is installed first, pinned: an open range
+# would pull a multi-GB CUDA build on a machine without torch.
+SYSTEM_CUDA_TORCH = $(shell $(PYTHON) -c 'import sys, torch; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(0 if v >= (2, 4) and torch.version.cuda else 1)' >/dev/null 2>&1 && echo 1)
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	# torch first, pinned: an open range would pull a multi-GB CUDA build on a machine without torch.
-	$(PY) -m pip install -q torch==2.13.0
+	$(PYTHON) -m venv $(if $(SYSTEM_CUDA_TORCH),--system-site-packages,) $(VENV)
+	$(if $(SYSTEM_CUDA_TORCH),@echo "setup: using the CUDA torch of $(PYTHON) (no torch installed)",$(PY) -m pip install -q torch==2.13.0)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
@@ -78,6 +82,11 @@ train: setup
 TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+
+# make gpu-check: the first thing to run on a GPU machine (CUDA tests, bf16 smoke run, evaluate/translate, 1-GPU DDP,
+# bench against Marian, make ablation QUICK=1): one log and a summary in results-gpu-check/; a one-line skip without CUDA
+gpu-check: setup
+	PY=$(PY) DATA=$(if $(DATA),$(DATA),../shared/data/multi30k) bash tests/gpu_check.sh
 
 # the suite without the tests that train through subprocesses (marked slow): a few minutes, for development
 test-fast: setup

@@ -139,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--config")
     b.add_argument("--vs", choices=["marian", "none"], default="none")
     b.add_argument("--json", action="store_true")
-    b.add_argument("--dtypes", help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the CPU has it)")
+    b.add_argument("--dtypes", help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the device has it)")
+    b.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where both models run (auto: cuda when torch sees a GPU, else cpu)")
     b.add_argument("--data", type=int, metavar="N", help="instead: benchmark the data pipeline on a generated "
                    "corpus of N pairs (prepare time, second trial's time to its first step, RSS, cache size)")
     b.add_argument("overrides", nargs="*")

@@ -61,6 +61,12 @@ SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", 
 
 
 def pytest_collection_modifyitems(config, items):
+    import torch
+
+    no_cuda = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False); make gpu-check runs these")
+    for item in items:
+        if "cuda" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(no_cuda)
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)

@@ -27,7 +27,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from ..training.errors import UserError
 from ..training.results import read_metrics

@@ -13,11 +13,14 @@ and dtype:
   and then EOS (random weights would otherwise stop at random lengths: both models are held to the same
   work): ours with ``min_len = max_len = out_len``, Marian's ``generate`` with ``min_new_tokens=out_len``,
   ``max_new_tokens=out_len + 1`` and EOS forced at the maximum length (checked after every run);
-* ``peak_memory_mb``: the largest growth of the process's resident memory during the measurement, after
-  free pages are returned to the OS (sampled every 2 ms; CPU has no allocator counter like
-  ``torch.cuda.max_memory_allocated``);
+* ``peak_memory_mb``: on CUDA the allocator's peak (``torch.cuda.max_memory_allocated``) over the
+  measurement; on CPU the largest growth of the process's resident memory, after free pages are returned
+  to the OS (sampled every 2 ms);
 * ``mfu``: model FLOPs per second of training (6 x matmul parameters x tokens, plus attention) over the
-  machine's measured matrix-multiply peak in that dtype.
+  device's measured matrix-multiply peak in that dtype.
+
+``--device`` (default: cuda when torch sees a GPU, else cpu) puts both models, the batches and the peak
+measurement on that device; on CUDA every timed region ends with a synchronize.
 """
 from __future__ import annotations
 
@@ -36,6 +39,14 @@ DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128
 
 
 # ------------------------------------------------------------------------------------------- measuring
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "cpu"
+
+
 def _rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -53,9 +64,17 @@ def _release_free_memory() -> None:
 
 
 class PeakMemory:
-    """Peak growth of resident memory (MB) while the block runs."""
+    """Peak memory (MB) while the block runs: the CUDA allocator's peak on ``cuda``, else the growth of the
+    process's resident memory."""
+
+    def __init__(self, device: str = "cpu"):
+        self.device = device
 
     def __enter__(self):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            return self
         _release_free_memory()
         self.base = self.peak = _rss_mb()
         self._stop = threading.Event()
@@ -69,21 +88,36 @@ class PeakMemory:
             time.sleep(0.002)
 
     def __exit__(self, *exc):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            self.mb = torch.cuda.max_memory_allocated() / 2**20
+            return
         self._stop.set()
         self._t.join()
         self.peak = max(self.peak, _rss_mb())
         self.mb = self.peak - self.base
 
 
-def matmul_peak_flops(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
-    """Measured FLOP/s of a large square matrix product in ``dtype`` (best of ``reps``)."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak_flops(dtype: torch.dtype, n: int | None = None, reps: int = 10, device: str = "cpu") -> float:
+    """Measured FLOP/s of a large square matrix product in ``dtype`` on ``device`` (best of ``reps``; on
+    CUDA 8192 x 8192 and a batch of products per timing, so launch gaps do not count)."""
+    n = n or (8192 if device == "cuda" else 2048)
+    inner = 10 if device == "cuda" else 1
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
     a @ b
+    _sync(device)
     best = float("inf")
     for _ in range(reps):
         t = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t)
+        for _ in range(inner):
+            a @ b
+        _sync(device)
+        best = min(best, (time.perf_counter() - t) / inner)
     return 2 * n**3 / best
 
 
@@ -125,30 +159,30 @@ def build_marian(s: dict):
     return MarianMTModel(cfg)
 
 
-def _batch(s: dict, seed: int = 0):
+def _batch(s: dict, seed: int = 0, device: str = "cpu"):
     g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, s["vocab"], (s["batch"], s["src_len"]), generator=g)
-    tgt = torch.randint(4, s["vocab"], (s["batch"], s["tgt_len"] + 1), generator=g)
+    src = torch.randint(4, s["vocab"], (s["batch"], s["src_len"]), generator=g).to(device)
+    tgt = torch.randint(4, s["vocab"], (s["batch"], s["tgt_len"] + 1), generator=g).to(device)
     return src, tgt[:, :-1], tgt[:, 1:]
 
 
-def _autocast(dtype):
-    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
+def _autocast(dtype, device: str = "cpu"):
+    return torch.autocast(device, dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
 
 
-def make_train_step(kind: str, model, s: dict, dtype: str):
+def make_train_step(kind: str, model, s: dict, dtype: str, device: str = "cpu"):
     """One training step as ``ltfm train`` runs it: ours with the fused projection + smoothed loss
     (loss.fused_label_smoothed_nll_loss); Marian through its logits and the same smoothed loss.
     Both use the same (fused) Adam."""
     from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
     from .optim import adam
 
-    src, tgt_in, tgt_out = _batch(s)
+    src, tgt_in, tgt_out = _batch(s, device=device)
     opt = adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     mask = torch.ones_like(src)
 
     def step():
-        with _autocast(dtype):
+        with _autocast(dtype, device):
             if kind == "ours":
                 loss, _, n = fused_label_smoothed_nll_loss(model.features(src, tgt_in), model.output_weight,
                                                            tgt_out, 0.1)
@@ -162,10 +196,10 @@ def make_train_step(kind: str, model, s: dict, dtype: str):
     return step
 
 
-def make_decode(kind: str, model, s: dict, dtype: str):
+def make_decode(kind: str, model, s: dict, dtype: str, device: str = "cpu"):
     from .decode import translate_ids
 
-    src, _, _ = _batch(s, seed=1)
+    src, _, _ = _batch(s, seed=1, device=device)
     n = s["out_len"]
     if kind == "ours":
         ids = src.tolist()
@@ -173,7 +207,7 @@ def make_decode(kind: str, model, s: dict, dtype: str):
         def run():
             out = translate_ids(model, ids, beam_size=s["beam"], alpha=0.6, max_len_a=0.0, max_len_b=n,
                                 batch_sentences=s["batch"], dtype=torch.bfloat16 if dtype == "bf16" else None,
-                                min_len=n)
+                                min_len=n, device=torch.device(device))
             assert all(len(h.tokens) == n for h in out)
         return run
 
@@ -184,7 +218,7 @@ def make_decode(kind: str, model, s: dict, dtype: str):
     def run():
         # no_grad as generate() itself uses (and as our decoding does): under inference_mode autocast would
         # recast every weight at every step, which would slow Marian down unfairly.
-        with torch.no_grad(), _autocast(dtype):
+        with torch.no_grad(), _autocast(dtype, device):
             out = model.generate(input_ids=src, attention_mask=mask, num_beams=s["beam"], length_penalty=0.6,
                                  min_new_tokens=n, max_new_tokens=n + 1, early_stopping=True, do_sample=False)
         # decoder start token + n tokens + EOS, like ours (n tokens, then EOS forced at the maximum length)
@@ -192,39 +226,50 @@ def make_decode(kind: str, model, s: dict, dtype: str):
     return run
 
 
-def _time(fn, k: int) -> float:
+def _time(fn, k: int, device: str = "cpu") -> float:
     fn()  # warm-up
+    _sync(device)
     t = time.perf_counter()
     for _ in range(k):
         fn()
+    _sync(device)
     return (time.perf_counter() - t) / k
 
 
 DTYPES = ("fp32", "bf16")
 
 
-def default_dtypes() -> tuple[str, ...]:
-    """fp32, and bf16 where the CPU multiplies bf16 natively (without it bf16 is ~70x slower: precision.py)."""
+def default_dtypes(device: str = "cpu") -> tuple[str, ...]:
+    """fp32, and bf16 where the device multiplies bf16 natively (a CPU without it runs bf16 many times
+    slower than fp32: precision.py)."""
     from .precision import cpu_has_fast_bf16
 
-    return DTYPES if cpu_has_fast_bf16() else ("fp32",)
+    native = torch.cuda.is_bf16_supported() if device == "cuda" else cpu_has_fast_bf16()
+    return DTYPES if native else ("fp32",)
 
 
-def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=print) -> dict:
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=print, device: str = "cpu") -> dict:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False): "
+                        "use --device cpu")
     if dtypes is None:
-        dtypes = default_dtypes()
+        dtypes = default_dtypes(device)
         if "bf16" not in dtypes:
-            log("ltfm bench: this CPU has no native bf16 (no AVX-512/AMX): bf16 is left out, fp32 only")
+            log(f"ltfm bench: this {device} has no native bf16: bf16 is left out, fp32 only")
 
     s = {**DEFAULTS, **(settings or {})}
     load_before = [round(x, 2) for x in os.getloadavg()]
     if s["threads"]:
         torch.set_num_threads(s["threads"])
     kinds = ["ours"] + (["marian"] if vs == "marian" else [])
-    models = {"ours": build_ours(s)}
+    models = {"ours": build_ours(s).to(device)}
     if vs == "marian":
-        models["marian"] = build_marian(s)
-    peaks = {dt: matmul_peak_flops(torch.float32 if dt == "fp32" else torch.bfloat16) for dt in dtypes}
+        models["marian"] = build_marian(s).to(device)
+    peaks = {dt: matmul_peak_flops(torch.float32 if dt == "fp32" else torch.bfloat16, device=device) for dt in dtypes}
     flops = train_flops_per_step(s)
     res = {k: {dt: {"train": [], "decode": [], "train_mem": [], "decode_mem": []} for dt in dtypes} for k in kinds}
     for rep in range(s["reps"]):
@@ -232,21 +277,22 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
             for kind in kinds:  # alternate the models within each repetition
                 m = models[kind]
                 m.train()
-                step = make_train_step(kind, m, s, dt)
-                with PeakMemory() as pm:
-                    sec = _time(step, s["train_steps"])
+                step = make_train_step(kind, m, s, dt, device)
+                with PeakMemory(device) as pm:
+                    sec = _time(step, s["train_steps"], device)
                 res[kind][dt]["train"].append(sec)
                 res[kind][dt]["train_mem"].append(pm.mb)
                 m.eval()
-                dec = make_decode(kind, m, s, dt)
-                with PeakMemory() as pm:
-                    sec = _time(dec, s["decode_batches"])
+                dec = make_decode(kind, m, s, dt, device)
+                with PeakMemory(device) as pm:
+                    sec = _time(dec, s["decode_batches"], device)
                 res[kind][dt]["decode"].append(sec)
                 res[kind][dt]["decode_mem"].append(pm.mb)
                 log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
                     f"  decode {s['batch'] / res[kind][dt]['decode'][-1]:6.1f} sent/s")
     out = {"settings": s, "matmul_peak_gflops": {dt: round(p / 1e9, 1) for dt, p in peaks.items()},
-           "torch": torch.__version__, "dtypes": list(dtypes), "threads": torch.get_num_threads(), "attention_kernel": models["ours"].attention_kernel,
+           "torch": torch.__version__, "dtypes": list(dtypes), "device": device,
+           "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(), "threads": torch.get_num_threads(), "attention_kernel": models["ours"].attention_kernel,
            # other processes slow both models alike (alternation), but the absolute figures too: say so
            "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     for kind in kinds:
@@ -273,7 +319,7 @@ def format_report(r: dict) -> str:
     s = r["settings"]
     lines = [f"N={s['layers']} d_model={s['d_model']} d_ff={s['d_ff']} heads={s['heads']} vocab={s['vocab']} "
              f"batch={s['batch']}x{s['src_len']} tokens, beam {s['beam']}, {s['out_len']} output tokens; "
-             f"torch {r['torch']}, {r['threads']} threads; matmul peak "
+             f"{r.get('device', 'cpu')} ({r.get('device_name', '?')}), torch {r['torch']}, {r['threads']} threads; matmul peak "
              + ", ".join(f"{dt} {g:.0f} GFLOP/s" for dt, g in r["matmul_peak_gflops"].items())
              + f"; load average {r['loadavg_before'][0]:.2f} before, {r['loadavg_after'][0]:.2f} after",
              f"{'model':8s} {'dtype':5s} {'train tok/s':>12s} {'decode sent/s':>14s} {'peak MB':>8s} {'MFU':>6s}"]
@@ -310,6 +356,8 @@ def bench_cli(args) -> int:
         dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
         if not dtypes or any(d not in DTYPES for d in dtypes):
             raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of fp32 and bf16")
-    r = run_bench(settings, args.vs, dtypes=dtypes, log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)))
+    device = default_device() if args.device == "auto" else args.device
+    r = run_bench(settings, args.vs, dtypes=dtypes, log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)),
+                  device=device)
     print(json.dumps(r, indent=2) if args.json else format_report(r))
     return 0
