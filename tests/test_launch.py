@@ -53,16 +53,17 @@ def test_progress_counts_rows_reads_running_rows_and_estimates_the_time_left(tmp
     trials = study.get_trials(deepcopy=False)
     t_big = next(t for t in trials if t.number == big.number)
     t_base = next(t for t in trials if t.number == base.number)
-    # Time the work: big took 300 s, base has run 100 s -> 300 + 50 units of work in 400 worker-seconds.
+    # Time the work: big took 600 s for its 300 units (0.5 a second); base has run 100 s, spent partly starting
+    # up (50 units done): only finished rows set the rate, so a slow start never reads as slow work.
     start = t_base.datetime_start
-    t_big.datetime_start, t_big.datetime_complete = start - dt.timedelta(seconds=300), start
+    t_big.datetime_start, t_big.datetime_complete = start - dt.timedelta(seconds=600), start
     now = start + dt.timedelta(seconds=100)
     p = progress(sweep, plan, trials, cost, now=now, workers=2)
     assert (p["done"], len(p["running"]), p["left"]) == (1, 1, total - 2)
     assert p["running"][0] == {"variant": "base", "seed": 1, "step": 50, "max_steps": 100, "dev_ppl": 61.5,
                                "for_s": 100.0, "gpu": None}
     left = 50 + 100 * (total - 2)  # half of base s1, then 21 rows of 100
-    assert p["eta_s"] == pytest.approx(left / (350 / 400) / 2)
+    assert p["eta_s"] == pytest.approx(left / (300 / 600) / 2)
     line = format_progress(sweep.name, p, 400)
     assert re.search(r"rows 1/23 done, 1 running, 21 left \| base s1 step 50/100 dev ppl 61\.5 \| ETA \d+:\d\d", line)
 
@@ -232,3 +233,20 @@ def test_a_search_sweeps_progress_line_counts_its_trials():
     line = format_search_progress(sweep, study.get_trials(deepcopy=False), 75)
     assert line == (f"[{sweep.name} 1:15] trials 3/{sweep.n_trials} finished (2 completed, 1 pruned, 0 failed), "
                     "1 running")
+
+
+def test_written_status_names_run_folders_within_the_results_folder(tmp_path):
+    from lightning_tfm.sweep import load_sweep
+    from lightning_tfm.sweep.status import format_status
+    from lightning_tfm.training.results import in_results, storage_in_results
+
+    results = tmp_path / "results"
+    assert in_results(str(results / "table3-cpu-base-1234"), results) == "table3-cpu-base-1234"
+    assert in_results("/elsewhere/run", results) == "/elsewhere/run" and in_results(None, results) is None
+    assert storage_in_results(f"sqlite:///{results}/t.db", results) == "t.db (SQLite, in the results folder)"
+    assert storage_in_results("postgresql://u:pw@h/db", results) == "postgresql://u:***@h/db"
+    rows = [{"number": 0, "variant": "base", "seed": 1, "state": "complete", "value": 3.5, "steps": 600,
+             "duration_s": 401, "run_dir": str(results / "table3-cpu-base-1234"), "note": None}]
+    text = format_status(load_sweep(ROOT / "sweeps/table3-cpu.yaml"), rows, f"sqlite:///{results}/t.db", results)
+    assert str(tmp_path) not in text and "table3-cpu-base-1234" in text
+    assert "t.db (SQLite, in the results folder)" in text.splitlines()[-1]

@@ -38,6 +38,50 @@ def _series(rec: RunRecord, key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+def ema(values: list[float], smoothing: float = 0.6) -> list[float]:
+    """Exponential moving average with the start-up bias removed (TensorBoard's smoothing): each point is
+    the weighted mean of those before it, weights ``smoothing`` ** age."""
+    out, acc, weight = [], 0.0, 0.0
+    for v in values:
+        acc = smoothing * acc + (1 - smoothing) * v
+        weight = smoothing * weight + (1 - smoothing)
+        out.append(acc / weight)
+    return out
+
+
+def seed_band(recs: list[RunRecord], key: str) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(steps, mean, low, high) of ``key`` over the records' curves, at the steps every curve has."""
+    curves = [dict(zip(*_series(r, key))) for r in recs]
+    curves = [c for c in curves if c]
+    if not curves:
+        return [], [], [], []
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    values = [[c[s] for c in curves] for s in steps]
+    return steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values]
+
+
+def _plot_base(ax, recs: list[RunRecord], key: str, smooth: bool = False, **style) -> bool:
+    """The base row as one legend entry: its curve (the mean over its seeds) with the seeds' range shaded.
+    ``smooth``: each seed's curve smoothed by :func:`ema` first, the raw points drawn faint."""
+    with_curve = [r for r in recs if _series(r, key)[0]]
+    if not with_curve:
+        return False
+    if smooth:
+        for r in with_curve:
+            xs, ys = _series(r, key)
+            ax.plot(xs, ys, color="black", alpha=0.15, linewidth=0.6)
+        with_curve = [RunRecord(r.variant, history=[{"step": x, key: y} for x, y in zip(_series(r, key)[0],
+                                                                                      ema(_series(r, key)[1]))])
+                      for r in with_curve]
+    steps, mean, lo, hi = seed_band(with_curve, key)
+    n = len(with_curve)
+    label = "base" if n == 1 else f"base (mean of {n} seeds, their range shaded)"
+    ax.plot(steps, mean, color="black", label=label, linewidth=1.4, **style)
+    if n > 1:
+        ax.fill_between(steps, lo, hi, color="black", alpha=0.15, linewidth=0)
+    return True
+
+
 def _label(rec: RunRecord, many_seeds: bool) -> str:
     return f"{rec.variant} s{rec.seed}" if many_seeds else rec.variant
 
@@ -97,6 +141,9 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
         for j, v in enumerate(members):
             recs = [r for r in data.records if r.variant == v]
             drawn = False
+            if v == "base":
+                drawn = _plot_base(ax, recs, R.DEV_PPL, marker=".")
+                recs = []
             for r in sorted(recs, key=lambda r: (r.seed is None, r.seed or 0)):
                 xs, ys = _series(r, R.DEV_PPL)
                 if xs:
@@ -166,19 +213,26 @@ def plot_norm_curves(data: ReportData, path: str | Path) -> str:
     many = len(data.sweep.seeds) > 1
     last = max([row["step"] for r in post + pre for row in r.history] or [0])
     early = max(last // 10, 1)
+    if post:  # the base (post-norm) as one entry per panel, its seeds' range shaded
+        _plot_base(full, post, R.TRAIN_LOSS, smooth=True)
+        _plot_base(dev, post, R.DEV_PPL, marker=".")
     for i, r in enumerate(post + pre):
         color = "black" if r.variant == "base" else f"C{i % 10}"
         kind = "post" if r.variant == "base" else r.config.get("model.norm", "?")
         label = f"{_label(r, many)} ({kind}-norm)"
         xs, ys = _series(r, R.TRAIN_LOSS)
-        full.plot(xs, ys, color=color, label=label, linewidth=1)
+        if r.variant != "base":  # single-batch losses: smoothed, the raw points faint
+            full.plot(xs, ys, color=color, alpha=0.2, linewidth=0.6)
+            full.plot(xs, ema(ys), color=color, label=label, linewidth=1.2)
         pts = [(x, y) for x, y in zip(xs, ys) if x <= early]
         if len(pts) < 5:
             pts = list(zip(xs, ys))[:5]
-        first.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=color, label=label, linewidth=1)
-        xs, ys = _series(r, R.DEV_PPL)
-        dev.plot(xs, ys, marker=".", color=color, label=label, linewidth=1)
-    full.set_title("training loss, whole run", fontsize=9)
+        first.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=color,
+                   label=label if r.variant != "base" or r is post[0] else None, linewidth=1)
+        if r.variant != "base":
+            xs, ys = _series(r, R.DEV_PPL)
+            dev.plot(xs, ys, marker=".", color=color, label=label, linewidth=1)
+    full.set_title("training loss, whole run (smoothed; raw single-batch losses faint)", fontsize=9)
     shown = max((int(x) for line in first.lines for x in line.get_xdata()), default=early)
     first.set_title(f"training loss, first {shown} steps", fontsize=9)
     dev.set_title("dev perplexity (lower is better)", fontsize=9)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..training import results as R
+from ..training.results import storage_in_results
 from ..training.errors import UserError
 from .text import first_line
 
@@ -320,7 +321,6 @@ def record_from_trial(trial, results_dir: Path) -> RunRecord:
 
 def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportData:
     from ..training.results import read_summary
-    from ..training.redact import mask_url
     from ..sweep import open_storage, open_study
 
     records: list[RunRecord] = []
@@ -356,8 +356,9 @@ def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportDa
         notes.append(f"{len(chosen)} run folder(s) of study {sweep.name} have no trial in the storage; shown from "
                      "their summary.json")
     records += list(chosen.values())
-    source = f"results {results_dir}" + (f", Optuna storage {mask_url(storage_url)}" if storage_url else
-                                          " (no Optuna storage found: run folders only)")
+    source = f"results folder {Path(results_dir).name}/" + (
+        f", Optuna storage {storage_in_results(storage_url, results_dir)}" if storage_url else
+        " (no Optuna storage found: run folders only)")
     return ReportData(sweep, records, source, planned_configs(sweep, records), study, notes)
 
 

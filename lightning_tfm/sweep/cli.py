@@ -90,7 +90,7 @@ def sweep_cli(args) -> int:
         storage = open_storage(url, create=False)
         study = open_study(sweep, storage, create=False)
         rows = status_rows(study)
-        print(json.dumps(rows, indent=1, default=str) if args.json else format_status(sweep, rows, mask_url(url)))
+        print(json.dumps(rows, indent=1, default=str) if args.json else format_status(sweep, rows, url, plan.results_dir))
         return 0
     storage, study = _join(sweep, plan, url, given=bool(args.storage))
     if workers is not None:

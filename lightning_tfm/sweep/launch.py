@@ -13,8 +13,9 @@ running rows and utilisation), else one per CPU core with ``train.threads`` = co
 resumed by the next run of the same command).
 
 ETA: every row's work is its planned steps x parameters (a step's cost grows with the parameter count,
-the shared embedding/softmax included); the rate is the work done so far over the time the workers
-spent on it (finished and running trials), so the estimate corrects itself as rows finish.
+the shared embedding/softmax included); the rate is the finished rows' work over their durations, so the
+time a running row spends starting (loading, building the model) is never read as slow progress; until a
+row finishes the line says "estimating". It corrects itself as rows finish.
 """
 from __future__ import annotations
 
@@ -129,23 +130,23 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
     for t in trials:
         by_key.setdefault(t.user_attrs.get("grid_key"), []).append(t)
     done = failed = 0
-    running, left_work, done_work, spent = [], 0.0, 0.0, 0.0
+    running, left_work, finished_work, finished_s = [], 0.0, 0.0, 0.0
     for entry in sweep.entries():
         key = plan.grid_key(entry)
         ts = by_key.get(key, [])
         states = {t.state.name.lower() for t in ts}
         work = cost.get(key, 0.0)
         steps_planned = plan.max_steps(entry) or 1
-        for t in ts:
-            spent += _duration(t, now) if t.state.name.lower() in (*DONE, "running") else 0.0
         if states & set(DONE):
             done += 1
-            done_work += work
+            took = [_duration(t, now) for t in ts if t.state.name.lower() == "complete"]
+            if took and took[-1] > 0:  # a pruned row stopped early: its duration is not its work's
+                finished_work += work
+                finished_s += took[-1]
         elif "running" in states:
             t = next(t for t in ts if t.state.name.lower() == "running")
             step, ppl = _latest(t.user_attrs.get("run_dir"))
             frac = min(1.0, (step or 0) / steps_planned)
-            done_work += work * frac
             left_work += work * (1 - frac)
             running.append({"variant": entry.name, "seed": entry.seed, "step": step, "max_steps": steps_planned,
                             "dev_ppl": ppl, "for_s": _duration(t, now), "gpu": t.user_attrs.get("gpu")})
@@ -155,7 +156,7 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
         else:
             left_work += work
     total = len(sweep.entries())
-    rate = done_work / spent if spent > 0 and done_work > 0 else None  # work per worker-second
+    rate = finished_work / finished_s if finished_s > 0 and finished_work > 0 else None  # work per worker-second
     eta = left_work / (rate * max(1, min(workers, total - done - failed))) if rate else None
     return {"total": total, "done": done, "failed": failed, "running": running,
             "left": total - done - failed - len(running), "eta_s": eta}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
+from ..training.results import in_results, storage_in_results
 from .plan import Plan, check_buildable
 from .spec import Entry, Sweep, suggest
 from .storage import quiet_optuna
@@ -62,19 +63,20 @@ def _fmt_duration(s: float | None) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def format_status(sweep: Sweep, rows: list[dict], storage_shown: str) -> str:
+def format_status(sweep: Sweep, rows: list[dict], storage_url: str, results_dir) -> str:
+    """The status table: run folders relative to the results folder, the storage by its name there."""
     head = ("#", "variant", "seed", "state", sweep.metric, "steps", "duration", "run folder", "note")
     table = [head]
     for r in rows:
         table.append((str(r["number"]), r["variant"] or "-", str(r["seed"] if r["seed"] is not None else "-"),
                       r["state"], f"{r['value']:.4f}" if isinstance(r["value"], float) else "-",
                       str(r["steps"] if r["steps"] is not None else "-"), _fmt_duration(r["duration_s"]),
-                      r["run_dir"] or "-", (r["note"] or "")[:80]))
+                      in_results(r["run_dir"], results_dir) or "-", (r["note"] or "")[:80]))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
-    lines.append(f"study {sweep.name} in {storage_shown}: {summary}")
+    lines.append(f"study {sweep.name} in {storage_in_results(storage_url, results_dir)}: {summary}")
     return "\n".join(lines)

@@ -189,3 +189,29 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
                         if not math.isnan(v):
                             dest[key] = v
     return [by_step[s] for s in sorted(by_step)]
+
+
+def in_results(path: str | None, results_dir) -> str | None:
+    """``path`` as written into reports and status tables: relative to the results folder when it is inside
+    it (a run folder is its run id), so a copied report names no folder of the machine that wrote it."""
+    if not path:
+        return path
+    from pathlib import Path
+
+    try:
+        return str(Path(path).resolve().relative_to(Path(results_dir).resolve()))
+    except ValueError:
+        return str(path)
+
+
+def storage_in_results(url: str, results_dir) -> str:
+    """A storage URL as shown in written files: a SQLite file inside the results folder by its name there,
+    any other URL with its password masked."""
+    from .redact import mask_url
+
+    prefix = "sqlite:///"
+    if url.startswith(prefix):
+        shown = in_results(url[len(prefix):], results_dir)
+        if shown != url[len(prefix):]:
+            return f"{shown} (SQLite, in the results folder)"
+    return mask_url(url)
