@@ -1,4 +1,4 @@
-"""``ltfm``: a thin command line over library functions that the tests call too.
+"""``ltfm``: the command line, a table of commands (each a library function the tests call too).
 
 Every user error (config, data, arguments, storage, checkpoint) ends as one line on stderr and exit
 code 2, with no traceback.
@@ -23,6 +23,7 @@ class _Parser(argparse.ArgumentParser):
 #: never import torch, Lightning or Optuna. ``train``, ``prepare`` and ``bench`` decide something first (below).
 COMMANDS = {
     "train": ".cli:_train",
+    "config": ".cli:_config",
     "prepare": ".cli:_prepare",
     "evaluate": ".training.commands:evaluate_cli",
     "translate": ".training.commands:translate_cli",
@@ -55,6 +56,34 @@ def _train(args) -> int:
     return 0 if summary.get("status") in ("completed", "pruned") else 1
 
 
+def _config(args) -> int:
+    """``ltfm config CONFIG.yaml [k=v ...]``: the resolved config as the run saves it (``config.yaml``), under a
+    comment with its run id; ``ltfm config --keys [PREFIX]``: every key of the schema with its type, default,
+    allowed values and meaning (the schema validation uses, so nothing here can fall out of date)."""
+    from .training import config as C
+
+    if args.keys is not None:
+        if args.config or args.overrides:
+            raise UserError("--keys lists the schema: give no config file or overrides with it")
+        rows = [(f"{sec}.{name}", C.describe(spec), "null" if default is None else str(default), help)
+                for sec, keys in C.SCHEMA.items() for name, (spec, default, help) in keys.items()
+                if f"{sec}.{name}".startswith(args.keys)]
+        if not rows:
+            raise UserError(f"no config key starts with {args.keys!r}: sections are {', '.join(C.SCHEMA)}")
+        w = [max(len(r[i]) for r in rows) for i in range(3)]
+        for key, kind, default, help in rows:
+            print(f"{key:<{w[0]}}  {kind:<{w[1]}}  default {default:<{w[2]}}  {help}")
+        return 0
+    if not args.config:
+        raise UserError("give an experiment file (ltfm config experiments/multi30k-smoke.yaml [k=v ...]) or --keys")
+    from .training.redact import scrub
+
+    cfg = C.load_config(args.config, args.overrides)
+    print(f"# run id: {C.run_id(cfg)} (its folder: {C.flatten(cfg)['run.results_dir']}/{C.run_id(cfg)})")
+    print(C.dump_yaml(scrub(cfg)), end="")
+    return 0
+
+
 def _prepare(args) -> int:
     """``ltfm prepare CONFIG|SWEEP``: a sweep file's corpus is that of its base experiment with the sweep's
     overrides (what its trials use); reading a sweep file belongs to the sweep package, above the corpus."""
@@ -74,51 +103,53 @@ def _bench(args) -> int:
     return _run(".training.bench_pipeline:bench_data_cli" if args.data is not None else ".training.bench:bench_cli", args)
 
 
+USAGE = """Train the Transformer of "Attention Is All You Need", run the paper's Table 3 as an Optuna sweep,
+and regenerate the table beside the paper's.
+
+start with:
+  ltfm train experiments/multi30k-smoke.yaml data.path=../shared/data/multi30k   one model, under a minute
+  ltfm sweep sweeps/table3-cpu.yaml data.path=../shared/data/multi30k --workers auto
+                                                                                 the Table 3 sweep
+  ltfm report sweeps/table3-cpu.yaml                                             its report: md, csv, html
+
+every config key, its type, default and meaning: ltfm config --keys [PREFIX]"""
+
+OVERRIDES = "dotted.key=value settings on top of the file (ltfm config --keys lists every key)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ltfm", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = _Parser(prog="ltfm", description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
-    t = sub.add_parser("train", help="train one model: ltfm train CONFIG.yaml [dotted.key=value ...]")
-    t.add_argument("config")
-    t.add_argument("overrides", nargs="*", help="dotted.key=value")
+    t = sub.add_parser("train", help="train (or resume) one model", description="Train one model from an "
+                       "experiment file; the same command resumes it. Every key: ltfm config --keys; the "
+                       "resolved config and run id: ltfm config CONFIG.yaml [k=v ...].")
+    t.add_argument("config", help="experiment YAML, e.g. experiments/multi30k-smoke.yaml")
+    t.add_argument("overrides", nargs="*", help=OVERRIDES)
 
-    pr = sub.add_parser("prepare", help="build the prepared corpus (vocabulary + token ids) of a config once: "
-                                         "ltfm prepare CONFIG.yaml [dotted.key=value ...]")
-    pr.add_argument("config")
+    c = sub.add_parser("config", help="the resolved config of an experiment, or every config key",
+                       description="Print the config a run would save (YAML, with its run id), or with --keys "
+                       "every key with its type, default, allowed values and meaning.")
+    c.add_argument("config", nargs="?", help="experiment YAML (not with --keys)")
+    c.add_argument("--keys", nargs="?", const="", metavar="PREFIX", help="list every key (or those starting "
+                   "with PREFIX, e.g. train or model.d_)")
+    c.add_argument("overrides", nargs="*", help=OVERRIDES)
+
+    pr = sub.add_parser("prepare", help="build a config's prepared corpus (vocabulary + token ids) once")
+    pr.add_argument("config", help="experiment or sweep YAML")
     pr.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
-    pr.add_argument("overrides", nargs="*", help="dotted.key=value")
+    pr.add_argument("overrides", nargs="*", help=OVERRIDES)
 
-    e = sub.add_parser("evaluate", help="BLEU of a run's checkpoint on a split or on any files")
-    e.add_argument("run_dir")
-    e.add_argument("--split")
-    e.add_argument("--src")
-    e.add_argument("--ref")
-    e.add_argument("--checkpoint", default="last", help="last | best | average | PATH")
-    e.add_argument("--out", help="hypotheses file (default: in the run folder)")
-    e.add_argument("overrides", nargs="*", help="decode.* overrides, e.g. decode.beam_size=1")
-
-    tr = sub.add_parser("translate", help="translate stdin to stdout with a run's checkpoint")
-    tr.add_argument("run_dir")
-    tr.add_argument("--checkpoint", default="last")
-    tr.add_argument("overrides", nargs="*", help="decode.* overrides")
-
-    a = sub.add_parser("average", help="average the last N checkpoints of a run")
-    a.add_argument("run_dir")
-    a.add_argument("--last", type=int, default=5)
-    a.add_argument("--out")
-
-    r = sub.add_parser("runs", help="table of the runs in a results folder")
-    r.add_argument("results_dir", nargs="?", default="results")
-    r.add_argument("--json", action="store_true")
-    r.add_argument("--sort")
-
-    s = sub.add_parser("sweep", help="run (or join) an Optuna sweep")
-    s.add_argument("sweep_file")
-    s.add_argument("--storage")
-    s.add_argument("--n-trials", type=int)
-    s.add_argument("--dry-run", action="store_true")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--status", action="store_true")
+    s = sub.add_parser("sweep", help="run (or join) an Optuna sweep: Table 3 rows or a search")
+    s.add_argument("sweep_file", help="sweep YAML, e.g. sweeps/table3-cpu.yaml")
+    s.add_argument("--storage", metavar="URL", help="Optuna storage shared by workers (default: SQLite "
+                   "<results>/<sweep>.db; postgresql://user@host/db with the password in PGPASSWORD or ~/.pgpass)")
+    s.add_argument("--n-trials", type=int, metavar="N", help="this worker stops after N trials (default: when "
+                   "the study is done)")
+    s.add_argument("--dry-run", action="store_true", help="list the trials (rows, overrides, parameters, steps) "
+                   "without training")
+    s.add_argument("--json", action="store_true", help="with --dry-run or --status: JSON instead of a table")
+    s.add_argument("--status", action="store_true", help="the study's trials: state, value, duration, run folder")
     s.add_argument("--workers", metavar="K|auto", help="start K workers of this study here and show one progress "
                    "line (auto: --workers-per-gpu on every CUDA device, else one per CPU core)")
     s.add_argument("--workers-per-gpu", type=int, default=None, metavar="K", help="with --workers auto on CUDA: "
@@ -128,23 +159,54 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--storage-from-env", action="store_true", help=argparse.SUPPRESS)
     s.add_argument("overrides", nargs="*", help="dotted.key=value applied to every trial's base experiment")
 
-    rp = sub.add_parser("report", help="regenerate the ablation report of a sweep")
-    rp.add_argument("sweep_file")
-    rp.add_argument("--storage")
-    rp.add_argument("--results")
-    rp.add_argument("--out")
-    rp.add_argument("--from-wandb", metavar="ENTITY/PROJECT")
+    rp = sub.add_parser("report", help="regenerate a sweep's report (Table 3 beside the paper's)")
+    rp.add_argument("sweep_file", help="the sweep YAML the results belong to")
+    rp.add_argument("--storage", metavar="URL", help="the sweep's Optuna storage (default: <results>/<sweep>.db)")
+    rp.add_argument("--results", metavar="DIR", help="the results folder the runs are in (default: the "
+                    "experiment's run.results_dir)")
+    rp.add_argument("--out", metavar="DIR", help="where the report goes (default: reports/build/<sweep>/); "
+                    "replaced only if an earlier report made it")
+    rp.add_argument("--from-wandb", metavar="ENTITY/PROJECT", help="read the runs from W&B (group = sweep "
+                    "name) instead of local run folders")
+
+    r = sub.add_parser("runs", help="table of the runs in a results folder")
+    r.add_argument("results_dir", nargs="?", default="results", help="results folder (default: results)")
+    r.add_argument("--json", action="store_true", help="JSON instead of a table")
+    r.add_argument("--sort", metavar="[-]FIELD", help="sort by a column, descending with a leading '-' "
+                   "(e.g. -dev_bleu, dev_ppl, params)")
+
+    e = sub.add_parser("evaluate", help="BLEU of a run's checkpoint on a split or on any files")
+    e.add_argument("run_dir", help="a run folder written by ltfm train")
+    e.add_argument("--split", metavar="NAME", help="a split of the run's data, e.g. test_2016_flickr (default: "
+                   "its test split, else its dev split)")
+    e.add_argument("--src", metavar="FILE", help="source sentences, one per line (with --ref)")
+    e.add_argument("--ref", metavar="FILE", help="reference translations, line-aligned with --src")
+    e.add_argument("--checkpoint", default="last", help="last | best | average | PATH (default last)")
+    e.add_argument("--out", metavar="FILE", help="hypotheses file (default: in the run folder)")
+    e.add_argument("overrides", nargs="*", help="decode.* (and data.*) overrides, e.g. decode.beam_size=1")
+
+    tr = sub.add_parser("translate", help="translate stdin to stdout with a run's checkpoint")
+    tr.add_argument("run_dir", help="a run folder written by ltfm train")
+    tr.add_argument("--checkpoint", default="last", help="last | best | average | PATH (default last)")
+    tr.add_argument("overrides", nargs="*", help="decode.* overrides, e.g. decode.beam_size=1")
+
+    a = sub.add_parser("average", help="average the last N checkpoints of a run into one file")
+    a.add_argument("run_dir", help="a run folder written by ltfm train")
+    a.add_argument("--last", type=int, default=5, metavar="N", help="how many step checkpoints (default 5)")
+    a.add_argument("--out", metavar="FILE", help="the averaged checkpoint (default checkpoints/average.ckpt)")
 
     b = sub.add_parser("bench", help="training and decoding speed, ours against MarianMTModel")
-    b.add_argument("--config")
-    b.add_argument("--vs", choices=["marian", "none"], default="none")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--config", metavar="CONFIG.yaml", help="take the model's shapes from an experiment")
+    b.add_argument("--vs", choices=["marian", "none"], default="none", help="also measure Hugging Face's "
+                   "MarianMTModel at the same shapes (pip install -e '.[bench]')")
+    b.add_argument("--json", action="store_true", help="JSON instead of a table")
     b.add_argument("--dtypes", help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the device has it)")
     b.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where both models run (auto: cuda when torch sees a GPU, else cpu)")
     b.add_argument("--data", type=int, metavar="N", help="instead: benchmark the data pipeline on a generated "
                    "corpus of N pairs (prepare time, second trial's time to its first step, RSS, cache size)")
-    b.add_argument("overrides", nargs="*")
+    b.add_argument("overrides", nargs="*", help="bench.KEY=N shapes (bench.batch=256, bench.d_model=512, ...) "
+                   "and, with --config, config overrides")
     return p
 
 
