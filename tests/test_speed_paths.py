@@ -1,4 +1,4 @@
-"""Every speed path gives the results of the plain path it replaces (issue 8), within tolerance.
+"""Every speed path gives the results of the plain path it replaces, within tolerance.
 
 Fused vs unfused Q/K/V projections, the matmul attention kernel vs torch's SDPA (many queries and the
 single query of cached decoding, fp32 and bf16, forward and backward), cached vs uncached decoding,

@@ -1,4 +1,4 @@
-"""Experiment tracking (issue 4): real wandb in offline mode, read back from its run-<id>.wandb files.
+"""Experiment tracking: real wandb in offline mode, read back from its run-<id>.wandb files.
 
 Until a test needs the real Transformer, a tiny LightningModule stands in for the model: what is under
 test is the W&B run (naming, flat config, history against the step, summary, sample tables, one run per
