@@ -206,7 +206,7 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
 def default_results_dir(sweep) -> Path:
     """The results folder the sweep writes to by default (its experiment's run.results_dir, from the cwd)."""
     from ..sweep import trial_config
-    return Path(trial_config(sweep, checked=False)["run"]["results_dir"]).absolute()
+    return Path(trial_config(sweep, checked=False).run.results_dir).absolute()
 
 
 def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) -> tuple[Path, str | None]:

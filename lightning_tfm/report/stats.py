@@ -111,6 +111,7 @@ _REFS_CACHE: dict[tuple, list[str]] = {}
 
 def dev_references(config: dict) -> list[str]:
     """The dev references a run was scored against: its config's dev split, first data.max_dev_pairs."""
+    from ..training.config import Config
     from ..training.data import load_split
 
     key = tuple(config.get(k) for k in ("data.source", "data.path", "data.hub_name", "data.hub_config",
@@ -120,7 +121,8 @@ def dev_references(config: dict) -> list[str]:
         for k, v in config.items():
             sec, name = k.split(".", 1)
             nested.setdefault(sec, {})[name] = v
-        ds = load_split(nested, nested["data"]["dev_split"], nested["data"].get("max_dev_pairs"))
+        cfg = Config.from_dict(nested, checked=False)
+        ds = load_split(cfg, cfg.data.dev_split, cfg.data.max_dev_pairs)
         _REFS_CACHE[key] = list(ds["tgt"])
     return _REFS_CACHE[key]
 

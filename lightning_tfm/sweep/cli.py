@@ -16,14 +16,14 @@ from .worker import Worker, enqueue_missing, stop_on_sigterm
 
 
 def _check_local_data(cfg: dict) -> None:
-    d = cfg["data"]
-    if d["source"] != "local":
+    d = cfg.data
+    if d.source != "local":
         return
     from ..training.data import split_file  # here: data imports torch, which a worker (it trains nothing itself) never needs
-    for split in (d["train_split"], d["dev_split"], d["test_split"]):
+    for split in (d.train_split, d.dev_split, d.test_split):
         if split:
-            for lang in (d["src_lang"], d["tgt_lang"]):
-                split_file(d["path"], split, lang)
+            for lang in (d.src_lang, d.tgt_lang):
+                split_file(d.path, split, lang)
 
 
 def _corpus_line(cfg: dict) -> str:

@@ -39,10 +39,10 @@ class OptunaPruning(pl.Callback):
 
     def __init__(self, cfg: dict):
         super().__init__()
-        s = cfg["sweep"]
-        self.storage_url = os.environ.get(STORAGE_ENV) or s["storage"]
-        self.study_name, self.trial_number = s["study"], int(s["trial"])
-        self.metric = s["metric"]
+        s = cfg.sweep
+        self.storage_url = os.environ.get(STORAGE_ENV) or s.storage
+        self.study_name, self.trial_number = s.study, int(s.trial)
+        self.metric = s.metric
         self.key = history_key(self.metric)  # the logged key: dev_loss -> dev/loss
         self.pruned = False
         self.history: dict[int, float] = {}  # step -> value reported (saved in checkpoints)

@@ -99,7 +99,7 @@ def decode_dtype(cfg: dict) -> torch.dtype | None:
     device runs bf16 natively, else the model's fp32."""
     from .precision import decode_dtype as _dtype
 
-    return _dtype(str(cfg["train"]["precision"]), cfg["train"]["accelerator"])
+    return _dtype(str(cfg.train.precision), cfg.train.accelerator)
 
 
 def translate_lines(model: Transformer, tokenizer, lines: list[str], decode_cfg: dict,
@@ -108,9 +108,9 @@ def translate_lines(model: Transformer, tokenizer, lines: list[str], decode_cfg:
     from .data import decode_ids, encode_lines
 
     device = next(model.parameters()).device
-    hyps = translate_ids(model, encode_lines(tokenizer, lines), beam_size=decode_cfg["beam_size"],
-                         alpha=decode_cfg["length_penalty"], max_len_a=decode_cfg["max_len_a"],
-                         max_len_b=decode_cfg["max_len_b"], batch_sentences=decode_cfg["batch_sentences"],
+    hyps = translate_ids(model, encode_lines(tokenizer, lines), beam_size=decode_cfg.beam_size,
+                         alpha=decode_cfg.length_penalty, max_len_a=decode_cfg.max_len_a,
+                         max_len_b=decode_cfg.max_len_b, batch_sentences=decode_cfg.batch_sentences,
                          device=device, dtype=dtype)
     texts = [decode_ids(tokenizer, h.tokens).replace("\r", " ").replace("\n", " ") for h in hyps]
     return texts, hyps
@@ -132,7 +132,7 @@ def evaluate_texts(model: Transformer, tokenizer, src_lines: list[str], ref_line
     elapsed = time.perf_counter() - start
     result = bleu(hyps, ref_lines, tgt_lang)
     result.update(sentences=len(hyps), sentences_per_s=len(hyps) / max(elapsed, 1e-9),
-                  beam_size=decode_cfg["beam_size"], length_penalty=decode_cfg["length_penalty"])
+                  beam_size=decode_cfg.beam_size, length_penalty=decode_cfg.length_penalty)
     return hyps, result
 
 
@@ -143,7 +143,7 @@ def final_evaluation(cfg: dict, model, corpus, run_dir: Path) -> dict:
     paper's final models, Table 2); otherwise the final weights (the paper's Table 3 used no averaging).
     """
     out: dict = {}
-    n_avg = cfg["decode"]["average_last"]
+    n_avg = cfg.decode.average_last
     checkpoint = "last"
     if n_avg and len(step_checkpoints(run_dir)) >= 2:
         write_average(run_dir, n_avg)  # kept beside the others: the checkpoint the BLEU belongs to
@@ -155,12 +155,12 @@ def final_evaluation(cfg: dict, model, corpus, run_dir: Path) -> dict:
     model.eval()
     hyp_dir = run_dir / "hyps"
     hyp_dir.mkdir(exist_ok=True)
-    d = cfg["data"]
+    d = cfg.data
     splits = [("dev", corpus.dev_raw)] + ([("test", corpus.test_raw)] if corpus.test_raw is not None else [])
     for name, ds in splits:
-        hyps, result = evaluate_texts(model, corpus.tokenizer, list(ds["src"]), list(ds["tgt"]), cfg["decode"],
-                                      d["tgt_lang"], decode_dtype(cfg))
-        atomic.write_text(hyp_dir / f"{name}.{d['tgt_lang']}.txt", "\n".join(hyps) + "\n")
+        hyps, result = evaluate_texts(model, corpus.tokenizer, list(ds["src"]), list(ds["tgt"]), cfg.decode,
+                                      d.tgt_lang, decode_dtype(cfg))
+        atomic.write_text(hyp_dir / f"{name}.{d.tgt_lang}.txt", "\n".join(hyps) + "\n")
         out[f"{name}_bleu"] = round(result["score"], 2)
         out[f"{name}_bleu_ratio"] = round(result["ratio"], 4)
         out[f"{name}_decode_sentences_per_s"] = round(result["sentences_per_s"], 1)
@@ -168,5 +168,5 @@ def final_evaluation(cfg: dict, model, corpus, run_dir: Path) -> dict:
             out[f"{name}_bleu_tok_compound_split"] = round(result["bleu_tok_compound_split"], 2)
         out["bleu_signature"] = result["signature"]
     out["bleu_checkpoint"] = checkpoint
-    out["decode"] = {k: cfg["decode"][k] for k in ("beam_size", "length_penalty", "max_len_a", "max_len_b")}
+    out["decode"] = {k: getattr(cfg.decode, k) for k in ("beam_size", "length_penalty", "max_len_a", "max_len_b")}
     return out

@@ -147,4 +147,4 @@ def attempts(prev: dict | None) -> list[dict]:
 
 
 def already_done(prev: dict | None, cfg: dict) -> bool:
-    return bool(prev) and prev.get("status") == "completed" and (prev.get("steps") or 0) >= cfg["train"]["max_steps"]
+    return bool(prev) and prev.get("status") == "completed" and (prev.get("steps") or 0) >= cfg.train.max_steps

@@ -98,7 +98,7 @@ def resolve_mode(cfg: dict) -> str:
     if os.environ.get("WANDB_DISABLED", "").strip().lower() in ("1", "true", "yes"):
         return "disabled"
     env = os.environ.get("WANDB_MODE", "").strip()
-    raw = env or cfg["wandb"]["mode"]
+    raw = env or cfg.wandb.mode
     mode = {"dryrun": "offline", "run": "online"}.get(raw.lower(), raw.lower())
     if mode not in MODES:
         where = "WANDB_MODE" if env else "wandb.mode"
@@ -112,18 +112,18 @@ def resolve_mode(cfg: dict) -> str:
 
 def run_naming(cfg: dict) -> dict:
     """group / job_type / name / tags of a training run's W&B run (see the module docstring)."""
-    run = cfg["run"]
-    study = run.get("study") or (cfg.get("sweep") or {}).get("study")
-    family = run.get("family")
-    variant = run.get("variant")
+    run = cfg.run
+    study = run.study or cfg.sweep.study
+    family = run.family
+    variant = run.variant
     tags: list[str] = []
-    for t in [*(cfg["wandb"].get("tags") or []), variant, family]:
+    for t in [*(cfg.wandb.tags or []), variant, family]:
         if t is not None and str(t) and str(t) not in tags:
             tags.append(str(t)[:64])  # W&B limits tags to 64 characters
     return {
         "group": study or "adhoc",
         "job_type": family or ("base" if study else "adhoc"),
-        "name": f"{variant or run['name']}-s{run['seed']}",
+        "name": f"{variant or run.name}-s{run.seed}",
         "tags": tags,
     }
 
@@ -235,7 +235,7 @@ def make_wandb_logger(cfg: dict, run_id: str, run_dir: Path) -> TrackingLogger |
     if mode == "disabled":
         return None
     run_dir = Path(run_dir)
-    save_dir = Path(cfg["wandb"].get("dir") or run_dir)
+    save_dir = Path(cfg.wandb.dir or run_dir)
     if rank_zero_only.rank == 0:
         try:
             save_dir.mkdir(parents=True, exist_ok=True)
@@ -250,8 +250,8 @@ def make_wandb_logger(cfg: dict, run_id: str, run_dir: Path) -> TrackingLogger |
         resume="allow",
         save_dir=str(save_dir),
         id=_read_run_id(run_dir) or _new_run_id(),
-        project=os.environ.get("WANDB_PROJECT") or cfg["wandb"]["project"],
-        entity=os.environ.get("WANDB_ENTITY") or cfg["wandb"].get("entity"),
+        project=os.environ.get("WANDB_PROJECT") or cfg.wandb.project,
+        entity=os.environ.get("WANDB_ENTITY") or cfg.wandb.entity,
         **naming,
         config=wandb_config(cfg, run_id),
         log_model=False,  # checkpoints are uploaded once, at the end, by finish() (online only)
