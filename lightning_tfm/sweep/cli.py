@@ -13,9 +13,10 @@ from .spec import load_sweep
 from .status import dry_run, format_status, status_rows
 from .storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
 from .worker import Worker, enqueue_missing, stop_on_sigterm
+from ..training.config import Config
 
 
-def _check_local_data(cfg: dict) -> None:
+def _check_local_data(cfg: Config) -> None:
     d = cfg.data
     if d.source != "local":
         return
@@ -26,7 +27,7 @@ def _check_local_data(cfg: dict) -> None:
                 split_file(d.path, split, lang)
 
 
-def _corpus_line(cfg: dict) -> str:
+def _corpus_line(cfg: Config) -> str:
     try:
         folder, ready = corpus_status(cfg)
     except UserError as e:

@@ -94,7 +94,7 @@ class Plan:
                 "budget": entry.budget}
 
 
-def build_model_params(cfg: dict) -> int:
+def build_model_params(cfg: C.Config) -> int:
     """Build the trial's model (on the meta device: no memory, no time) and count its parameters.
 
     The vocabulary is ``data.vocab_size``; a trained BPE vocabulary may come out slightly smaller.

@@ -274,7 +274,7 @@ class Worker:
                 return 0
             return self._train(trial, entry, cfg, params, label)
 
-    def _train(self, trial, entry: Entry, cfg: dict, params: int, label: str) -> int:
+    def _train(self, trial, entry: Entry, cfg: C.Config, params: int, label: str) -> int:
         from optuna.trial import TrialState
 
         rid = C.run_id(cfg)

@@ -22,7 +22,7 @@ def average_cli(args) -> int:
     return 0
 
 
-def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
+def apply_overrides(cfg: C.Config, overrides: list[str] | None) -> C.Config:
     """``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides."""
     cfg = copy.deepcopy(cfg)
     for text in overrides or []:

@@ -39,6 +39,7 @@ import numpy as np
 
 from . import atomic
 from .errors import UserError
+from .config import Config
 
 FORMAT_VERSION = 1
 # The tokenizer's construction in data.train_tokenizer: bump when it changes (a new cache is built).
@@ -47,7 +48,7 @@ CHUNK = 20_000  # sentences per encode_batch call (the tokenizers library parall
 
 
 # --------------------------------------------------------------------------------------------- the key
-def cache_root(cfg: dict) -> Path:
+def cache_root(cfg: Config) -> Path:
     """``data.cache_dir``, or by default ``data-cache`` beside the results folder (so results folders hold
     runs only, and several results folders under one parent share their prepared corpora)."""
     d = cfg.data
@@ -56,7 +57,7 @@ def cache_root(cfg: dict) -> Path:
     return Path(cfg.run.results_dir).expanduser().absolute().parent / "data-cache"
 
 
-def splits_of(cfg: dict) -> dict[str, tuple[str, int | None]]:
+def splits_of(cfg: Config) -> dict[str, tuple[str, int | None]]:
     """Our split role -> (the corpus's split name, pair limit)."""
     d = cfg.data
     out = {"train": (d.train_split, d.max_train_pairs), "dev": (d.dev_split, d.max_dev_pairs)}
@@ -65,7 +66,7 @@ def splits_of(cfg: dict) -> dict[str, tuple[str, int | None]]:
     return out
 
 
-def cache_key(cfg: dict) -> dict:
+def cache_key(cfg: Config) -> dict:
     """Everything that decides the token ids, as a JSON-able dict (local files: path, size, mtime)."""
     import tokenizers
 
@@ -96,7 +97,7 @@ def key_hash(key: dict) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_dir(cfg: dict, key: dict | None = None) -> Path:
+def cache_dir(cfg: Config, key: dict | None = None) -> Path:
     key = key or cache_key(cfg)
     d = cfg.data
     stem = Path(key["path"]).name if d.source == "local" else str(d.hub_name).replace("/", "_")
@@ -116,14 +117,14 @@ def check_folder(folder: Path) -> dict | None:
         return None
 
 
-def status(cfg: dict) -> tuple[Path, bool]:
+def status(cfg: Config) -> tuple[Path, bool]:
     """(the folder of this config's prepared corpus, whether it is complete)."""
     folder = cache_dir(cfg)
     return folder, check_folder(folder) is not None
 
 
 # ------------------------------------------------------------------------------------------- building
-def _raw_split(cfg: dict, name: str, limit: int | None) -> tuple[list[str], list[str]]:
+def _raw_split(cfg: Config, name: str, limit: int | None) -> tuple[list[str], list[str]]:
     from .data import load_split, read_parallel
 
     d = cfg.data
@@ -157,7 +158,7 @@ def _save(folder: Path, name: str, array: np.ndarray) -> None:
     np.save(folder / name, array, allow_pickle=False)
 
 
-def build(cfg: dict, folder: Path, key: dict, progress: bool = True) -> dict:
+def build(cfg: Config, folder: Path, key: dict, progress: bool = True) -> dict:
     """Read, train the vocabulary, encode and write every split into ``folder`` (a fresh temporary folder)."""
     from tqdm import tqdm
 
@@ -227,7 +228,7 @@ def _select(ids: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tuple[np.
     return ids[mask], new_off
 
 
-def prepare(cfg: dict, progress: bool = True, rebuild: bool = False) -> tuple[Path, dict]:
+def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[Path, dict]:
     """The folder and manifest of this config's prepared corpus, built first if it is missing or damaged
     (one line per stage on stderr; ``progress`` adds a progress bar of the encoding).
 
@@ -347,7 +348,7 @@ class Corpus:
     dev and test sets keep every sentence, so their BLEU stays comparable.
     """
 
-    def __init__(self, cfg: dict, progress: bool | None = None):
+    def __init__(self, cfg: Config, progress: bool | None = None):
         from tokenizers import Tokenizer
 
         d = cfg.data
@@ -398,7 +399,7 @@ class Corpus:
             atomic.write_bytes(path, ours)
 
 
-def prepare_cli(cfg: dict, rebuild: bool = False) -> int:
+def prepare_cli(cfg: Config, rebuild: bool = False) -> int:
     """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of ``cfg`` (an
     experiment's, or a sweep's base experiment with the sweep's own overrides: the command line reads which)."""
     folder, manifest = prepare(cfg, progress=True, rebuild=rebuild)

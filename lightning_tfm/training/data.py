@@ -17,6 +17,7 @@ from torch.utils.data import Sampler
 
 from .errors import UserError
 from ..model import BOS, EOS, PAD, UNK
+from .config import Config
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3 = PAD, BOS, EOS, UNK
 assert [PAD, BOS, EOS, UNK] == [0, 1, 2, 3]
@@ -68,7 +69,7 @@ def read_parallel(folder: str | Path, split: str, src_lang: str, tgt_lang: str) 
     return src, tgt
 
 
-def load_split(cfg: dict, split: str, limit: int | None = None):
+def load_split(cfg: Config, split: str, limit: int | None = None):
     """One split as a ``datasets.Dataset`` with columns ``src`` and ``tgt``."""
     import datasets
 

@@ -18,6 +18,7 @@ from . import atomic
 from .checkpoints import load_model, step_checkpoints, write_average
 from .decode import Hypothesis, translate_ids
 from .errors import UserError
+from .config import Config, DecodeConfig
 
 
 # ------------------------------------------------------------------------------------------------ BLEU
@@ -94,7 +95,7 @@ def format_bleu(result: dict) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- decoding
 # ---------------------------------------------------------------------------------------------- decoding
-def decode_dtype(cfg: dict) -> torch.dtype | None:
+def decode_dtype(cfg: Config) -> torch.dtype | None:
     """bf16 autocast when the run trained in bf16 (train.precision bf16-* or auto resolving to it) and this
     device runs bf16 natively, else the model's fp32."""
     from .precision import decode_dtype as _dtype
@@ -102,7 +103,7 @@ def decode_dtype(cfg: dict) -> torch.dtype | None:
     return _dtype(str(cfg.train.precision), cfg.train.accelerator)
 
 
-def translate_lines(model: Transformer, tokenizer, lines: list[str], decode_cfg: dict,
+def translate_lines(model: Transformer, tokenizer, lines: list[str], decode_cfg: DecodeConfig,
                     dtype: torch.dtype | None = None) -> tuple[list[str], list[Hypothesis]]:
     """Detokenized translations (one line each: newlines inside a hypothesis become spaces) and hypotheses."""
     from .data import decode_ids, encode_lines
@@ -116,7 +117,7 @@ def translate_lines(model: Transformer, tokenizer, lines: list[str], decode_cfg:
     return texts, hyps
 
 
-def evaluate_texts(model: Transformer, tokenizer, src_lines: list[str], ref_lines: list[str], decode_cfg: dict,
+def evaluate_texts(model: Transformer, tokenizer, src_lines: list[str], ref_lines: list[str], decode_cfg: DecodeConfig,
                    tgt_lang: str, dtype: torch.dtype | None = None) -> tuple[list[str], dict]:
     """Translate ``src_lines`` with the ``decode`` settings and score against ``ref_lines``.
 
@@ -136,7 +137,7 @@ def evaluate_texts(model: Transformer, tokenizer, src_lines: list[str], ref_line
     return hyps, result
 
 
-def final_evaluation(cfg: dict, model, corpus, run_dir: Path) -> dict:
+def final_evaluation(cfg: Config, model, corpus, run_dir: Path) -> dict:
     """Dev and test BLEU at the end of training (Sec. 6.1-6.2: beam search, sacreBLEU), hypotheses files.
 
     With ``decode.average_last`` = N > 0 the average of the last N step checkpoints is evaluated (the

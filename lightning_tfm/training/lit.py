@@ -112,7 +112,7 @@ class TranslationDataModule(pl.LightningDataModule):
     (``use_distributed_sampler=False`` in the Trainer). The pairs are the memory-mapped
     :class:`lightning_tfm.corpus.MappedPairs` of a prepared corpus: the sampler reads only their width arrays."""
 
-    def __init__(self, config: dict, train_pairs: MappedPairs, dev_pairs: MappedPairs):
+    def __init__(self, config: Config, train_pairs: MappedPairs, dev_pairs: MappedPairs):
         super().__init__()
         self.config, self.train_pairs, self.dev_pairs = config, train_pairs, dev_pairs
 

@@ -46,6 +46,7 @@ from .config import flatten
 from .errors import UserError
 from .redact import MASK, is_secret_key, scrub  # noqa: F401 - redact.py is the one place secrets are masked
 from .results import DEV_SAMPLES, RESULT_FIELDS
+from .config import Config
 
 SAMPLE_COLUMNS = ["source", "reference", "hypothesis"]
 
@@ -92,7 +93,7 @@ def has_api_key() -> bool:
     return bool(auth and auth[2])
 
 
-def resolve_mode(cfg: dict) -> str:
+def resolve_mode(cfg: Config) -> str:
     """online | offline | disabled, from WANDB_MODE (or WANDB_DISABLED) else ``wandb.mode``; online
     without an API key falls back to offline with a one-line warning."""
     if os.environ.get("WANDB_DISABLED", "").strip().lower() in ("1", "true", "yes"):
@@ -110,7 +111,7 @@ def resolve_mode(cfg: dict) -> str:
     return mode
 
 
-def run_naming(cfg: dict) -> dict:
+def run_naming(cfg: Config) -> dict:
     """group / job_type / name / tags of a training run's W&B run (see the module docstring)."""
     run = cfg.run
     study = run.study or cfg.sweep.study
@@ -128,7 +129,7 @@ def run_naming(cfg: dict) -> dict:
     }
 
 
-def wandb_config(cfg: dict, run_id: str) -> dict:
+def wandb_config(cfg: Config, run_id: str) -> dict:
     """The config as W&B sees it: flat paper-knob keys, ``run.id`` = local run id, secrets masked."""
     flat = flatten(cfg)
     flat["run.id"] = run_id
@@ -224,7 +225,7 @@ class TrackingLogger(WandbLogger):
         super().log_hyperparams(scrub(flat))
 
 
-def make_wandb_logger(cfg: dict, run_id: str, run_dir: Path) -> TrackingLogger | None:
+def make_wandb_logger(cfg: Config, run_id: str, run_dir: Path) -> TrackingLogger | None:
     """The W&B logger of one training run, or None when W&B is disabled.
 
     Call once per training run, before building the Trainer; pass it to ``Trainer(logger=[csv, it])``
