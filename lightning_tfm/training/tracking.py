@@ -216,8 +216,10 @@ class TrackingLogger(WandbLogger):
         params = _convert_params(params) or {}
         flat: dict[str, Any] = {}
         for key, value in params.items():
-            # save_hyperparameters(config=<nested config>) -> the same flat keys as at wandb.init
-            if key == "config" and isinstance(value, Mapping) and all(isinstance(v, Mapping) for v in value.values()):
+            # save_hyperparameters(config=<nested config, or a Config>) -> the same flat keys as at wandb.init
+            if key == "config" and isinstance(value, Config):
+                flat.update(flatten(value))
+            elif key == "config" and isinstance(value, Mapping) and all(isinstance(v, Mapping) for v in value.values()):
                 flat.update(flatten(dict(value)))
             else:
                 flat[key] = value
