@@ -13,6 +13,10 @@
 Both sources become :class:`RunRecord` lists, and everything after that (the tables, the figures) is the same
 code. One record per (variant, seed): the latest trial (or, without a storage, the latest run). A trial's
 configuration comes from the sweep's own :func:`lightning_tfm.sweep.trial_config`, never re-derived here.
+
+Configs here stay data, not typed :class:`~lightning_tfm.training.config.Config` objects: a record holds its
+run's config as the flat dict of :func:`~lightning_tfm.training.config.flatten` (``rec.config["model.heads"]``),
+read from a summary.json's plain nested "config" or W&B's flat config; a report only reads them.
 """
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ Agreement (:func:`agrees`, :func:`agreement_summary`): "agrees" = our change aga
 against the paper's base have the same sign (rows where the paper's change is 0 are not compared); the
 summary counts it over all rows and over the rows beyond noise.
 
+Run configs arrive as the records' flat dicts (``"data.dev_split"``); the one place that loads data with one
+converts it with ``Config.from_dict(..., checked=False)`` (:func:`dev_references`).
+
 BLEU differences are tested with sacreBLEU's paired bootstrap resampling (:func:`paired_test`: 1000
 resamples, sacreBLEU's fixed seed 12345 unless ``SACREBLEU_SEED`` says otherwise) on the dev hypotheses of the
 base and the row, guarded so that identical outputs, equal BLEU or two near-zero BLEU are never significant,

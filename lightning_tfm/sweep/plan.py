@@ -3,7 +3,8 @@
 A trial's config is the experiment < the sweep file's ``overrides`` < the command line's ``dotted.key=value``
 < the variant's (or sampled) values < the variant's ``budget`` factor on train.max_steps < the run.*
 bookkeeping (seed, variant, family, study). :func:`trial_overrides` says it as overrides and
-:func:`trial_config` as the nested config; the worker (:class:`Plan`), the dry run and the reports
+:func:`trial_config` as the typed :class:`~lightning_tfm.training.config.Config`. Overrides stay plain
+``{"dotted.key": value}`` dicts (they are what Optuna's user attributes and the sweep file hold); the worker (:class:`Plan`), the dry run and the reports
 (:mod:`lightning_tfm.report.records`) all go through them.
 """
 from __future__ import annotations
