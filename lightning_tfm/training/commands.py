@@ -91,8 +91,8 @@ def evaluate_cli(args) -> int:
     for line in format_bleu(result):
         print(line)
     d = cfg.decode
-    print(f"hypotheses: {out} ({len(hyps)} lines; {name}, checkpoint {label}, beam {d['beam_size']}, "
-          f"alpha {d['length_penalty']}, {result['sentences_per_s']:.1f} sentences/s)")
+    print(f"hypotheses: {out} ({len(hyps)} lines; {name}, checkpoint {label}, beam {d.beam_size}, "
+          f"alpha {d.length_penalty}, {result['sentences_per_s']:.1f} sentences/s)")
     return 0
 
 
