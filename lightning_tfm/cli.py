@@ -49,7 +49,7 @@ def _train(args) -> int:
 
     cfg = load_config(args.config, args.overrides)
     callbacks = []
-    if cfg["sweep"]["trial"] is not None:
+    if cfg.sweep.trial is not None:
         from .sweep.pruning import OptunaPruning
         callbacks.append(OptunaPruning(cfg))
     summary = train(cfg, callbacks=callbacks)

@@ -8,6 +8,7 @@ import torch
 from conftest import SMOKE, ltfm
 from lightning_tfm.training.data import TokenBatchSampler
 from lightning_tfm.training.results import read_metrics
+from lightning_tfm.training.config import TrainConfig
 from lightning_tfm.training.train import accumulation, world_size
 
 COMMON = ["data.max_train_pairs=400", "data.max_dev_pairs=100", "train.batch_tokens=1024", "train.accelerator=cpu",
@@ -91,7 +92,7 @@ def test_world_size_with_a_fixed_effective_batch_keeps_the_optimizer_steps(total
     lengths = list(range(3, 40)) * 40
     steps = set()
     for world in (1, 2, 4):
-        cfg = {"batch_tokens": 1024, "batch_tokens_total": total, "accumulate": 1}
+        cfg = TrainConfig(batch_tokens=1024, batch_tokens_total=total, accumulate=1)
         acc = accumulation(cfg, world)
         per_rank = len(TokenBatchSampler(lengths, lengths, 1024, num_replicas=world, rank=0))
         steps.add(math.ceil(per_rank / acc))
@@ -100,6 +101,6 @@ def test_world_size_with_a_fixed_effective_batch_keeps_the_optimizer_steps(total
 
 
 def test_world_size_from_the_config():
-    assert world_size({"devices": "2", "num_nodes": 3, "accelerator": "cpu"}) == 6
-    assert world_size({"devices": "0,1,2,3", "num_nodes": 1, "accelerator": "gpu"}) == 4
-    assert world_size({"devices": "auto", "num_nodes": 1, "accelerator": "cpu"}) == 1
+    assert world_size(TrainConfig(devices="2", num_nodes=3, accelerator="cpu")) == 6
+    assert world_size(TrainConfig(devices="0,1,2,3", num_nodes=1, accelerator="gpu")) == 4
+    assert world_size(TrainConfig(devices="auto", num_nodes=1, accelerator="cpu")) == 1

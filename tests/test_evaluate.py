@@ -6,6 +6,7 @@ random model, so these tests do not depend on training.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -32,11 +33,11 @@ def ltfm(*args, stdin: str | None = None, cwd=None) -> subprocess.CompletedProce
                           capture_output=True, cwd=cwd, timeout=300)
 
 
-def save_checkpoint(path: Path, model: Transformer, cfg: dict, step: int, extra: dict | None = None) -> None:
-    """A checkpoint shaped like Lightning's (what TransformerModule writes)."""
+def save_checkpoint(path: Path, model: Transformer, cfg: C.Config, step: int, extra: dict | None = None) -> None:
+    """A checkpoint shaped like Lightning's (what TransformerModule writes: the config as a plain dict)."""
     state = {"model." + k: v.clone() for k, v in model.state_dict().items()}
     state.update(extra or {})
-    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg, "vocab_size": model.vocab_size},
+    torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict(), "vocab_size": model.vocab_size},
                 "global_step": step, "epoch": 0, "pytorch-lightning_version": "2.6.6",
                 "optimizer_states": [{"state": {}, "param_groups": []}], "lr_schedulers": []}, path)
 
@@ -56,7 +57,7 @@ def run_dir(tmp_path_factory) -> Path:
     (run / "config.yaml").write_text(C.dump_yaml(cfg))
     for step in (1, 2, 3):
         torch.manual_seed(step)
-        m = Transformer.from_config(cfg["model"], tok.get_vocab_size())
+        m = Transformer.from_config(cfg.model, tok.get_vocab_size())
         save_checkpoint(run / "checkpoints" / f"step={step:06d}.ckpt", m, cfg, step,
                         extra={"counter": torch.tensor(step)})  # a non-float entry
     shutil.copy(run / "checkpoints" / "step=000003.ckpt", run / "checkpoints" / "last.ckpt")
@@ -71,7 +72,7 @@ def src_ref(run_dir, tmp_path_factory) -> tuple[Path, Path, list[str]]:
     src = read_lines(DATA / "val.en.gz")[:12]
     real = read_lines(DATA / "val.de.gz")[:12]
     model, cfg, tok = load_model(run_dir)
-    greedy, _ = translate_lines(model, tok, src, dict(cfg["decode"], beam_size=1))
+    greedy, _ = translate_lines(model, tok, src, dataclasses.replace(cfg.decode, beam_size=1))
     refs = [g if i % 2 == 0 else r for i, (g, r) in enumerate(zip(greedy, real))]
     (d / "val.en").write_text("\n".join(src) + "\n")
     (d / "val.de").write_text("\n".join(refs) + "\n")
@@ -164,7 +165,7 @@ def test_load_model_checkpoint_choices(run_dir, tmp_path):
     first = torch.load(run / "checkpoints" / "step=000001.ckpt", weights_only=True)["state_dict"]
     best, cfg, tok = load_model(run, "best")
     assert torch.equal(best.embed.weight, first["model.embed.weight"]) and not best.training
-    assert cfg["model"]["d_model"] == 32 and tok.get_vocab_size() == best.vocab_size
+    assert cfg.model.d_model == 32 and tok.get_vocab_size() == best.vocab_size
     # "average" without average.ckpt: the last decode.average_last (default 5) checkpoints averaged in memory;
     # loading writes nothing.
     before = sorted(p.name for p in (run / "checkpoints").iterdir())
@@ -193,7 +194,7 @@ def test_translate_round_trips_stdin_to_stdout_line_for_line(run_dir):
     out = out[:-1]
     assert out[2] == "" and out[5] == ""
     model, cfg, tok = load_model(run_dir)
-    expected, _ = translate_lines(model, tok, lines, dict(cfg["decode"], beam_size=2))
+    expected, _ = translate_lines(model, tok, lines, dataclasses.replace(cfg.decode, beam_size=2))
     assert out == expected
     assert all(out[i] for i in range(len(lines)) if lines[i].strip())
     # The last line needs no trailing newline.
@@ -223,7 +224,7 @@ def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path):
     # A checkpoint from another vocabulary.
     cfg = C.load_config(run_dir / "config.yaml")
     other = tmp_path / "other.ckpt"
-    save_checkpoint(other, Transformer.from_config(cfg["model"], 410), cfg, 1)
+    save_checkpoint(other, Transformer.from_config(cfg.model, 410), cfg, 1)
     one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", other),
                    "vocabulary", "410", "another run")
     # Files with different line counts, and an empty input.

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from lightning_tfm.training.loss import label_smoothed_nll_loss
+from lightning_tfm.training.config import TrainConfig
 from lightning_tfm.training.optim import make_optimizer, noam_lr
 
 
@@ -44,7 +45,7 @@ def test_schedule_values():
 
 def test_optimizer_follows_the_schedule_step_by_step():
     p = torch.nn.Parameter(torch.zeros(3))
-    cfg = {"adam_beta1": 0.9, "adam_beta2": 0.98, "adam_eps": 1e-9, "warmup": 10, "lr_scale": 1.0}
+    cfg = TrainConfig(adam_beta1=0.9, adam_beta2=0.98, adam_eps=1e-9, warmup=10, lr_scale=1.0)
     opt, sched = make_optimizer([p], cfg, d_model=64)
     assert opt.param_groups[0]["betas"] == (0.9, 0.98) and opt.param_groups[0]["eps"] == 1e-9
     for step in range(1, 30):

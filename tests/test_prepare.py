@@ -63,16 +63,16 @@ class OldTokenBatchSampler:
 
 def old_pipeline(cfg):
     """The per-run Corpus before this module: BPE on the run's training text, filtered id lists."""
-    d = cfg["data"]
-    src, tgt = read_parallel(d["path"], d["train_split"], d["src_lang"], d["tgt_lang"])
-    src, tgt = src[:d["max_train_pairs"]], tgt[:d["max_train_pairs"]]
-    tok = train_tokenizer(src + tgt, d["vocab_size"], d["tokenizer_min_frequency"])
+    d = cfg.data
+    src, tgt = read_parallel(d.path, d.train_split, d.src_lang, d.tgt_lang)
+    src, tgt = src[:d.max_train_pairs], tgt[:d.max_train_pairs]
+    tok = train_tokenizer(src + tgt, d.vocab_size, d.tokenizer_min_frequency)
     s_ids, t_ids = encode_lines(tok, src), encode_lines(tok, tgt)
-    limit = min(d["max_tokens_per_sentence"], cfg["model"]["max_positions"] - 1)
+    limit = min(d.max_tokens_per_sentence, cfg.model.max_positions - 1)
     keep = [i for i in range(len(s_ids)) if 0 < len(s_ids[i]) <= limit and 0 < len(t_ids[i]) <= limit
-            and max(len(s_ids[i]), len(t_ids[i])) + 1 <= cfg["train"]["batch_tokens"]]
-    dsrc, dtgt = read_parallel(d["path"], d["dev_split"], d["src_lang"], d["tgt_lang"])
-    dsrc, dtgt = dsrc[:d["max_dev_pairs"]], dtgt[:d["max_dev_pairs"]]
+            and max(len(s_ids[i]), len(t_ids[i])) + 1 <= cfg.train.batch_tokens]
+    dsrc, dtgt = read_parallel(d.path, d.dev_split, d.src_lang, d.tgt_lang)
+    dsrc, dtgt = dsrc[:d.max_dev_pairs], dtgt[:d.max_dev_pairs]
     return tok, [s_ids[i] for i in keep], [t_ids[i] for i in keep], encode_lines(tok, dsrc), encode_lines(tok, dtgt)
 
 
@@ -214,7 +214,7 @@ def test_resume_on_another_vocabulary_is_refused(tmp_path):
     run.mkdir()
     c.use_in_run(run, write=True)
     c.use_in_run(run, write=False)  # the same vocabulary: fine
-    other = K.Corpus(load_config(SMOKE, [f"data.path={cfg['data']['path']}", f"run.results_dir={tmp_path}",
+    other = K.Corpus(load_config(SMOKE, [f"data.path={cfg.data.path}", f"run.results_dir={tmp_path}",
                                          "data.max_train_pairs=null", "data.vocab_size=90"]), progress=False)
     with pytest.raises(K.UserError, match="another vocabulary"):
         other.use_in_run(run, write=False)
@@ -246,4 +246,4 @@ def test_data_path_is_one_run_whatever_its_spelling(tmp_path, monkeypatch):
     ids = {run_id(load_config(SMOKE, [f"data.path={p}"])) for p in ("small", "./small", str(tmp_path / "small"),
                                                                      "small/")}
     assert len(ids) == 1
-    assert load_config(SMOKE, ["data.path=small"])["data"]["path"] == str((tmp_path / "small").resolve())
+    assert load_config(SMOKE, ["data.path=small"]).data.path == str((tmp_path / "small").resolve())

@@ -114,10 +114,10 @@ def test_kernel_is_chosen_by_the_constructor_and_the_config():
         make(kernel="flash")
     base = load_config(None, ["data.path=x"])
     plain = load_config(None, ["data.path=x", "model.attention_kernel=sdpa", "model.fast_dropout=false"])
-    m = Transformer.from_config(plain["model"], V)
+    m = Transformer.from_config(plain.model, V)
     assert m.encoder[0].self_attn.kernel == m.decoder[-1].cross_attn.kernel == "sdpa"
     assert isinstance(m.dropout, torch.nn.Dropout) and isinstance(m.decoder[0].sub_ffn.dropout, torch.nn.Dropout)
-    assert isinstance(Transformer.from_config(base["model"], V).dropout, fast.FastDropout)
+    assert isinstance(Transformer.from_config(base.model, V).dropout, fast.FastDropout)
     assert config_hash(plain) == config_hash(base)  # speed paths do not change what is trained: same run
     with pytest.raises(UserError, match="attention_kernel"):
         load_config(None, ["data.path=x", "model.attention_kernel=flash"])

@@ -17,7 +17,7 @@ import yaml
 
 from conftest import ROOT, SMOKE, ltfm
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
-from lightning_tfm.training.config import load_config
+from lightning_tfm.training.config import Config, flatten, load_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -57,10 +57,9 @@ def one_line_error(p: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def resolved(base: dict, overrides: dict) -> dict:
-    flat = {f"{s}.{k}": v for s, body in base.items() for k, v in body.items()}
-    flat.update(overrides)
-    return flat
+def resolved(base: Config, overrides: dict) -> dict:
+    """The flat config ({"model.heads": 8, ...}) of ``base`` under a row's overrides."""
+    return {**flatten(base), **overrides}
 
 
 # ------------------------------------------------------------------------------------------------------------

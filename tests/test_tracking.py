@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import wandb
 from lightning_tfm.training import results as R, tracking
-from lightning_tfm.training.config import load_config
+from lightning_tfm.training.config import Config, load_config
 from lightning_tfm.training.errors import UserError
 from wandb_offline import find_run_files, read_records, read_run, read_runs
 
@@ -49,7 +49,7 @@ def wandb_env(tmp_path, monkeypatch):
         wandb.finish()
 
 
-def make_cfg(**overrides) -> dict:
+def make_cfg(**overrides) -> Config:
     base = {"data.path": "/unused", "run.name": "toy", "model.heads": 4, "model.d_k": 32, "model.d_v": 16}
     return load_config(None, {**base, **overrides})
 
@@ -57,10 +57,10 @@ def make_cfg(**overrides) -> dict:
 class Toy(pl.LightningModule):
     """Logs what the real LightningModule logs, under the same keys, at the same points."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: Config):
         super().__init__()
         # what lit.py should do: never hand a secret to save_hyperparameters (hparams.yaml, checkpoints)
-        self.save_hyperparameters({"config": tracking.scrub(cfg), "vocab_size": 11})
+        self.save_hyperparameters({"config": tracking.scrub(cfg.to_dict()), "vocab_size": 11})
         self.lin = torch.nn.Linear(4, 1)
         self.samples_logged: list[tuple[int, list]] = []
 
@@ -91,7 +91,7 @@ class Toy(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
-def toy_train(run_dir: Path, cfg: dict, steps: int = 8, status: str = "completed") -> tuple[dict, Toy]:
+def toy_train(run_dir: Path, cfg: Config, steps: int = 8, status: str = "completed") -> tuple[dict, Toy]:
     """One toy training run the way train.py wires tracking: logger, fit, finish -> summary fields."""
     run_dir.mkdir(parents=True, exist_ok=True)
     logger = tracking.make_wandb_logger(cfg, run_dir.name, run_dir)
@@ -224,7 +224,7 @@ def test_secrets_appear_nowhere_in_the_run_folder_or_wandb_files(wandb_env, monk
     run_dir = wandb_env / "results" / "secretive"
     cfg = make_cfg(**{"sweep.storage": STORAGE, "sweep.study": "table3"})
     info, _ = toy_train(run_dir, cfg)
-    (run_dir / "summary.json").write_text(json.dumps(tracking.scrub({"config": cfg, **info})))
+    (run_dir / "summary.json").write_text(json.dumps(tracking.scrub({"config": cfg.to_dict(), **info})))
     assert sys.argv == argv  # restored for Lightning's DDP launcher
 
     checked = 0

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cache import KVCache, MemoryCache
+from .config import ModelConfig
 from .fast import make_dropout
 from .layers import DecoderLayer, EncoderLayer
 from .positional import make_positions
@@ -48,11 +49,12 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
 
     @classmethod
-    def from_config(cls, model_cfg: dict, vocab_size: int) -> "Transformer":
-        keys = ("layers", "d_model", "d_ff", "heads", "d_k", "d_v", "dropout", "positional", "norm",
-                "max_positions", "attention_dropout")
-        speed = {k: model_cfg[k] for k in ("attention_kernel", "fast_dropout") if k in model_cfg}  # older configs lack them
-        return cls(vocab_size, **{k: model_cfg[k] for k in keys}, **speed)
+    def from_config(cls, cfg: ModelConfig, vocab_size: int) -> "Transformer":
+        """The model of an experiment's ``model`` section (:class:`ModelConfig`)."""
+        return cls(vocab_size, layers=cfg.layers, d_model=cfg.d_model, d_ff=cfg.d_ff, heads=cfg.heads, d_k=cfg.d_k,
+                   d_v=cfg.d_v, dropout=cfg.dropout, positional=cfg.positional, norm=cfg.norm,
+                   max_positions=cfg.max_positions, attention_dropout=cfg.attention_dropout,
+                   attention_kernel=cfg.attention_kernel, fast_dropout=cfg.fast_dropout)
 
     def set_fused(self, fused: bool) -> None:
         """Fused (one matrix product for Q, K, V) or unfused input projections; same weights."""

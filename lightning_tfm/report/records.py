@@ -13,6 +13,10 @@
 Both sources become :class:`RunRecord` lists, and everything after that (the tables, the figures) is the same
 code. One record per (variant, seed): the latest trial (or, without a storage, the latest run). A trial's
 configuration comes from the sweep's own :func:`lightning_tfm.sweep.trial_config`, never re-derived here.
+
+Configs here stay data, not typed :class:`~lightning_tfm.training.config.Config` objects: a record holds its
+run's config as the flat dict of :func:`~lightning_tfm.training.config.flatten` (``rec.config["model.heads"]``),
+read from a summary.json's plain nested "config" or W&B's flat config; a report only reads them.
 """
 from __future__ import annotations
 
@@ -207,7 +211,7 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
 def default_results_dir(sweep) -> Path:
     """The results folder the sweep writes to by default (its experiment's run.results_dir, from the cwd)."""
     from ..sweep import trial_config
-    return Path(trial_config(sweep, checked=False)["run"]["results_dir"]).absolute()
+    return Path(trial_config(sweep, checked=False).run.results_dir).absolute()
 
 
 def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) -> tuple[Path, str | None]:

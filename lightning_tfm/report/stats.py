@@ -9,6 +9,9 @@ Agreement (:func:`agrees`, :func:`agreement_summary`): "agrees" = our change aga
 against the paper's base have the same sign (rows where the paper's change is 0 are not compared); the
 summary counts it over all rows and over the rows beyond noise.
 
+Run configs arrive as the records' flat dicts (``"data.dev_split"``); the one place that loads data with one
+converts it with ``Config.from_dict(..., checked=False)`` (:func:`dev_references`).
+
 BLEU differences are tested with sacreBLEU's paired bootstrap resampling (:func:`paired_test`: 1000
 resamples, sacreBLEU's fixed seed 12345 unless ``SACREBLEU_SEED`` says otherwise) on the dev hypotheses of the
 base and the row, guarded so that identical outputs, equal BLEU or two near-zero BLEU are never significant,
@@ -111,6 +114,7 @@ _REFS_CACHE: dict[tuple, list[str]] = {}
 
 def dev_references(config: dict) -> list[str]:
     """The dev references a run was scored against: its config's dev split, first data.max_dev_pairs."""
+    from ..training.config import Config
     from ..training.data import load_split
 
     key = tuple(config.get(k) for k in ("data.source", "data.path", "data.hub_name", "data.hub_config",
@@ -120,7 +124,8 @@ def dev_references(config: dict) -> list[str]:
         for k, v in config.items():
             sec, name = k.split(".", 1)
             nested.setdefault(sec, {})[name] = v
-        ds = load_split(nested, nested["data"]["dev_split"], nested["data"].get("max_dev_pairs"))
+        cfg = Config.from_dict(nested, checked=False)
+        ds = load_split(cfg, cfg.data.dev_split, cfg.data.max_dev_pairs)
         _REFS_CACHE[key] = list(ds["tgt"])
     return _REFS_CACHE[key]
 

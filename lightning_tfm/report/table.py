@@ -10,7 +10,7 @@ seeds: mean ± sample standard deviation. Change (Δ) = the row's value minus it
 and the paper's against the paper's base, each also given relative to its base.
 
 :data:`KNOBS` are the table's knob columns (header, flat config key), :data:`CSV_KNOBS` their CSV column
-names. The statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the
+names, both from ``training.config.TABLE3_KNOBS``. The statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the
 markdown and the CSV in :mod:`.render`.
 """
 from __future__ import annotations
@@ -19,22 +19,16 @@ import contextlib
 from typing import Any
 
 from ..training import results
+from ..training.config import TABLE3_KNOBS
 from .paper import PAPER_ORDER, load_paper
 from .records import DONE, ReportData, RunRecord
 from .stats import agreement_summary, agrees, bleu_significant, mean_std, noise_verdict, paired_bootstrap, relative
 
 
-# (column header, flat config key): the knob columns of Table 3 (ours), plus positions and norm.
-KNOBS = (("N", "model.layers"), ("d_model", "model.d_model"), ("d_ff", "model.d_ff"), ("h", "model.heads"),
-         ("d_k", "model.d_k"), ("d_v", "model.d_v"), ("P_drop", "model.dropout"),
-         ("ε_ls", "train.label_smoothing"), ("positional", "model.positional"), ("norm", "model.norm"),
-         ("train steps", "train.max_steps"))
-
-
-CSV_KNOBS = {"model.layers": "layers", "model.d_model": "d_model", "model.d_ff": "d_ff", "model.heads": "heads",
-             "model.d_k": "d_k", "model.d_v": "d_v", "model.dropout": "dropout",
-             "train.label_smoothing": "label_smoothing", "model.positional": "positional", "model.norm": "norm",
-             "train.max_steps": "train_steps"}
+# (column header, flat config key): the knob columns of Table 3 (ours), plus positions, norm and the budget.
+KNOBS = tuple((column, key) for column, key, _ in TABLE3_KNOBS)
+# flat config key -> CSV column name
+CSV_KNOBS = {key: csv for _, key, csv in TABLE3_KNOBS}
 
 
 def ordered_variants(sweep, records: list[RunRecord]) -> list[str]:

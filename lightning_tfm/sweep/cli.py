@@ -13,20 +13,21 @@ from .spec import load_sweep
 from .status import dry_run, format_status, status_rows
 from .storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
 from .worker import Worker, enqueue_missing, stop_on_sigterm
+from ..training.config import Config
 
 
-def _check_local_data(cfg: dict) -> None:
-    d = cfg["data"]
-    if d["source"] != "local":
+def _check_local_data(cfg: Config) -> None:
+    d = cfg.data
+    if d.source != "local":
         return
     from ..training.data import split_file  # here: data imports torch, which a worker (it trains nothing itself) never needs
-    for split in (d["train_split"], d["dev_split"], d["test_split"]):
+    for split in (d.train_split, d.dev_split, d.test_split):
         if split:
-            for lang in (d["src_lang"], d["tgt_lang"]):
-                split_file(d["path"], split, lang)
+            for lang in (d.src_lang, d.tgt_lang):
+                split_file(d.path, split, lang)
 
 
-def _corpus_line(cfg: dict) -> str:
+def _corpus_line(cfg: Config) -> str:
     try:
         folder, ready = corpus_status(cfg)
     except UserError as e:

@@ -3,7 +3,8 @@
 A trial's config is the experiment < the sweep file's ``overrides`` < the command line's ``dotted.key=value``
 < the variant's (or sampled) values < the variant's ``budget`` factor on train.max_steps < the run.*
 bookkeeping (seed, variant, family, study). :func:`trial_overrides` says it as overrides and
-:func:`trial_config` as the nested config; the worker (:class:`Plan`), the dry run and the reports
+:func:`trial_config` as the typed :class:`~lightning_tfm.training.config.Config`. Overrides stay plain
+``{"dotted.key": value}`` dicts (they are what Optuna's user attributes and the sweep file hold); the worker (:class:`Plan`), the dry run and the reports
 (:mod:`lightning_tfm.report.records`) all go through them.
 """
 from __future__ import annotations
@@ -28,8 +29,7 @@ def parse_cli_overrides(overrides: list[str] | None) -> dict:
         key, value = C.parse_override(text)
         if key in RESERVED or key.startswith("sweep."):
             raise UserError(f"{key} is set by ltfm sweep for each trial: leave it out (seeds come from the sweep file)")
-        scratch = C.defaults()
-        C.set_dotted(scratch, key, value)  # unknown key / wrong type: one line, exit 2
+        C.set_dotted(C.Config(), key, value)  # unknown key / wrong type: one line, exit 2
         out[key] = value
     return out
 
@@ -60,7 +60,7 @@ def trial_config(sweep: Sweep, entry: Entry | None = None, cli_overrides: dict |
     cfg = C.load_config(sweep.experiment, base, checked=checked)
     if entry is None:
         return cfg
-    return C.load_config(sweep.experiment, trial_overrides(sweep, entry, base, cfg["train"]["max_steps"], results_dir),
+    return C.load_config(sweep.experiment, trial_overrides(sweep, entry, base, cfg.train.max_steps, results_dir),
                          checked=checked)
 
 
@@ -74,17 +74,17 @@ class Plan:
                     **parse_cli_overrides(cli_overrides)}
         self.base = {**sweep.overrides, **self.cli}
         self.base_cfg = trial_config(sweep, cli_overrides=self.cli)  # the user's base must be valid: exit 2
-        self.results_dir = Path(self.base_cfg["run"]["results_dir"]).absolute()
+        self.results_dir = Path(self.base_cfg.run.results_dir).absolute()
 
     def trial_overrides(self, entry: Entry) -> dict:
-        return trial_overrides(self.sweep, entry, self.base, self.base_cfg["train"]["max_steps"], self.results_dir)
+        return trial_overrides(self.sweep, entry, self.base, self.base_cfg.train.max_steps, self.results_dir)
 
     def config(self, entry: Entry) -> dict:
         return trial_config(self.sweep, entry, self.cli, results_dir=self.results_dir)
 
     def max_steps(self, entry: Entry) -> int:
         ov = self.trial_overrides(entry)
-        return int(ov.get("train.max_steps", self.base_cfg["train"]["max_steps"]))
+        return int(ov.get("train.max_steps", self.base_cfg.train.max_steps))
 
     def grid_key(self, entry: Entry) -> str:
         return f"{entry.name}/seed{entry.seed}/steps{self.max_steps(entry)}/{entry.definition_hash()}"
@@ -95,7 +95,7 @@ class Plan:
                 "budget": entry.budget}
 
 
-def build_model_params(cfg: dict) -> int:
+def build_model_params(cfg: C.Config) -> int:
     """Build the trial's model (on the meta device: no memory, no time) and count its parameters.
 
     The vocabulary is ``data.vocab_size``; a trained BPE vocabulary may come out slightly smaller.
@@ -104,7 +104,7 @@ def build_model_params(cfg: dict) -> int:
 
     from ..model import Transformer
     with torch.device("meta"):
-        model = Transformer.from_config(cfg["model"], cfg["data"]["vocab_size"])
+        model = Transformer.from_config(cfg.model, cfg.data.vocab_size)
     return model.num_parameters()
 
 

@@ -32,17 +32,18 @@ import pytorch_lightning as pl
 from ..training.results import history_key
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
+from ..training.config import Config
 
 
 class OptunaPruning(pl.Callback):
     """Lightning callback: ``trial.report(dev metric, global_step)`` at each validation; prune -> stop."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: Config):
         super().__init__()
-        s = cfg["sweep"]
-        self.storage_url = os.environ.get(STORAGE_ENV) or s["storage"]
-        self.study_name, self.trial_number = s["study"], int(s["trial"])
-        self.metric = s["metric"]
+        s = cfg.sweep
+        self.storage_url = os.environ.get(STORAGE_ENV) or s.storage
+        self.study_name, self.trial_number = s.study, int(s.trial)
+        self.metric = s.metric
         self.key = history_key(self.metric)  # the logged key: dev_loss -> dev/loss
         self.pruned = False
         self.history: dict[int, float] = {}  # step -> value reported (saved in checkpoints)

@@ -90,12 +90,11 @@ def _check_override(path, where: str, key: str, value: Any) -> Any:
     if key in RESERVED or key.startswith("sweep."):
         raise _err(path, f"{where}: {key} is set by ltfm sweep (use seeds: for run.seed)")
     try:
-        scratch = C.defaults()
+        scratch = C.Config()
         C.set_dotted(scratch, key, value)
     except UserError as e:
         raise _err(path, f"{where}: {e}") from None
-    sec, name = key.split(".")
-    return scratch[sec][name]
+    return C.get_dotted(scratch, key)
 
 
 def _mapping(path, where: str, value: Any) -> dict:

@@ -64,17 +64,15 @@ def enqueue_missing(study, plan: Plan) -> int:
 # The Table 3 knobs each variant trial carries as its Optuna params (flat config keys, as in W&B), so that
 # optuna-dashboard's trials table, parallel coordinates and Hyperparameter Importance show them. Nothing
 # samples them: they describe the row.
-DASHBOARD_KNOBS = ("model.layers", "model.d_model", "model.d_ff", "model.heads", "model.d_k", "model.d_v",
-                   "model.dropout", "train.label_smoothing", "model.positional", "model.norm")
-# Categorical knobs get every allowed value as choices (config.SCHEMA's), the same in every study: Optuna
-# refuses a parameter whose categorical choices differ between the trials of one study.
-DASHBOARD_CHOICES = {"model.positional": ("sinusoidal", "learned"), "model.norm": ("post", "pre")}
+# The training budget (train.max_steps) is the trial's budget, not a knob of the row: left out.
+DASHBOARD_KNOBS = tuple(key for _, key, _ in C.TABLE3_KNOBS if key != "train.max_steps")
+# Categorical knobs get every allowed value as choices (the config field's Literal), the same in every study:
+# Optuna refuses a parameter whose categorical choices differ between the trials of one study.
+DASHBOARD_CHOICES = {key: C.choices(key) for key in DASHBOARD_KNOBS if C.choices(key)}
 
 
 def _knob_value(plan: Plan, entry: Entry, key: str) -> Any:
-    ov = plan.trial_overrides(entry)
-    sec, name = key.split(".")
-    return ov.get(key, plan.base_cfg[sec].get(name))
+    return plan.trial_overrides(entry).get(key, C.get_dotted(plan.base_cfg, key))
 
 
 def dashboard_space(plan: Plan) -> dict:
@@ -276,7 +274,7 @@ class Worker:
                 return 0
             return self._train(trial, entry, cfg, params, label)
 
-    def _train(self, trial, entry: Entry, cfg: dict, params: int, label: str) -> int:
+    def _train(self, trial, entry: Entry, cfg: C.Config, params: int, label: str) -> int:
         from optuna.trial import TrialState
 
         rid = C.run_id(cfg)

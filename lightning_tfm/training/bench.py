@@ -339,9 +339,9 @@ def bench_cli(args) -> int:
 
         cfg = load_config(args.config, [o for o in args.overrides if not o.startswith("bench.")] + (
             [] if any(o.startswith("data.path") for o in args.overrides) else ["data.path=unused"]))
-        m = cfg["model"]
-        settings.update(layers=m["layers"], d_model=m["d_model"], d_ff=m["d_ff"], heads=m["heads"],
-                        vocab=cfg["data"]["vocab_size"])
+        m = cfg.model
+        settings.update(layers=m.layers, d_model=m.d_model, d_ff=m.d_ff, heads=m.heads,
+                        vocab=cfg.data.vocab_size)
     for o in args.overrides:
         if o.startswith("bench."):
             key, _, value = o[len("bench."):].partition("=")

@@ -5,7 +5,6 @@ checkpoint that is not on disk is averaged in memory; ``write_average`` is the o
 """
 from __future__ import annotations
 
-import copy
 import io
 import re
 import sys
@@ -197,7 +196,7 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     cfg_path = run_dir / "config.yaml"
     run_cfg = C.load_config(cfg_path) if cfg_path.is_file() else None
     if average_last is None and run_cfg is not None:
-        average_last = run_cfg["decode"]["average_last"] or None
+        average_last = run_cfg.decode.average_last or None
     path = resolve_checkpoint(run_dir, checkpoint, average_last)
     if path is None:
         n = average_last or 5
@@ -208,7 +207,8 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     else:
         ck = load_checkpoint(path)
     hp = ck.get("hyper_parameters") or {}
-    cfg = copy.deepcopy(hp.get("config") or run_cfg)
+    # the checkpoint's own config (a plain dict, so that torch.load(weights_only=True) reads it), else config.yaml
+    cfg = C.Config.from_dict(hp["config"], checked=False) if hp.get("config") else run_cfg
     if cfg is None:
         raise UserError(f"{path} holds no config and {cfg_path} is missing: give a run folder written by `ltfm train`")
     state = {k[len("model."):]: v for k, v in ck["state_dict"].items() if k.startswith("model.")}
@@ -219,7 +219,7 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     if vocab != tokenizer.get_vocab_size() or state["embed.weight"].shape[0] != vocab:
         raise UserError(f"checkpoint {path} has a vocabulary of {vocab} entries but {run_dir / 'tokenizer.json'} has "
                         f"{tokenizer.get_vocab_size()}: it belongs to another run; give a checkpoint of this run")
-    model = Transformer.from_config(cfg["model"], vocab)
+    model = Transformer.from_config(cfg.model, vocab)
     try:
         model.load_state_dict(state)
     except RuntimeError as e:

@@ -22,7 +22,7 @@ def average_cli(args) -> int:
     return 0
 
 
-def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
+def apply_overrides(cfg: C.Config, overrides: list[str] | None) -> C.Config:
     """``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides."""
     cfg = copy.deepcopy(cfg)
     for text in overrides or []:
@@ -30,10 +30,10 @@ def apply_overrides(cfg: dict, overrides: list[str] | None) -> dict:
         if key.split(".")[0] not in ("decode", "data"):
             raise UserError(f"cannot override {key!r} when decoding: only decode.* and data.* keys apply")
         C.set_dotted(cfg, key, value)
-    if cfg["decode"]["beam_size"] < 1:
-        raise UserError(f"decode.beam_size={cfg['decode']['beam_size']} must be at least 1")
-    if cfg["decode"]["batch_sentences"] < 1:
-        raise UserError(f"decode.batch_sentences={cfg['decode']['batch_sentences']} must be at least 1")
+    if cfg.decode.beam_size < 1:
+        raise UserError(f"decode.beam_size={cfg.decode.beam_size} must be at least 1")
+    if cfg.decode.batch_sentences < 1:
+        raise UserError(f"decode.batch_sentences={cfg.decode.batch_sentences} must be at least 1")
     return cfg
 
 
@@ -75,24 +75,24 @@ def evaluate_cli(args) -> int:
             raise UserError(f"{args.src} is empty: give at least one source sentence")
         name = Path(args.src).name.removesuffix(".gz")
     else:
-        d = cfg["data"]
-        name = args.split or d["test_split"] or d["dev_split"]
+        d = cfg.data
+        name = args.split or d.test_split or d.dev_split
         # The run's own subset sizes apply to its own splits, so the numbers match its summary.
-        limit = d["max_test_pairs"] if name == d["test_split"] else d["max_dev_pairs"] if name == d["dev_split"] else None
+        limit = d.max_test_pairs if name == d.test_split else d.max_dev_pairs if name == d.dev_split else None
         ds = load_split(cfg, name, limit)
         src_lines, ref_lines = list(ds["src"]), list(ds["tgt"])
     label = args.checkpoint if args.checkpoint in ("last", "best", "average") else Path(args.checkpoint).stem
     # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
-    default_out = Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg['decode']['beam_size']}.txt"
+    default_out = Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg.decode.beam_size}.txt"
     out = Path(args.out) if args.out else default_out
-    hyps, result = evaluate_texts(model, tokenizer, src_lines, ref_lines, cfg["decode"], cfg["data"]["tgt_lang"],
+    hyps, result = evaluate_texts(model, tokenizer, src_lines, ref_lines, cfg.decode, cfg.data.tgt_lang,
                                   decode_dtype(cfg))
     _write_lines_atomic(out, hyps)
     for line in format_bleu(result):
         print(line)
-    d = cfg["decode"]
-    print(f"hypotheses: {out} ({len(hyps)} lines; {name}, checkpoint {label}, beam {d['beam_size']}, "
-          f"alpha {d['length_penalty']}, {result['sentences_per_s']:.1f} sentences/s)")
+    d = cfg.decode
+    print(f"hypotheses: {out} ({len(hyps)} lines; {name}, checkpoint {label}, beam {d.beam_size}, "
+          f"alpha {d.length_penalty}, {result['sentences_per_s']:.1f} sentences/s)")
     return 0
 
 
@@ -105,11 +105,11 @@ def translate_cli(args) -> int:
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, _average_last_override(args.overrides))
     cfg = apply_overrides(cfg, args.overrides)
     dtype = decode_dtype(cfg)
-    chunk = 1 if sys.stdin.isatty() else max(8 * cfg["decode"]["batch_sentences"], 1)
+    chunk = 1 if sys.stdin.isatty() else max(8 * cfg.decode.batch_sentences, 1)
     total, buf = 0, []
 
     def flush():
-        texts, _ = translate_lines(model, tokenizer, buf, cfg["decode"], dtype)
+        texts, _ = translate_lines(model, tokenizer, buf, cfg.decode, dtype)
         sys.stdout.write("".join(t + "\n" for t in texts))
         sys.stdout.flush()
         buf.clear()

@@ -1,139 +1,212 @@
-"""Experiment configuration: nested YAML, typed defaults, ``dotted.key=value`` overrides.
+"""Experiment configuration: typed dataclasses, nested YAML, ``dotted.key=value`` overrides.
 
-Every key a config may hold is declared in ``SCHEMA`` with its type and default, so a typo or a wrong
-type stops the run before anything is written (exit 2), naming the key.
+One schema: the dataclasses below (:class:`RunConfig`, :class:`DataConfig`, :class:`TrainConfig`,
+:class:`DecodeConfig`, :class:`WandbConfig`, :class:`SweepConfig`, and the model's
+:class:`~lightning_tfm.model.config.ModelConfig`), gathered in :class:`Config` (``cfg.model.d_model``,
+``cfg.train.warmup``). Each field has its type (``Literal[...]`` for choices, ``X | None`` for optional keys),
+its default and a help string in ``metadata["help"]``. Coercion, unknown-key errors, overrides, :func:`flatten`,
+the run id hash and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated
+``{section: {key: (type spec, default, help)}}`` view of them, never edited by hand. A typo or a wrong type
+stops the run before anything is written (exit 2), naming the key.
+
+Code that runs something holds a :class:`Config` and reads it by attribute. What is written to disk or sent
+elsewhere is a plain nested dict, section and key order as declared: ``config.yaml``, ``summary["config"]``,
+checkpoint ``hyper_parameters["config"]`` (``torch.load(weights_only=True)`` loads it) and W&B's flat config
+(:meth:`Config.to_dict`, :func:`flatten`). Code reading such a dict back to run with it converts it with
+:meth:`Config.from_dict` (``checked=False`` where it need not be runnable); code only reporting on it (the
+report's run records, sweep override dicts) keeps the dict and its flat ``"model.heads"`` keys.
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 import json
 import math
 import os
 import re
+import types
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
+from ..model.config import ModelConfig
 from .errors import UserError
 
-# A type spec is: int, float, str, bool, list, ("choice", a, b, ...), or ("optional", spec).
+# A type spec (generated from a field's annotation): int, float, str, bool, list, ("choice", a, b, ...)
+# or ("optional", spec).
 OPT = "optional"
 
 
-def choice(*values):
-    return ("choice",) + values
+def _f(default: Any, help: str, factory=None):
+    """A config field: its default and its one-line meaning (``metadata["help"]``)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
-def optional(spec):
-    return (OPT, spec)
+@dataclass
+class RunConfig:
+    name: str = _f("run", "experiment name; part of the run id")
+    id: str | None = _f(None, "run folder name; default <name>-<hash of the config>, so the same command resumes")
+    results_dir: str = _f("results", "where run folders are written")
+    seed: int = _f(1, "random seed of initialisation, dropout and batch order")
+    variant: str | None = _f(None, "Table 3 row or sweep variant this run belongs to")
+    family: str | None = _f(None, "row family: base, A, B, C, D, E, big, norm, search")
+    study: str | None = _f(None, "sweep/study name this run belongs to (its W&B group)")
 
 
-# (type, default, help). Section names follow the product: model.* and train.label_smoothing are the
-# paper's Table 3 knobs under their paper names.
+@dataclass
+class DataConfig:
+    source: Literal["local", "hub"] = _f("local", "local folder of {split}.{lang}[.gz] files, or the Hugging Face Hub")
+    path: str | None = _f(None, "local folder of the corpus files (data.source=local)")
+    hub_name: str | None = _f(None, "Hub dataset id, e.g. wmt14 or bentrevett/multi30k")
+    hub_config: str | None = _f(None, "Hub dataset configuration, e.g. de-en")
+    src_lang: str = _f("en", "language code of the source side, e.g. en (file suffix / Hub column)")
+    tgt_lang: str = _f("de", "language code of the target side, e.g. de (file suffix / Hub column)")
+    train_split: str = _f("train", "name of the split the model and the BPE vocabulary are trained on")
+    dev_split: str = _f("val", "name of the split for dev loss/perplexity and dev BLEU (the paper: newstest2013)")
+    test_split: str | None = _f(None, "evaluated at the end when set")
+    vocab_size: int = _f(8000, "shared source-target BPE vocabulary size")
+    max_tokens_per_sentence: int = _f(256, "training pairs longer than this (in BPE pieces, or than "
+                                           "model.max_positions-1) are skipped; dev/test pairs are truncated to it "
+                                           "(counts in summary.json)")
+    max_train_pairs: int | None = _f(None, "use only the first N training pairs (smoke tests)")
+    max_dev_pairs: int | None = _f(None, "use only the first N dev pairs")
+    max_test_pairs: int | None = _f(None, "use only the first N test pairs")
+    tokenizer_min_frequency: int = _f(2, "BPE merges need at least this many occurrences")
+    cache_dir: str | None = _f(None, "where prepared corpora (vocabulary + token ids, `ltfm prepare`) are kept; "
+                                     "default: data-cache beside run.results_dir")
+
+
+@dataclass
+class TrainConfig:
+    label_smoothing: float = _f(0.1, "epsilon_ls: label smoothing of the cross-entropy targets (Sec. 5.4)")
+    batch_tokens: int = _f(4096, "per-device batch: padded source tokens and padded target tokens each at most this")
+    batch_tokens_total: int | None = _f(None, "effective batch in tokens per side; sets accumulation from world size")
+    accumulate: int = _f(1, "gradient accumulation (ignored when batch_tokens_total is set)")
+    max_steps: int = _f(100000, "optimizer steps to train for (the paper: 100k for base, Sec. 5.2)")
+    max_time_minutes: float | None = _f(None, "stop training after this much wall time")
+    warmup: int = _f(4000, "warmup_steps of the learning-rate schedule (Sec. 5.3, Eq. 3)")
+    lr_scale: float = _f(1.0, "factor on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)")
+    adam_beta1: float = _f(0.9, "Adam's beta_1, decay of the gradient mean (Sec. 5.3: 0.9)")
+    adam_beta2: float = _f(0.98, "Adam's beta_2, decay of the squared-gradient mean (Sec. 5.3: 0.98)")
+    adam_eps: float = _f(1e-9, "Adam's epsilon added to the update's denominator (Sec. 5.3: 1e-9)")
+    clip_norm: float = _f(0.0, "gradient clipping (0: off, as in the paper)")
+    precision: Literal["auto", "32", "bf16-mixed", "16-mixed", "bf16-true"] = _f(
+        "auto", "Lightning precision; auto: bf16-mixed where the GPU/CPU has native bf16, else 32 (precision.py)")
+    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"] = _f(
+        "auto", "Lightning accelerator the run trains on; auto: a GPU when there is one, else the CPU")
+    devices: str = _f("1", "Lightning devices: a count, 'auto' or a list like '0,1'")
+    num_nodes: int = _f(1, "machines taking part in a multi-node run (Lightning num_nodes)")
+    strategy: Literal["auto", "ddp", "ddp_spawn", "fsdp", "deepspeed"] = _f(
+        "auto", "Lightning strategy spreading training over several devices (auto: ddp when there are several)")
+    val_every_steps: int = _f(1000, "interval in optimizer steps of the dev loss/perplexity")
+    checkpoint_every_steps: int = _f(1000, "checkpoint interval in optimizer steps")
+    checkpoint_every_minutes: float | None = _f(None, "checkpoint interval in minutes (instead of steps)")
+    keep_checkpoints: int = _f(5, "step checkpoints kept besides last (for averaging)")
+    log_every_steps: int = _f(50, "interval in optimizer steps of the training loss/learning-rate log lines")
+    num_workers: int = _f(0, "DataLoader worker processes (0: load batches in the training process)")
+    compile: bool = _f(False, "torch.compile the model (whether it pays off depends on the machine: time it)")
+    fused_loss: bool = _f(True, "pre-softmax projection + smoothed loss computed chunk-wise, gradients eagerly "
+                                "(speed path)")
+    progress_bar: bool = _f(True, "show Lightning's progress bar on the terminal (off for logs and sweep workers)")
+    threads: int | None = _f(None, "torch intra-op threads (default: torch's choice)")
+    record_batches: bool = _f(False, "write the dataset indices of every training batch, per rank (debugging, tests)")
+
+
+@dataclass
+class DecodeConfig:
+    beam_size: int = _f(4, "beam width of the search (Sec. 6.1: 4); 1 = greedy")
+    length_penalty: float = _f(0.6, "alpha of the GNMT length penalty ((5+|Y|)/6)^alpha")
+    max_len_a: float = _f(1.0, "maximum output length = a * source length + b")
+    max_len_b: int = _f(50, "b of the maximum output length a * source length + b (Sec. 6.1: input length + 50)")
+    batch_sentences: int = _f(128, "sentences decoded together in one batch")
+    dev_bleu_every_steps: int = _f(0, "dev BLEU during training every N steps (0: only at the end)")
+    dev_bleu_subset: int | None = _f(200, "sentences of the dev set used for BLEU during training (None: all)")
+    average_last: int = _f(0, "at the end, average the last N checkpoints and evaluate that (0: off)")
+    samples: int = _f(8, "sample translations logged at each dev BLEU")
+
+
+@dataclass
+class WandbConfig:
+    mode: Literal["offline", "online", "disabled"] = _f("offline", "W&B logging mode; the WANDB_MODE environment variable overrides it")
+    project: str = _f("lightning_tfm", "W&B project; the WANDB_PROJECT environment variable overrides it")
+    entity: str | None = _f(None, "W&B entity (user or team); WANDB_ENTITY overrides it")
+    dir: str | None = _f(None, "where wandb writes; default the run folder")
+    tags: list[str] = _f(None, "extra W&B tags of the run (the variant and family are added)", factory=list)
+
+
+@dataclass
+class SweepConfig:
+    storage: str | None = _f(None, "set by ltfm sweep: Optuna storage of the trial")
+    study: str | None = _f(None, "set by ltfm sweep: Optuna study the trial belongs to")
+    trial: int | None = _f(None, "set by ltfm sweep: trial number to report to")
+    metric: str = _f("dev_loss", "metric reported to the study at each validation")
+
+
+@dataclass
+class Config:
+    """A whole experiment: one typed section per YAML section, in the order config.yaml lists them."""
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+
+    def to_dict(self) -> dict:
+        """Plain nested dict (a copy), sections and keys in declaration order: config.yaml, summaries, checkpoints."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, tree: dict, checked: bool = True) -> "Config":
+        """Defaults <- ``tree`` (a nested dict as :meth:`to_dict` gives; missing keys keep their defaults);
+        unknown keys and wrong types are errors; cross-key checks unless ``checked=False``."""
+        cfg = cls()
+        merge(cfg, tree)
+        if checked:
+            validate(cfg)
+        return cfg
+
+
+def _spec(hint) -> Any:
+    """A field annotation as a type spec."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return ("choice",) + typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return (OPT, _spec(inner))
+    if origin is list:
+        return list
+    return hint
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def _section_types() -> dict[str, type]:
+    return {f.name: typing.get_type_hints(Config)[f.name] for f in dataclasses.fields(Config)}
+
+
+# {section: {key: (type spec, default, help)}}: a view generated from the dataclasses (the one schema).
 SCHEMA: dict[str, dict[str, tuple]] = {
-    "run": {
-        "name": (str, "run", "experiment name; part of the run id"),
-        "id": (optional(str), None, "run folder name; default <name>-<hash of the config>, so the same command resumes"),
-        "results_dir": (str, "results", "where run folders are written"),
-        "seed": (int, 1, "random seed"),
-        "variant": (optional(str), None, "Table 3 row or sweep variant this run belongs to"),
-        "family": (optional(str), None, "row family: base, A, B, C, D, E, big, norm, search"),
-        "study": (optional(str), None, "sweep/study name (W&B group)"),
-    },
-    "data": {
-        "source": (choice("local", "hub"), "local", "local folder of {split}.{lang}[.gz] files, or the Hugging Face Hub"),
-        "path": (optional(str), None, "local folder (data.source=local)"),
-        "hub_name": (optional(str), None, "Hub dataset id, e.g. wmt14 or bentrevett/multi30k"),
-        "hub_config": (optional(str), None, "Hub dataset configuration, e.g. de-en"),
-        "src_lang": (str, "en", "source language code"),
-        "tgt_lang": (str, "de", "target language code"),
-        "train_split": (str, "train", ""),
-        "dev_split": (str, "val", ""),
-        "test_split": (optional(str), None, "evaluated at the end when set"),
-        "vocab_size": (int, 8000, "shared source-target BPE vocabulary size"),
-        "max_tokens_per_sentence": (int, 256, "training pairs longer than this (in BPE pieces, or than model.max_positions-1) "
-                                             "are skipped; dev/test pairs are truncated to it (counts in summary.json)"),
-        "max_train_pairs": (optional(int), None, "use only the first N training pairs (smoke tests)"),
-        "max_dev_pairs": (optional(int), None, "use only the first N dev pairs"),
-        "max_test_pairs": (optional(int), None, "use only the first N test pairs"),
-        "tokenizer_min_frequency": (int, 2, "BPE merges need at least this many occurrences"),
-        "cache_dir": (optional(str), None, "where prepared corpora (vocabulary + token ids, `ltfm prepare`) are kept; "
-                                           "default: data-cache beside run.results_dir"),
-    },
-    "model": {
-        "layers": (int, 6, "N: layers in encoder and in decoder"),
-        "d_model": (int, 512, ""),
-        "d_ff": (int, 2048, ""),
-        "heads": (int, 8, "h"),
-        "d_k": (int, 64, ""),
-        "d_v": (int, 64, ""),
-        "dropout": (float, 0.1, "P_drop"),
-        "attention_dropout": (float, 0.0, "dropout on attention weights (not in the paper; fairseq's attention_dropout)"),
-        "positional": (choice("sinusoidal", "learned"), "sinusoidal", ""),
-        "norm": (choice("post", "pre"), "post", "post: the paper's LayerNorm(x + Sublayer(x)); pre: x + Sublayer(LayerNorm(x))"),
-        "max_positions": (int, 1024, "longest sequence (learned positions have one vector each)"),
-        "attention_kernel": (choice("auto", "matmul", "sdpa"), "auto",
-                             "how Eq. 1 is computed: sdpa (torch's fused kernel), matmul, auto (matmul for short sequences on CPU; model/fast.py)"),
-        "fast_dropout": (bool, True, "dropout mask drawn as 16-bit lanes on CPU (speed path, model/fast.py); false: torch's dropout"),
-    },
-    "train": {
-        "label_smoothing": (float, 0.1, "epsilon_ls"),
-        "batch_tokens": (int, 4096, "per-device batch: padded source tokens and padded target tokens each at most this"),
-        "batch_tokens_total": (optional(int), None, "effective batch in tokens per side; sets accumulation from world size"),
-        "accumulate": (int, 1, "gradient accumulation (ignored when batch_tokens_total is set)"),
-        "max_steps": (int, 100000, "optimizer steps"),
-        "max_time_minutes": (optional(float), None, "stop training after this much wall time"),
-        "warmup": (int, 4000, "warmup_steps of the learning-rate schedule"),
-        "lr_scale": (float, 1.0, "factor on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)"),
-        "adam_beta1": (float, 0.9, ""),
-        "adam_beta2": (float, 0.98, ""),
-        "adam_eps": (float, 1e-9, ""),
-        "clip_norm": (float, 0.0, "gradient clipping (0: off, as in the paper)"),
-        "precision": (choice("auto", "32", "bf16-mixed", "16-mixed", "bf16-true"), "auto",
-                      "Lightning precision; auto: bf16-mixed where the GPU/CPU has native bf16, else 32 (precision.py)"),
-        "accelerator": (choice("auto", "cpu", "gpu", "cuda", "mps"), "auto", ""),
-        "devices": (str, "1", "Lightning devices: a count, 'auto' or a list like '0,1'"),
-        "num_nodes": (int, 1, ""),
-        "strategy": (choice("auto", "ddp", "ddp_spawn", "fsdp", "deepspeed"), "auto", ""),
-        "val_every_steps": (int, 1000, "dev loss/perplexity interval"),
-        "checkpoint_every_steps": (int, 1000, "checkpoint interval in steps"),
-        "checkpoint_every_minutes": (optional(float), None, "checkpoint interval in minutes (instead of steps)"),
-        "keep_checkpoints": (int, 5, "step checkpoints kept besides last (for averaging)"),
-        "log_every_steps": (int, 50, ""),
-        "num_workers": (int, 0, "DataLoader workers"),
-        "compile": (bool, False, "torch.compile the model (measured slower on this CPU, see README)"),
-        "fused_loss": (bool, True, "pre-softmax projection + smoothed loss computed chunk-wise, gradients eagerly (speed path)"),
-        "progress_bar": (bool, True, ""),
-        "threads": (optional(int), None, "torch intra-op threads (default: torch's choice)"),
-        "record_batches": (bool, False, "write the dataset indices of every training batch, per rank (debugging, tests)"),
-    },
-    "decode": {
-        "beam_size": (int, 4, "1 = greedy"),
-        "length_penalty": (float, 0.6, "alpha of the GNMT length penalty ((5+|Y|)/6)^alpha"),
-        "max_len_a": (float, 1.0, "maximum output length = a * source length + b"),
-        "max_len_b": (int, 50, ""),
-        "batch_sentences": (int, 128, "sentences decoded together"),
-        "dev_bleu_every_steps": (int, 0, "dev BLEU during training every N steps (0: only at the end)"),
-        "dev_bleu_subset": (optional(int), 200, "sentences of the dev set used for BLEU during training (None: all)"),
-        "average_last": (int, 0, "at the end, average the last N checkpoints and evaluate that (0: off)"),
-        "samples": (int, 8, "sample translations logged at each dev BLEU"),
-    },
-    "wandb": {
-        "mode": (choice("offline", "online", "disabled"), "offline", "WANDB_MODE overrides"),
-        "project": (str, "lightning_tfm", "WANDB_PROJECT overrides"),
-        "entity": (optional(str), None, "WANDB_ENTITY overrides"),
-        "dir": (optional(str), None, "where wandb writes; default the run folder"),
-        "tags": (list, [], ""),
-    },
-    "sweep": {
-        "storage": (optional(str), None, "set by ltfm sweep: Optuna storage of the trial"),
-        "study": (optional(str), None, "set by ltfm sweep"),
-        "trial": (optional(int), None, "set by ltfm sweep: trial number to report to"),
-        "metric": (str, "dev_loss", "metric reported to the study at each validation"),
-    },
-}
+    sec: {f.name: (_spec(typing.get_type_hints(kind)[f.name]), _default(f), f.metadata["help"])
+          for f in dataclasses.fields(kind)}
+    for sec, kind in _section_types().items()}
+
+# The knobs of the paper's Table 3 (plus positions and norm, and the training budget): (paper column, dotted
+# config key, CSV column). The report's table columns and the sweep dashboard's Optuna params derive from it.
+TABLE3_KNOBS = (("N", "model.layers", "layers"), ("d_model", "model.d_model", "d_model"),
+                ("d_ff", "model.d_ff", "d_ff"), ("h", "model.heads", "heads"), ("d_k", "model.d_k", "d_k"),
+                ("d_v", "model.d_v", "d_v"), ("P_drop", "model.dropout", "dropout"),
+                ("ε_ls", "train.label_smoothing", "label_smoothing"), ("positional", "model.positional", "positional"),
+                ("norm", "model.norm", "norm"), ("train steps", "train.max_steps", "train_steps"))
 
 # Keys that do not change what is trained: excluded from the run id hash.
 # The training budget is not hashed either: re-running with a larger train.max_steps continues the run.
@@ -143,8 +216,17 @@ NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.stu
               "model.fast_dropout", "data.cache_dir", "wandb", "sweep"}
 
 
-def defaults() -> dict:
-    return {sec: {k: copy.deepcopy(spec[1]) for k, spec in keys.items()} for sec, keys in SCHEMA.items()}
+def choices(key: str) -> tuple | None:
+    """The allowed values of a choice key (``model.norm`` -> ("post", "pre")), None for other keys."""
+    sec, name = key.split(".")
+    spec = SCHEMA[sec][name][0]
+    return spec[1:] if isinstance(spec, tuple) and spec[0] == "choice" else None
+
+
+def get_dotted(cfg: Config, key: str) -> Any:
+    """``get_dotted(cfg, "model.heads")`` = ``cfg.model.heads``, for code that handles keys generically."""
+    sec, name = key.split(".")
+    return getattr(getattr(cfg, sec), name)
 
 
 def describe(spec) -> str:
@@ -185,7 +267,7 @@ def coerce(key: str, value: Any, spec) -> Any:
     return value
 
 
-def set_dotted(cfg: dict, key: str, value: Any) -> None:
+def set_dotted(cfg: Config, key: str, value: Any) -> None:
     parts = key.split(".")
     if len(parts) != 2 or parts[0] not in SCHEMA:
         raise UserError(f"unknown config key {key!r}: keys look like section.name with section one of "
@@ -193,7 +275,7 @@ def set_dotted(cfg: dict, key: str, value: Any) -> None:
     sec, name = parts
     if name not in SCHEMA[sec]:
         raise UserError(f"unknown config key {key!r}: {sec} has {', '.join(SCHEMA[sec])}")
-    cfg[sec][name] = coerce(key, value, SCHEMA[sec][name][0])
+    setattr(getattr(cfg, sec), name, coerce(key, value, SCHEMA[sec][name][0]))
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -208,7 +290,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def merge(cfg: dict, tree: dict, prefix: str = "") -> None:
+def merge(cfg: Config, tree: dict) -> None:
     for sec, body in tree.items():
         if sec not in SCHEMA:
             raise UserError(f"unknown config section {sec!r}: use one of {', '.join(SCHEMA)}")
@@ -234,15 +316,15 @@ def read_yaml(path: str | os.PathLike) -> dict:
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None,
-                checked: bool = True) -> dict:
+                checked: bool = True) -> Config:
     """Defaults <- YAML file <- overrides; validated unless ``checked=False`` (a report reading configs it
     need not run). ``overrides`` is a list of "k=v" or a {dotted: value} dict."""
-    cfg = defaults()
+    cfg = Config()
     if path is not None:
         tree = read_yaml(path)
         merge(cfg, tree)
         if "run" not in tree or "name" not in (tree.get("run") or {}):
-            cfg["run"]["name"] = Path(path).stem
+            cfg.run.name = Path(path).stem
     items = overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides or [])
     for key, value in items:
         set_dotted(cfg, key, value)
@@ -252,21 +334,21 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
     return cfg
 
 
-def resolve_paths(cfg: dict) -> None:
+def resolve_paths(cfg: Config) -> None:
     """data.path (and data.cache_dir) as absolute paths, before the run id is computed: ``small``,
     ``./small`` and ``/abs/small`` are one run, whatever folder the command runs from."""
-    d = cfg["data"]
-    if d["path"]:
-        d["path"] = str(Path(d["path"]).expanduser().resolve())
-    if d["cache_dir"]:
-        d["cache_dir"] = str(Path(d["cache_dir"]).expanduser().resolve())
+    d = cfg.data
+    if d.path:
+        d.path = str(Path(d.path).expanduser().resolve())
+    if d.cache_dir:
+        d.cache_dir = str(Path(d.cache_dir).expanduser().resolve())
 
 
-def _check_finite(cfg: dict) -> None:
+def _check_finite(cfg: Config) -> None:
     """No float key may be inf or nan: ``train.lr_scale=inf`` would train to a NaN loss and call it done."""
     for sec, keys in SCHEMA.items():
         for name, spec in keys.items():
-            v = cfg[sec][name]
+            v = get_dotted(cfg, f"{sec}.{name}")
             if isinstance(v, float) and not math.isfinite(v):
                 raise UserError(f"{sec}.{name}={v} is not a finite number: give a real value")
 
@@ -290,104 +372,106 @@ def check_run_id(rid: str) -> None:
                         "leading '~'): set run.id (or run.name) to a plain name such as base-1")
 
 
-def validate(cfg: dict) -> None:
+def validate(cfg: Config) -> None:
     """Cross-key checks: every combination the model cannot build is named here, before any work.
 
     Every key's range is checked here, not where it is first used: a value that only fails inside
     Lightning, the DataLoader or the decoder after training would cost the whole run (and leave a half
     written run folder)."""
     _check_finite(cfg)
-    m, t, d, dec = cfg["model"], cfg["train"], cfg["data"], cfg["decode"]
+    m, t, d, dec = cfg.model, cfg.train, cfg.data, cfg.decode
     check_run_id(run_id(cfg))
     for key in ("layers", "d_model", "d_ff", "heads", "d_k", "d_v", "max_positions"):
-        if m[key] < 1:
-            raise UserError(f"model.{key}={m[key]} must be a positive integer")
-    if m["d_model"] % 2:
-        raise UserError(f"model.d_model={m['d_model']} must be even (sinusoids come in sin/cos pairs)")
+        if getattr(m, key) < 1:
+            raise UserError(f"model.{key}={getattr(m, key)} must be a positive integer")
+    if m.d_model % 2:
+        raise UserError(f"model.d_model={m.d_model} must be even (sinusoids come in sin/cos pairs)")
     for key in ("dropout", "attention_dropout"):
-        if not 0.0 <= m[key] < 1.0:
-            raise UserError(f"model.{key}={m[key]} must be in [0, 1)")
-    if not 0.0 <= t["label_smoothing"] < 1.0:
-        raise UserError(f"train.label_smoothing={t['label_smoothing']} must be in [0, 1)")
+        if not 0.0 <= getattr(m, key) < 1.0:
+            raise UserError(f"model.{key}={getattr(m, key)} must be in [0, 1)")
+    if not 0.0 <= t.label_smoothing < 1.0:
+        raise UserError(f"train.label_smoothing={t.label_smoothing} must be in [0, 1)")
     for key in ("batch_tokens", "max_steps", "warmup", "accumulate", "val_every_steps", "checkpoint_every_steps"):
-        if t[key] < 1:
-            raise UserError(f"train.{key}={t[key]} must be a positive integer")
-    if t["batch_tokens_total"] is not None and t["batch_tokens_total"] < t["batch_tokens"]:
-        raise UserError(f"train.batch_tokens_total={t['batch_tokens_total']} is smaller than "
-                        f"train.batch_tokens={t['batch_tokens']}: raise it or lower batch_tokens")
-    if t["batch_tokens_total"] is not None and t["accumulate"] != 1:
+        if getattr(t, key) < 1:
+            raise UserError(f"train.{key}={getattr(t, key)} must be a positive integer")
+    if t.batch_tokens_total is not None and t.batch_tokens_total < t.batch_tokens:
+        raise UserError(f"train.batch_tokens_total={t.batch_tokens_total} is smaller than "
+                        f"train.batch_tokens={t.batch_tokens}: raise it or lower batch_tokens")
+    if t.batch_tokens_total is not None and t.accumulate != 1:
         raise UserError("train.accumulate and train.batch_tokens_total both set: accumulation is derived from "
                         "batch_tokens_total; drop train.accumulate")
-    if d["vocab_size"] < 16:
-        raise UserError(f"data.vocab_size={d['vocab_size']} is too small: use at least 16")
-    if d["src_lang"] == d["tgt_lang"]:
-        raise UserError(f"data.src_lang and data.tgt_lang are both {d['src_lang']!r}: choose two languages")
-    if d["source"] == "local" and not d["path"]:
+    if d.vocab_size < 16:
+        raise UserError(f"data.vocab_size={d.vocab_size} is too small: use at least 16")
+    if d.src_lang == d.tgt_lang:
+        raise UserError(f"data.src_lang and data.tgt_lang are both {d.src_lang!r}: choose two languages")
+    if d.source == "local" and not d.path:
         raise UserError("data.path is not set: pass data.path=FOLDER with {split}.{lang}[.gz] files "
                         "(e.g. data.path=../shared/data/multi30k), or data.source=hub")
-    if d["source"] == "hub" and not d["hub_name"]:
+    if d.source == "hub" and not d.hub_name:
         raise UserError("data.hub_name is not set: pass e.g. data.hub_name=wmt14 data.hub_config=de-en")
     for key in ("adam_beta1", "adam_beta2"):
-        if not 0.0 <= t[key] < 1.0:
-            raise UserError(f"train.{key}={t[key]} must be in [0, 1) (the paper: 0.9 and 0.98)")
+        if not 0.0 <= getattr(t, key) < 1.0:
+            raise UserError(f"train.{key}={getattr(t, key)} must be in [0, 1) (the paper: 0.9 and 0.98)")
     for key in ("adam_eps", "lr_scale"):
-        if t[key] <= 0:
-            raise UserError(f"train.{key}={t[key]} must be positive")
-    if t["clip_norm"] < 0:
-        raise UserError(f"train.clip_norm={t['clip_norm']} must be 0 (off) or positive")
+        if getattr(t, key) <= 0:
+            raise UserError(f"train.{key}={getattr(t, key)} must be positive")
+    if t.clip_norm < 0:
+        raise UserError(f"train.clip_norm={t.clip_norm} must be 0 (off) or positive")
     for key in ("max_time_minutes", "checkpoint_every_minutes"):
-        if t[key] is not None and t[key] <= 0:
-            raise UserError(f"train.{key}={t[key]} must be positive (or null for no limit)")
+        if getattr(t, key) is not None and getattr(t, key) <= 0:
+            raise UserError(f"train.{key}={getattr(t, key)} must be positive (or null for no limit)")
     for key in ("num_nodes", "log_every_steps"):
-        if t[key] < 1:
-            raise UserError(f"train.{key}={t[key]} must be a positive integer")
+        if getattr(t, key) < 1:
+            raise UserError(f"train.{key}={getattr(t, key)} must be a positive integer")
     for key in ("keep_checkpoints", "num_workers"):
-        if t[key] < 0:
-            raise UserError(f"train.{key}={t[key]} must be 0 or more")
-    if t["threads"] is not None and t["threads"] < 1:
-        raise UserError(f"train.threads={t['threads']} must be a positive thread count (or null: torch's choice)")
-    _check_devices(t["devices"])
-    if d["max_tokens_per_sentence"] < 1:
-        raise UserError(f"data.max_tokens_per_sentence={d['max_tokens_per_sentence']} must be a positive integer")
-    if d["tokenizer_min_frequency"] < 0:
-        raise UserError(f"data.tokenizer_min_frequency={d['tokenizer_min_frequency']} must be 0 or more")
+        if getattr(t, key) < 0:
+            raise UserError(f"train.{key}={getattr(t, key)} must be 0 or more")
+    if t.threads is not None and t.threads < 1:
+        raise UserError(f"train.threads={t.threads} must be a positive thread count (or null: torch's choice)")
+    _check_devices(t.devices)
+    if d.max_tokens_per_sentence < 1:
+        raise UserError(f"data.max_tokens_per_sentence={d.max_tokens_per_sentence} must be a positive integer")
+    if d.tokenizer_min_frequency < 0:
+        raise UserError(f"data.tokenizer_min_frequency={d.tokenizer_min_frequency} must be 0 or more")
     for key in ("max_train_pairs", "max_dev_pairs", "max_test_pairs"):
-        if d[key] is not None and d[key] < 1:
-            raise UserError(f"data.{key}={d[key]} must be a positive count (or null for all)")
-    if dec["beam_size"] < 1:
-        raise UserError(f"decode.beam_size={dec['beam_size']} must be at least 1")
-    if dec["batch_sentences"] < 1:
-        raise UserError(f"decode.batch_sentences={dec['batch_sentences']} must be at least 1")
-    if dec["max_len_a"] < 0 or dec["max_len_b"] < 0 or dec["max_len_a"] == 0 and dec["max_len_b"] == 0:
-        raise UserError(f"decode.max_len_a={dec['max_len_a']} and decode.max_len_b={dec['max_len_b']} must be 0 "
+        if getattr(d, key) is not None and getattr(d, key) < 1:
+            raise UserError(f"data.{key}={getattr(d, key)} must be a positive count (or null for all)")
+    if dec.beam_size < 1:
+        raise UserError(f"decode.beam_size={dec.beam_size} must be at least 1")
+    if dec.batch_sentences < 1:
+        raise UserError(f"decode.batch_sentences={dec.batch_sentences} must be at least 1")
+    if dec.max_len_a < 0 or dec.max_len_b < 0 or dec.max_len_a == 0 and dec.max_len_b == 0:
+        raise UserError(f"decode.max_len_a={dec.max_len_a} and decode.max_len_b={dec.max_len_b} must be 0 "
                         "or more and allow at least one token (the paper: a=1, b=50)")
     for key in ("dev_bleu_every_steps", "samples"):
-        if dec[key] < 0:
-            raise UserError(f"decode.{key}={dec[key]} must be 0 (off) or more")
-    if dec["average_last"] < 0:
-        raise UserError(f"decode.average_last={dec['average_last']} must be 0 (no averaging) or the number of "
+        if getattr(dec, key) < 0:
+            raise UserError(f"decode.{key}={getattr(dec, key)} must be 0 (off) or more")
+    if dec.average_last < 0:
+        raise UserError(f"decode.average_last={dec.average_last} must be 0 (no averaging) or the number of "
                         "last checkpoints to average, e.g. 5")
-    if dec["dev_bleu_subset"] is not None and dec["dev_bleu_subset"] < 1:
-        raise UserError(f"decode.dev_bleu_subset={dec['dev_bleu_subset']} must be a positive count (or null: all)")
-    if not all(isinstance(x, str) for x in cfg["wandb"]["tags"]):
-        raise UserError(f"wandb.tags={cfg['wandb']['tags']!r} must be a list of strings")
-    if cfg["sweep"]["trial"] is not None and cfg["sweep"]["trial"] < 0:
-        raise UserError(f"sweep.trial={cfg['sweep']['trial']} must be 0 or more")
+    if dec.dev_bleu_subset is not None and dec.dev_bleu_subset < 1:
+        raise UserError(f"decode.dev_bleu_subset={dec.dev_bleu_subset} must be a positive count (or null: all)")
+    if not all(isinstance(x, str) for x in cfg.wandb.tags):
+        raise UserError(f"wandb.tags={cfg.wandb.tags!r} must be a list of strings")
+    if cfg.sweep.trial is not None and cfg.sweep.trial < 0:
+        raise UserError(f"sweep.trial={cfg.sweep.trial} must be 0 or more")
 
 
-def flatten(cfg: dict) -> dict:
-    """{"model": {"heads": 8}} -> {"model.heads": 8}: the paper's knob names as flat keys (W&B columns)."""
-    return {f"{sec}.{k}": v for sec, body in cfg.items() for k, v in body.items()}
+def flatten(cfg: Config | dict) -> dict:
+    """{"model": {"heads": 8}} -> {"model.heads": 8}: the paper's knob names as flat keys (W&B columns).
+    Takes a :class:`Config` or a nested dict (a summary's "config")."""
+    tree = cfg.to_dict() if isinstance(cfg, Config) else cfg
+    return {f"{sec}.{k}": v for sec, body in tree.items() for k, v in body.items()}
 
 
-def config_hash(cfg: dict) -> str:
+def config_hash(cfg: Config) -> str:
     flat = {k: v for k, v in flatten(cfg).items() if k not in NOT_HASHED and k.split(".")[0] not in NOT_HASHED}
     return hashlib.sha1(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
-def run_id(cfg: dict) -> str:
-    return cfg["run"]["id"] or f"{cfg['run']['name']}-{config_hash(cfg)}"
+def run_id(cfg: Config) -> str:
+    return cfg.run.id or f"{cfg.run.name}-{config_hash(cfg)}"
 
 
-def dump_yaml(cfg: dict) -> str:
-    return yaml.safe_dump(cfg, sort_keys=False)
+def dump_yaml(cfg: Config | dict) -> str:
+    return yaml.safe_dump(cfg.to_dict() if isinstance(cfg, Config) else cfg, sort_keys=False)

@@ -39,6 +39,7 @@ import numpy as np
 
 from . import atomic
 from .errors import UserError
+from .config import Config
 
 FORMAT_VERSION = 1
 # The tokenizer's construction in data.train_tokenizer: bump when it changes (a new cache is built).
@@ -47,48 +48,48 @@ CHUNK = 20_000  # sentences per encode_batch call (the tokenizers library parall
 
 
 # --------------------------------------------------------------------------------------------- the key
-def cache_root(cfg: dict) -> Path:
+def cache_root(cfg: Config) -> Path:
     """``data.cache_dir``, or by default ``data-cache`` beside the results folder (so results folders hold
     runs only, and several results folders under one parent share their prepared corpora)."""
-    d = cfg["data"]
-    if d.get("cache_dir"):
-        return Path(d["cache_dir"]).expanduser().absolute()
-    return Path(cfg["run"]["results_dir"]).expanduser().absolute().parent / "data-cache"
+    d = cfg.data
+    if d.cache_dir:
+        return Path(d.cache_dir).expanduser().absolute()
+    return Path(cfg.run.results_dir).expanduser().absolute().parent / "data-cache"
 
 
-def splits_of(cfg: dict) -> dict[str, tuple[str, int | None]]:
+def splits_of(cfg: Config) -> dict[str, tuple[str, int | None]]:
     """Our split role -> (the corpus's split name, pair limit)."""
-    d = cfg["data"]
-    out = {"train": (d["train_split"], d["max_train_pairs"]), "dev": (d["dev_split"], d["max_dev_pairs"])}
-    if d["test_split"]:
-        out["test"] = (d["test_split"], d["max_test_pairs"])
+    d = cfg.data
+    out = {"train": (d.train_split, d.max_train_pairs), "dev": (d.dev_split, d.max_dev_pairs)}
+    if d.test_split:
+        out["test"] = (d.test_split, d.max_test_pairs)
     return out
 
 
-def cache_key(cfg: dict) -> dict:
+def cache_key(cfg: Config) -> dict:
     """Everything that decides the token ids, as a JSON-able dict (local files: path, size, mtime)."""
     import tokenizers
 
     from .data import split_file
 
-    d = cfg["data"]
+    d = cfg.data
     key: dict = {"format": FORMAT_VERSION, "tokenizer": TOKENIZER_SETTINGS, "tokenizers": tokenizers.__version__,
-                 "source": d["source"], "src_lang": d["src_lang"], "tgt_lang": d["tgt_lang"],
+                 "source": d.source, "src_lang": d.src_lang, "tgt_lang": d.tgt_lang,
                  "splits": {role: [name, limit] for role, (name, limit) in splits_of(cfg).items()},
-                 "vocab_size": d["vocab_size"], "tokenizer_min_frequency": d["tokenizer_min_frequency"],
-                 "max_tokens_per_sentence": d["max_tokens_per_sentence"]}
-    if d["source"] == "local":
-        folder = Path(d["path"]).expanduser().resolve()
+                 "vocab_size": d.vocab_size, "tokenizer_min_frequency": d.tokenizer_min_frequency,
+                 "max_tokens_per_sentence": d.max_tokens_per_sentence}
+    if d.source == "local":
+        folder = Path(d.path).expanduser().resolve()
         key["path"] = str(folder)
         files = {}
         for name, _ in splits_of(cfg).values():
-            for lang in (d["src_lang"], d["tgt_lang"]):
+            for lang in (d.src_lang, d.tgt_lang):
                 f = split_file(folder, name, lang)
                 st = f.stat()
                 files[f.name] = [st.st_size, st.st_mtime_ns]
         key["files"] = files
     else:  # the Hub: datasets' own cache keeps the revision it downloaded
-        key["hub_name"], key["hub_config"] = d["hub_name"], d["hub_config"]
+        key["hub_name"], key["hub_config"] = d.hub_name, d.hub_config
     return key
 
 
@@ -96,11 +97,11 @@ def key_hash(key: dict) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_dir(cfg: dict, key: dict | None = None) -> Path:
+def cache_dir(cfg: Config, key: dict | None = None) -> Path:
     key = key or cache_key(cfg)
-    d = cfg["data"]
-    stem = Path(key["path"]).name if d["source"] == "local" else str(d["hub_name"]).replace("/", "_")
-    return cache_root(cfg) / f"{stem}.{d['src_lang']}-{d['tgt_lang']}-{key_hash(key)}"
+    d = cfg.data
+    stem = Path(key["path"]).name if d.source == "local" else str(d.hub_name).replace("/", "_")
+    return cache_root(cfg) / f"{stem}.{d.src_lang}-{d.tgt_lang}-{key_hash(key)}"
 
 
 # ------------------------------------------------------------------------------------------- checking
@@ -116,19 +117,19 @@ def check_folder(folder: Path) -> dict | None:
         return None
 
 
-def status(cfg: dict) -> tuple[Path, bool]:
+def status(cfg: Config) -> tuple[Path, bool]:
     """(the folder of this config's prepared corpus, whether it is complete)."""
     folder = cache_dir(cfg)
     return folder, check_folder(folder) is not None
 
 
 # ------------------------------------------------------------------------------------------- building
-def _raw_split(cfg: dict, name: str, limit: int | None) -> tuple[list[str], list[str]]:
+def _raw_split(cfg: Config, name: str, limit: int | None) -> tuple[list[str], list[str]]:
     from .data import load_split, read_parallel
 
-    d = cfg["data"]
-    if d["source"] == "local":  # straight from the files: no Arrow copy of a multi-GB corpus
-        src, tgt = read_parallel(d["path"], name, d["src_lang"], d["tgt_lang"])
+    d = cfg.data
+    if d.source == "local":  # straight from the files: no Arrow copy of a multi-GB corpus
+        src, tgt = read_parallel(d.path, name, d.src_lang, d.tgt_lang)
         if limit is not None:
             del src[limit:], tgt[limit:]
         return src, tgt
@@ -157,21 +158,21 @@ def _save(folder: Path, name: str, array: np.ndarray) -> None:
     np.save(folder / name, array, allow_pickle=False)
 
 
-def build(cfg: dict, folder: Path, key: dict, progress: bool = True) -> dict:
+def build(cfg: Config, folder: Path, key: dict, progress: bool = True) -> dict:
     """Read, train the vocabulary, encode and write every split into ``folder`` (a fresh temporary folder)."""
     from tqdm import tqdm
 
     from .data import train_tokenizer
 
-    d = cfg["data"]
+    d = cfg.data
     started = time.time()
     raw = {role: _raw_split(cfg, name, limit) for role, (name, limit) in splits_of(cfg).items()}
     say = (lambda m: print(f"ltfm prepare: {m}", file=sys.stderr, flush=True))  # one line per stage, always
     n_train = len(raw["train"][0])
     say(f"read {', '.join(f'{r} {len(s):,}' for r, (s, _) in raw.items())} pairs; training the BPE vocabulary "
-        f"({d['vocab_size']} pieces) on {2 * n_train:,} sentences")
+        f"({d.vocab_size} pieces) on {2 * n_train:,} sentences")
     stages = {"read_s": round(time.time() - started, 1)}
-    tokenizer = train_tokenizer(raw["train"][0] + raw["train"][1], d["vocab_size"], d["tokenizer_min_frequency"])
+    tokenizer = train_tokenizer(raw["train"][0] + raw["train"][1], d.vocab_size, d.tokenizer_min_frequency)
     stages["bpe_s"] = round(time.time() - started - stages["read_s"], 1)
     tokenizer.save(str(folder / "tokenizer.json"))
     vocab = tokenizer.get_vocab_size()
@@ -186,7 +187,7 @@ def build(cfg: dict, folder: Path, key: dict, progress: bool = True) -> dict:
         info = {"name": splits_of(cfg)[role][0], "read_pairs": len(src)}
         if role == "train":  # drop what no model could train on; model/batch limits come at load time
             s_len, t_len = np.diff(s_off), np.diff(t_off)
-            limit = d["max_tokens_per_sentence"]
+            limit = d.max_tokens_per_sentence
             keep = (s_len > 0) & (t_len > 0) & (s_len <= limit) & (t_len <= limit)
             info["skipped_pairs"] = int((~keep).sum())
             if not keep.all():
@@ -206,7 +207,7 @@ def build(cfg: dict, folder: Path, key: dict, progress: bool = True) -> dict:
     bar.close()
     stages["encode_s"] = round(time.time() - started - stages["read_s"] - stages["bpe_s"], 1)
     if counts["train"]["pairs"] == 0:
-        raise UserError(f"no training pair has 1..{d['max_tokens_per_sentence']} pieces on both sides: "
+        raise UserError(f"no training pair has 1..{d.max_tokens_per_sentence} pieces on both sides: "
                         f"check the data files or raise data.max_tokens_per_sentence")
     import tokenizers
     manifest = {"hash": key_hash(key), "key": key, "format": FORMAT_VERSION, "tokenizers": tokenizers.__version__,
@@ -227,7 +228,7 @@ def _select(ids: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tuple[np.
     return ids[mask], new_off
 
 
-def prepare(cfg: dict, progress: bool = True, rebuild: bool = False) -> tuple[Path, dict]:
+def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[Path, dict]:
     """The folder and manifest of this config's prepared corpus, built first if it is missing or damaged
     (one line per stage on stderr; ``progress`` adds a progress bar of the encoding).
 
@@ -347,24 +348,24 @@ class Corpus:
     dev and test sets keep every sentence, so their BLEU stays comparable.
     """
 
-    def __init__(self, cfg: dict, progress: bool | None = None):
+    def __init__(self, cfg: Config, progress: bool | None = None):
         from tokenizers import Tokenizer
 
-        d = cfg["data"]
-        show = cfg["train"]["progress_bar"] if progress is None else progress
+        d = cfg.data
+        show = cfg.train.progress_bar if progress is None else progress
         self.folder, self.manifest = prepare(cfg, progress=show)
         self.hash = self.manifest["hash"]
         self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
         self.vocab_size = self.tokenizer.get_vocab_size()
-        self.limit = min(d["max_tokens_per_sentence"], cfg["model"]["max_positions"] - 1,
-                         cfg["train"]["batch_tokens"] - 1)
+        self.limit = min(d.max_tokens_per_sentence, cfg.model.max_positions - 1,
+                         cfg.train.batch_tokens - 1)
         full = MappedPairs(self.folder, "train")
         s, t = full.lengths()
         keep = np.flatnonzero((s <= self.limit) & (t <= self.limit))
         if len(keep) == 0:
-            raise UserError(f"no training pair fits data.max_tokens_per_sentence={d['max_tokens_per_sentence']}, "
-                            f"model.max_positions={cfg['model']['max_positions']} and "
-                            f"train.batch_tokens={cfg['train']['batch_tokens']}: raise them")
+            raise UserError(f"no training pair fits data.max_tokens_per_sentence={d.max_tokens_per_sentence}, "
+                            f"model.max_positions={cfg.model.max_positions} and "
+                            f"train.batch_tokens={cfg.train.batch_tokens}: raise them")
         self.skipped = self.manifest["splits"]["train"]["skipped_pairs"] + len(s) - len(keep)
         self.train = MappedPairs(self.folder, "train", rows=keep)
         self.dev = MappedPairs(self.folder, "dev", max_len=self.limit)
@@ -398,7 +399,7 @@ class Corpus:
             atomic.write_bytes(path, ours)
 
 
-def prepare_cli(cfg: dict, rebuild: bool = False) -> int:
+def prepare_cli(cfg: Config, rebuild: bool = False) -> int:
     """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of ``cfg`` (an
     experiment's, or a sweep's base experiment with the sweep's own overrides: the command line reads which)."""
     folder, manifest = prepare(cfg, progress=True, rebuild=rebuild)

@@ -17,6 +17,7 @@ from torch.utils.data import Sampler
 
 from .errors import UserError
 from ..model import BOS, EOS, PAD, UNK
+from .config import Config
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3 = PAD, BOS, EOS, UNK
 assert [PAD, BOS, EOS, UNK] == [0, 1, 2, 3]
@@ -68,13 +69,13 @@ def read_parallel(folder: str | Path, split: str, src_lang: str, tgt_lang: str) 
     return src, tgt
 
 
-def load_split(cfg: dict, split: str, limit: int | None = None):
+def load_split(cfg: Config, split: str, limit: int | None = None):
     """One split as a ``datasets.Dataset`` with columns ``src`` and ``tgt``."""
     import datasets
 
-    d = cfg["data"]
-    if d["source"] == "local":
-        src, tgt = read_parallel(d["path"], split, d["src_lang"], d["tgt_lang"])
+    d = cfg.data
+    if d.source == "local":
+        src, tgt = read_parallel(d.path, split, d.src_lang, d.tgt_lang)
         ds = datasets.Dataset.from_dict({"src": src, "tgt": tgt})
     else:
         ds = _load_hub_split(d, split)
@@ -89,22 +90,22 @@ def _load_hub_split(d: dict, split: str):
     import datasets
 
     try:
-        ds = datasets.load_dataset(d["hub_name"], d["hub_config"], split=split)
+        ds = datasets.load_dataset(d.hub_name, d.hub_config, split=split)
     except Exception as e:  # offline, unknown name, unknown split: the library's own message, on one line
         msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        raise UserError(f"cannot load {d['hub_name']!r} split {split!r} from the Hugging Face Hub ({msg[:200]}); "
+        raise UserError(f"cannot load {d.hub_name!r} split {split!r} from the Hugging Face Hub ({msg[:200]}); "
                         f"without internet use local files: data.source=local data.path=FOLDER") from None
-    s, t = d["src_lang"], d["tgt_lang"]
+    s, t = d.src_lang, d.tgt_lang
     if "translation" in ds.column_names:
         ds = ds.map(lambda b: {"src": [x[s] for x in b["translation"]], "tgt": [x[t] for x in b["translation"]]},
                     batched=True, remove_columns=ds.column_names)
     elif s in ds.column_names and t in ds.column_names:
         ds = ds.rename_columns({s: "src", t: "tgt"}).select_columns(["src", "tgt"])
     else:
-        raise UserError(f"Hub dataset {d['hub_name']!r} has columns {ds.column_names}, none for {s!r}/{t!r}: "
+        raise UserError(f"Hub dataset {d.hub_name!r} has columns {ds.column_names}, none for {s!r}/{t!r}: "
                         f"check data.src_lang and data.tgt_lang")
     if len(ds) == 0:
-        raise UserError(f"split {split!r} of {d['hub_name']!r} is empty")
+        raise UserError(f"split {split!r} of {d.hub_name!r} is empty")
     return ds
 
 

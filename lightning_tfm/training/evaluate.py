@@ -18,6 +18,7 @@ from . import atomic
 from .checkpoints import load_model, step_checkpoints, write_average
 from .decode import Hypothesis, translate_ids
 from .errors import UserError
+from .config import Config, DecodeConfig
 
 
 # ------------------------------------------------------------------------------------------------ BLEU
@@ -94,29 +95,29 @@ def format_bleu(result: dict) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- decoding
 # ---------------------------------------------------------------------------------------------- decoding
-def decode_dtype(cfg: dict) -> torch.dtype | None:
+def decode_dtype(cfg: Config) -> torch.dtype | None:
     """bf16 autocast when the run trained in bf16 (train.precision bf16-* or auto resolving to it) and this
     device runs bf16 natively, else the model's fp32."""
     from .precision import decode_dtype as _dtype
 
-    return _dtype(str(cfg["train"]["precision"]), cfg["train"]["accelerator"])
+    return _dtype(str(cfg.train.precision), cfg.train.accelerator)
 
 
-def translate_lines(model: Transformer, tokenizer, lines: list[str], decode_cfg: dict,
+def translate_lines(model: Transformer, tokenizer, lines: list[str], decode_cfg: DecodeConfig,
                     dtype: torch.dtype | None = None) -> tuple[list[str], list[Hypothesis]]:
     """Detokenized translations (one line each: newlines inside a hypothesis become spaces) and hypotheses."""
     from .data import decode_ids, encode_lines
 
     device = next(model.parameters()).device
-    hyps = translate_ids(model, encode_lines(tokenizer, lines), beam_size=decode_cfg["beam_size"],
-                         alpha=decode_cfg["length_penalty"], max_len_a=decode_cfg["max_len_a"],
-                         max_len_b=decode_cfg["max_len_b"], batch_sentences=decode_cfg["batch_sentences"],
+    hyps = translate_ids(model, encode_lines(tokenizer, lines), beam_size=decode_cfg.beam_size,
+                         alpha=decode_cfg.length_penalty, max_len_a=decode_cfg.max_len_a,
+                         max_len_b=decode_cfg.max_len_b, batch_sentences=decode_cfg.batch_sentences,
                          device=device, dtype=dtype)
     texts = [decode_ids(tokenizer, h.tokens).replace("\r", " ").replace("\n", " ") for h in hyps]
     return texts, hyps
 
 
-def evaluate_texts(model: Transformer, tokenizer, src_lines: list[str], ref_lines: list[str], decode_cfg: dict,
+def evaluate_texts(model: Transformer, tokenizer, src_lines: list[str], ref_lines: list[str], decode_cfg: DecodeConfig,
                    tgt_lang: str, dtype: torch.dtype | None = None) -> tuple[list[str], dict]:
     """Translate ``src_lines`` with the ``decode`` settings and score against ``ref_lines``.
 
@@ -132,18 +133,18 @@ def evaluate_texts(model: Transformer, tokenizer, src_lines: list[str], ref_line
     elapsed = time.perf_counter() - start
     result = bleu(hyps, ref_lines, tgt_lang)
     result.update(sentences=len(hyps), sentences_per_s=len(hyps) / max(elapsed, 1e-9),
-                  beam_size=decode_cfg["beam_size"], length_penalty=decode_cfg["length_penalty"])
+                  beam_size=decode_cfg.beam_size, length_penalty=decode_cfg.length_penalty)
     return hyps, result
 
 
-def final_evaluation(cfg: dict, model, corpus, run_dir: Path) -> dict:
+def final_evaluation(cfg: Config, model, corpus, run_dir: Path) -> dict:
     """Dev and test BLEU at the end of training (Sec. 6.1-6.2: beam search, sacreBLEU), hypotheses files.
 
     With ``decode.average_last`` = N > 0 the average of the last N step checkpoints is evaluated (the
     paper's final models, Table 2); otherwise the final weights (the paper's Table 3 used no averaging).
     """
     out: dict = {}
-    n_avg = cfg["decode"]["average_last"]
+    n_avg = cfg.decode.average_last
     checkpoint = "last"
     if n_avg and len(step_checkpoints(run_dir)) >= 2:
         write_average(run_dir, n_avg)  # kept beside the others: the checkpoint the BLEU belongs to
@@ -155,12 +156,12 @@ def final_evaluation(cfg: dict, model, corpus, run_dir: Path) -> dict:
     model.eval()
     hyp_dir = run_dir / "hyps"
     hyp_dir.mkdir(exist_ok=True)
-    d = cfg["data"]
+    d = cfg.data
     splits = [("dev", corpus.dev_raw)] + ([("test", corpus.test_raw)] if corpus.test_raw is not None else [])
     for name, ds in splits:
-        hyps, result = evaluate_texts(model, corpus.tokenizer, list(ds["src"]), list(ds["tgt"]), cfg["decode"],
-                                      d["tgt_lang"], decode_dtype(cfg))
-        atomic.write_text(hyp_dir / f"{name}.{d['tgt_lang']}.txt", "\n".join(hyps) + "\n")
+        hyps, result = evaluate_texts(model, corpus.tokenizer, list(ds["src"]), list(ds["tgt"]), cfg.decode,
+                                      d.tgt_lang, decode_dtype(cfg))
+        atomic.write_text(hyp_dir / f"{name}.{d.tgt_lang}.txt", "\n".join(hyps) + "\n")
         out[f"{name}_bleu"] = round(result["score"], 2)
         out[f"{name}_bleu_ratio"] = round(result["ratio"], 4)
         out[f"{name}_decode_sentences_per_s"] = round(result["sentences_per_s"], 1)
@@ -168,5 +169,5 @@ def final_evaluation(cfg: dict, model, corpus, run_dir: Path) -> dict:
             out[f"{name}_bleu_tok_compound_split"] = round(result["bleu_tok_compound_split"], 2)
         out["bleu_signature"] = result["signature"]
     out["bleu_checkpoint"] = checkpoint
-    out["decode"] = {k: cfg["decode"][k] for k in ("beam_size", "length_penalty", "max_len_a", "max_len_b")}
+    out["decode"] = {k: getattr(cfg.decode, k) for k in ("beam_size", "length_penalty", "max_len_a", "max_len_b")}
     return out

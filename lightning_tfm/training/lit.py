@@ -14,25 +14,26 @@ from ..model import PAD, Transformer
 from . import results as R
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
+from .config import Config
 
 
 class TransformerModule(pl.LightningModule):
     """Trains :class:`Transformer` with label-smoothed cross-entropy, Adam and the paper's schedule."""
 
-    def __init__(self, config: dict, vocab_size: int):
+    def __init__(self, config: Config, vocab_size: int):
         super().__init__()
         from .tracking import scrub
 
-        # config (nested dict, secrets masked) and vocab_size go into every checkpoint
-        self.save_hyperparameters({"config": scrub(config), "vocab_size": vocab_size})
+        # config (as a plain nested dict, secrets masked) and vocab_size go into every checkpoint
+        self.save_hyperparameters({"config": scrub(config.to_dict()), "vocab_size": vocab_size})
         self.config = config
-        self.model = Transformer.from_config(config["model"], vocab_size)
-        compile_ = config["train"]["compile"]
+        self.model = Transformer.from_config(config.model, vocab_size)
+        compile_ = config.train.compile
         self._forward = torch.compile(self.model) if compile_ else self.model
         self._features = torch.compile(self.model.features) if compile_ else self.model.features
         # The fused projection + loss reads the shared embedding outside the model's forward, which FSDP
         # and DeepSpeed shard after the forward: those strategies take the plain path.
-        self.fused_loss = config["train"]["fused_loss"] and config["train"]["strategy"] not in ("fsdp", "deepspeed")
+        self.fused_loss = config.train.fused_loss and config.train.strategy not in ("fsdp", "deepspeed")
         self._tokens_since, self._time_since = 0, None
         self._dev_sums = None
         self.train_tokens = 0  # target tokens seen by this rank
@@ -42,7 +43,7 @@ class TransformerModule(pl.LightningModule):
         return self._forward(src, tgt_in)
 
     def _loss(self, batch: Batch):
-        eps = self.config["train"]["label_smoothing"]
+        eps = self.config.train.label_smoothing
         if self.fused_loss:
             states = self._features(batch.src, batch.tgt_in)
             return fused_label_smoothed_nll_loss(states, self.model.output_weight, batch.tgt_out, eps, PAD)
@@ -50,7 +51,7 @@ class TransformerModule(pl.LightningModule):
         return label_smoothed_nll_loss(logits, batch.tgt_out, eps, PAD)
 
     def training_step(self, batch: Batch, batch_idx: int):
-        if self.config["train"]["record_batches"] and batch.index is not None:
+        if self.config.train.record_batches and batch.index is not None:
             self._record(batch)
         loss_sum, nll_sum, ntok = self._loss(batch)
         n = int(ntok)
@@ -74,7 +75,7 @@ class TransformerModule(pl.LightningModule):
         import json
         from pathlib import Path
 
-        folder = Path(self.config["run"]["results_dir"]) / self.run_id / "batches"
+        folder = Path(self.config.run.results_dir) / self.run_id / "batches"
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"rank{self.global_rank}.jsonl", "a") as f:
             f.write(json.dumps({"step": self.global_step, "epoch": self.current_epoch,
@@ -96,7 +97,7 @@ class TransformerModule(pl.LightningModule):
         self.log(R.DEV_SMOOTHED_LOSS, loss, sync_dist=True)
 
     def configure_optimizers(self):
-        opt, sched = make_optimizer(self.model.parameters(), self.config["train"], self.config["model"]["d_model"])
+        opt, sched = make_optimizer(self.model.parameters(), self.config.train, self.config.model.d_model)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint):
@@ -111,7 +112,7 @@ class TranslationDataModule(pl.LightningDataModule):
     (``use_distributed_sampler=False`` in the Trainer). The pairs are the memory-mapped
     :class:`lightning_tfm.corpus.MappedPairs` of a prepared corpus: the sampler reads only their width arrays."""
 
-    def __init__(self, config: dict, train_pairs: MappedPairs, dev_pairs: MappedPairs):
+    def __init__(self, config: Config, train_pairs: MappedPairs, dev_pairs: MappedPairs):
         super().__init__()
         self.config, self.train_pairs, self.dev_pairs = config, train_pairs, dev_pairs
 
@@ -119,9 +120,9 @@ class TranslationDataModule(pl.LightningDataModule):
         world = self.trainer.world_size if (shard and self.trainer) else 1
         rank = self.trainer.global_rank if (shard and self.trainer) else 0
         src_widths, tgt_widths = pairs.widths()
-        sampler = TokenBatchSampler(src_widths, tgt_widths, self.config["train"]["batch_tokens"],
-                                    shuffle=shuffle, seed=self.config["run"]["seed"], num_replicas=world, rank=rank)
-        workers = self.config["train"]["num_workers"]
+        sampler = TokenBatchSampler(src_widths, tgt_widths, self.config.train.batch_tokens,
+                                    shuffle=shuffle, seed=self.config.run.seed, num_replicas=world, rank=rank)
+        workers = self.config.train.num_workers
         cuda = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
         return DataLoader(pairs, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
                           persistent_workers=workers > 0, pin_memory=cuda)
@@ -144,26 +145,26 @@ class DevBleu(pl.Callback):
     number does not depend on the world size.
     """
 
-    def __init__(self, config: dict, tokenizer, src_lines: list[str], ref_lines: list[str], wandb_logger=None):
+    def __init__(self, config: Config, tokenizer, src_lines: list[str], ref_lines: list[str], wandb_logger=None):
         self.config, self.tokenizer, self.wandb_logger = config, tokenizer, wandb_logger
-        n = config["decode"]["dev_bleu_subset"]
+        n = config.decode.dev_bleu_subset
         self.src, self.ref = list(src_lines[:n] if n else src_lines), list(ref_lines[:n] if n else ref_lines)
         self.history: list[tuple[int, float]] = []
 
     def on_validation_end(self, trainer, pl_module):
-        every = self.config["decode"]["dev_bleu_every_steps"]
+        every = self.config.decode.dev_bleu_every_steps
         step = trainer.global_step
         if not every or step == 0 or step % every or trainer.sanity_checking or trainer.global_rank != 0:
             return
         from .evaluate import decode_dtype, evaluate_texts
         from .tracking import log_samples
 
-        hyps, result = evaluate_texts(pl_module.model, self.tokenizer, self.src, self.ref, self.config["decode"],
-                                      self.config["data"]["tgt_lang"], decode_dtype(self.config))
+        hyps, result = evaluate_texts(pl_module.model, self.tokenizer, self.src, self.ref, self.config.decode,
+                                      self.config.data.tgt_lang, decode_dtype(self.config))
         pl_module.model.train()
         self.history.append((step, result["score"]))
         # Lightning logs the validation metrics at global_step - 1; dev BLEU goes on the same x value.
         for logger in trainer.loggers:
             logger.log_metrics({R.DEV_BLEU: result["score"], R.DEV_BLEU_RATIO: result["ratio"]}, step=step - 1)
-        k = self.config["decode"]["samples"]
+        k = self.config.decode.samples
         log_samples(self.wandb_logger, step - 1, list(zip(self.src[:k], self.ref[:k], hyps[:k])))

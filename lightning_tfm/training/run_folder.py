@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import results
 from .errors import UserError
+from .config import Config
 
 
 def rank_zero() -> bool:
@@ -146,5 +147,5 @@ def attempts(prev: dict | None) -> list[dict]:
     return earlier + [{k: v for k, v in prev.items() if k not in ("attempts", "config")}]
 
 
-def already_done(prev: dict | None, cfg: dict) -> bool:
-    return bool(prev) and prev.get("status") == "completed" and (prev.get("steps") or 0) >= cfg["train"]["max_steps"]
+def already_done(prev: dict | None, cfg: Config) -> bool:
+    return bool(prev) and prev.get("status") == "completed" and (prev.get("steps") or 0) >= cfg.train.max_steps

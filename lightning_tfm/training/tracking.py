@@ -46,6 +46,7 @@ from .config import flatten
 from .errors import UserError
 from .redact import MASK, is_secret_key, scrub  # noqa: F401 - redact.py is the one place secrets are masked
 from .results import DEV_SAMPLES, RESULT_FIELDS
+from .config import Config
 
 SAMPLE_COLUMNS = ["source", "reference", "hypothesis"]
 
@@ -92,13 +93,13 @@ def has_api_key() -> bool:
     return bool(auth and auth[2])
 
 
-def resolve_mode(cfg: dict) -> str:
+def resolve_mode(cfg: Config) -> str:
     """online | offline | disabled, from WANDB_MODE (or WANDB_DISABLED) else ``wandb.mode``; online
     without an API key falls back to offline with a one-line warning."""
     if os.environ.get("WANDB_DISABLED", "").strip().lower() in ("1", "true", "yes"):
         return "disabled"
     env = os.environ.get("WANDB_MODE", "").strip()
-    raw = env or cfg["wandb"]["mode"]
+    raw = env or cfg.wandb.mode
     mode = {"dryrun": "offline", "run": "online"}.get(raw.lower(), raw.lower())
     if mode not in MODES:
         where = "WANDB_MODE" if env else "wandb.mode"
@@ -110,25 +111,25 @@ def resolve_mode(cfg: dict) -> str:
     return mode
 
 
-def run_naming(cfg: dict) -> dict:
+def run_naming(cfg: Config) -> dict:
     """group / job_type / name / tags of a training run's W&B run (see the module docstring)."""
-    run = cfg["run"]
-    study = run.get("study") or (cfg.get("sweep") or {}).get("study")
-    family = run.get("family")
-    variant = run.get("variant")
+    run = cfg.run
+    study = run.study or cfg.sweep.study
+    family = run.family
+    variant = run.variant
     tags: list[str] = []
-    for t in [*(cfg["wandb"].get("tags") or []), variant, family]:
+    for t in [*(cfg.wandb.tags or []), variant, family]:
         if t is not None and str(t) and str(t) not in tags:
             tags.append(str(t)[:64])  # W&B limits tags to 64 characters
     return {
         "group": study or "adhoc",
         "job_type": family or ("base" if study else "adhoc"),
-        "name": f"{variant or run['name']}-s{run['seed']}",
+        "name": f"{variant or run.name}-s{run.seed}",
         "tags": tags,
     }
 
 
-def wandb_config(cfg: dict, run_id: str) -> dict:
+def wandb_config(cfg: Config, run_id: str) -> dict:
     """The config as W&B sees it: flat paper-knob keys, ``run.id`` = local run id, secrets masked."""
     flat = flatten(cfg)
     flat["run.id"] = run_id
@@ -215,8 +216,10 @@ class TrackingLogger(WandbLogger):
         params = _convert_params(params) or {}
         flat: dict[str, Any] = {}
         for key, value in params.items():
-            # save_hyperparameters(config=<nested config>) -> the same flat keys as at wandb.init
-            if key == "config" and isinstance(value, Mapping) and all(isinstance(v, Mapping) for v in value.values()):
+            # save_hyperparameters(config=<nested config, or a Config>) -> the same flat keys as at wandb.init
+            if key == "config" and isinstance(value, Config):
+                flat.update(flatten(value))
+            elif key == "config" and isinstance(value, Mapping) and all(isinstance(v, Mapping) for v in value.values()):
                 flat.update(flatten(dict(value)))
             else:
                 flat[key] = value
@@ -224,7 +227,7 @@ class TrackingLogger(WandbLogger):
         super().log_hyperparams(scrub(flat))
 
 
-def make_wandb_logger(cfg: dict, run_id: str, run_dir: Path) -> TrackingLogger | None:
+def make_wandb_logger(cfg: Config, run_id: str, run_dir: Path) -> TrackingLogger | None:
     """The W&B logger of one training run, or None when W&B is disabled.
 
     Call once per training run, before building the Trainer; pass it to ``Trainer(logger=[csv, it])``
@@ -235,7 +238,7 @@ def make_wandb_logger(cfg: dict, run_id: str, run_dir: Path) -> TrackingLogger |
     if mode == "disabled":
         return None
     run_dir = Path(run_dir)
-    save_dir = Path(cfg["wandb"].get("dir") or run_dir)
+    save_dir = Path(cfg.wandb.dir or run_dir)
     if rank_zero_only.rank == 0:
         try:
             save_dir.mkdir(parents=True, exist_ok=True)
@@ -250,8 +253,8 @@ def make_wandb_logger(cfg: dict, run_id: str, run_dir: Path) -> TrackingLogger |
         resume="allow",
         save_dir=str(save_dir),
         id=_read_run_id(run_dir) or _new_run_id(),
-        project=os.environ.get("WANDB_PROJECT") or cfg["wandb"]["project"],
-        entity=os.environ.get("WANDB_ENTITY") or cfg["wandb"].get("entity"),
+        project=os.environ.get("WANDB_PROJECT") or cfg.wandb.project,
+        entity=os.environ.get("WANDB_ENTITY") or cfg.wandb.entity,
         **naming,
         config=wandb_config(cfg, run_id),
         log_model=False,  # checkpoints are uploaded once, at the end, by finish() (online only)

@@ -33,7 +33,7 @@ from .errors import UserError
 from .precision import resolve_precision
 
 
-def train(cfg: dict, callbacks: Sequence = ()) -> dict:
+def train(cfg: C.Config, callbacks: Sequence = ()) -> dict:
     """Train (or resume, or skip if completed) the run described by ``cfg``; returns its summary.
 
     ``callbacks``: more Lightning callbacks (a sweep trial's pruning, :mod:`lightning_tfm.sweep.pruning`);
@@ -43,18 +43,18 @@ def train(cfg: dict, callbacks: Sequence = ()) -> dict:
     started = time.time()
     C.validate(cfg)
     rid = C.run_id(cfg)
-    results_dir = Path(cfg["run"]["results_dir"])
+    results_dir = Path(cfg.run.results_dir)
     run_dir = results_dir / rid
     run_folder.check_writable(results_dir)
     prev = results.read_summary(run_dir)  # a quick look (no lock yet); an unusable one is dealt with under the lock
     if run_folder.already_done(prev, cfg):
         print(f"ltfm: run {rid} is already completed: {run_dir / 'summary.json'}", file=sys.stderr)
         return prev
-    if not cfg["train"]["progress_bar"]:
+    if not cfg.train.progress_bar:
         import datasets
         datasets.disable_progress_bars()
-    if cfg["train"]["threads"]:
-        torch.set_num_threads(cfg["train"]["threads"])
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
 
     corpus = Corpus(cfg)  # every data error is raised here, before anything is written (builds the cache if needed)
     corpus.use_in_run(run_dir, write=False)  # resuming on another vocabulary stops here
@@ -79,7 +79,7 @@ def train(cfg: dict, callbacks: Sequence = ()) -> dict:
 class Run:
     """The run under its lock: :meth:`go` = build, fit, summarise; any failure is recorded by :meth:`fail`."""
 
-    def __init__(self, cfg: dict, rid: str, run_dir: Path, corpus: Corpus, is_zero: bool, started: float,
+    def __init__(self, cfg: C.Config, rid: str, run_dir: Path, corpus: Corpus, is_zero: bool, started: float,
                  extra: list):
         self.cfg, self.rid, self.run_dir, self.corpus = cfg, rid, run_dir, corpus
         self.is_zero, self.started, self.extra = is_zero, started, extra
@@ -122,13 +122,13 @@ class Run:
         from .tracking import scrub
 
         cfg = self.cfg
-        pl.seed_everything(cfg["run"]["seed"], workers=True, verbose=False)
+        pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
         if self.is_zero:
             self.corpus.use_in_run(self.run_dir, write=True)
-            atomic.write_text(self.run_dir / "config.yaml", C.dump_yaml(scrub(cfg)))
+            atomic.write_text(self.run_dir / "config.yaml", C.dump_yaml(scrub(cfg.to_dict())))
         module = TransformerModule(cfg, self.corpus.vocab_size)
         module.run_id = self.rid
-        self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg),
+        self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg.to_dict()),
                         "params": module.model.num_parameters(), "vocab_size": self.corpus.vocab_size,
                         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
                         "host": socket.gethostname(), **self.corpus.summary()}
@@ -147,7 +147,7 @@ class Run:
         from .lit import DevBleu, TranslationDataModule
         from .tracking import make_wandb_logger
 
-        cfg, t = self.cfg, self.cfg["train"]
+        cfg, t = self.cfg, self.cfg.train
         if self.is_zero:
             atomic.write_json(self.summary_path, self.summary)
         self.wandb_logger = make_wandb_logger(cfg, self.rid, self.run_dir)
@@ -164,13 +164,13 @@ class Run:
                                        self.dev_bleu, *self.extra],
             default_root_dir=str(self.run_dir), plugins=[atomic_checkpoint_io()], **trainer_kwargs)
         if trainer.world_size != world:
-            raise UserError(f"train.devices={t['devices']} x train.num_nodes={t['num_nodes']} gives {world} processes "
+            raise UserError(f"train.devices={t.devices} x train.num_nodes={t.num_nodes} gives {world} processes "
                             f"but Lightning sees {trainer.world_size}: make them agree with the launcher (torchrun/srun)")
         self.summary.update(precision=trainer_kwargs["precision"])  # what train.precision (e.g. auto) resolved to
         self.summary.update(world_size=world, accumulate=accumulate,
-                            effective_batch_tokens=t["batch_tokens"] * world * accumulate)
+                            effective_batch_tokens=t.batch_tokens * world * accumulate)
         if self.is_zero:
-            print(f"ltfm: run {self.rid}: {world} process(es) x {t['batch_tokens']} tokens x accumulation {accumulate} "
+            print(f"ltfm: run {self.rid}: {world} process(es) x {t.batch_tokens} tokens x accumulation {accumulate} "
                   f"= {self.summary['effective_batch_tokens']} tokens per side per optimizer step", file=sys.stderr)
         datamodule = TranslationDataModule(cfg, self.corpus.train, self.corpus.dev)
         # Rank zero picks the checkpoint (setting unreadable ones aside); the other ranks wait for the
@@ -179,7 +179,7 @@ class Run:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
         if trainer.interrupted:
             raise KeyboardInterrupt
-        if trainer.global_step % t["val_every_steps"] != 0 or results.DEV_LOSS not in trainer.callback_metrics:
+        if trainer.global_step % t.val_every_steps != 0 or results.DEV_LOSS not in trainer.callback_metrics:
             trainer.validate(module, datamodule=datamodule, verbose=False)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         return metrics, any(getattr(cb, "pruned", False) for cb in self.extra)
@@ -232,11 +232,11 @@ def checkpoint_callbacks(t: dict, ckpt_dir: Path) -> list:
     and ``best.ckpt`` (lowest dev loss)."""
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    minutes = t["checkpoint_every_minutes"]
+    minutes = t.checkpoint_every_minutes
     steps = ModelCheckpoint(
         dirpath=ckpt_dir, filename="step={step:06d}", auto_insert_metric_name=False, save_last=True,
-        monitor="step", mode="max", save_top_k=max(t["keep_checkpoints"], 1),
-        every_n_train_steps=None if minutes else t["checkpoint_every_steps"],
+        monitor="step", mode="max", save_top_k=max(t.keep_checkpoints, 1),
+        every_n_train_steps=None if minutes else t.checkpoint_every_steps,
         train_time_interval=timedelta(minutes=minutes) if minutes else None,
     )
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=results.DEV_LOSS, mode="min", save_top_k=1,
@@ -261,44 +261,44 @@ def stop_on_nonfinite_loss():
     return StopOnNonFiniteLoss()
 
 
-def world_size(train_cfg: dict) -> int:
+def world_size(train_cfg: C.TrainConfig) -> int:
     """Processes the run will have: devices per node x nodes (before the Trainer exists)."""
-    devices = train_cfg["devices"].strip()
+    devices = train_cfg.devices.strip()
     if devices.lstrip("-").isdigit():
         n = int(devices)
         if n == -1:
-            n = torch.cuda.device_count() if train_cfg["accelerator"] in ("gpu", "cuda", "auto") and \
+            n = torch.cuda.device_count() if train_cfg.accelerator in ("gpu", "cuda", "auto") and \
                 torch.cuda.is_available() else 1
     elif devices == "auto":
-        n = torch.cuda.device_count() if train_cfg["accelerator"] in ("gpu", "cuda", "auto") and \
+        n = torch.cuda.device_count() if train_cfg.accelerator in ("gpu", "cuda", "auto") and \
             torch.cuda.is_available() else 1
     else:
         n = len([d for d in devices.split(",") if d.strip()])
-    return max(n, 1) * train_cfg["num_nodes"]
+    return max(n, 1) * train_cfg.num_nodes
 
 
-def accumulation(train_cfg: dict, world: int) -> int:
+def accumulation(train_cfg: C.TrainConfig, world: int) -> int:
     """Gradient accumulation that brings batch_tokens x world x accumulation closest to batch_tokens_total,
     so that 1 CPU, 2 GPUs or 8 GPUs take the same optimizer steps (the paper: ~25,000 tokens per side on
     8 GPUs). fairseq sets the same product by hand (--update-freq)."""
-    total = train_cfg["batch_tokens_total"]
+    total = train_cfg.batch_tokens_total
     if total is None:
-        return train_cfg["accumulate"]
-    return max(1, round(total / (train_cfg["batch_tokens"] * world)))
+        return train_cfg.accumulate
+    return max(1, round(total / (train_cfg.batch_tokens * world)))
 
 
-def _trainer_kwargs(cfg: dict, accumulate: int) -> dict:
-    t = cfg["train"]
-    devices = t["devices"]
+def _trainer_kwargs(cfg: C.Config, accumulate: int) -> dict:
+    t = cfg.train
+    devices = t.devices
     devices = int(devices) if devices.lstrip("-").isdigit() else devices
     return dict(
-        accelerator=t["accelerator"], devices=devices, num_nodes=t["num_nodes"], strategy=t["strategy"],
-        precision=resolve_precision(t["precision"], t["accelerator"]), max_steps=t["max_steps"],
-        max_time=timedelta(minutes=t["max_time_minutes"]) if t["max_time_minutes"] else None,
+        accelerator=t.accelerator, devices=devices, num_nodes=t.num_nodes, strategy=t.strategy,
+        precision=resolve_precision(t.precision, t.accelerator), max_steps=t.max_steps,
+        max_time=timedelta(minutes=t.max_time_minutes) if t.max_time_minutes else None,
         accumulate_grad_batches=accumulate,
-        gradient_clip_val=t["clip_norm"] or None,
-        val_check_interval=t["val_every_steps"] * accumulate, check_val_every_n_epoch=None,
-        num_sanity_val_steps=0, log_every_n_steps=t["log_every_steps"],
+        gradient_clip_val=t.clip_norm or None,
+        val_check_interval=t.val_every_steps * accumulate, check_val_every_n_epoch=None,
+        num_sanity_val_steps=0, log_every_n_steps=t.log_every_steps,
         use_distributed_sampler=False, enable_model_summary=False,
-        enable_progress_bar=t["progress_bar"], max_epochs=-1,
+        enable_progress_bar=t.progress_bar, max_epochs=-1,
     )
