@@ -60,16 +60,16 @@ def _config(args) -> int:
     """``ltfm config CONFIG.yaml [k=v ...]``: the resolved config as the run saves it (``config.yaml``), under a
     comment with its run id; ``ltfm config --keys [PREFIX]``: every key of the schema with its type, default,
     allowed values and meaning (the schema validation uses, so nothing here can fall out of date)."""
-    from .training import config as C
+    from .training import config
 
     if args.keys is not None:
         if args.config or args.overrides:
             raise UserError("--keys lists the schema: give no config file or overrides with it")
-        rows = [(f"{sec}.{name}", C.describe(spec), "null" if default is None else str(default), help)
-                for sec, keys in C.SCHEMA.items() for name, (spec, default, help) in keys.items()
+        rows = [(f"{sec}.{name}", config.describe(spec), "null" if default is None else str(default), help)
+                for sec, keys in config.SCHEMA.items() for name, (spec, default, help) in keys.items()
                 if f"{sec}.{name}".startswith(args.keys)]
         if not rows:
-            raise UserError(f"no config key starts with {args.keys!r}: sections are {', '.join(C.SCHEMA)}")
+            raise UserError(f"no config key starts with {args.keys!r}: sections are {', '.join(config.SCHEMA)}")
         w = [max(len(r[i]) for r in rows) for i in range(3)]
         for key, kind, default, help in rows:
             print(f"{key:<{w[0]}}  {kind:<{w[1]}}  default {default:<{w[2]}}  {help}")
@@ -78,9 +78,9 @@ def _config(args) -> int:
         raise UserError("give an experiment file (ltfm config experiments/multi30k-smoke.yaml [k=v ...]) or --keys")
     from .training.redact import scrub
 
-    cfg = C.load_config(args.config, args.overrides)
-    print(f"# run id: {C.run_id(cfg)} (its folder: {C.flatten(cfg)['run.results_dir']}/{C.run_id(cfg)})")
-    print(C.dump_yaml(scrub(cfg)), end="")
+    cfg = config.load_config(args.config, args.overrides)
+    print(f"# run id: {config.run_id(cfg)} (its folder: {cfg.run.results_dir}/{config.run_id(cfg)})")
+    print(config.dump_yaml(scrub(cfg.to_dict())), end="")  # what train.py writes as config.yaml
     return 0
 
 

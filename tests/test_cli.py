@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ROOT, ltfm
 from lightning_tfm.cli import build_parser
-from lightning_tfm.training import config as C
+from lightning_tfm.training import config
 
 
 def _parsers(parser):
@@ -38,24 +38,24 @@ def test_config_prints_what_the_run_saves_and_loads_back_with_its_run_id(tmp_pat
     p = ltfm("config", *args)
     assert p.returncode == 0, p.stderr
     first, body = p.stdout.split("\n", 1)
-    cfg = C.load_config(ROOT / args[0], args[1:])
-    assert first.startswith(f"# run id: {C.run_id(cfg)} ")
+    cfg = config.load_config(ROOT / args[0], args[1:])
+    assert first.startswith(f"# run id: {config.run_id(cfg)} ")
     saved = tmp_path / "resolved.yaml"
     saved.write_text(p.stdout)
-    again = C.load_config(saved)
-    assert C.run_id(again) == C.run_id(cfg) and C.flatten(again) == C.flatten(cfg)
-    assert body == C.dump_yaml(cfg)  # the exact config.yaml the run writes (no secret in it to mask)
+    again = config.load_config(saved)
+    assert config.run_id(again) == config.run_id(cfg) and config.flatten(again) == config.flatten(cfg)
+    assert body == config.dump_yaml(cfg)  # the exact config.yaml the run writes (no secret in it to mask)
 
 
 def test_config_keys_lists_every_schema_key_with_its_meaning():
     p = ltfm("config", "--keys")
     assert p.returncode == 0, p.stderr
     lines = {line.split()[0]: line for line in p.stdout.splitlines()}
-    for sec, keys in C.SCHEMA.items():
+    for sec, keys in config.SCHEMA.items():
         for name, (spec, default, help_text) in keys.items():
             line = lines[f"{sec}.{name}"]
             assert help_text.strip() and line.rstrip().endswith(help_text.strip()), f"{sec}.{name} has no meaning"
-            assert C.describe(spec) in line
+            assert config.describe(spec) in line
     assert "sinusoidal | learned" in lines["model.positional"]
     only = ltfm("config", "--keys", "model.d_")
     assert {line.split()[0] for line in only.stdout.splitlines()} == {"model.d_model", "model.d_ff", "model.d_k",

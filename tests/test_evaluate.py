@@ -17,7 +17,7 @@ import pytest
 import sacrebleu
 import torch
 
-from lightning_tfm.training import config as C
+from lightning_tfm.training import config
 from lightning_tfm.training.data import read_lines, train_tokenizer
 from lightning_tfm.training.checkpoints import average_checkpoints, load_model, write_average
 from lightning_tfm.training.evaluate import bleu, tokenize_compound_split, tokenized_bleu_compound_split, translate_lines
@@ -33,7 +33,7 @@ def ltfm(*args, stdin: str | None = None, cwd=None) -> subprocess.CompletedProce
                           capture_output=True, cwd=cwd, timeout=300)
 
 
-def save_checkpoint(path: Path, model: Transformer, cfg: C.Config, step: int, extra: dict | None = None) -> None:
+def save_checkpoint(path: Path, model: Transformer, cfg: config.Config, step: int, extra: dict | None = None) -> None:
     """A checkpoint shaped like Lightning's (what TransformerModule writes: the config as a plain dict)."""
     state = {"model." + k: v.clone() for k, v in model.state_dict().items()}
     state.update(extra or {})
@@ -49,12 +49,12 @@ def run_dir(tmp_path_factory) -> Path:
     train_src, train_tgt = read_lines(DATA / "train.en.gz")[:3000], read_lines(DATA / "train.de.gz")[:3000]
     tok = train_tokenizer(train_src + train_tgt, vocab_size=400, min_frequency=2)
     tok.save(str(run / "tokenizer.json"))
-    cfg = C.load_config(None, {
+    cfg = config.load_config(None, {
         "run.name": "tiny", "data.path": str(DATA), "data.test_split": "test_2016_flickr", "data.max_test_pairs": 20,
         "model.layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.heads": 2, "model.d_k": 16,
         "model.d_v": 16, "model.dropout": 0.0, "model.max_positions": 256, "train.precision": "32",
         "decode.beam_size": 2, "decode.max_len_b": 6, "decode.batch_sentences": 8})
-    (run / "config.yaml").write_text(C.dump_yaml(cfg))
+    (run / "config.yaml").write_text(config.dump_yaml(cfg))
     for step in (1, 2, 3):
         torch.manual_seed(step)
         m = Transformer.from_config(cfg.model, tok.get_vocab_size())
@@ -222,7 +222,7 @@ def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path):
     one_line_error(ltfm("evaluate", bare, "--src", src, "--ref", ref), str(bare), "no checkpoints", "ltfm train")
     one_line_error(ltfm("translate", bare, stdin="A man.\n"), "no checkpoints")
     # A checkpoint from another vocabulary.
-    cfg = C.load_config(run_dir / "config.yaml")
+    cfg = config.load_config(run_dir / "config.yaml")
     other = tmp_path / "other.ckpt"
     save_checkpoint(other, Transformer.from_config(cfg.model, 410), cfg, 1)
     one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", other),

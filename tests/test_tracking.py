@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import wandb
-from lightning_tfm.training import results as R, tracking
+from lightning_tfm.training import results, tracking
 from lightning_tfm.training.config import Config, load_config
 from lightning_tfm.training.errors import UserError
 from wandb_offline import find_run_files, read_records, read_run, read_runs
@@ -67,17 +67,17 @@ class Toy(pl.LightningModule):
     def training_step(self, batch, _):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.lin(x), y)
-        self.log(R.TRAIN_LOSS, loss)
-        self.log(R.TRAIN_LR, 0.05)
-        self.log(R.TRAIN_TOKENS_PER_S, 1000.0 + self.global_step)
+        self.log(results.TRAIN_LOSS, loss)
+        self.log(results.TRAIN_LR, 0.05)
+        self.log(results.TRAIN_TOKENS_PER_S, 1000.0 + self.global_step)
         return loss
 
     def validation_step(self, batch, _):
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.lin(x), y)
-        self.log(R.DEV_LOSS, loss)
-        self.log(R.DEV_PPL, loss.exp())
-        self.log(R.DEV_BLEU, 10.0 + self.global_step)
+        self.log(results.DEV_LOSS, loss)
+        self.log(results.DEV_PPL, loss.exp())
+        self.log(results.DEV_BLEU, 10.0 + self.global_step)
 
     def on_validation_epoch_end(self):
         if self.trainer.sanity_checking:
@@ -144,12 +144,12 @@ def test_offline_run_holds_flat_config_history_summary_and_samples(wandb_env):
     assert not {"config", "model", "train"} & set(run.config)
 
     # history: every metric against the trainer step, the same steps as the local metrics.csv
-    for key in (R.TRAIN_LOSS, R.TRAIN_LR, R.TRAIN_TOKENS_PER_S,
-                R.DEV_LOSS, R.DEV_PPL, R.DEV_BLEU):
+    for key in (results.TRAIN_LOSS, results.TRAIN_LR, results.TRAIN_TOKENS_PER_S,
+                results.DEV_LOSS, results.DEV_PPL, results.DEV_BLEU):
         steps = [s for s, _ in run.metric(key)]
         assert steps, f"{key} missing from the W&B history"
         assert steps == sorted(steps) and steps == csv_steps(run_dir, key), key
-    assert len(run.metric(R.TRAIN_LOSS)) == 4 and len(run.metric(R.DEV_LOSS)) == 2
+    assert len(run.metric(results.TRAIN_LOSS)) == 4 and len(run.metric(results.DEV_LOSS)) == 2
     assert [row["_step"] for row in run.history] == list(range(len(run.history)))
 
     # summary metrics of the finished run
@@ -159,7 +159,7 @@ def test_offline_run_holds_flat_config_history_summary_and_samples(wandb_env):
     assert run.exit_code == 0
 
     # sample translations: one table per dev evaluation, at that evaluation's step
-    tables = run.tables[R.DEV_SAMPLES]
+    tables = run.tables[results.DEV_SAMPLES]
     assert [(t["trainer/global_step"], t["data"]) for t in tables] == [
         (step, [list(r) for r in rows]) for step, rows in model.samples_logged]
     assert len(tables) == 2 and all(t["columns"] == ["source", "reference", "hypothesis"] for t in tables)
@@ -178,8 +178,8 @@ def test_two_trainings_in_one_process_are_two_runs(wandb_env):
         assert run.config["model.d_k"] == 16 * (i + 1) and run.config["run.id"] == f"run{i}"
         assert run.name == f"B{i + 1}-s1" and run.group == "adhoc" and run.job_type == "adhoc"
         # each run has its own history: own steps, own row counter from 0, nothing of the other
-        train_steps = [s for s, _ in run.metric(R.TRAIN_LOSS)]
-        assert train_steps == csv_steps(wandb_env / "results" / f"run{i}", R.TRAIN_LOSS)
+        train_steps = [s for s, _ in run.metric(results.TRAIN_LOSS)]
+        assert train_steps == csv_steps(wandb_env / "results" / f"run{i}", results.TRAIN_LOSS)
         assert train_steps == list(range(1, steps, 2))  # log_every_n_steps=2
         assert [row["_step"] for row in run.history] == list(range(len(run.history)))
         assert run.exit_code == 0
@@ -194,8 +194,8 @@ def test_a_run_left_open_is_finished_not_reused(wandb_env, capsys):
     assert "was still open" in capsys.readouterr().err
     old = read_run(wandb_env / "leftover")
     new = read_run(wandb_env / "results" / "fresh")
-    assert old.exit_code == 1 and not old.metric(R.TRAIN_LOSS)
-    assert new.metric(R.TRAIN_LOSS) and not new.metric("unrelated")
+    assert old.exit_code == 1 and not old.metric(results.TRAIN_LOSS)
+    assert new.metric(results.TRAIN_LOSS) and not new.metric("unrelated")
 
 
 def test_resumed_training_continues_the_same_wandb_run(wandb_env):
@@ -322,7 +322,7 @@ def test_online_without_a_reachable_server_falls_back_to_offline(wandb_env, monk
     assert "W&B online start failed" in err and "logging offline instead" in err
     assert info["wandb_mode"] == "offline"
     run = read_run(run_dir)
-    assert run.run_id == info["wandb_run_id"] and run.metric(R.TRAIN_LOSS) and run.exit_code == 0
+    assert run.run_id == info["wandb_run_id"] and run.metric(results.TRAIN_LOSS) and run.exit_code == 0
     for path in [p for p in wandb_env.rglob("*") if p.is_file()]:
         assert FAKE_KEY.encode() not in path.read_bytes(), path
     assert FAKE_KEY not in err
@@ -343,7 +343,7 @@ from pathlib import Path
 from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, {tests!r})
 from test_tracking import Toy, make_cfg
-from lightning_tfm.training import results as R, tracking
+from lightning_tfm.training import results, tracking
 
 run_dir = Path({run_dir!r})
 cfg = make_cfg()
@@ -374,7 +374,7 @@ def test_ddp_creates_one_wandb_run_on_rank_zero_only(wandb_env):
     assert len(files) == 1
     run = read_run(files[0])
     assert run.run_id == ranks[0][1] == (run_dir / tracking.ID_FILE).read_text().strip()
-    assert run.summary["dev_ppl"] == 2.0 and [s for s, _ in run.metric(R.TRAIN_LOSS)] == [0, 1, 2, 3]
+    assert run.summary["dev_ppl"] == 2.0 and [s for s, _ in run.metric(results.TRAIN_LOSS)] == [0, 1, 2, 3]
 
 
 DATA = REPO.parent / "shared" / "data" / "multi30k"
@@ -390,17 +390,17 @@ def read_gz_lines(path: Path, n: int) -> list[str]:
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
 def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     """`ltfm train` on the smoke config, WANDB_MODE=offline, read back from the run-<id>.wandb file."""
-    results = wandb_env / "results"
+    results_dir = wandb_env / "results"
     env = {**os.environ, "WANDB_API_KEY": FAKE_KEY, "OMP_NUM_THREADS": "1"}
     env.pop("WANDB_CONSOLE")  # as users run it: wandb captures the console into the run
     cmd = [sys.executable, "-m", "lightning_tfm", "train", str(REPO / "experiments" / "multi30k-smoke.yaml"),
-           f"data.path={DATA}", f"run.results_dir={results}", "run.variant=base", "run.family=base",
+           f"data.path={DATA}", f"run.results_dir={results_dir}", "run.variant=base", "run.family=base",
            "run.study=smoke-study", "wandb.tags=[smoke]",
            # dev BLEU (and its sample table) at each dev evaluation, on a few sentences to stay fast
            "decode.dev_bleu_every_steps=50", "decode.dev_bleu_subset=16", "decode.samples=4"]
     proc = subprocess.run(cmd, cwd=wandb_env, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = [d for d in results.iterdir() if d.is_dir()]
+    (run_dir,) = [d for d in results_dir.iterdir() if d.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
     assert summary.get("wandb_mode") == "offline", "summary.json lacks the W&B fields of tracking.finish()"
@@ -420,11 +420,11 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     assert run.config["run.id"] == summary["run_id"] == run_dir.name
 
     # history against the trainer step: the same steps as the local metrics log
-    for key in (R.TRAIN_LOSS, R.TRAIN_LR, R.DEV_LOSS, R.DEV_PPL):
+    for key in (results.TRAIN_LOSS, results.TRAIN_LR, results.DEV_LOSS, results.DEV_PPL):
         steps = [s for s, _ in run.metric(key)]
         assert steps and steps == sorted(steps) == csv_steps(run_dir, key), key
-    assert len(run.metric(R.DEV_LOSS)) >= 3  # every 50 of 200 steps
-    assert max(s for s, _ in run.metric(R.TRAIN_LOSS)) >= 100
+    assert len(run.metric(results.DEV_LOSS)) >= 3  # every 50 of 200 steps
+    assert max(s for s, _ in run.metric(results.TRAIN_LOSS)) >= 100
 
     # summary metrics equal summary.json
     for key in ("dev_ppl", "dev_bleu", "test_bleu", "params", "train_tokens", "wall_time_s", "tokens_per_s"):
@@ -432,10 +432,10 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     assert run.exit_code == 0
 
     # sample translations: source/reference pairs are dev pairs of the corpus
-    bleu_steps = [s for s, _ in run.metric(R.DEV_BLEU)]
+    bleu_steps = [s for s, _ in run.metric(results.DEV_BLEU)]
     # dev BLEU sits on the same x value as Lightning's dev loss (which it logs at global_step - 1)
-    assert bleu_steps == [49, 99, 149, 199] == csv_steps(run_dir, R.DEV_BLEU) == csv_steps(run_dir, R.DEV_LOSS)
-    tables = run.tables.get(R.DEV_SAMPLES)
+    assert bleu_steps == [49, 99, 149, 199] == csv_steps(run_dir, results.DEV_BLEU) == csv_steps(run_dir, results.DEV_LOSS)
+    tables = run.tables.get(results.DEV_SAMPLES)
     assert tables, "no dev/samples table in the W&B run"
     assert [t["trainer/global_step"] for t in tables] == [49, 99, 149, 199]
     src = read_gz_lines(DATA / "val.en.gz", cfg["data"]["max_dev_pairs"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..training import results as R
+from ..training import results
 from .records import ReportData, RunRecord
 from .paper import load_paper
 from .table import ordered_variants
@@ -142,10 +142,10 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
             recs = [r for r in data.records if r.variant == v]
             drawn = False
             if v == "base":
-                drawn = _plot_base(ax, recs, R.DEV_PPL, marker=".")
+                drawn = _plot_base(ax, recs, results.DEV_PPL, marker=".")
                 recs = []
             for r in sorted(recs, key=lambda r: (r.seed is None, r.seed or 0)):
-                xs, ys = _series(r, R.DEV_PPL)
+                xs, ys = _series(r, results.DEV_PPL)
                 if xs:
                     ax.plot(xs, ys, marker=".", color="black" if v == "base" else f"C{j % 10}",
                             label=_label(r, many), linewidth=1.2)
@@ -214,13 +214,13 @@ def plot_norm_curves(data: ReportData, path: str | Path) -> str:
     last = max([row["step"] for r in post + pre for row in r.history] or [0])
     early = max(last // 10, 1)
     if post:  # the base (post-norm) as one entry per panel, its seeds' range shaded
-        _plot_base(full, post, R.TRAIN_LOSS, smooth=True)
-        _plot_base(dev, post, R.DEV_PPL, marker=".")
+        _plot_base(full, post, results.TRAIN_LOSS, smooth=True)
+        _plot_base(dev, post, results.DEV_PPL, marker=".")
     for i, r in enumerate(post + pre):
         color = "black" if r.variant == "base" else f"C{i % 10}"
         kind = "post" if r.variant == "base" else r.config.get("model.norm", "?")
         label = f"{_label(r, many)} ({kind}-norm)"
-        xs, ys = _series(r, R.TRAIN_LOSS)
+        xs, ys = _series(r, results.TRAIN_LOSS)
         if r.variant != "base":  # single-batch losses: smoothed, the raw points faint
             full.plot(xs, ys, color=color, alpha=0.2, linewidth=0.6)
             full.plot(xs, ema(ys), color=color, label=label, linewidth=1.2)
@@ -230,7 +230,7 @@ def plot_norm_curves(data: ReportData, path: str | Path) -> str:
         first.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=color,
                    label=label if r.variant != "base" or r is post[0] else None, linewidth=1)
         if r.variant != "base":
-            xs, ys = _series(r, R.DEV_PPL)
+            xs, ys = _series(r, results.DEV_PPL)
             dev.plot(xs, ys, marker=".", color=color, label=label, linewidth=1)
     full.set_title("training loss, whole run (smoothed; raw single-batch losses faint)", fontsize=9)
     shown = max((int(x) for line in first.lines for x in line.get_xdata()), default=early)

@@ -2,7 +2,7 @@
 
 - local (default): the sweep's Optuna storage (``--storage``, else ``<results_dir>/<sweep name>.db`` when it
   exists) says which trials exist and their state; each trial's run folder (``summary.json``, the metric
-  history of :func:`lightning_tfm.results.read_metrics`, ``hyps/dev.<tgt>.txt``) gives the numbers. When a
+  history of :func:`lightning_tfm.training.results.read_metrics`, ``hyps/dev.<tgt>.txt``) gives the numbers. When a
   run folder is not here (workers on other machines), the values the worker recorded in the trial's user
   attributes are used. Run folders of the study that the storage does not know (or no storage at all) are
   read from the results folder.
@@ -27,13 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..training import results as R
-from ..training.results import storage_in_results
+from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS, storage_in_results
 from ..training.errors import UserError
 from .text import first_line
 
 
-HISTORY_KEYS = (R.DEV_LOSS, R.DEV_PPL, R.DEV_BLEU, R.TRAIN_LOSS)
+HISTORY_KEYS = (DEV_LOSS, DEV_PPL, DEV_BLEU, TRAIN_LOSS)
 
 
 WANDB_STEP = "trainer/global_step"

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..training import config as C
+from ..training import config
 from ..training.errors import UserError
 from .spec import RESERVED, Entry, Sweep
 
@@ -26,10 +26,10 @@ WORKER_DEFAULTS = {"train.progress_bar": False}
 def parse_cli_overrides(overrides: list[str] | None) -> dict:
     out = {}
     for text in overrides or []:
-        key, value = C.parse_override(text)
+        key, value = config.parse_override(text)
         if key in RESERVED or key.startswith("sweep."):
             raise UserError(f"{key} is set by ltfm sweep for each trial: leave it out (seeds come from the sweep file)")
-        C.set_dotted(C.Config(), key, value)  # unknown key / wrong type: one line, exit 2
+        config.set_dotted(config.Config(), key, value)  # unknown key / wrong type: one line, exit 2
         out[key] = value
     return out
 
@@ -57,10 +57,10 @@ def trial_config(sweep: Sweep, entry: Entry | None = None, cli_overrides: dict |
     :func:`trial_overrides`. ``cli_overrides`` come after the sweep file's; ``results_dir`` is the worker's.
     ``checked=False`` (not validated) is for the reports: they show rows that cannot be built and need no data.path."""
     base = {**sweep.overrides, **(cli_overrides or {})}
-    cfg = C.load_config(sweep.experiment, base, checked=checked)
+    cfg = config.load_config(sweep.experiment, base, checked=checked)
     if entry is None:
         return cfg
-    return C.load_config(sweep.experiment, trial_overrides(sweep, entry, base, cfg.train.max_steps, results_dir),
+    return config.load_config(sweep.experiment, trial_overrides(sweep, entry, base, cfg.train.max_steps, results_dir),
                          checked=checked)
 
 
@@ -95,7 +95,7 @@ class Plan:
                 "budget": entry.budget}
 
 
-def build_model_params(cfg: C.Config) -> int:
+def build_model_params(cfg: config.Config) -> int:
     """Build the trial's model (on the meta device: no memory, no time) and count its parameters.
 
     The vocabulary is ``data.vocab_size``; a trained BPE vocabulary may come out slightly smaller.

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from ..training import config as C
+from ..training import config
 from ..training.errors import UserError
 from ..training.results import OBJECTIVES
 
@@ -90,11 +90,11 @@ def _check_override(path, where: str, key: str, value: Any) -> Any:
     if key in RESERVED or key.startswith("sweep."):
         raise _err(path, f"{where}: {key} is set by ltfm sweep (use seeds: for run.seed)")
     try:
-        scratch = C.Config()
-        C.set_dotted(scratch, key, value)
+        scratch = config.Config()
+        config.set_dotted(scratch, key, value)
     except UserError as e:
         raise _err(path, f"{where}: {e}") from None
-    return C.get_dotted(scratch, key)
+    return config.get_dotted(scratch, key)
 
 
 def _mapping(path, where: str, value: Any) -> dict:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..training import config as C
+from ..training import config
 from ..training.errors import UserError
 from ..training.redact import mask_url, scrub_text
 from ..training.results import RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
@@ -65,14 +65,14 @@ def enqueue_missing(study, plan: Plan) -> int:
 # optuna-dashboard's trials table, parallel coordinates and Hyperparameter Importance show them. Nothing
 # samples them: they describe the row.
 # The training budget (train.max_steps) is the trial's budget, not a knob of the row: left out.
-DASHBOARD_KNOBS = tuple(key for _, key, _ in C.TABLE3_KNOBS if key != "train.max_steps")
+DASHBOARD_KNOBS = tuple(key for _, key, _ in config.TABLE3_KNOBS if key != "train.max_steps")
 # Categorical knobs get every allowed value as choices (the config field's Literal), the same in every study:
 # Optuna refuses a parameter whose categorical choices differ between the trials of one study.
-DASHBOARD_CHOICES = {key: C.choices(key) for key in DASHBOARD_KNOBS if C.choices(key)}
+DASHBOARD_CHOICES = {key: config.choices(key) for key in DASHBOARD_KNOBS if config.choices(key)}
 
 
 def _knob_value(plan: Plan, entry: Entry, key: str) -> Any:
-    return plan.trial_overrides(entry).get(key, C.get_dotted(plan.base_cfg, key))
+    return plan.trial_overrides(entry).get(key, config.get_dotted(plan.base_cfg, key))
 
 
 def dashboard_space(plan: Plan) -> dict:
@@ -274,10 +274,10 @@ class Worker:
                 return 0
             return self._train(trial, entry, cfg, params, label)
 
-    def _train(self, trial, entry: Entry, cfg: C.Config, params: int, label: str) -> int:
+    def _train(self, trial, entry: Entry, cfg: config.Config, params: int, label: str) -> int:
         from optuna.trial import TrialState
 
-        rid = C.run_id(cfg)
+        rid = config.run_id(cfg)
         run_dir = self.plan.results_dir / rid
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"trial-{trial.number:04d}-{entry.name}-s{entry.seed}.log"

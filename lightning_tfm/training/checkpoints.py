@@ -16,7 +16,7 @@ import torch
 
 from ..model import Transformer
 from . import atomic
-from . import config as C
+from . import config
 from .errors import UserError
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
@@ -194,7 +194,7 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     if not run_dir.is_dir():
         raise UserError(f"run folder {str(run_dir)!r} does not exist: give a folder written by `ltfm train`")
     cfg_path = run_dir / "config.yaml"
-    run_cfg = C.load_config(cfg_path) if cfg_path.is_file() else None
+    run_cfg = config.load_config(cfg_path) if cfg_path.is_file() else None
     if average_last is None and run_cfg is not None:
         average_last = run_cfg.decode.average_last or None
     path = resolve_checkpoint(run_dir, checkpoint, average_last)
@@ -208,7 +208,7 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
         ck = load_checkpoint(path)
     hp = ck.get("hyper_parameters") or {}
     # the checkpoint's own config (a plain dict, so that torch.load(weights_only=True) reads it), else config.yaml
-    cfg = C.Config.from_dict(hp["config"], checked=False) if hp.get("config") else run_cfg
+    cfg = config.Config.from_dict(hp["config"], checked=False) if hp.get("config") else run_cfg
     if cfg is None:
         raise UserError(f"{path} holds no config and {cfg_path} is missing: give a run folder written by `ltfm train`")
     state = {k[len("model."):]: v for k, v in ck["state_dict"].items() if k.startswith("model.")}

@@ -7,7 +7,7 @@ import copy
 import sys
 from pathlib import Path
 
-from . import config as C
+from . import config
 from .atomic import write_text
 from .checkpoints import load_model, write_average
 from .errors import UserError
@@ -22,14 +22,14 @@ def average_cli(args) -> int:
     return 0
 
 
-def apply_overrides(cfg: C.Config, overrides: list[str] | None) -> C.Config:
+def apply_overrides(cfg: config.Config, overrides: list[str] | None) -> config.Config:
     """``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides."""
     cfg = copy.deepcopy(cfg)
     for text in overrides or []:
-        key, value = C.parse_override(text)
+        key, value = config.parse_override(text)
         if key.split(".")[0] not in ("decode", "data"):
             raise UserError(f"cannot override {key!r} when decoding: only decode.* and data.* keys apply")
-        C.set_dotted(cfg, key, value)
+        config.set_dotted(cfg, key, value)
     if cfg.decode.beam_size < 1:
         raise UserError(f"decode.beam_size={cfg.decode.beam_size} must be at least 1")
     if cfg.decode.batch_sentences < 1:
@@ -39,7 +39,7 @@ def apply_overrides(cfg: C.Config, overrides: list[str] | None) -> C.Config:
 
 def _average_last_override(overrides: list[str] | None) -> int | None:
     for text in overrides or []:
-        key, value = C.parse_override(text)
+        key, value = config.parse_override(text)
         if key == "decode.average_last":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise UserError(f"decode.average_last={value!r} must be 0 (no averaging) or the number of last "

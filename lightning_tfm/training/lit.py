@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from .corpus import MappedPairs
 from .data import Batch, TokenBatchSampler, collate
 from ..model import PAD, Transformer
-from . import results as R
+from . import results
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
 from .config import Config
@@ -58,15 +58,15 @@ class TransformerModule(pl.LightningModule):
         self.train_tokens += n
         self._tokens_since += n
         loss = loss_sum / ntok
-        self.log(R.TRAIN_LOSS, loss, prog_bar=False, batch_size=n)
-        self.log(R.TRAIN_NLL, nll_sum / ntok, batch_size=n)
-        self.log(R.TRAIN_LR, self.optimizers().param_groups[0]["lr"], batch_size=n)  # written every log_every_steps
+        self.log(results.TRAIN_LOSS, loss, prog_bar=False, batch_size=n)
+        self.log(results.TRAIN_NLL, nll_sum / ntok, batch_size=n)
+        self.log(results.TRAIN_LR, self.optimizers().param_groups[0]["lr"], batch_size=n)  # written every log_every_steps
         now = time.perf_counter()
         if self._time_since is None:
             self._time_since = now
         elif now - self._time_since > 2.0:  # tokens/s over the last few seconds, on the progress bar
             world = self.trainer.world_size
-            self.log(R.TRAIN_TOKENS_PER_S, self._tokens_since * world / (now - self._time_since), prog_bar=True)
+            self.log(results.TRAIN_TOKENS_PER_S, self._tokens_since * world / (now - self._time_since), prog_bar=True)
             self._tokens_since, self._time_since = 0, now
         return loss
 
@@ -92,9 +92,9 @@ class TransformerModule(pl.LightningModule):
         sums = self.trainer.strategy.reduce(self._dev_sums, reduce_op="sum")
         loss, nll = (sums[0] / sums[2]).item(), (sums[1] / sums[2]).item()
         # dev/loss is the per-wordpiece NLL, so dev/ppl = exp(dev/loss) (Table 3's perplexity).
-        self.log(R.DEV_LOSS, nll, sync_dist=True)  # already reduced: identical on every rank
-        self.log(R.DEV_PPL, math.exp(min(nll, 50.0)), prog_bar=True, sync_dist=True)
-        self.log(R.DEV_SMOOTHED_LOSS, loss, sync_dist=True)
+        self.log(results.DEV_LOSS, nll, sync_dist=True)  # already reduced: identical on every rank
+        self.log(results.DEV_PPL, math.exp(min(nll, 50.0)), prog_bar=True, sync_dist=True)
+        self.log(results.DEV_SMOOTHED_LOSS, loss, sync_dist=True)
 
     def configure_optimizers(self):
         opt, sched = make_optimizer(self.model.parameters(), self.config.train, self.config.model.d_model)
@@ -165,6 +165,6 @@ class DevBleu(pl.Callback):
         self.history.append((step, result["score"]))
         # Lightning logs the validation metrics at global_step - 1; dev BLEU goes on the same x value.
         for logger in trainer.loggers:
-            logger.log_metrics({R.DEV_BLEU: result["score"], R.DEV_BLEU_RATIO: result["ratio"]}, step=step - 1)
+            logger.log_metrics({results.DEV_BLEU: result["score"], results.DEV_BLEU_RATIO: result["ratio"]}, step=step - 1)
         k = self.config.decode.samples
         log_samples(self.wandb_logger, step - 1, list(zip(self.src[:k], self.ref[:k], hyps[:k])))

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from . import atomic
-from . import config as C
+from . import config
 from . import results
 from . import run_folder
 from .checkpoints import atomic_checkpoint_io, rank_resume_checkpoint, resume_checkpoint
@@ -33,7 +33,7 @@ from .errors import UserError
 from .precision import resolve_precision
 
 
-def train(cfg: C.Config, callbacks: Sequence = ()) -> dict:
+def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
     """Train (or resume, or skip if completed) the run described by ``cfg``; returns its summary.
 
     ``callbacks``: more Lightning callbacks (a sweep trial's pruning, :mod:`lightning_tfm.sweep.pruning`);
@@ -41,8 +41,8 @@ def train(cfg: C.Config, callbacks: Sequence = ()) -> dict:
     decoded.
     """
     started = time.time()
-    C.validate(cfg)
-    rid = C.run_id(cfg)
+    config.validate(cfg)
+    rid = config.run_id(cfg)
     results_dir = Path(cfg.run.results_dir)
     run_dir = results_dir / rid
     run_folder.check_writable(results_dir)
@@ -79,7 +79,7 @@ def train(cfg: C.Config, callbacks: Sequence = ()) -> dict:
 class Run:
     """The run under its lock: :meth:`go` = build, fit, summarise; any failure is recorded by :meth:`fail`."""
 
-    def __init__(self, cfg: C.Config, rid: str, run_dir: Path, corpus: Corpus, is_zero: bool, started: float,
+    def __init__(self, cfg: config.Config, rid: str, run_dir: Path, corpus: Corpus, is_zero: bool, started: float,
                  extra: list):
         self.cfg, self.rid, self.run_dir, self.corpus = cfg, rid, run_dir, corpus
         self.is_zero, self.started, self.extra = is_zero, started, extra
@@ -125,7 +125,7 @@ class Run:
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
         if self.is_zero:
             self.corpus.use_in_run(self.run_dir, write=True)
-            atomic.write_text(self.run_dir / "config.yaml", C.dump_yaml(scrub(cfg.to_dict())))
+            atomic.write_text(self.run_dir / "config.yaml", config.dump_yaml(scrub(cfg.to_dict())))
         module = TransformerModule(cfg, self.corpus.vocab_size)
         module.run_id = self.rid
         self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg.to_dict()),
@@ -261,7 +261,7 @@ def stop_on_nonfinite_loss():
     return StopOnNonFiniteLoss()
 
 
-def world_size(train_cfg: C.TrainConfig) -> int:
+def world_size(train_cfg: config.TrainConfig) -> int:
     """Processes the run will have: devices per node x nodes (before the Trainer exists)."""
     devices = train_cfg.devices.strip()
     if devices.lstrip("-").isdigit():
@@ -277,7 +277,7 @@ def world_size(train_cfg: C.TrainConfig) -> int:
     return max(n, 1) * train_cfg.num_nodes
 
 
-def accumulation(train_cfg: C.TrainConfig, world: int) -> int:
+def accumulation(train_cfg: config.TrainConfig, world: int) -> int:
     """Gradient accumulation that brings batch_tokens x world x accumulation closest to batch_tokens_total,
     so that 1 CPU, 2 GPUs or 8 GPUs take the same optimizer steps (the paper: ~25,000 tokens per side on
     8 GPUs). fairseq sets the same product by hand (--update-freq)."""
@@ -287,7 +287,7 @@ def accumulation(train_cfg: C.TrainConfig, world: int) -> int:
     return max(1, round(total / (train_cfg.batch_tokens * world)))
 
 
-def _trainer_kwargs(cfg: C.Config, accumulate: int) -> dict:
+def _trainer_kwargs(cfg: config.Config, accumulate: int) -> dict:
     t = cfg.train
     devices = t.devices
     devices = int(devices) if devices.lstrip("-").isdigit() else devices
