@@ -6,6 +6,7 @@ runs everything, ``make test-fast`` (``pytest -m "not slow"``) the rest, in a fe
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,63 @@ def smoke_run(tmp_path_factory, data_dir) -> Path:
     assert p.returncode == 0, p.stderr[-3000:]
     (run_dir,) = [d for d in results.iterdir() if d.is_dir()]
     return run_dir
+
+
+# The report tests' sweep (tests/test_report.py, tests/test_dashboards.py): trainings of a few seconds, the
+# report is what is tested (sweeps are tested in test_sweep.py).
+TINY = {"wandb.mode": "offline", "train.threads": 1, "data.max_train_pairs": 300, "data.max_dev_pairs": 30,
+        "data.vocab_size": 200, "data.test_split": None, "model.layers": 1, "model.d_model": 32, "model.d_ff": 64,
+        "model.heads": 2, "model.d_k": 16, "model.d_v": 16, "train.batch_tokens": 512, "train.warmup": 10,
+        "train.max_steps": 20, "train.val_every_steps": 10, "train.checkpoint_every_steps": 10,
+        "train.log_every_steps": 5, "decode.beam_size": 1, "decode.max_len_b": 10}
+VARIANTS = {
+    "prenorm": {"family": "norm", "model.norm": "pre"},    # a row the paper does not have: after the paper's
+    "A1": {"model.heads": 1, "model.d_k": 32, "model.d_v": 32},
+    "base": {},
+    "odd": {"model.d_model": 33},                          # cannot be built: skipped
+    "crash": {"data.max_tokens_per_sentence": 1},          # its training fails (no pair fits)
+}
+
+
+def write_sweep(path: Path, name: str, variants: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "name": name, "experiment": str(SMOKE), "metric": "dev_loss", "pruner": {"type": "none"}, "seeds": [1],
+        "heartbeat": {"interval": 2, "grace": 10, "max_retry": 1}, "overrides": TINY, "variants": variants},
+        sort_keys=False))
+    return path
+
+
+def _sweep_for_reports(tmp: Path, data_dir: Path) -> dict:
+    results = tmp / "results"
+    sweep = write_sweep(tmp / "rep.yaml", "rep", VARIANTS)
+    p = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}")
+    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 1: a trial failed (crash)
+    assert "3 completed, 0 pruned, 1 failed, 1 skipped" in p.stdout, p.stdout
+    write_sweep(sweep, "rep", {**VARIANTS, "D1": {"model.dropout": 0.0}})
+    return {"tmp": tmp, "sweep": sweep, "results": results}
+
+
+@pytest.fixture(scope="session")
+def swept(tmp_path_factory, data_dir):
+    """A real sweep of five rows (three trained, one unbuildable, one failing); then the sweep file gains a
+    row that was never run (D1). Trained once per test session: under pytest-xdist (a test file per worker)
+    the first worker that asks trains it in the session's shared temporary folder, under a file lock, and the
+    others wait for it and reuse it. Tests that write into its results copy what they change."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return _sweep_for_reports(tmp_path_factory.mktemp("report"), data_dir)
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent / "report-sweep"  # the session's folder, above popen-gw*
+    with FileLock(str(shared) + ".lock"):
+        if not (shared / "done").is_file():
+            shutil.rmtree(shared, ignore_errors=True)
+            shared.mkdir()
+            _sweep_for_reports(shared, data_dir)
+            (shared / "done").write_text(worker + "\n")
+    return {"tmp": shared, "sweep": shared / "rep.yaml", "results": shared / "results"}
 
 
 @pytest.fixture

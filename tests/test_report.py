@@ -18,7 +18,7 @@ import yaml
 from bs4 import BeautifulSoup
 from PIL import Image
 
-from conftest import ROOT, SMOKE, ltfm
+from conftest import ROOT, SMOKE, ltfm, write_sweep
 from wandb_offline import read_runs
 from lightning_tfm import report as rd
 from lightning_tfm.report import notebooks
@@ -27,44 +27,10 @@ from lightning_tfm.sweep import load_sweep
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-# Trainings of a few seconds: the report is what is tested (sweeps are tested in test_sweep.py).
-TINY = {"wandb.mode": "offline", "train.threads": 1, "data.max_train_pairs": 300, "data.max_dev_pairs": 30,
-        "data.vocab_size": 200, "data.test_split": None, "model.layers": 1, "model.d_model": 32, "model.d_ff": 64,
-        "model.heads": 2, "model.d_k": 16, "model.d_v": 16, "train.batch_tokens": 512, "train.warmup": 10,
-        "train.max_steps": 20, "train.val_every_steps": 10, "train.checkpoint_every_steps": 10,
-        "train.log_every_steps": 5, "decode.beam_size": 1, "decode.max_len_b": 10}
-VARIANTS = {
-    "prenorm": {"family": "norm", "model.norm": "pre"},    # a row the paper does not have: after the paper's
-    "A1": {"model.heads": 1, "model.d_k": 32, "model.d_v": 32},
-    "base": {},
-    "odd": {"model.d_model": 33},                          # cannot be built: skipped
-    "crash": {"data.max_tokens_per_sentence": 1},          # its training fails (no pair fits)
-}
+# The sweep of these tests (`swept`, `write_sweep`: tests/conftest.py, shared with tests/test_dashboards.py).
 ORDER = ["base", "A1", "D1", "prenorm", "odd", "crash"]     # paper order, then the file's other rows
 PNGS = ("dev_ppl_by_family.png", "bleu_vs_params.png", "norm_curves.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def write_sweep(path: Path, name: str, variants: dict) -> Path:
-    path.write_text(yaml.safe_dump({
-        "name": name, "experiment": str(SMOKE), "metric": "dev_loss", "pruner": {"type": "none"}, "seeds": [1],
-        "heartbeat": {"interval": 2, "grace": 10, "max_retry": 1}, "overrides": TINY, "variants": variants},
-        sort_keys=False))
-    return path
-
-
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory, data_dir):
-    """A real sweep of five rows (three trained, one unbuildable, one failing); then the sweep file gains a
-    row that was never run (D1)."""
-    tmp = tmp_path_factory.mktemp("report")
-    results = tmp / "results"
-    sweep = write_sweep(tmp / "rep.yaml", "rep", VARIANTS)
-    p = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}")
-    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 1: a trial failed (crash)
-    assert "3 completed, 0 pruned, 1 failed, 1 skipped" in p.stdout, p.stdout
-    write_sweep(sweep, "rep", {**VARIANTS, "D1": {"model.dropout": 0.0}})
-    return {"tmp": tmp, "sweep": sweep, "results": results}
 
 
 def summaries(results: Path) -> dict[str, dict]:
@@ -212,7 +178,7 @@ def test_wandb_runs_give_the_same_table_as_the_local_results(swept):
     files (this machine has no W&B server): the same table as the local source, except what W&B cannot know."""
     sweep = load_sweep(swept["sweep"])
     local = rd.build_table(rd.load_report_data(swept["sweep"], results_dir=swept["results"]), bootstrap=False)
-    runs = read_runs(swept["results"])
+    runs = [r for r in read_runs(swept["results"]) if r.job_type != "report"]  # not the report's own run
     assert {r.group for r in runs} == {"rep"} and len(runs) == 3
     records = rd.latest_per_key([rd.wandb_record(r.config, r.summary, name=r.name, job_type=r.job_type,
                                                  state="finished", run_id=r.run_id, history=r.history) for r in runs])

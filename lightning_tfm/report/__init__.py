@@ -13,7 +13,9 @@ sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the swee
 - :mod:`.figures`: the Table 3 figures (matplotlib);
 - :mod:`.text`: cell formatting: numbers, knobs, markdown cells, one-line error messages;
 - :mod:`.notebooks`: ``ltfm report``: papermill execution of the packaged notebooks
-  (``lightning_tfm/resources/notebooks/``), HTML export, publishing the report folder.
+  (``lightning_tfm/resources/notebooks/``), HTML export, publishing the report folder;
+- :mod:`.dashboards`: after a Table 3 report, the same report as one W&B run (job type ``report``) and as the
+  study's optuna-dashboard note and custom plots.
 
 The notebooks stay thin: ``from lightning_tfm import report as rd`` and the names below.
 """

@@ -15,6 +15,10 @@ name>/`` (or ``--out``):
 - search: ``search.ipynb``, ``search.html``, ``search.md``, ``search.csv``, ``optimization_history.png``,
   ``param_importances.png``, ``intermediate_values.png``.
 
+A table3 report is then also logged to the sweep's W&B project (one run of job type ``report``) and, read
+from an Optuna storage, written into the study's optuna-dashboard note and custom plots
+(:mod:`.dashboards`; a failure there is a one-line warning, the report still succeeds).
+
 Nothing half-written: the notebook runs into a staging folder beside the output folder, which replaces the
 output folder only when every cell succeeded. A cell that raises ``UserError`` (no such study, no API key,
 ...) ends the command with that one line and exit code 2; any other failing cell ends it with exit code 1
@@ -229,7 +233,11 @@ def report_cli(args) -> int:
         print(_agreement_from_md(md.read_text()), end="")
     pngs = sorted(p.name for p in out.glob("*.png"))
     print(f"report: {md}\n  html: {out / (name + '.html')}\n  notebook: {out / (name + '.ipynb')}\n"
-          f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}")
+          f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}", flush=True)
+    if name == "table3":  # the same report in W&B and optuna-dashboard; a failure there is a warning
+        from .dashboards import publish
+        for line in publish(sweep, parameters, out):
+            print(line)
     return 0
 
 

@@ -41,6 +41,10 @@ WANDB_STEP = "trainer/global_step"
 DONE = "completed"
 
 
+# The job type of the run ``ltfm report`` logs into the sweep's W&B group (:mod:`.dashboards`): not a training run.
+REPORT_JOB_TYPE = "report"
+
+
 @dataclass
 
 
@@ -390,6 +394,7 @@ def fetch_wandb_records(path: str, group: str, timeout: int = 20) -> list[RunRec
 
         api = wandb.Api(timeout=timeout)
         runs = list(api.runs(path, filters={"group": group}, order="+created_at", per_page=100, lazy=False))
+        runs = [run for run in runs if run.job_type != REPORT_JOB_TYPE]  # the group's report run is no row
         return [wandb_record(dict(run.config), dict(run.summary_metrics), name=run.name, job_type=run.job_type,
                              state=run.state, run_id=run.id, history=_wandb_history(run)) for run in runs]
     except UserError:

@@ -1,0 +1,442 @@
+"""Table 3 where researchers look: after ``ltfm report`` has written a variants sweep's report folder,
+:func:`publish` puts it in the W&B project of the sweep's runs and in the sweep's Optuna study.
+
+W&B: ONE run of job type ``report`` in the sweep's group, id ``report-<sweep>-table3`` (stable, with
+``resume="allow"``: a re-run writes the same run again rather than a second one). It holds:
+
+- ``table3/dev_ppl`` and ``table3/dev_bleu``: ``wandb.Table``\\ s, one row per row of ``table3.csv``, the CSV's
+  own columns and values (:data:`PPL_COLUMNS`, :data:`BLEU_COLUMNS`: ours, the paper's, both changes,
+  agreement, the noise verdict, status);
+- the summary: the headline numbers (:func:`headline_numbers`: direction agreement over all rows and over the
+  rows beyond seed noise, rows beyond noise, the sweep's wall time), counted from ``table3.csv`` with the
+  report's own :func:`~lightning_tfm.report.stats.agreement_summary`;
+- ``figures/<name>``: every ``*.png`` of the report as a ``wandb.Image``;
+- the artifact ``table3-<sweep>`` (type ``report``): ``table3.md``, ``table3.csv``, ``table3.html``.
+
+Mode, project and entity are resolved as for the training runs (``WANDB_MODE`` else the experiment's
+``wandb.mode`` through :func:`lightning_tfm.training.tracking.resolve_mode`; ``WANDB_PROJECT``/``WANDB_ENTITY``
+else ``wandb.project``/``wandb.entity``); ``disabled`` logs nothing. The run's files go to
+``<results>/wandb-report/wandb/`` (never into the report folder, which each report replaces); offline, the
+older ``offline-run-*-<id>`` folders of the same id are removed once the new run is written, so
+``wandb sync`` finds one. A W&B error is one warning line on stderr: the report stays a success.
+
+optuna-dashboard (only when the report read an Optuna storage and ``optuna_dashboard`` and ``plotly`` are
+importable; else nothing): the study's note gets the headline and the dev-perplexity table of ``table3.md``
+(:func:`note_text`; a note a person wrote is kept below it), and the study's custom plots get two plotly
+figures drawn from the same data as the matplotlib ones: dev perplexity per row family
+(:func:`plotly_dev_ppl_by_family`) and every row's learning curve (:func:`plotly_learning_curves`), under
+the stable ids of :data:`GRAPH_IDS` (a re-run replaces them).
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import inspect
+import io
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from .records import REPORT_JOB_TYPE as JOB_TYPE
+from .text import first_line
+
+KIND = "table3"
+WANDB_DIR = "wandb-report"   # below the sweep's results folder
+ARTIFACT_FILES = ("table3.md", "table3.csv", "table3.html")
+PPL_COLUMNS = ("variant", "family", "dev_ppl", "dev_ppl_std", "paper_dev_ppl", "delta_ppl", "delta_ppl_rel",
+               "paper_delta_ppl", "paper_delta_ppl_rel", "ppl_agrees", "ppl_noise", "status")
+BLEU_COLUMNS = ("variant", "family", "dev_bleu", "dev_bleu_std", "paper_dev_bleu", "delta_bleu", "delta_bleu_rel",
+                "paper_delta_bleu", "paper_delta_bleu_rel", "bleu_agrees", "bleu_noise", "bleu_p_value",
+                "bleu_significant", "status")
+GRAPH_IDS = {"family": "ltfm-table3-dev-ppl-by-family", "curves": "ltfm-table3-learning-curves"}
+# The note's own block (markdown link-reference "comments": not rendered), so a person's note survives.
+NOTE_BEGIN, NOTE_END = "[//]: # (ltfm report table3: begin)", "[//]: # (ltfm report table3: end)"
+
+
+def _warn(message: str) -> None:
+    print(f"ltfm: warning: {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# table3.csv: the source of truth
+# ---------------------------------------------------------------------------------------------------------
+_BOOLS = {"True": True, "False": False}
+_TEXT = {"variant", "family", "ppl_noise", "bleu_noise", "status", "positional", "norm"}
+
+
+def csv_value(column: str, text: str) -> Any:
+    """A cell of table3.csv as a value: empty -> None, True/False -> bool, numbers -> float (text columns stay
+    text)."""
+    if text == "":
+        return None
+    if text in _BOOLS:
+        return _BOOLS[text]
+    if column in _TEXT:
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def read_csv_rows(path: str | Path) -> list[dict]:
+    """table3.csv as typed rows (:func:`csv_value`), in the file's order."""
+    reader = csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8")))
+    return [{k: csv_value(k, v) for k, v in row.items()} for row in reader]
+
+
+def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
+    """The headline as numbers for a W&B summary: per metric (``dev_ppl``, ``dev_bleu``) the rows whose
+    direction agrees with the paper and the rows compared, over all rows and over the rows beyond seed noise
+    (with the fractions), the rows beyond/within noise or unknown; the sweep's wall time. ``rows`` are
+    :func:`read_csv_rows`; the counting is the report's own (:func:`~.stats.agreement_summary`)."""
+    from .stats import agreement_summary
+
+    s = agreement_summary([{**r, "seeds_completed": int(r.get("seeds_completed") or 0)} for r in rows])
+    out: dict[str, Any] = {}
+    for metric in ("ppl", "bleu"):
+        key = f"dev_{metric}"
+        for suffix, (k, n) in (("", s[metric]), ("_beyond_noise", s[f"{metric}_beyond"])):
+            out[f"{key}/agree_rows{suffix}"] = k
+            out[f"{key}/compared_rows{suffix}"] = n
+            if n:
+                out[f"{key}/agreement{suffix}"] = k / n
+        for verdict, count in s[f"{metric}_noise"].items():
+            out[f"{key}/rows_{verdict}_noise" if verdict != "unknown" else f"{key}/rows_noise_unknown"] = count
+    out["both/agree_rows"], out["both/compared_rows"] = s["both"]
+    info = run_info or {}
+    for key, name in (("wall_s", "wall_time_s"), ("train_s", "train_time_s"), ("runs", "completed_runs"),
+                      ("records", "runs")):
+        if info.get(key) is not None:
+            out[name] = info[key]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# W&B
+# ---------------------------------------------------------------------------------------------------------
+def report_run_id(sweep_name: str, kind: str = KIND) -> str:
+    """``report-<sweep>-<kind>``: one W&B run per (sweep, report kind), whatever the machine or the day."""
+    rid = f"report-{sweep_name}-{kind}"
+    if len(rid) > 64:  # a long sweep name: keep the id short, and unique with a hash of the full name
+        rid = f"report-{sweep_name[:40]}-{hashlib.sha1(sweep_name.encode()).hexdigest()[:8]}-{kind}"
+    return rid
+
+
+def wandb_target(sweep, wandb_path: str | None = None) -> dict:
+    """mode / project / entity of the sweep's W&B runs, resolved as the training runs resolve them; a report
+    read ``--from-wandb ENTITY/PROJECT`` goes to that project."""
+    import os
+
+    from ..sweep import trial_config
+    from ..training.tracking import resolve_mode
+
+    cfg = trial_config(sweep, checked=False)
+    target = {"mode": resolve_mode(cfg), "project": os.environ.get("WANDB_PROJECT") or cfg["wandb"]["project"],
+              "entity": os.environ.get("WANDB_ENTITY") or cfg["wandb"].get("entity")}
+    if wandb_path:
+        target["entity"], target["project"] = wandb_path.split("/", 1)
+    return target
+
+
+def table_data(rows: list[dict], columns: tuple) -> list[list]:
+    return [[r.get(c) for c in columns] for r in rows]
+
+
+def run_folders(wandb_dir: Path, run_id: str, offline_only: bool = False) -> list[Path]:
+    """wandb's folders of run ``run_id`` in ``wandb_dir``: ``offline-run-<time>-<id>`` (and, unless
+    ``offline_only``, ``run-<time>-<id>``), oldest first."""
+    pattern = re.compile(rf"{'offline-' if offline_only else '(offline-)?'}run-\d{{8}}_\d{{6}}-{re.escape(run_id)}")
+    folders = [p for p in Path(wandb_dir).glob(f"*{run_id}") if p.is_dir() and pattern.fullmatch(p.name)]
+    return sorted(folders, key=lambda p: p.name.removeprefix("offline-"))
+
+
+def superseded_folders(wandb_dir: Path, run_id: str, keep: Path | None) -> list[Path]:
+    """Offline run folders of ``run_id`` in ``wandb_dir`` other than ``keep``."""
+    return [p for p in run_folders(wandb_dir, run_id, offline_only=True)
+            if keep is None or p.resolve() != keep.resolve()]
+
+
+def log_wandb_report(sweep, out: Path, results_dir: Path, summary: dict, target: dict) -> dict | None:
+    """The report folder ``out`` as the sweep's W&B report run (see the module docstring); None when W&B is
+    disabled. Raises whatever wandb raises (:func:`publish` turns it into a warning)."""
+    if target["mode"] == "disabled":
+        return None
+    rows = read_csv_rows(out / "table3.csv")
+    root = Path(results_dir) / WANDB_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    run_id = report_run_id(sweep.name)
+    before = set(run_folders(root / "wandb", run_id))
+    try:
+        return _log_run(sweep, out, rows, summary, target, root, run_id)
+    except BaseException:
+        # a failed start leaves an empty online run folder (as in tracking.py), a failed write an incomplete
+        # offline one: `wandb sync` would upload them as attempts of this run; the earlier, complete run stays
+        for stub in set(run_folders(root / "wandb", run_id)) - before:
+            shutil.rmtree(stub, ignore_errors=True)
+        raise
+
+
+def _log_run(sweep, out: Path, rows: list[dict], summary: dict, target: dict, root: Path, run_id: str) -> dict:
+    import wandb
+
+    from ..training.redact import scrub
+    from ..training.tracking import _scrubbed_argv  # wandb records the command line: mask URLs' passwords
+
+    with _scrubbed_argv():
+        run = wandb.init(id=run_id, resume="allow", mode=target["mode"], dir=str(root), project=target["project"],
+                         entity=target["entity"], group=sweep.name, job_type=JOB_TYPE, name=f"{sweep.name} {KIND}",
+                         tags=[JOB_TYPE, KIND],
+                         config=scrub({"report.kind": KIND, "report.sweep": sweep.name,
+                                       "report.sweep_file": str(Path(sweep.path).absolute()),
+                                       "report.folder": str(out)}),
+                         settings=wandb.Settings(silent=True, console="off", save_code=False, disable_git=True))
+    folder = Path(run.dir).parent
+    try:
+        with _staging_in(folder):
+            _log_report(run, out, rows, summary, sweep.name)
+    except BaseException:
+        run.finish(exit_code=1)
+        wandb.teardown()
+        raise
+    run.finish()
+    wandb.teardown()  # as tracking.finish: the run's files are complete only once wandb-core has exited
+    removed = []
+    if target["mode"] == "offline":
+        for old in superseded_folders(folder.parent, run_id, keep=folder):
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+    return {"run_id": run_id, "mode": target["mode"], "project": target["project"], "folder": folder,
+            "removed": removed}
+
+
+@contextlib.contextmanager
+def _staging_in(folder: Path):
+    """wandb stages artifact files (the tables', the report's) in ``$WANDB_DATA_DIR/artifacts/staging``
+    (default ``~/.local/share/wandb``) until they are uploaded: put them in the run's own folder, so an offline
+    run carries them to ``wandb sync`` and a superseded run takes them away with it."""
+    import os
+
+    old = os.environ.get("WANDB_DATA_DIR")
+    os.environ["WANDB_DATA_DIR"] = str(folder / "staging")
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("WANDB_DATA_DIR", None)
+        else:
+            os.environ["WANDB_DATA_DIR"] = old
+
+
+def _log_report(run, out: Path, rows: list[dict], summary: dict, sweep_name: str) -> None:
+    import wandb
+
+    logged = {"table3/dev_ppl": wandb.Table(columns=list(PPL_COLUMNS), data=table_data(rows, PPL_COLUMNS)),
+              "table3/dev_bleu": wandb.Table(columns=list(BLEU_COLUMNS), data=table_data(rows, BLEU_COLUMNS))}
+    for png in sorted(out.glob("*.png")):
+        logged[f"figures/{png.stem}"] = wandb.Image(str(png), caption=png.name)
+    run.log(logged)
+    run.summary.update(summary)
+    artifact = wandb.Artifact(f"{KIND}-{sweep_name}", type=JOB_TYPE, metadata=dict(summary))
+    for name in ARTIFACT_FILES:
+        artifact.add_file(str(out / name), name=name)
+    run.log_artifact(artifact, aliases=["latest"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# optuna-dashboard
+# ---------------------------------------------------------------------------------------------------------
+def note_text(md: str, where: str | None = None) -> str:
+    """The study note: table3.md's headline and its dev-perplexity section, between the markers of this
+    report's block."""
+    head = md.split("\n## ", 1)[0].rstrip()
+    ppl = md.split("\n## Dev perplexity\n", 1)
+    section = ("## Dev perplexity\n" + ppl[1].split("\n## ", 1)[0]).rstrip() if len(ppl) == 2 else ""
+    tail = [f"_Written by `ltfm report`; the whole report: `{where}`._"] if where else []
+    return "\n\n".join([NOTE_BEGIN, head, section, *tail, NOTE_END]) + "\n"
+
+
+def merge_note(existing: str, ours: str) -> str:
+    """``ours`` in place of this report's earlier block; any other text of the note (a person's) kept after it."""
+    if NOTE_BEGIN in existing and NOTE_END in existing:
+        before, rest = existing.split(NOTE_BEGIN, 1)
+        after = rest.split(NOTE_END, 1)[1]
+        others = (before.strip() + "\n\n" + after.strip()).strip()
+    else:
+        others = existing.strip()
+    return ours + ("\n" + others + "\n" if others else "")
+
+
+_TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+          "#17becf")  # matplotlib's C0..C9, as the PNG figures use
+
+
+def _wide(ys: list[float]) -> bool:
+    ys = [y for y in ys if y and y > 0]
+    return bool(ys) and max(ys) / min(ys) > 5  # the rule of figures._set_yscale
+
+
+def plotly_dev_ppl_by_family(data):
+    """Dev perplexity against step per row family, with the base (black) in each: the panels and curves of
+    :func:`~.figures.plot_dev_ppl_by_family`, one family at a time behind a menu (optuna-dashboard draws a
+    custom plot in a 450-pixel-high card, too small for a grid of panels)."""
+    import plotly.graph_objects as go
+
+    from ..training import results as R
+    from .figures import FAMILY_TITLES, PAPER_FAMILIES, _panel_of, _series
+    from .table import ordered_variants
+
+    variants = ordered_variants(data.sweep, data.records)
+    panels = []
+    for v in variants:
+        p = _panel_of(data, v)
+        if p is not None and p not in panels:
+            panels.append(p)
+    panels.sort(key=lambda p: PAPER_FAMILIES.index(p) if p in PAPER_FAMILIES else len(PAPER_FAMILIES))
+    panels = panels or ["base"]
+    curves = {v: [(r, _series(r, R.DEV_PPL)) for r in sorted((r for r in data.records if r.variant == v),
+                                                            key=lambda r: (r.seed is None, r.seed or 0))]
+              for v in ["base", *variants]}
+    many = len(data.sweep.seeds) > 1
+    fig = go.Figure()
+    groups, titles, logs = [], [], []
+    for k, panel in enumerate(panels):
+        members = ["base"] + [v for v in variants if _panel_of(data, v) == panel]
+        traces, ys_all = [], []
+        for j, v in enumerate(members):
+            for r, (xs, ys) in curves[v]:
+                if xs:
+                    fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=f"{v} s{r.seed}" if many else v,
+                                    visible=k == 0, line={"color": "black" if v == "base" else _TAB10[j % 10]})
+                    traces.append(len(fig.data) - 1)
+                    ys_all += ys
+        # as the PNG: the rows without a curve are named with their status
+        no_curve = [f"{v} ({curves[v][0][0].status if curves[v] else 'missing'})" for v in members
+                    if v in variants and not any(xs for _, (xs, _) in curves[v])]
+        groups.append(traces)
+        titles.append(f"Dev perplexity per row family: {FAMILY_TITLES.get(panel, f'family {panel}')}, base in black"
+                      + (f"<br><sub>no curve: {', '.join(no_curve)}</sub>" if no_curve else ""))
+        logs.append("log" if _wide(ys_all) else "linear")
+    buttons = [{"label": panel, "method": "update",
+                "args": [{"visible": [i in traces for i in range(len(fig.data))]},
+                         {"title.text": title, "yaxis.type": log}]}
+               for panel, traces, title, log in zip(panels, groups, titles, logs)]
+    fig.update_layout(title={"text": titles[0], "font": {"size": 13}}, xaxis_title="training step",
+                      yaxis={"title": {"text": "dev perplexity"}, "type": logs[0]}, margin={"t": 90},
+                      updatemenus=[{"buttons": buttons, "direction": "down", "x": 1.02, "xanchor": "left",
+                                    "y": 0.25, "yanchor": "top", "showactive": True}] if len(panels) > 1 else [],
+                      annotations=[{"text": "row family:", "showarrow": False, "x": 1.02, "xanchor": "left",
+                                    "y": 0.33, "yanchor": "top", "xref": "paper", "yref": "paper"}]
+                      if len(panels) > 1 else [])
+    return fig
+
+
+def plotly_learning_curves(data):
+    """Every row's dev perplexity at each validation, the mean over its completed seeds (the report's
+    learning-curve table, :func:`~.table.learning_curves`)."""
+    import plotly.graph_objects as go
+
+    from .table import learning_curves, ordered_variants
+
+    curves = learning_curves(data, ordered_variants(data.sweep, data.records))
+    fig = go.Figure()
+    ys_all: list[float] = []
+    for j, (v, series) in enumerate(curves["rows"].items()):
+        steps = sorted(series)
+        fig.add_scatter(x=steps, y=[series[s] for s in steps], mode="lines+markers", name=v,
+                        line={"color": "black" if v == "base" else _TAB10[j % 10]})
+        ys_all += list(series.values())
+    fig.update_layout(title={"text": f"Learning curves: dev perplexity of every row, mean over its seeds (sweep "
+                                     f"{data.sweep.name})", "font": {"size": 13}},
+                      xaxis_title="training step", yaxis={"title": {"text": "dev perplexity"},
+                                                          "type": "log" if _wide(ys_all) else "linear"})
+    return fig
+
+
+def dashboard_available() -> bool:
+    """optuna-dashboard (the ``dashboard`` extra) and plotly can be imported."""
+    import importlib
+
+    try:
+        for module in ("optuna_dashboard", "plotly.graph_objects"):
+            importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def save_plot(study, fig, graph_id: str) -> str:
+    """optuna-dashboard's ``save_plotly_graph_object`` under a fixed id (its keyword differs by version)."""
+    from optuna_dashboard import save_plotly_graph_object
+
+    params = inspect.signature(save_plotly_graph_object).parameters
+    key = "graph_object_id" if "graph_object_id" in params else "graph_id"
+    return save_plotly_graph_object(study, fig, **{key: graph_id})
+
+
+def _current_note(study) -> str:
+    try:
+        from optuna_dashboard import get_note  # public in recent versions
+    except ImportError:
+        from optuna_dashboard._note import get_note_from_system_attrs
+        return get_note_from_system_attrs(study._storage.get_study_system_attrs(study._study_id), None)["body"]
+    return get_note(study)
+
+
+def write_dashboard(data, out: Path) -> dict:
+    """The study's note and custom plots (see the module docstring)."""
+    from optuna_dashboard import save_note
+
+    study = data.study
+    save_note(study, merge_note(_current_note(study), note_text((out / "table3.md").read_text(encoding="utf-8"),
+                                                             str(out / "table3.html"))))
+    ids = [save_plot(study, plotly_dev_ppl_by_family(data), GRAPH_IDS["family"]),
+           save_plot(study, plotly_learning_curves(data), GRAPH_IDS["curves"])]
+    return {"study": study.study_name, "plots": ids}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# After ltfm report
+# ---------------------------------------------------------------------------------------------------------
+def publish(sweep, parameters: dict, out: Path) -> list[str]:
+    """After the report folder ``out`` is written: the W&B report run and the optuna-dashboard note and plots.
+    Returns the lines to print; every failure here is a one-line warning, never the report's failure."""
+    from ..training.redact import scrub
+    from .records import default_results_dir, load_report_data
+    from .table import sweep_run_info
+
+    lines: list[str] = []
+    try:
+        data = load_report_data(parameters["sweep_file"], results_dir=parameters.get("results_dir"),
+                                storage=parameters.get("storage"), wandb_path=parameters.get("wandb_path"))
+    except Exception as e:  # noqa: BLE001 - the report is written; only its copies here are lost
+        _warn(f"report not sent to W&B or optuna-dashboard: cannot re-read the sweep "
+              f"({e.__class__.__name__}: {first_line(scrub(str(e)))})")
+        return lines
+    try:
+        target = wandb_target(sweep, parameters.get("wandb_path"))
+        results = Path(parameters.get("results_dir") or default_results_dir(sweep))
+        summary = headline_numbers(read_csv_rows(out / "table3.csv"), sweep_run_info(data))
+        info = log_wandb_report(sweep, out, results, summary, target)
+        if info is not None:
+            where = (f"offline in {info['folder']} (upload: wandb sync {info['folder']})"
+                     if info["mode"] == "offline" else f"project {info['project']}")
+            lines.append(f"  W&B: report run {info['run_id']}, {where}")
+    except Exception as e:  # noqa: BLE001 - W&B must never fail the report
+        _warn(f"report not logged to W&B ({e.__class__.__name__}: {first_line(scrub(str(e)))}); the report "
+              "itself is complete (run `ltfm report` again to log it)")
+        try:
+            import wandb
+            wandb.teardown()
+        except Exception:  # noqa: BLE001
+            pass
+    if data.study is not None and not parameters.get("wandb_path") and dashboard_available():
+        try:
+            d = write_dashboard(data, out)
+            lines.append(f"  optuna-dashboard: note and {len(d['plots'])} plots on study {d['study']}")
+        except Exception as e:  # noqa: BLE001 - nor the dashboard
+            _warn(f"report not written to optuna-dashboard ({e.__class__.__name__}: {first_line(scrub(str(e)))})")
+    return lines

@@ -1,0 +1,253 @@
+"""Table 3 where researchers look: ``ltfm report`` of a real sweep (the ``swept`` sweep of tests/conftest.py, shared
+with test_report.py) logs the report to W&B as one run of job type ``report`` (read back from its offline files: this
+machine has no W&B server) and writes the study's optuna-dashboard note and custom plots (read back through
+optuna-dashboard's own loaders)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+
+from conftest import ltfm, write_sweep
+from wandb_offline import read_records, read_runs
+from lightning_tfm.report import dashboards
+from lightning_tfm.report.render import _duration
+from lightning_tfm.sweep import load_sweep
+
+RUN_ID = "report-rep-table3"
+PNGS = ("bleu_vs_params.png", "dev_ppl_by_family.png", "norm_curves.png")
+
+
+def copy_db(src: Path, dest: Path) -> None:
+    """A consistent copy of the sweep's SQLite study (test_report.py may be writing the shared one's note)."""
+    with sqlite3.connect(src) as a, sqlite3.connect(dest) as b:
+        a.backup(b)
+
+
+@pytest.fixture(scope="module")
+def reported(swept, tmp_path_factory):
+    """The shared sweep's study copied into a results folder of this module (the report writes there: the W&B
+    run's files, the study's note), and its report."""
+    tmp = tmp_path_factory.mktemp("dashboards")
+    results = tmp / "results"
+    results.mkdir()
+    copy_db(swept["results"] / "rep.db", results / "rep.db")
+    out = tmp / "build"
+    p = ltfm("report", swept["sweep"], "--results", results, "--out", out)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "warning" not in p.stderr, p.stderr
+    return {"sweep": swept["sweep"], "results": results, "out": out, "stdout": p.stdout,
+            "args": ["report", swept["sweep"], "--results", results, "--out", out]}
+
+
+def report_runs(results: Path):
+    return read_runs(results / "wandb-report")
+
+
+def csv_rows(out: Path) -> list[dict]:
+    return list(csv.DictReader(io.StringIO((out / "table3.csv").read_text())))
+
+
+def same_cell(text: str, value) -> bool:
+    """A W&B table cell holds what table3.csv says: empty = None, True/False, numbers, text."""
+    if text == "":
+        return value is None
+    if text in ("True", "False"):
+        return value is (text == "True")
+    try:
+        number = float(text)
+    except ValueError:
+        return value == text
+    return not isinstance(value, bool) and value == pytest.approx(number, rel=1e-9)
+
+
+def study_attrs(results: Path) -> dict:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{results / 'rep.db'}")
+    return storage.get_study_system_attrs(storage.get_study_id_from_name("rep"))
+
+
+def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(reported):
+    results, out = reported["results"], reported["out"]
+    (run,) = report_runs(results)
+    folder = run.path.parent
+    assert folder.parent == results / "wandb-report" / "wandb" and folder.name.endswith(RUN_ID)
+    assert f"W&B: report run {RUN_ID}, offline in {folder}" in reported["stdout"]
+    assert (run.run_id, run.job_type, run.group, run.project, run.exit_code) == (RUN_ID, "report", "rep",
+                                                                                "lightning_tfm", 0)
+    assert run.config["report.sweep"] == "rep" and run.config["report.folder"] == str(out)
+
+    # the two tables: every row of table3.csv, in its order, with the CSV's own columns and values
+    rows = csv_rows(out)
+    assert [r["variant"] for r in rows] == ["base", "A1", "D1", "prenorm", "odd", "crash"]
+    for key, columns in (("table3/dev_ppl", dashboards.PPL_COLUMNS), ("table3/dev_bleu", dashboards.BLEU_COLUMNS)):
+        (table,) = run.tables[key]
+        assert table["columns"] == list(columns)
+        assert {"variant", "delta_ppl", "paper_delta_ppl", "ppl_agrees", "ppl_noise"} <= set(columns) \
+            if key.endswith("ppl") else {"paper_dev_bleu", "delta_bleu", "paper_delta_bleu", "bleu_agrees"} <= set(columns)
+        assert len(table["data"]) == len(rows)
+        for row, cells in zip(rows, table["data"]):
+            bad = [(c, row[c], v) for c, v in zip(columns, cells) if not same_cell(row[c], v)]
+            assert not bad, (row["variant"], bad)
+    a1 = dict(zip(dashboards.PPL_COLUMNS, run.tables["table3/dev_ppl"][0]["data"][1]))
+    assert a1["paper_dev_ppl"] == 5.29 and a1["paper_delta_ppl"] == pytest.approx(0.37)
+    assert a1["ppl_noise"] == "unknown" and isinstance(a1["ppl_agrees"], bool)
+
+    # the summary: the headline's numbers, counted here from table3.csv and read in table3.md's headline
+    s = run.summary
+    for metric in ("ppl", "bleu"):
+        judged = [r for r in rows if r[f"{metric}_agrees"] != ""]
+        agree = sum(r[f"{metric}_agrees"] == "True" for r in judged)
+        beyond = [r for r in judged if r[f"{metric}_noise"] == "beyond"]
+        assert (s[f"dev_{metric}/agree_rows"], s[f"dev_{metric}/compared_rows"]) == (agree, len(judged)) == (agree, 1)
+        assert s[f"dev_{metric}/agreement"] == agree / len(judged)
+        assert s[f"dev_{metric}/rows_beyond_noise"] == len(beyond) == 0  # one seed: the noise is unknown
+        assert s[f"dev_{metric}/rows_noise_unknown"] == sum(r[f"{metric}_noise"] == "unknown" for r in rows) == 2
+        assert s[f"dev_{metric}/compared_rows_beyond_noise"] == 0 and f"dev_{metric}/agreement_beyond_noise" not in s
+    md = (out / "table3.md").read_text()
+    first = next(ln for ln in md.splitlines() if ln.startswith("- Direction agrees with the paper: "))
+    for metric, label in (("ppl", "PPL"), ("bleu", "BLEU")):
+        k, n = re.search(rf"dev {label} (\d+)/(\d+) rows", first).groups()
+        assert (s[f"dev_{metric}/agree_rows"], s[f"dev_{metric}/compared_rows"]) == (int(k), int(n))
+    assert s["wall_time_s"] > 0 and f"wall time {_duration(s['wall_time_s'])} (first start to last end)" in md
+    assert (s["completed_runs"], s["runs"]) == (3, 5) and "Sweep: 3 completed run(s) of 5" in md
+
+    # every figure of the report as an image, the same bytes
+    (logged,) = [h for h in run.history if any(k.startswith("figures/") for k in h)]
+    assert sorted(k for k in logged if k.startswith("figures/")) == [f"figures/{Path(p).stem}" for p in PNGS]
+    for name in PNGS:
+        image = logged[f"figures/{Path(name).stem}"]
+        assert image["_type"] == "image-file" and image["format"] == "png"
+        assert (folder / "files" / image["path"]).read_bytes() == (out / name).read_bytes()
+
+    # table3.md/.csv/.html as one artifact of type report, staged inside the run's folder (wandb sync takes it)
+    (artifact,) = [r.artifact for r in read_records(run.path) if r.WhichOneof("record_type") == "artifact"
+                   and r.artifact.type == "report"]
+    assert artifact.name == "table3-rep" and list(artifact.aliases) == ["latest"]
+    files = {c.path: Path(c.local_path) for c in artifact.manifest.contents}
+    assert sorted(files) == ["table3.csv", "table3.html", "table3.md"]
+    for name, staged in files.items():
+        assert folder in staged.parents and staged.read_bytes() == (out / name).read_bytes(), name
+    assert json.loads(artifact.metadata)["dev_ppl/compared_rows"] == 1
+
+
+def test_the_study_note_and_custom_plots_in_optuna_dashboard(reported):
+    from optuna_dashboard import get_note
+    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
+    from optuna_dashboard._note import get_note_from_system_attrs
+
+    results, out = reported["results"], reported["out"]
+    assert "optuna-dashboard: note and 2 plots on study rep" in reported["stdout"]
+    attrs = study_attrs(results)
+    note = get_note_from_system_attrs(attrs, None)["body"]
+    study = optuna.load_study(study_name="rep", storage=f"sqlite:///{results / 'rep.db'}")
+    assert get_note(study) == note
+    md = (out / "table3.md").read_text()
+    headline = md.split("\n## ", 1)[0]
+    assert headline.strip() in note and "## Dev perplexity" in note and "## Dev BLEU" not in note
+    ppl_table = [ln for ln in md.split("## Dev perplexity", 1)[1].split("\n## ", 1)[0].splitlines() if ln.startswith("|")]
+    assert len(ppl_table) == 2 + len(csv_rows(out))
+    for line in ppl_table:  # every row of the table (the headers too), as table3.md has it
+        assert line in note.splitlines(), line
+    assert str(out / "table3.html") in note
+
+    plots = {k: json.loads(v) for k, v in get_plotly_graph_objects(attrs).items()}
+    assert set(plots) == set(dashboards.GRAPH_IDS.values())
+    curves = plots[dashboards.GRAPH_IDS["curves"]]
+    assert [t["name"] for t in curves["data"]] == ["base", "A1", "prenorm"]  # the rows that trained
+    # the mean dev PPL at each validation, as the report's learning-curve table
+    names, cells = md_rows(md, "Learning curves")
+    for trace in curves["data"]:
+        assert [f"{y:.1f}" for y in trace["y"]] == [cells[trace["name"]][f"step {x}"] for x in trace["x"]]
+    family = plots[dashboards.GRAPH_IDS["family"]]
+    (menu,) = family["layout"]["updatemenus"]
+    assert [b["label"] for b in menu["buttons"]] == ["A", "D", "other rows"]  # as the PNG's panels
+    shown = {b["label"]: [t["name"] for t, v in zip(family["data"], b["args"][0]["visible"]) if v]
+             for b in menu["buttons"]}
+    assert shown == {"A": ["base", "A1"], "D": ["base"], "other rows": ["base"]}
+    titles = {b["label"]: b["args"][1]["title.text"] for b in menu["buttons"]}
+    assert "no curve: D1 (missing)" in titles["D"] and "odd (skipped), crash (failed)" in titles["other rows"]
+
+
+def md_rows(text: str, section: str) -> tuple[list[str], dict[str, dict]]:
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [[c.strip() for c in ln.split("|")[1:-1]] for ln in body.splitlines() if ln.startswith("| ")]
+    return [r[0] for r in lines[1:]], {r[0]: dict(zip(lines[0], r)) for r in lines[1:]}
+
+
+def test_a_second_report_replaces_the_wandb_run_and_the_note_and_a_wandb_error_is_a_warning(reported):
+    from optuna_dashboard import get_note, save_note
+
+    results = reported["results"]
+    wandb_dir = results / "wandb-report" / "wandb"
+    (first,) = report_runs(results)
+    study = optuna.load_study(study_name="rep", storage=f"sqlite:///{results / 'rep.db'}")
+    save_note(study, get_note(study) + "\nA person's remark: rerun C2 with 3 seeds.\n")
+
+    # W&B unreachable (online, a key, no server): one warning line, the report succeeds, no run folder added
+    env = {"WANDB_MODE": "online", "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9",
+           "WANDB_INIT_TIMEOUT": "3"}
+    p = ltfm(*reported["args"], env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ltfm: warning: report not logged to W&B (") and \
+        "the report itself is complete" in lines[0], p.stderr
+    assert "x" * 40 not in p.stderr + p.stdout and "W&B: report run" not in p.stdout
+    assert dashboards.run_folders(wandb_dir, RUN_ID) == [first.path.parent]
+
+    # offline again: the same run id, the older offline folder removed (one left for `wandb sync`)
+    p = ltfm(*reported["args"])
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
+    (again,) = report_runs(results)
+    assert again.run_id == first.run_id == RUN_ID and again.path.parent != first.path.parent
+    assert dashboards.run_folders(wandb_dir, RUN_ID) == [again.path.parent] and not first.path.exists()
+    assert [len(t) for t in again.tables.values()] == [1, 1]
+    # the note: this report's block once, the person's remark kept after it; the plots under the same ids
+    note = get_note(study)
+    assert note.count(dashboards.NOTE_BEGIN) == 1 and note.count("# Table 3 replica: sweep `rep`") == 1
+    assert note.index(dashboards.NOTE_END) < note.index("A person's remark: rerun C2 with 3 seeds.")
+    assert note.count("A person's remark") == 1
+    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
+    assert set(get_plotly_graph_objects(study_attrs(results))) == set(dashboards.GRAPH_IDS.values())
+
+
+def test_wandb_target_follows_the_training_runs_and_disabled_logs_nothing(tmp_path, monkeypatch):
+    sweep = load_sweep(write_sweep(tmp_path / "t.yaml", "t", {"base": {}}))
+    for key in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_DISABLED"):
+        monkeypatch.delenv(key, raising=False)
+    assert dashboards.wandb_target(sweep) == {"mode": "offline", "project": "lightning_tfm", "entity": None}
+    monkeypatch.setenv("WANDB_PROJECT", "ablations")
+    monkeypatch.setenv("WANDB_ENTITY", "team")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    target = dashboards.wandb_target(sweep)
+    assert target == {"mode": "disabled", "project": "ablations", "entity": "team"}
+    assert dashboards.log_wandb_report(sweep, tmp_path / "build", tmp_path / "results", {}, target) is None
+    assert not (tmp_path / "results").exists()
+
+
+def test_run_ids_notes_and_headline_numbers():
+    assert dashboards.report_run_id("table3-cpu") == "report-table3-cpu-table3"
+    long = dashboards.report_run_id("x" * 80)
+    assert len(long) <= 64 and long != dashboards.report_run_id("x" * 79)
+    ours = dashboards.note_text("# T\n\n- fact\n\n## Dev perplexity\n\n| row |\n\n## Dev BLEU\n\n| bleu |\n")
+    assert "- fact" in ours and "| row |" in ours and "bleu" not in ours
+    assert dashboards.merge_note("", ours) == ours
+    kept = dashboards.merge_note("my words", ours)
+    assert kept.startswith(ours) and kept.endswith("my words\n")
+    assert dashboards.merge_note(kept.replace("- fact", "- old fact"), ours) == kept
+    rows = [{"variant": "base", "in_paper": True, "seeds_completed": 3, "status": "completed", "ppl_agrees": None,
+             "bleu_agrees": None, "ppl_noise": None, "bleu_noise": None},
+            *[{"variant": v, "in_paper": True, "seeds_completed": 1, "status": "completed", "ppl_agrees": a,
+               "bleu_agrees": b, "ppl_noise": n, "bleu_noise": "within"}
+              for v, a, b, n in (("A1", True, False, "beyond"), ("A2", False, False, "beyond"), ("A3", True, True, "within"))]]
+    h = dashboards.headline_numbers(rows, {"wall_s": 60.0, "train_s": 100.0, "runs": 4, "records": 4})
+    assert (h["dev_ppl/agree_rows"], h["dev_ppl/compared_rows"], h["dev_ppl/agreement"]) == (2, 3, 2 / 3)
+    assert (h["dev_ppl/agree_rows_beyond_noise"], h["dev_ppl/compared_rows_beyond_noise"]) == (1, 2)
+    assert (h["dev_ppl/rows_beyond_noise"], h["dev_ppl/rows_within_noise"]) == (2, 1)
+    assert (h["dev_bleu/agree_rows"], h["dev_bleu/rows_beyond_noise"], h["both/agree_rows"]) == (1, 0, 1)
+    assert "dev_bleu/agreement_beyond_noise" not in h and h["wall_time_s"] == 60.0
