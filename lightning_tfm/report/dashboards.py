@@ -285,7 +285,7 @@ def plotly_dev_ppl_by_family(data):
     custom plot in a 450-pixel-high card, too small for a grid of panels)."""
     import plotly.graph_objects as go
 
-    from ..training import results as R
+    from ..training.results import DEV_PPL
     from .figures import FAMILY_TITLES, PAPER_FAMILIES, _panel_of, _series
     from .table import ordered_variants
 
@@ -297,7 +297,7 @@ def plotly_dev_ppl_by_family(data):
             panels.append(p)
     panels.sort(key=lambda p: PAPER_FAMILIES.index(p) if p in PAPER_FAMILIES else len(PAPER_FAMILIES))
     panels = panels or ["base"]
-    curves = {v: [(r, _series(r, R.DEV_PPL)) for r in sorted((r for r in data.records if r.variant == v),
+    curves = {v: [(r, _series(r, DEV_PPL)) for r in sorted((r for r in data.records if r.variant == v),
                                                             key=lambda r: (r.seed is None, r.seed or 0))]
               for v in ["base", *variants]}
     many = len(data.sweep.seeds) > 1
