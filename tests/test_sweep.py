@@ -254,6 +254,11 @@ def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_pat
     assert summary["config"]["run"]["variant"] == "base" and summary["config"]["run"]["study"] == "rows"
     assert summary["wandb_run_id"] and base.user_attrs["wandb_run_id"] == summary["wandb_run_id"]
     assert list(Path(summary["wandb_dir"]).glob(f"run-{summary['wandb_run_id']}.wandb"))  # the offline W&B run
+    # the trial's config was made once by the worker: the run folder's config.yaml, which the trial trained from
+    from lightning_tfm.training.config import load_config, run_id
+    kept = load_config(Path(base.user_attrs["run_dir"]) / "config.yaml")
+    assert run_id(kept) == base.user_attrs["run_id"] and kept.sweep.trial == base.number
+    assert kept.sweep.storage is None and summary["config"]["sweep"]["storage"] is None  # the URL: environment only
 
     bad = trials["bad"]
     bad_summary = json.loads((Path(bad.user_attrs["run_dir"]) / "summary.json").read_text())
@@ -269,7 +274,8 @@ def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_pat
     status = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "train.max_steps=30", "--status")
     assert status.returncode == 0, status.stderr
     lines = {line.split()[1]: line for line in status.stdout.splitlines()[1:-1]}
-    assert "complete" in lines["base"] and base.user_attrs["run_dir"] in lines["base"]
+    assert "complete" in lines["base"] and base.user_attrs["run_id"] in lines["base"]
+    assert str(results) not in status.stdout  # run folders and the storage relative to the results folder
     assert "pruned" in lines["bad"] and "skipped" in lines["odd"] and "d_model" in lines["odd"]
 
     again = run()  # the same command: nothing left to do

@@ -25,9 +25,9 @@ from typing import Any
 
 from ..training import config
 from ..training.errors import UserError
-from ..training.redact import mask_url, scrub_text
+from ..training.redact import scrub_text
 from ..training.results import RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
-from .plan import Plan, check_buildable, yaml_value
+from .plan import Plan, check_buildable
 from .spec import Entry, Sweep, suggest
 from .storage import STORAGE_ENV, Heartbeat, retry
 
@@ -184,6 +184,19 @@ def _log_error_line(log: Path) -> str | None:
 RESULT_ATTRS = RESULT_FIELDS + WANDB_FIELDS
 
 
+def write_trial_config(cfg: config.Config, run_dir: Path) -> Path:
+    """Write a trial's resolved config to ``<run_dir>/config.yaml`` (atomically, secrets masked): the file the
+    trial process trains from and the run keeps. Its run id is the trial's (``config.run_id`` of the loaded
+    file equals that of ``cfg``)."""
+    from ..training import atomic
+    from ..training.redact import scrub
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.yaml"
+    atomic.write_text(path, config.dump_yaml(scrub(cfg.to_dict())))
+    return path
+
+
 class Worker:
     """One ``ltfm sweep`` process: joins the study, claims trials, runs them, records the results."""
 
@@ -285,11 +298,12 @@ class Worker:
         for k, v in {"run_id": rid, "run_dir": str(run_dir), "host": socket.gethostname(), "log": str(log),
                      "planned_params": params, **where}.items():
             retry(trial.set_user_attr, k, v)
-        overrides = self.plan.trial_overrides(entry)
-        overrides.update({"sweep.storage": mask_url(self.url), "sweep.study": self.sweep.name,
-                          "sweep.trial": trial.number, "sweep.metric": self.sweep.metric})
-        cmd = [sys.executable, "-m", "lightning_tfm", "train", str(self.sweep.experiment),
-               *[f"{k}={yaml_value(v)}" for k, v in overrides.items()]]
+        # The trial's config is made once, here: written to the run folder as the config.yaml the run keeps,
+        # and the trial process trains from that file. The storage URL goes in the environment only.
+        cfg.sweep.study, cfg.sweep.trial, cfg.sweep.metric = self.sweep.name, trial.number, self.sweep.metric
+        cfg.sweep.storage = None
+        trial_file = write_trial_config(cfg, run_dir)
+        cmd = [sys.executable, "-m", "lightning_tfm", "train", str(trial_file)]
         env = {**os.environ, STORAGE_ENV: self.url, "PYTHONUNBUFFERED": "1"}
         self.say(f"{label}: training {rid} (log {log})")
         started = time.time()

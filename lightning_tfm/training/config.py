@@ -141,7 +141,7 @@ class WandbConfig:
 
 @dataclass
 class SweepConfig:
-    storage: str | None = _f(None, "set by ltfm sweep: Optuna storage of the trial")
+    storage: str | None = _f(None, "Optuna storage of the trial, for a trial run by hand (ltfm sweep passes it in the environment, never in the config)")
     study: str | None = _f(None, "set by ltfm sweep: Optuna study the trial belongs to")
     trial: int | None = _f(None, "set by ltfm sweep: trial number to report to")
     metric: str = _f("dev_loss", "metric reported to the study at each validation")
