@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .records import REPORT_JOB_TYPE as JOB_TYPE
-from .text import first_line
+from .text import environment, first_line
 
 KIND = "table3"
 WANDB_DIR = "wandb-report"   # below the sweep's results folder
@@ -135,8 +135,8 @@ def wandb_target(sweep, wandb_path: str | None = None) -> dict:
     from ..training.tracking import resolve_mode
 
     cfg = trial_config(sweep, checked=False)
-    target = {"mode": resolve_mode(cfg), "project": os.environ.get("WANDB_PROJECT") or cfg["wandb"]["project"],
-              "entity": os.environ.get("WANDB_ENTITY") or cfg["wandb"].get("entity")}
+    target = {"mode": resolve_mode(cfg), "project": os.environ.get("WANDB_PROJECT") or cfg.wandb.project,
+              "entity": os.environ.get("WANDB_ENTITY") or cfg.wandb.entity}
     if wandb_path:
         target["entity"], target["project"] = wandb_path.split("/", 1)
     return target
@@ -218,17 +218,8 @@ def _staging_in(folder: Path):
     """wandb stages artifact files (the tables', the report's) in ``$WANDB_DATA_DIR/artifacts/staging``
     (default ``~/.local/share/wandb``) until they are uploaded: put them in the run's own folder, so an offline
     run carries them to ``wandb sync`` and a superseded run takes them away with it."""
-    import os
-
-    old = os.environ.get("WANDB_DATA_DIR")
-    os.environ["WANDB_DATA_DIR"] = str(folder / "staging")
-    try:
+    with environment("WANDB_DATA_DIR", str(folder / "staging")):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("WANDB_DATA_DIR", None)
-        else:
-            os.environ["WANDB_DATA_DIR"] = old
 
 
 def _log_report(run, out: Path, rows: list[dict], summary: dict, sweep_name: str) -> None:
@@ -286,17 +277,9 @@ def plotly_dev_ppl_by_family(data):
     import plotly.graph_objects as go
 
     from ..training.results import DEV_PPL
-    from .figures import FAMILY_TITLES, PAPER_FAMILIES, _panel_of, _series
-    from .table import ordered_variants
+    from .figures import FAMILY_TITLES, _panel_of, _series, family_panels
 
-    variants = ordered_variants(data.sweep, data.records)
-    panels = []
-    for v in variants:
-        p = _panel_of(data, v)
-        if p is not None and p not in panels:
-            panels.append(p)
-    panels.sort(key=lambda p: PAPER_FAMILIES.index(p) if p in PAPER_FAMILIES else len(PAPER_FAMILIES))
-    panels = panels or ["base"]
+    variants, panels = family_panels(data)
     curves = {v: [(r, _series(r, DEV_PPL)) for r in sorted((r for r in data.records if r.variant == v),
                                                             key=lambda r: (r.seed is None, r.seed or 0))]
               for v in ["base", *variants]}

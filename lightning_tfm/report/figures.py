@@ -119,9 +119,9 @@ def _set_yscale(ax) -> None:
         ax.set_yscale("log")
 
 
-def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
-    """Dev perplexity against step, one panel per row family (A-E, big, then other rows), with the base in
-    every panel; rows without a curve are named in their panel's title with their status."""
+def family_panels(data: ReportData) -> tuple[list[str], list[str]]:
+    """(the rows in the paper's order, the dev-perplexity panels: the paper's families A-E and big in order,
+    then other rows; just the base when there is nothing else)."""
     variants = ordered_variants(data.sweep, data.records)
     panels: list[str] = []
     for v in variants:
@@ -129,7 +129,13 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
         if p is not None and p not in panels:
             panels.append(p)
     panels.sort(key=lambda p: PAPER_FAMILIES.index(p) if p in PAPER_FAMILIES else len(PAPER_FAMILIES))
-    panels = panels or ["base"]
+    return variants, panels or ["base"]
+
+
+def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
+    """Dev perplexity against step, one panel per row family (A-E, big, then other rows), with the base in
+    every panel; rows without a curve are named in their panel's title with their status."""
+    variants, panels = family_panels(data)
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = new_figure(nrows, ncols, 4.6 * ncols, 3.4 * nrows)

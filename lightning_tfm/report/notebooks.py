@@ -46,7 +46,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..training.errors import UserError
-from .text import first_line
+from .text import environment, first_line
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
 EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "bleu_vs_params.png", "norm_curves.png"),
@@ -74,14 +74,8 @@ def venv_kernel():
                      "--IPKernelApp.log_level=ERROR"],  # not its "running over TCP without encryption" warning
             "display_name": "Python 3 (ipykernel)", "language": "python", "metadata": {"debugger": True}}))
         old = os.environ.get("JUPYTER_PATH")
-        os.environ["JUPYTER_PATH"] = os.pathsep.join([tmp, *([old] if old else [])])
-        try:
+        with environment("JUPYTER_PATH", os.pathsep.join([tmp, *([old] if old else [])])):
             yield
-        finally:
-            if old is None:
-                os.environ.pop("JUPYTER_PATH", None)
-            else:
-                os.environ["JUPYTER_PATH"] = old
 
 
 # Written into every folder ``ltfm report`` makes; only a folder holding it is ever replaced.

@@ -1,8 +1,10 @@
-"""Cells of the report: how a number, a knob, a markdown cell or an error line is written."""
+"""Cells of the report: how a number, a knob, a markdown cell or an error line is written; and the
+environment helper the report's writers share."""
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from pathlib import Path
 from typing import Any
 
 
@@ -33,3 +35,17 @@ def first_line(text: Any, limit: int = 300) -> str:
     names a problem in one line."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(text or "")).strip()
     return text.splitlines()[0][:limit] if text else ""
+
+
+@contextlib.contextmanager
+def environment(name: str, value: str):
+    """``os.environ[name] = value`` while the block runs, then as it was (unset if it was unset)."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
