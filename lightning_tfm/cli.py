@@ -44,15 +44,27 @@ def _train(args) -> int:
     """``ltfm train``. A sweep trial (``sweep.trial`` set; the worker starts this very command, so it reads the
     same in a trial's log as by hand) reports to its Optuna study through the sweep's pruning callback:
     training itself knows nothing of sweeps."""
+    import signal
+
     from .training.config import load_config
-    from .training.train import train
+    from .training.train import stop_reason, train
 
     cfg = load_config(args.config, args.overrides)
     callbacks = []
     if cfg.sweep.trial is not None:
         from .sweep.pruning import OptunaPruning
         callbacks.append(OptunaPruning(cfg))
-    summary = train(cfg, callbacks=callbacks)
+    if "SLURM_JOB_ID" not in os.environ:  # SLURM's requeue warning outside SLURM: stop as on SIGTERM (in SLURM,
+        # Lightning's SLURM environment handles SIGUSR1 itself and requeues the job)
+        signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        summary = train(cfg, callbacks=callbacks)
+    except SystemExit as e:
+        why = stop_reason(e)
+        if why is None:
+            raise
+        print(f"ltfm: {why}", file=sys.stderr)
+        return 143 if "SIGTERM" in why else 130  # 128 + the signal, as a shell reports a process it ended
     return 0 if summary.get("status") in ("completed", "pruned") else 1
 
 

@@ -227,6 +227,13 @@ def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path):
     save_checkpoint(other, Transformer.from_config(cfg.model, 410), cfg, 1)
     one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", other),
                    "vocabulary", "410", "another run")
+    # A checkpoint whose stored config is malformed (a key this version does not know, a section not a mapping)
+    for bad_config in ({**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "nonsense": 1}}, {"model": "big"}):
+        broken = tmp_path / "broken.ckpt"
+        torch.save({"state_dict": {"model." + k: v for k, v in Transformer.from_config(cfg.model, 410).state_dict().items()},
+                    "hyper_parameters": {"config": bad_config, "vocab_size": 410}}, broken)
+        one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", broken),
+                       str(broken), "stores a config this version cannot read")
     # Files with different line counts, and an empty input.
     short = tmp_path / "short.de"
     short.write_text("\n".join(ref.read_text().splitlines()[:-1]) + "\n")
@@ -237,6 +244,11 @@ def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path):
     one_line_error(ltfm("translate", run_dir, stdin=""), "no input")
     one_line_error(ltfm("evaluate", run_dir, "model.heads=4", "--src", src, "--ref", ref), "model.heads")
     one_line_error(ltfm("average", bare), "no checkpoints")
+    # --out naming a folder, or a path under a file: one line before any decoding or averaging
+    one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--out", tmp_path), "is a folder")
+    one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--out", src / "x.txt"), "is a file")
+    one_line_error(ltfm("average", run_dir, "--out", tmp_path), "is a folder")
+    assert not list(tmp_path.glob("*.ckpt"))
     # Nothing half-written.
     assert not (bare / "hyps").exists() and not (tmp_path / "hyps").exists()
     assert (sorted((run_dir / "hyps").glob("*")) if (run_dir / "hyps").exists() else []) == hyps_before

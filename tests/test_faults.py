@@ -367,3 +367,34 @@ def test_report_out_replaces_only_a_folder_it_made(tmp_path):
     _check_out(out)
     _replace_dir(staging, out)  # our own folder: replaced
     assert (out / "table3.md").read_text() == "report 2"
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_a_schedulers_signal_says_so_and_exits_non_zero(tmp_path, data_dir):
+    """SIGTERM (preemption, `kill`) and SIGUSR1 (SLURM's requeue warning, outside SLURM) stop `ltfm train` with
+    one line and exit 143, never 0: `&&` chains and schedulers read 0 as done. The summary says why, and the
+    same command resumes."""
+    cmd = [sys.executable, "-m", "lightning_tfm", "train", str(SMOKE), f"data.path={data_dir}",
+           f"run.results_dir={tmp_path}", "train.max_steps=100000", "train.checkpoint_every_steps=10",
+           "wandb.mode=disabled", "train.threads=1", "decode.beam_size=1"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    steps = []
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        seen = {p.name for p in tmp_path.glob("*/checkpoints/step=*.ckpt")}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.time() + 300
+        while not ({p.name for p in tmp_path.glob("*/checkpoints/step=*.ckpt")} - seen) and time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 143, err[-2000:]
+        assert err.strip().splitlines()[-1] == ("ltfm: stopped by SIGTERM (preempted or killed): run the same "
+                                                "command to resume from the last checkpoint")
+        assert "Traceback" not in err
+        (summary_path,) = tmp_path.glob("*/summary.json")
+        summary = json.loads(summary_path.read_text())
+        assert summary["status"] == "failed" and "stopped by SIGTERM" in summary["error"]
+        steps.append(summary["steps"])
+    assert 0 < steps[0] < steps[1] < 100000  # the second attempt resumed the first
+    assert [a["status"] for a in summary["attempts"]] == ["failed"]

@@ -250,3 +250,18 @@ def test_written_status_names_run_folders_within_the_results_folder(tmp_path):
     text = format_status(load_sweep(ROOT / "sweeps/table3-cpu.yaml"), rows, f"sqlite:///{results}/t.db", results)
     assert str(tmp_path) not in text and "table3-cpu-base-1234" in text
     assert "t.db (SQLite, in the results folder)" in text.splitlines()[-1]
+
+
+def test_status_names_each_kind_of_skipped_trial():
+    from lightning_tfm.sweep.status import status_rows
+
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), study_name="s")
+    for skip in ("unbuildable", "duplicate", "running", None):
+        t = study.ask()
+        t.set_user_attr("variant", f"row-{skip}")
+        if skip:
+            t.set_user_attr("skip", skip)
+            study.tell(t, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(t, 1.0)
+    assert [r["state"] for r in status_rows(study)] == ["skipped", "duplicate", "running elsewhere", "complete"]

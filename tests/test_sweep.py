@@ -415,3 +415,29 @@ def test_search_samples_the_space_and_honours_the_trial_budget(tmp_path, data_di
         assert (model["heads"], model["norm"]) == (t.params["model.heads"], t.params["model.norm"])
         assert model["dropout"] == pytest.approx(t.params["model.dropout"])
         assert summary["config"]["run"]["family"] == "search"
+
+
+@pytest.mark.slow
+def test_a_trial_killed_by_sigkill_is_recorded_as_killed(tmp_path, data_dir):
+    """The out-of-memory killer's SIGKILL leaves no summary error and a log ending in whatever Lightning last
+    printed: the trial's error says it was killed, and by what."""
+    results = tmp_path / "results"
+    sweep = write_sweep(tmp_path, "oom", {"base": {}})
+    url = f"sqlite:///{tmp_path / 'oom.db'}"
+    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
+           f"run.results_dir={results}", *TINY, "train.max_steps=100000", "--storage", url]
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    worker = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    deadline, pid = time.time() + 300, None
+    while pid is None and time.time() < deadline:
+        found = list(results.glob("*/checkpoints/step=*.ckpt"))
+        if found:
+            pid = json.loads((found[0].parent.parent / "summary.json").read_text())["pid"]
+        assert worker.poll() is None
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    out, _ = worker.communicate(timeout=120)
+    (trial,) = trials_of(url, "oom")
+    assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["exit_code"] == -9
+    assert trial.user_attrs["error"].startswith("killed by SIGKILL (the out-of-memory killer"), trial.user_attrs
+    assert "killed by SIGKILL" in out

@@ -39,13 +39,18 @@ def _duration(t) -> float | None:
     return (end - t.datetime_start).total_seconds()
 
 
+# How --status names a trial the worker closed without training it (its ``skip`` attribute): a row the model
+# cannot build, a second trial of a row, a row whose run folder another process is training.
+SKIP_STATES = {"unbuildable": "skipped", "duplicate": "duplicate", "running": "running elsewhere"}
+
+
 def status_rows(study) -> list[dict]:
     rows = []
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
         state = t.state.name.lower()
         if a.get("skip"):
-            state = "skipped" if a["skip"] == "unbuildable" else "duplicate"
+            state = SKIP_STATES.get(a["skip"], "skipped")
         steps = a.get("steps")
         if steps is None and t.intermediate_values:
             steps = max(t.intermediate_values)

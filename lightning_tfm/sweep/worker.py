@@ -184,6 +184,17 @@ def _log_error_line(log: Path) -> str | None:
 RESULT_ATTRS = RESULT_FIELDS + WANDB_FIELDS
 
 
+def killed_by(signum: int) -> str:
+    """A trial process's end by signal, as its error: SIGKILL is what the kernel's out-of-memory killer and a
+    scheduler past its grace period send."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    hint = " (the out-of-memory killer, a scheduler past its grace period, or kill -9)" if signum == 9 else ""
+    return f"killed by {name}{hint}"
+
+
 def write_trial_config(cfg: config.Config, run_dir: Path) -> Path:
     """Write a trial's resolved config to ``<run_dir>/config.yaml`` (atomically, secrets masked): the file the
     trial process trains from and the run keeps. Its run id is the trial's (``config.run_id`` of the loaded
@@ -354,6 +365,8 @@ class Worker:
             self.counts["failed"] += 1
             if status == "completed":
                 error = f"summary.json has no finite {self.sweep.metric}"
+            elif rc < 0:  # ended by a signal it could not handle: its log's last line says nothing of why
+                error = killed_by(-rc)
             else:
                 error = (_log_error_line(log) if rc == 2 else None) or summary.get("error") or \
                     _log_error_line(log) or f"exit code {rc}"

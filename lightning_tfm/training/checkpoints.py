@@ -208,7 +208,12 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
         ck = load_checkpoint(path)
     hp = ck.get("hyper_parameters") or {}
     # the checkpoint's own config (a plain dict, so that torch.load(weights_only=True) reads it), else config.yaml
-    cfg = config.Config.from_dict(hp["config"], checked=False) if hp.get("config") else run_cfg
+    try:
+        cfg = config.Config.from_dict(hp["config"], checked=False) if hp.get("config") else run_cfg
+    except (UserError, AttributeError, TypeError, ValueError) as e:
+        why = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        raise UserError(f"checkpoint {path} stores a config this version cannot read ({why}): give a checkpoint "
+                        f"written by this version's `ltfm train` or `ltfm average`") from None
     if cfg is None:
         raise UserError(f"{path} holds no config and {cfg_path} is missing: give a run folder written by `ltfm train`")
     state = {k[len("model."):]: v for k, v in ck["state_dict"].items() if k.startswith("model.")}

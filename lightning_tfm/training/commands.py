@@ -4,6 +4,7 @@ user error (:class:`UserError`), the library functions of :mod:`.evaluate` and :
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from .evaluate import decode_dtype, evaluate_texts, format_bleu, translate_lines
 
 def average_cli(args) -> int:
     """``ltfm average RUN_DIR [--last N] [--out PATH]``."""
+    check_out_file(args.out)
     out, chosen = write_average(args.run_dir, args.last, args.out)
     note = "" if len(chosen) == args.last else f" (only {len(chosen)} available, {args.last} asked)"
     print(f"averaged {len(chosen)} checkpoints{note}: {', '.join(p.name for p in chosen)} -> {out}")
@@ -53,6 +55,24 @@ def _write_lines_atomic(path: Path, lines: list[str]) -> None:
     write_text(path, "".join(line + "\n" for line in lines))
 
 
+def check_out_file(out: str | None) -> None:
+    """``--out`` must name a file that can be written: checked before any work, so a decode of the whole test
+    set is never lost to a bad path at the end."""
+    if not out:
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise UserError(f"--out {out} is a folder: give a file path, e.g. {path / 'out.txt'}")
+    parent = path.parent if str(path.parent) else Path(".")
+    probe = parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"--out {out}: {probe} is a file, not a folder: give a path in a folder")
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"--out {out}: the folder {probe} is not writable: give a path you can write")
+
+
 def evaluate_cli(args) -> int:
     """``ltfm evaluate RUN_DIR [--split NAME | --src FILE --ref FILE] [--checkpoint ...] [--out FILE] [decode.k=v]``.
 
@@ -64,6 +84,7 @@ def evaluate_cli(args) -> int:
         raise UserError("give either --split NAME or --src FILE --ref FILE, not both")
     if bool(args.src) != bool(args.ref):
         raise UserError("--src and --ref go together: give both line-aligned files")
+    check_out_file(args.out)
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, _average_last_override(args.overrides))
     cfg = apply_overrides(cfg, args.overrides)
     if args.src:

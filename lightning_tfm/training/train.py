@@ -212,7 +212,8 @@ class Run:
 
         err = e if isinstance(e, UserError) else run_folder.storage_error(e, self.run_dir) or e
         text = str(err).splitlines()[0] if str(err) else ""
-        self.summary.update(status="failed", error=scrub(f"{err.__class__.__name__}: {text}"),
+        why = stop_reason(e)
+        self.summary.update(status="failed", error=why or scrub(f"{err.__class__.__name__}: {text}"),
                             steps=self.trainer.global_step if self.trainer is not None else 0,
                             wall_time_s=self.prev_wall + time.time() - self.started)
         try:
@@ -224,6 +225,20 @@ class Run:
         except OSError as write_error:
             print(f"ltfm: warning: could not record the failure in {self.summary_path} ({write_error.strerror})",
                   file=sys.stderr)
+
+
+def stop_reason(e: BaseException) -> str | None:
+    """What stopped the run when a signal did, else None. Lightning turns SIGTERM (a scheduler's preemption,
+    ``kill``; ``ltfm train`` sends itself one on SIGUSR1 outside SLURM) into ``SIGTERMException`` and Ctrl-C
+    (SIGINT) into ``SystemExit(1)`` raised while handling the KeyboardInterrupt: both are SystemExits, which
+    must not read as success."""
+    if not isinstance(e, SystemExit):
+        return None
+    if type(e).__name__ == "SIGTERMException":
+        return "stopped by SIGTERM (preempted or killed): run the same command to resume from the last checkpoint"
+    if isinstance(e.__context__, KeyboardInterrupt):
+        return "interrupted (SIGINT): run the same command to resume from the last checkpoint"
+    return None
 
 
 # ------------------------------------------------------------------------------------ the Trainer's parts
