@@ -77,11 +77,12 @@ reference: setup
 train: setup
 	$(VENV)/bin/ltfm train $(EXPERIMENT) $(DATA_ARGS) $(ARGS)
 
-# Two pytest workers (pytest-xdist), a test file each at a time: the end-to-end tests are mostly one-core
-# subprocesses, so two cores run the suite in ~11 minutes instead of ~14 (TEST_WORKERS=0: one process).
+# Two pytest workers (pytest-xdist), a test file each at a time (TEST_WORKERS=0: one process). With two workers
+# every process gets one thread (OMP_NUM_THREADS=1): two trainings at 2 threads each on 2 cores oversubscribe
+# them, which measured 3.3x slower than 1 thread each (README, "Tests").
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 )$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # make gpu-check: the first thing to run on a GPU machine (CUDA tests, bf16 smoke run, evaluate/translate, 1-GPU DDP,
 # bench against Marian, make ablation QUICK=1): one log and a summary in results-gpu-check/; a one-line skip without CUDA
