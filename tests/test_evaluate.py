@@ -247,8 +247,9 @@ def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path):
     # --out naming a folder, or a path under a file: one line before any decoding or averaging
     one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--out", tmp_path), "is a folder")
     one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--out", src / "x.txt"), "is a file")
+    made = sorted(tmp_path.rglob("*.ckpt"))
     one_line_error(ltfm("average", run_dir, "--out", tmp_path), "is a folder")
-    assert not list(tmp_path.glob("*.ckpt"))
+    assert sorted(tmp_path.rglob("*.ckpt")) == made
     # Nothing half-written.
     assert not (bare / "hyps").exists() and not (tmp_path / "hyps").exists()
     assert (sorted((run_dir / "hyps").glob("*")) if (run_dir / "hyps").exists() else []) == hyps_before

@@ -44,8 +44,7 @@ def enqueue_missing(study, plan: Plan) -> int:
     added = 0
     space = dashboard_space(plan)
     # Longest rows first (stable, so the paper's order holds within a budget): with several workers a
-    # row trained for 3x the steps overlaps the short ones instead of running alone at the end. Measured
-    # on 2 cores, fp32, `make ablation`: queued last, `big` alone took the final ~30 of 66 minutes.
+    # row trained for 3x the steps overlaps the short ones instead of running alone at the end.
     for entry in sorted(plan.sweep.entries(), key=lambda e: -e.budget):
         trials = by_key.get(plan.grid_key(entry), [])
         if any(t.state != TrialState.FAIL for t in trials):
