@@ -441,3 +441,38 @@ def test_a_trial_killed_by_sigkill_is_recorded_as_killed(tmp_path, data_dir):
     assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["exit_code"] == -9
     assert trial.user_attrs["error"].startswith("killed by SIGKILL (the out-of-memory killer"), trial.user_attrs
     assert "killed by SIGKILL" in out
+
+
+@pytest.mark.slow
+def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
+    """A search sweep's trial whose worker was killed is re-run at the same point by the next worker (Optuna's
+    retry of the stale trial), and does not count twice toward n_trials."""
+    results = tmp_path / "results"
+    path = tmp_path / "srk.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "srk", "experiment": str(SMOKE), "metric": "dev_loss", "sampler": {"type": "random", "seed": 5},
+        "pruner": {"type": "none"}, "n_trials": 1, "heartbeat": {"interval": 1, "grace": 5, "max_retry": 2},
+        "space": {"model.dropout": {"type": "float", "low": 0.0, "high": 0.3}}}))
+    url = f"sqlite:///{results / 'srk.db'}"
+    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(path), f"data.path={data_dir}",
+           f"run.results_dir={results}", *TINY, "train.max_steps=30"]
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    worker = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+    deadline = time.time() + 300
+    while not list(results.glob("*/checkpoints/step=*.ckpt")) and time.time() < deadline:
+        assert worker.poll() is None
+        time.sleep(0.2)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    (killed,) = trials_of(url, "srk")
+    time.sleep(6)  # past the heartbeat grace
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    trials = trials_of(url, "srk")
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
+    rerun = trials[1]
+    assert rerun.system_attrs.get("failed_trial") == killed.number and rerun.params == killed.params
+    assert json.loads((Path(rerun.user_attrs["run_dir"]) / "summary.json").read_text())["steps"] == 30
+    # and the study is full: the same command again trains nothing
+    third = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert third.returncode == 0 and "training" not in third.stdout and len(trials_of(url, "srk")) == 2

@@ -240,10 +240,16 @@ class Worker:
                 trial, trial_id = claimed
                 entry = self._entry_of(trial)
             else:
-                if self._space_full():
+                # A killed worker's point first: its retry (WAITING, the same params as fixed params) is
+                # claimed like a row; only then a new point, while the space has room.
+                claimed = claim_waiting(self.study, self.storage, self.study_id)
+                if claimed is not None:
+                    trial, trial_id = claimed
+                elif self._space_full():
                     break
-                trial = retry(self.study.ask)
-                trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+                else:
+                    trial = retry(self.study.ask)
+                    trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
                 entry = self._sample(trial)
             trained += self.run_trial(trial, trial_id, entry)
         self._final_message()
@@ -255,8 +261,12 @@ class Worker:
                      float(a.get("budget", 1.0)), a.get("max_steps"))
 
     def _space_full(self) -> bool:
+        """Whether the study holds ``n_trials`` search points. A point is a trial, less duplicates and less
+        failed trials that were retried (their retry is the same point)."""
         trials = self.study.get_trials(deepcopy=False)
-        return sum(1 for t in trials if t.user_attrs.get("skip") != "duplicate") >= (self.sweep.n_trials or 0)
+        retried = {t.system_attrs.get("failed_trial") for t in trials} - {None}
+        points = [t for t in trials if t.user_attrs.get("skip") != "duplicate" and t.number not in retried]
+        return len(points) >= (self.sweep.n_trials or 0)
 
     def _sample(self, trial) -> Entry:
         params = suggest(trial, self.sweep.space)
