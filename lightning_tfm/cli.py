@@ -47,7 +47,7 @@ def _train(args) -> int:
     import signal
 
     from .training.config import load_config
-    from .training.train import stop_reason, train
+    from .training.train import Abandoned, stop_reason, train
 
     cfg = load_config(args.config, args.overrides)
     callbacks = []
@@ -59,6 +59,9 @@ def _train(args) -> int:
         signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     try:
         summary = train(cfg, callbacks=callbacks)
+    except Abandoned as e:  # stopped short of its budget, recorded as failed in summary.json
+        print(f"ltfm: {e}", file=sys.stderr)
+        return 1
     except SystemExit as e:
         why = stop_reason(e)
         if why is None:

@@ -398,3 +398,12 @@ def test_a_run_stopped_by_a_schedulers_signal_says_so_and_exits_non_zero(tmp_pat
         steps.append(summary["steps"])
     assert 0 < steps[0] < steps[1] < 100000  # the second attempt resumed the first
     assert [a["status"] for a in summary["attempts"]] == ["failed"]
+
+
+def test_a_prepared_corpus_on_a_full_disk_is_one_line(tmpfs, data_dir):
+    cache = tmpfs(64, "cache")  # far too small for the vocabulary and the ids
+    p = ltfm("prepare", SMOKE, f"data.path={data_dir}", f"data.cache_dir={cache}", "data.vocab_size=200")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("ltfm: error: cannot write the prepared corpus in ") and "data.cache_dir" in last
+    assert [q.name for q in cache.iterdir() if not q.name.endswith(".lock")] == []  # no half-built folder

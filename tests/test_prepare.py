@@ -167,10 +167,16 @@ def test_a_damaged_cache_is_rebuilt_not_used(tmp_path, capfd):
     folder, manifest = K.prepare(cfg, progress=False)
     good = np.load(folder / "train.src.ids.npy")
     capfd.readouterr()
-    for damage in ("truncate", "manifest", "missing"):
+    for damage in ("truncate", "same size", "manifest", "missing"):
         if damage == "truncate":
             with open(folder / "train.src.ids.npy", "r+b") as f:
                 f.truncate(f.seek(0, 2) - 6)
+        elif damage == "same size":  # an edit that keeps the size: caught by the content digest
+            with open(folder / "train.src.ids.npy", "r+b") as f:
+                f.seek(-4, 2)
+                last = f.read(4)
+                f.seek(-4, 2)
+                f.write(bytes(b ^ 0xFF for b in last))
         elif damage == "manifest":
             (folder / "manifest.json").unlink()
         else:
@@ -247,3 +253,13 @@ def test_data_path_is_one_run_whatever_its_spelling(tmp_path, monkeypatch):
                                                                      "small/")}
     assert len(ids) == 1
     assert load_config(SMOKE, ["data.path=small"]).data.path == str((tmp_path / "small").resolve())
+
+
+def test_a_killed_builds_temporary_folder_is_removed(tmp_path, capfd):
+    cfg = cfg_for(tmp_path, small_corpus(tmp_path / "data"), "data.max_train_pairs=null", "data.vocab_size=100")
+    folder, _ = K.prepare(cfg, progress=False)
+    stale = folder.parent / f".{folder.name}.tmp99999"  # what a build killed mid-way leaves
+    (stale / "part").mkdir(parents=True)
+    K.prepare(cfg, progress=False)
+    assert not stale.exists() and "left by a build that was stopped" in capfd.readouterr().err
+    assert [p.name for p in folder.parent.iterdir() if p.name.startswith(".")] == []

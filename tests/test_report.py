@@ -444,3 +444,18 @@ def test_the_notebooks_ship_once_as_package_data():
         for key in ("sweep_file", "results_dir", "storage", "out_dir", "wandb_path"):
             assert re.search(rf"^{key} = ", params[0].source, re.M), key
     assert all("build" in p.relative_to(ROOT).parts for p in ROOT.glob("reports/**/*.ipynb"))  # only built ones
+
+
+def test_a_row_of_another_sweep_file_of_the_same_name_is_left_out(swept, tmp_path):
+    """Two sweep files named alike in one storage: the report of one never shows the other's definition of a
+    row as its own; it says so in a note."""
+    other = yaml.safe_load(Path(swept["sweep"]).read_text())
+    other["variants"]["A1"] = {"model.heads": 4, "model.d_k": 8, "model.d_v": 8}  # another A1, same study name
+    other_file = tmp_path / "rep.yaml"
+    other_file.write_text(yaml.safe_dump(other, sort_keys=False))
+    data = rd.load_report_data(other_file, results_dir=swept["results"])
+    a1 = [r for r in data.records if r.variant == "A1"]
+    assert not a1 or all(r.status == "missing" for r in a1)
+    assert any("define rows A1 otherwise than rep.yaml" in n for n in data.notes), data.notes
+    same = rd.load_report_data(swept["sweep"], results_dir=swept["results"])  # the file itself: A1 is there
+    assert [r.status for r in same.records if r.variant == "A1"] == ["completed"]

@@ -476,3 +476,62 @@ def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
     # and the study is full: the same command again trains nothing
     third = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert third.returncode == 0 and "training" not in third.stdout and len(trials_of(url, "srk")) == 2
+
+
+@pytest.mark.slow
+def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, data_dir):
+    """Ctrl-Z (SIGSTOP) a worker and its trial past the heartbeat grace: another worker's retry finds the run
+    folder locked and leaves it; woken (SIGCONT), the old trial learns the study closed it and stops, recorded
+    as failed (never completed short of its budget), its worker going on without a crash; the next worker
+    trains the row to its budget."""
+    results = tmp_path / "results"
+    sweep = write_sweep(tmp_path, "wake", {"base": {}}, heartbeat={"interval": 1, "grace": 5, "max_retry": 3})
+    url = f"sqlite:///{tmp_path / 'wake.db'}"
+    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
+           f"run.results_dir={results}", *TINY, "train.max_steps=150", "--storage", url]
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    deadline, summary_path = time.time() + 300, None
+    while summary_path is None and time.time() < deadline:
+        found = list(results.glob("*/checkpoints/step=*.ckpt"))
+        summary_path = found[0].parent.parent / "summary.json" if found else None
+        assert first.poll() is None
+        time.sleep(0.2)
+    trial_pid = json.loads(summary_path.read_text())["pid"]
+    for pid in (first.pid, trial_pid):
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(7)  # past the grace: the trial is stale
+        second = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        assert "already running elsewhere" in second.stdout, second.stdout[-3000:] + second.stderr[-3000:]
+    finally:
+        for pid in (trial_pid, first.pid):
+            os.kill(pid, signal.SIGCONT)
+    out, _ = first.communicate(timeout=300)
+    assert "Traceback" not in out, out[-3000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["status"] == "failed" and "heartbeat lapsed" in summary["error"] and summary["steps"] < 150
+    third = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    done = [t for t in trials_of(url, "wake") if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 1 and json.loads(summary_path.read_text())["steps"] == 150
+    assert json.loads(summary_path.read_text())["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value(tmp_path, data_dir):
+    """A larger train.max_steps makes new trials that resume the same run folders; each new trial holds the
+    dev value of every validation, the one at the resumed step too (its checkpoint predates that validation)."""
+    results = tmp_path / "results"
+    sweep = write_sweep(tmp_path, "more", {"base": {}})
+    url = f"sqlite:///{tmp_path / 'more.db'}"
+    base = ["sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "--storage", url]
+    env = {"WANDB_MODE": "disabled"}
+    assert ltfm(*base, "train.max_steps=20", env=env).returncode == 0
+    p = ltfm(*base, "train.max_steps=30", env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    first, second = sorted(trials_of(url, "more"), key=lambda t: t.number)
+    assert sorted(first.intermediate_values) == [10, 20]
+    assert sorted(second.intermediate_values) == [10, 20, 30]
+    assert second.intermediate_values[20] == pytest.approx(first.intermediate_values[20])
+    assert second.user_attrs["run_dir"] == first.user_attrs["run_dir"]  # the same run, continued

@@ -326,6 +326,24 @@ def record_from_trial(trial, results_dir: Path) -> RunRecord:
     return rec
 
 
+def of_this_file(sweep, trials: list) -> tuple[list, list]:
+    """(the trials whose row this sweep file defines as they were trained, the trials of rows trained under
+    another definition). A trial's ``grid_key`` ends with the hash of its row's overrides and budget; a study
+    name shared by two sweep files (or a file edited since) must not lend one file's row to the other's table.
+    Rows the file does not list pass (the table shows them as rows the file no longer lists)."""
+    if sweep.mode != "variants":
+        return trials, []
+    defined = {e.name: e.definition_hash() for e in sweep.entries()}
+    kept, others = [], []
+    for t in trials:
+        variant, key = t.user_attrs.get("variant"), t.user_attrs.get("grid_key") or ""
+        if variant in defined and key and key.rsplit("/", 1)[-1] != defined[variant]:
+            others.append(t)
+        else:
+            kept.append(t)
+    return kept, others
+
+
 def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportData:
     from ..training.results import read_summary
     from ..sweep import open_storage, open_study
@@ -333,10 +351,18 @@ def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportDa
     records: list[RunRecord] = []
     study = None
     notes = []
+    other_dirs: set[str] = set()
     if storage_url:
         study = open_study(sweep, open_storage(storage_url, create=False), create=False)
         trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("skip") != "duplicate"
                   and t.user_attrs.get("variant")]
+        trials, others = of_this_file(sweep, trials)
+        other_dirs = {str(Path(t.user_attrs["run_dir"]).resolve()) for t in others if t.user_attrs.get("run_dir")}
+        if others:
+            rows = sorted({t.user_attrs["variant"] for t in others})
+            notes.append(f"{len(others)} trial(s) in the storage define rows {', '.join(rows)} otherwise "
+                         f"than {sweep.path.name} does (another sweep file named {sweep.name}, or this file before an "
+                         "edit): left out")
         trials.sort(key=lambda t: t.number)
         by_key: dict[tuple, Any] = {}
         for t in trials:  # the latest trial of each (variant, seed) stands for it
@@ -344,6 +370,7 @@ def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportDa
         records = [record_from_trial(t, results_dir) for t in sorted(by_key.values(), key=lambda t: t.number)]
     known = {(r.variant, r.seed) for r in records}
     known_dirs = {str(Path(r.run).resolve()) for r in records if r.run and Path(r.run).is_dir()}
+    known_dirs |= other_dirs if study is not None else set()  # another definition's runs are not this file's
     extra = []
     if results_dir.is_dir():
         for d in sorted(results_dir.iterdir()):

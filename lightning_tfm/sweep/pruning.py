@@ -19,20 +19,25 @@ trial_id)`` (the same object ``study.optimize`` hands to an objective), so ``tri
 - Rank zero alone talks to the storage; the prune decision is broadcast so every DDP rank stops together.
 - The last step is never pruned: a run that reached its budget completed.
 - If the trial was finished by someone else (another worker judged it dead because its heartbeat
-  stopped), training stops rather than race the retried trial on the same run folder.
+  stopped), training stops rather than race the retried trial on the same run folder, and says so
+  (``abandoned``), so that the run is recorded as stopped short, never as completed.
+- A resumed run tells its trial every dev value it logged before: the saved history, and the run folder's
+  metrics for the resumed step itself (its checkpoint was written before that step's validation).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
+from pathlib import Path
 
 import pytorch_lightning as pl
 
 from ..training.results import history_key
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
-from ..training.config import Config
+from ..training.config import Config, run_id
 
 
 class OptunaPruning(pl.Callback):
@@ -46,7 +51,9 @@ class OptunaPruning(pl.Callback):
         self.metric = s.metric
         self.key = history_key(self.metric)  # the logged key: dev_loss -> dev/loss
         self.pruned = False
+        self.abandoned: str | None = None  # why training stopped short of its budget, when the trial was lost
         self.history: dict[int, float] = {}  # step -> value reported (saved in checkpoints)
+        self.run_dir = Path(cfg.run.results_dir) / run_id(cfg)
         self._trial = None
         self._reported: set[int] = set()  # steps the trial already holds (e.g. inherited by a retry)
         self._broken = False
@@ -94,12 +101,31 @@ class OptunaPruning(pl.Callback):
         return True
 
     def _owner_lost(self, trainer: pl.Trainer) -> None:
-        print(f"ltfm: trial {self.trial_number} of study {self.study_name!r} was finished by another worker "
-              f"(lost heartbeat): stopping so that its retry resumes this run alone", file=sys.stderr)
+        """The study finished this trial while this process could not beat its heart (stopped, paused): stop,
+        and say why (``abandoned``), so that the run is recorded as stopped short, never as completed."""
+        self.abandoned = (f"trial {self.trial_number} of study {self.study_name!r} was finished by the study "
+                          f"while this process was stopped (its heartbeat lapsed): stopped at step "
+                          f"{trainer.global_step}; the trial's retry resumes the run")
+        print(f"ltfm: {self.abandoned}", file=sys.stderr)
         trainer.should_stop = True
+
+    def _logged_history(self, upto: int) -> None:
+        """Dev values the run folder's metrics hold up to the resumed step (``upto``): a step checkpoint is
+        written before that step's validation, so its saved history lacks the value at its own step. Lightning
+        logs a validation at ``global_step - 1``; the trial is told at ``global_step``, as in training."""
+        from ..training.results import read_metrics
+
+        with contextlib.suppress(OSError, ValueError):
+            for row in read_metrics(self.run_dir):
+                step = row["step"] + 1
+                if 0 < step <= upto and self.key in row and step not in self.history \
+                        and math.isfinite(row[self.key]):
+                    self.history[step] = float(row[self.key])
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """After a resume: give the (possibly new) trial the history it lacks."""
+        if trainer.is_global_zero and trainer.global_step > 0:
+            self._logged_history(int(trainer.global_step))
         if not trainer.is_global_zero or not self.history:
             return
         try:

@@ -282,9 +282,17 @@ class Worker:
 
     # -- one trial -----------------------------------------------------------------------------------------
     def _close(self, trial, state, values=None, **attrs) -> None:
-        for k, v in attrs.items():
-            if v is not None:
-                retry(trial.set_user_attr, k, v)
+        """Record the trial's end. A trial the study already finished (failed as stale while this worker was
+        stopped, say) keeps what it has: its retry owns the row now, and this worker goes on to the next."""
+        import optuna
+
+        try:
+            for k, v in attrs.items():
+                if v is not None:
+                    retry(trial.set_user_attr, k, v)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            self.say(f"trial {trial.number} was already finished by the study (its heartbeat lapsed): left as it is")
+            return
         retry(self.study.tell, trial.number, values, state=state, skip_if_finished=True)
 
     def run_trial(self, trial, trial_id: int, entry: Entry) -> int:

@@ -12,14 +12,14 @@ run reads the same folder. It holds:
   vocabulary fits, else int32), and ``{split}.{src,tgt}.offsets.npy`` (int64, pairs + 1): sentence i is
   ``ids[offsets[i]:offsets[i+1]]``; the lengths the batch sampler needs are ``np.diff(offsets)``;
 * ``{dev,test}.{src,tgt}.txt``: the raw dev/test sentences, the BLEU sources and references;
-* ``manifest.json``: the key and its hash, counts, skipped pairs, versions and every file's size.
+* ``manifest.json``: the key and its hash, counts, skipped pairs, versions, every file's size and SHA-256.
 
 Arrays are ``.npy`` files opened with ``mmap_mode="r"``: a process touches only the pages of the pairs it
 batches, and the ranks of one machine share them through the page cache.
 
 A folder is built under a temporary name and renamed into place; a file lock makes concurrent
 workers or ranks build it once while the others wait. A folder whose manifest is missing or whose files
-do not have the recorded sizes is rebuilt, never used.
+do not have the recorded sizes and contents is rebuilt, never used.
 
 Training pairs with an empty side or more than ``max_tokens_per_sentence`` pieces are dropped when the
 corpus is prepared; the limits that depend on the model and the batch (``model.max_positions``,
@@ -105,12 +105,25 @@ def cache_dir(cfg: Config, key: dict | None = None) -> Path:
 
 
 # ------------------------------------------------------------------------------------------- checking
+def digest(path: Path) -> str:
+    """SHA-256 of a file's bytes (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def check_folder(folder: Path) -> dict | None:
-    """The manifest of a complete prepared corpus, or None if it is missing, incomplete or damaged."""
+    """The manifest of a complete prepared corpus, or None if it is missing, incomplete or damaged: every file
+    must have its recorded size and content (SHA-256), so an edit that keeps a file's size is caught too."""
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
         for name, size in manifest["files"].items():
             if (folder / name).stat().st_size != size:
+                return None
+        for name, want in (manifest.get("digests") or {}).items():
+            if digest(folder / name) != want:
                 return None
         return manifest
     except (OSError, ValueError, KeyError, TypeError):
@@ -181,30 +194,32 @@ def build(cfg: Config, folder: Path, key: dict, progress: bool = True) -> dict:
     bar = tqdm(total=total, desc="ltfm prepare: encoding", unit=" sentences", unit_scale=True, file=sys.stderr,
                disable=not progress, mininterval=1.0)
     counts: dict = {}
-    for role, (src, tgt) in raw.items():
-        s_ids, s_off = _encode(tokenizer, src, dtype, bar)
-        t_ids, t_off = _encode(tokenizer, tgt, dtype, bar)
-        info = {"name": splits_of(cfg)[role][0], "read_pairs": len(src)}
-        if role == "train":  # drop what no model could train on; model/batch limits come at load time
-            s_len, t_len = np.diff(s_off), np.diff(t_off)
-            limit = d.max_tokens_per_sentence
-            keep = (s_len > 0) & (t_len > 0) & (s_len <= limit) & (t_len <= limit)
-            info["skipped_pairs"] = int((~keep).sum())
-            if not keep.all():
-                s_ids, s_off = _select(s_ids, s_off, keep)
-                t_ids, t_off = _select(t_ids, t_off, keep)
-        else:  # dev/test: every pair, with its text for BLEU
-            for side, lines in (("src", src), ("tgt", tgt)):
-                # a Hub sentence may hold a line break: one line per sentence keeps the file line-aligned
-                (folder / f"{role}.{side}.txt").write_text("".join(x.replace("\n", " ") + "\n" for x in lines),
-                                                           encoding="utf-8")
-        info["pairs"] = len(s_off) - 1
-        info["src_tokens"], info["tgt_tokens"] = int(s_off[-1]), int(t_off[-1])
-        for side, ids, off in (("src", s_ids, s_off), ("tgt", t_ids, t_off)):
-            _save(folder, f"{role}.{side}.ids.npy", ids)
-            _save(folder, f"{role}.{side}.offsets.npy", off)
-        counts[role] = info
-    bar.close()
+    try:  # the bar is closed whatever happens, so that an error line starts a line of its own
+        for role, (src, tgt) in raw.items():
+            s_ids, s_off = _encode(tokenizer, src, dtype, bar)
+            t_ids, t_off = _encode(tokenizer, tgt, dtype, bar)
+            info = {"name": splits_of(cfg)[role][0], "read_pairs": len(src)}
+            if role == "train":  # drop what no model could train on; model/batch limits come at load time
+                s_len, t_len = np.diff(s_off), np.diff(t_off)
+                limit = d.max_tokens_per_sentence
+                keep = (s_len > 0) & (t_len > 0) & (s_len <= limit) & (t_len <= limit)
+                info["skipped_pairs"] = int((~keep).sum())
+                if not keep.all():
+                    s_ids, s_off = _select(s_ids, s_off, keep)
+                    t_ids, t_off = _select(t_ids, t_off, keep)
+            else:  # dev/test: every pair, with its text for BLEU
+                for side, lines in (("src", src), ("tgt", tgt)):
+                    # a Hub sentence may hold a line break: one line per sentence keeps the file line-aligned
+                    (folder / f"{role}.{side}.txt").write_text("".join(x.replace("\n", " ") + "\n" for x in lines),
+                                                               encoding="utf-8")
+            info["pairs"] = len(s_off) - 1
+            info["src_tokens"], info["tgt_tokens"] = int(s_off[-1]), int(t_off[-1])
+            for side, ids, off in (("src", s_ids, s_off), ("tgt", t_ids, t_off)):
+                _save(folder, f"{role}.{side}.ids.npy", ids)
+                _save(folder, f"{role}.{side}.offsets.npy", off)
+            counts[role] = info
+    finally:
+        bar.close()
     stages["encode_s"] = round(time.time() - started - stages["read_s"] - stages["bpe_s"], 1)
     if counts["train"]["pairs"] == 0:
         raise UserError(f"no training pair has 1..{d.max_tokens_per_sentence} pieces on both sides: "
@@ -214,7 +229,8 @@ def build(cfg: Config, folder: Path, key: dict, progress: bool = True) -> dict:
                 "numpy": np.__version__, "vocab_size": vocab, "dtype": np.dtype(dtype).name, "splits": counts,
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "build_time_s": round(time.time() - started, 1),
                 "stages": stages, "cpus": os.cpu_count(),
-                "files": {p.name: p.stat().st_size for p in sorted(folder.iterdir())}}
+                "files": {p.name: p.stat().st_size for p in sorted(folder.iterdir())},
+                "digests": {p.name: digest(p) for p in sorted(folder.iterdir())}}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -226,6 +242,26 @@ def _select(ids: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tuple[np.
     new_off = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
     np.cumsum(lens[keep], out=new_off[1:])
     return ids[mask], new_off
+
+
+def _remove_stale_builds(folder: Path, locked: bool = False) -> None:
+    """Remove the temporary folders of builds that were killed (``.<name>.tmp<pid>``). Only the holder of the
+    build lock builds, so under the lock every such folder is stale; without it (the corpus is complete) they
+    are removed only if the lock can be taken at once."""
+    stale = list(folder.parent.glob(f".{folder.name}.tmp*"))
+    if not stale:
+        return
+    if not locked:
+        from filelock import FileLock, Timeout
+
+        try:
+            with FileLock(str(folder) + ".lock", timeout=0):
+                return _remove_stale_builds(folder, locked=True)
+        except (Timeout, OSError):
+            return
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+        print(f"ltfm prepare: removed {path.name}, left by a build that was stopped", file=sys.stderr)
 
 
 def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[Path, dict]:
@@ -241,27 +277,32 @@ def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[
     folder = cache_dir(cfg, key)
     manifest = None if rebuild else check_folder(folder)
     if manifest is not None:
+        _remove_stale_builds(folder)
         return folder, manifest
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        raise UserError(f"cannot create the corpus cache folder {folder.parent}: set data.cache_dir to a "
-                        f"folder you can write") from None
-    with FileLock(str(folder) + ".lock"):
-        manifest = None if rebuild else check_folder(folder)  # another process may have built it meanwhile
-        if manifest is not None:
-            return folder, manifest
-        if folder.exists() or folder.is_symlink():
-            print(f"ltfm prepare: {folder} is incomplete or damaged: rebuilding it", file=sys.stderr)
-            shutil.rmtree(folder, ignore_errors=True)
-        tmp = folder.parent / f".{folder.name}.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        try:
-            manifest = build(cfg, tmp, key, progress)
-            os.replace(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with FileLock(str(folder) + ".lock"):
+            manifest = None if rebuild else check_folder(folder)  # another process may have built it meanwhile
+            if manifest is not None:
+                return folder, manifest
+            _remove_stale_builds(folder, locked=True)
+            if folder.exists() or folder.is_symlink():
+                print(f"ltfm prepare: {folder} is incomplete or damaged: rebuilding it", file=sys.stderr)
+                shutil.rmtree(folder, ignore_errors=True)
+            tmp = folder.parent / f".{folder.name}.tmp{os.getpid()}"
+            tmp.mkdir()
+            try:
+                manifest = build(cfg, tmp, key, progress)
+                os.replace(tmp, folder)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:  # a full, read-only or quota-bound disk: the user's to fix
+        from .run_folder import free_space
+
+        why = e.strerror or (str(e).splitlines()[0] if str(e) else e.__class__.__name__)
+        raise UserError(f"cannot write the prepared corpus in {folder.parent} ({why}; "
+                        f"{free_space(folder.parent)} free): free space there, or set data.cache_dir to a folder "
+                        "you can write") from None
         print(f"ltfm prepare: {folder} ({manifest['splits']['train']['pairs']:,} training pairs, "
               f"vocabulary {manifest['vocab_size']}, {manifest['build_time_s']} s)", file=sys.stderr)
     return folder, manifest

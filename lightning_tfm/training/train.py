@@ -38,7 +38,7 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
 
     ``callbacks``: more Lightning callbacks (a sweep trial's pruning, :mod:`lightning_tfm.sweep.pruning`);
     when one of them has a true ``pruned`` attribute after fitting, the run ends as ``pruned`` and is not
-    decoded.
+    decoded; when one has an ``abandoned`` reason, the attempt fails with it.
     """
     started = time.time()
     config.validate(cfg)
@@ -96,6 +96,9 @@ class Run:
         module = self.build(prev)
         try:
             metrics, pruned = self.fit(module)
+            abandoned = next((cb.abandoned for cb in self.extra if getattr(cb, "abandoned", None)), None)
+            if abandoned:  # a callback stopped the run short of its budget: never recorded as completed
+                raise Abandoned(abandoned)
             train_wall = self.prev_wall + time.time() - self.started
             if self.is_zero and not pruned:  # a pruned trial is not decoded: its dev loss already ranked it
                 from .evaluate import final_evaluation
@@ -212,7 +215,7 @@ class Run:
 
         err = e if isinstance(e, UserError) else run_folder.storage_error(e, self.run_dir) or e
         text = str(err).splitlines()[0] if str(err) else ""
-        why = stop_reason(e)
+        why = stop_reason(e) or (str(e) if isinstance(e, Abandoned) else None)
         self.summary.update(status="failed", error=why or scrub(f"{err.__class__.__name__}: {text}"),
                             steps=self.trainer.global_step if self.trainer is not None else 0,
                             wall_time_s=self.prev_wall + time.time() - self.started)
@@ -225,6 +228,10 @@ class Run:
         except OSError as write_error:
             print(f"ltfm: warning: could not record the failure in {self.summary_path} ({write_error.strerror})",
                   file=sys.stderr)
+
+
+class Abandoned(Exception):
+    """A callback stopped the run before its budget and said why (``abandoned``): the attempt fails with that."""
 
 
 def stop_reason(e: BaseException) -> str | None:
