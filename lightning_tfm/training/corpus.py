@@ -303,8 +303,8 @@ def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[
         raise UserError(f"cannot write the prepared corpus in {folder.parent} ({why}; "
                         f"{free_space(folder.parent)} free): free space there, or set data.cache_dir to a folder "
                         "you can write") from None
-        print(f"ltfm prepare: {folder} ({manifest['splits']['train']['pairs']:,} training pairs, "
-              f"vocabulary {manifest['vocab_size']}, {manifest['build_time_s']} s)", file=sys.stderr)
+    print(f"ltfm prepare: {folder} ({manifest['splits']['train']['pairs']:,} training pairs, "
+          f"vocabulary {manifest['vocab_size']}, {manifest['build_time_s']} s)", file=sys.stderr)
     return folder, manifest
 
 
