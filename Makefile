@@ -79,7 +79,7 @@ train: setup
 
 # Two pytest workers (pytest-xdist), a test file each at a time (TEST_WORKERS=0: one process). With two workers
 # every process gets one thread (OMP_NUM_THREADS=1): two trainings at 2 threads each on 2 cores oversubscribe
-# them, which measured 3.3x slower than 1 thread each (README, "Tests").
+# them (README, "Tests", has the measurement).
 TEST_WORKERS ?= 2
 test: setup
 	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 )$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)

@@ -63,11 +63,11 @@ def _train(args) -> int:
         print(f"ltfm: {e}", file=sys.stderr)
         return 1
     except SystemExit as e:
-        why = stop_reason(e)
-        if why is None:
+        stopped = stop_reason(e)
+        if stopped is None:
             raise
-        print(f"ltfm: {why}", file=sys.stderr)
-        return 143 if "SIGTERM" in why else 130  # 128 + the signal, as a shell reports a process it ended
+        print(f"ltfm: {stopped[0]}", file=sys.stderr)
+        return stopped[1]
     return 0 if summary.get("status") in ("completed", "pruned") else 1
 
 
@@ -91,11 +91,9 @@ def _config(args) -> int:
         return 0
     if not args.config:
         raise UserError("give an experiment file (ltfm config experiments/multi30k-smoke.yaml [k=v ...]) or --keys")
-    from .training.redact import scrub
-
     cfg = config.load_config(args.config, args.overrides)
     print(f"# run id: {config.run_id(cfg)} (its folder: {cfg.run.results_dir}/{config.run_id(cfg)})")
-    print(config.dump_yaml(scrub(cfg.to_dict())), end="")  # what train.py writes as config.yaml
+    print(config.saved_yaml(cfg), end="")
     return 0
 
 

@@ -379,6 +379,16 @@ def test_killed_worker_is_detected_and_its_trial_resumes_from_the_checkpoint(tmp
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 30
 
 
+def start_until_checkpoint(cmd: list, env: dict, results: Path, out=subprocess.PIPE) -> tuple[subprocess.Popen, Path]:
+    """Start a sweep worker; return it and its trial's run folder once the trial has saved a step checkpoint."""
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    deadline = time.time() + 300
+    while not (found := list(results.glob("*/checkpoints/step=*.ckpt"))):
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint before the worker ended"
+        time.sleep(0.2)
+    return proc, found[0].parent.parent
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/status").read_text()
@@ -427,15 +437,8 @@ def test_a_trial_killed_by_sigkill_is_recorded_as_killed(tmp_path, data_dir):
     cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
            f"run.results_dir={results}", *TINY, "train.max_steps=100000", "--storage", url]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    worker = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-    deadline, pid = time.time() + 300, None
-    while pid is None and time.time() < deadline:
-        found = list(results.glob("*/checkpoints/step=*.ckpt"))
-        if found:
-            pid = json.loads((found[0].parent.parent / "summary.json").read_text())["pid"]
-        assert worker.poll() is None
-        time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)
+    worker, run_dir = start_until_checkpoint(cmd, env, results)
+    os.kill(json.loads((run_dir / "summary.json").read_text())["pid"], signal.SIGKILL)
     out, _ = worker.communicate(timeout=120)
     (trial,) = trials_of(url, "oom")
     assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["exit_code"] == -9
@@ -457,11 +460,7 @@ def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
     cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(path), f"data.path={data_dir}",
            f"run.results_dir={results}", *TINY, "train.max_steps=30"]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    worker = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
-    deadline = time.time() + 300
-    while not list(results.glob("*/checkpoints/step=*.ckpt")) and time.time() < deadline:
-        assert worker.poll() is None
-        time.sleep(0.2)
+    worker, _ = start_until_checkpoint(cmd, env, results, out=subprocess.DEVNULL)
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     (killed,) = trials_of(url, "srk")
@@ -490,13 +489,8 @@ def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, d
     cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
            f"run.results_dir={results}", *TINY, "train.max_steps=150", "--storage", url]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-    deadline, summary_path = time.time() + 300, None
-    while summary_path is None and time.time() < deadline:
-        found = list(results.glob("*/checkpoints/step=*.ckpt"))
-        summary_path = found[0].parent.parent / "summary.json" if found else None
-        assert first.poll() is None
-        time.sleep(0.2)
+    first, run_dir = start_until_checkpoint(cmd, env, results)
+    summary_path = run_dir / "summary.json"
     trial_pid = json.loads(summary_path.read_text())["pid"]
     for pid in (first.pid, trial_pid):
         os.kill(pid, signal.SIGSTOP)

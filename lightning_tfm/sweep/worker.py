@@ -199,11 +199,10 @@ def write_trial_config(cfg: config.Config, run_dir: Path) -> Path:
     trial process trains from and the run keeps. Its run id is the trial's (``config.run_id`` of the loaded
     file equals that of ``cfg``)."""
     from ..training import atomic
-    from ..training.redact import scrub
 
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.yaml"
-    atomic.write_text(path, config.dump_yaml(scrub(cfg.to_dict())))
+    atomic.write_text(path, config.saved_yaml(cfg))
     return path
 
 

@@ -473,5 +473,13 @@ def run_id(cfg: Config) -> str:
     return cfg.run.id or f"{cfg.run.name}-{config_hash(cfg)}"
 
 
+def saved_yaml(cfg: Config) -> str:
+    """The ``config.yaml`` a run keeps (and a sweep trial trains from): the resolved config as plain YAML, with
+    secrets masked."""
+    from .redact import scrub
+
+    return dump_yaml(scrub(cfg.to_dict()))
+
+
 def dump_yaml(cfg: Config | dict) -> str:
     return yaml.safe_dump(cfg.to_dict() if isinstance(cfg, Config) else cfg, sort_keys=False)

@@ -128,7 +128,7 @@ class Run:
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
         if self.is_zero:
             self.corpus.use_in_run(self.run_dir, write=True)
-            atomic.write_text(self.run_dir / "config.yaml", config.dump_yaml(scrub(cfg.to_dict())))
+            atomic.write_text(self.run_dir / "config.yaml", config.saved_yaml(cfg))
         module = TransformerModule(cfg, self.corpus.vocab_size)
         module.run_id = self.rid
         self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg.to_dict()),
@@ -215,7 +215,7 @@ class Run:
 
         err = e if isinstance(e, UserError) else run_folder.storage_error(e, self.run_dir) or e
         text = str(err).splitlines()[0] if str(err) else ""
-        why = stop_reason(e) or (str(e) if isinstance(e, Abandoned) else None)
+        why = (stop_reason(e) or (None,))[0] or (str(e) if isinstance(e, Abandoned) else None)
         self.summary.update(status="failed", error=why or scrub(f"{err.__class__.__name__}: {text}"),
                             steps=self.trainer.global_step if self.trainer is not None else 0,
                             wall_time_s=self.prev_wall + time.time() - self.started)
@@ -234,17 +234,19 @@ class Abandoned(Exception):
     """A callback stopped the run before its budget and said why (``abandoned``): the attempt fails with that."""
 
 
-def stop_reason(e: BaseException) -> str | None:
-    """What stopped the run when a signal did, else None. Lightning turns SIGTERM (a scheduler's preemption,
+def stop_reason(e: BaseException) -> tuple[str, int] | None:
+    """(what stopped the run, the exit code for it: 128 + the signal, as a shell reports a process it ended)
+    when a signal did, else None. Lightning turns SIGTERM (a scheduler's preemption,
     ``kill``; ``ltfm train`` sends itself one on SIGUSR1 outside SLURM) into ``SIGTERMException`` and Ctrl-C
     (SIGINT) into ``SystemExit(1)`` raised while handling the KeyboardInterrupt: both are SystemExits, which
     must not read as success."""
     if not isinstance(e, SystemExit):
         return None
     if type(e).__name__ == "SIGTERMException":
-        return "stopped by SIGTERM (preempted or killed): run the same command to resume from the last checkpoint"
+        return ("stopped by SIGTERM (preempted or killed): run the same command to resume from the last checkpoint",
+                143)
     if isinstance(e.__context__, KeyboardInterrupt):
-        return "interrupted (SIGINT): run the same command to resume from the last checkpoint"
+        return "interrupted (SIGINT): run the same command to resume from the last checkpoint", 130
     return None
 
 
