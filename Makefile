@@ -8,6 +8,7 @@
 # make reference: make ablation, then its report with provenance in reports/reference/<sweep name>/
 # make test     : set up .venv and run the test suite (what CI runs)
 # make test-fast: the suite without the slow end-to-end tests (development)
+# make soak     : a sweep through a bad night (chaos: kills, stops, a full disk, a database restart), then its invariants
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.
 #                 Default: ../shared/data/multi30k when it exists (offline machines), else the Hub.
 SHELL := /bin/bash
@@ -35,7 +36,7 @@ BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-fast train clean gpu-check
+.PHONY: setup ablation reference test test-fast train clean gpu-check soak
 
 # A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
 # system's packages and pip installs no torch over it. Elsewhere torch is installed first, pinned: an open range
@@ -89,9 +90,17 @@ test: setup
 gpu-check: setup
 	PY=$(PY) DATA=$(if $(DATA),$(DATA),../shared/data/multi30k) bash tests/gpu_check.sh
 
+# make soak: a sweep through a bad night (tests/soak/soak.py): 40 trials by 4 workers on SQLite and on PostgreSQL, and
+# a search sweep, while a seeded chaos driver kills workers and trials, stops workers past their heartbeat, fills the
+# results disk and restarts the database; then every invariant is checked (exit 1 if one breaks) and the figures
+# printed (soak-out/figures.md). Root (tmpfs mounts); not part of make test. SOAK_SEED=N picks the chaos.
+SOAK_SEED ?= 1
+soak: setup
+	OMP_NUM_THREADS=1 $(PY) tests/soak/soak.py --seed $(SOAK_SEED) --out soak-out $(if $(DATA),--data $(abspath $(DATA)),) $(SOAK_ARGS)
+
 # the suite without the tests that train through subprocesses (marked slow): a few minutes, for development
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 clean:
-	rm -rf results results-quick reports/build wandb
+	rm -rf results results-quick reports/build wandb soak-out

@@ -128,3 +128,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size_kb) -> a fresh tmpfs folder of that size; unmounted at the end."""
+    mounted = []
+
+    def mount(size_kb: int, name: str = "small") -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(d)], capture_output=True,
+                           text=True)
+        if p.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN): {p.stderr.strip()}")
+        mounted.append(d)
+        return d
+
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], check=False)

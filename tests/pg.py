@@ -49,6 +49,7 @@ class PgServer:
     password: str
     run_as: list[str]
     bin: Path
+    opts: str = ""
 
     def url(self, database: str) -> str:
         return f"postgresql://{self.user}:{self.password}@127.0.0.1:{self.port}/{database}"
@@ -66,9 +67,15 @@ class PgServer:
             conn.close()
         return self.url(name)
 
-    def stop(self) -> None:
-        subprocess.run([*self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate",
+    def stop(self, mode: str = "immediate") -> None:
+        subprocess.run([*self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", mode,
                         "-w", "stop"], capture_output=True, timeout=60)
+
+    def start(self) -> subprocess.CompletedProcess:
+        """Start the server again on the same port (after :meth:`stop`)."""
+        return subprocess.run([*self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-o", self.opts,
+                               "-l", str(self.root / "server.log"), "-w", "-t", "60", "start"],
+                              capture_output=True, text=True, timeout=120)
 
 
 def start_server() -> PgServer:
@@ -109,11 +116,10 @@ def start_server() -> PgServer:
         port = free_port()
         opts = (f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={sock} -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50")
-        start = subprocess.run([*run_as, str(pg_bin / "pg_ctl"), "-D", str(root / "data"), "-o", opts,
-                                "-l", str(root / "server.log"), "-w", "-t", "60", "start"],
-                               capture_output=True, text=True, timeout=120)
+        candidate = PgServer(root, port, user, password, run_as, pg_bin, opts)
+        start = candidate.start()
         if start.returncode == 0:
-            server = PgServer(root, port, user, password, run_as, pg_bin)
+            server = candidate
             break
     if server is None:
         log = (root / "server.log").read_text() if (root / "server.log").exists() else ""

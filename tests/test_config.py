@@ -61,7 +61,7 @@ def test_coercion_and_overrides():
 
 def test_table3_knobs_feed_the_report_and_the_dashboard():
     from lightning_tfm.report.table import CSV_KNOBS, KNOBS
-    from lightning_tfm.sweep.worker import DASHBOARD_CHOICES, DASHBOARD_KNOBS
+    from lightning_tfm.sweep.queue import DASHBOARD_CHOICES, DASHBOARD_KNOBS
 
     assert [k for _, k in KNOBS] == [k for _, k, _ in config.TABLE3_KNOBS] == list(CSV_KNOBS)
     assert DASHBOARD_KNOBS == tuple(k for _, k, _ in config.TABLE3_KNOBS)[:-1]

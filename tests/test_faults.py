@@ -58,26 +58,6 @@ def temps(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if ".tmp" in p.name and "wandb" not in p.parts]
 
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    """mount(size_kb) -> a fresh tmpfs folder of that size; unmounted at the end."""
-    mounted = []
-
-    def mount(size_kb: int, name: str = "small") -> Path:
-        d = tmp_path / name
-        d.mkdir()
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(d)], capture_output=True,
-                           text=True)
-        if p.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN): {p.stderr.strip()}")
-        mounted.append(d)
-        return d
-
-    yield mount
-    for d in mounted:
-        subprocess.run(["umount", "-l", str(d)], check=False)
-
-
 def du_kb(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()) // 1024
 
@@ -173,6 +153,20 @@ def test_no_readable_checkpoint_means_starting_over_and_saying_so(tmp_path, caps
     assert step_checkpoints(tmp_path / "run") == []  # set aside: never read again, never averaged
 
 
+def test_a_run_killed_before_writing_last_ckpt_resumes_from_its_newest_step_checkpoint(smoke_run, tmp_path, capsys):
+    """Killed between writing step=N.ckpt and last.ckpt: the newest step checkpoint is the run's state. Starting
+    over instead would train the steps again and write step=N-v1.ckpt beside the old file."""
+    from lightning_tfm.training.checkpoints import resume_checkpoint
+
+    run_dir = copy_run(smoke_run, tmp_path / "results")
+    ckpt = run_dir / "checkpoints"
+    (ckpt / "last.ckpt").unlink()
+    newest_step, newest = step_checkpoints(run_dir)[-1]
+    assert resume_checkpoint(ckpt) == newest
+    assert f"resuming from {newest.name} (step {newest_step}) (no last.ckpt" in capsys.readouterr().err
+    assert not list(ckpt.glob("*.corrupt-*"))  # nothing set aside
+
+
 # ---------------------------------------------------------------------------------- atomic writes
 KILLED_WRITER = """
 import os, signal, sys
@@ -260,14 +254,15 @@ def test_second_train_of_a_run_exits_2_naming_the_holder_and_sigkill_releases_it
     results = tmp_path / "results"
     args = [sys.executable, "-m", "lightning_tfm", "train", str(SMOKE), f"data.path={data_dir}",
             f"run.results_dir={results}", "train.max_steps=40", *SMALL]
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    audit = tmp_path / "locks.jsonl"  # every acquisition and release, as the chaos soak checks them
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "LTFM_LOCK_LOG": str(audit)}
     first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.time() + 300
         while not any(p.stat().st_size for p in results.glob("*/train.lock")):
             assert first.poll() is None and time.time() < deadline, "first training never took its lock"
             time.sleep(0.2)
-        second = ltfm(*args[3:])
+        second = ltfm(*args[3:], env={"LTFM_LOCK_LOG": str(audit)})
         one_line_error(second, "is already being trained by", f"pid {first.pid} on host")
         (run_dir,) = results.iterdir()
         while not (run_dir / "checkpoints" / "step=000010.ckpt").exists():
@@ -277,10 +272,18 @@ def test_second_train_of_a_run_exits_2_naming_the_holder_and_sigkill_releases_it
         first.send_signal(signal.SIGKILL)
         first.wait()
     # the kernel released the lock with the process: the same command resumes, in the same files
-    third = ltfm(*args[3:])
+    third = ltfm(*args[3:], env={"LTFM_LOCK_LOG": str(audit)})
     assert third.returncode == 0, third.stderr[-3000:]
     no_traceback(third)
     assert summary(run_dir)["status"] == "completed" and summary(run_dir)["steps"] == 40
+    # the audit: the first holder's acquisition (never released: killed), no entry of the refused second
+    # process, then the third's acquisition naming the dead first holder, and its release
+    events = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [(e["event"], e["run"]) for e in events] == [("acquire", run_dir.name), ("acquire", run_dir.name),
+                                                          ("release", run_dir.name)], events
+    assert events[0]["pid"] == first.pid and events[1]["pid"] == events[2]["pid"] != first.pid
+    assert events[1]["prev_pid"] == first.pid and events[1]["prev_alive"] is False
+    assert events[0]["t"] < events[1]["t"] <= events[2]["t"]
     names = [p.name for p in (run_dir / "checkpoints").iterdir()]
     assert not [n for n in names if "-v" in n], names  # no last-v1.ckpt / step=*-v1.ckpt from a second writer
 

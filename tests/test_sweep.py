@@ -181,6 +181,30 @@ def test_search_dry_run_samples_the_space(data_dir):
         assert r["params"] > 0
 
 
+@pytest.mark.parametrize("kind", ["random", "tpe"])
+def test_workers_of_a_seeded_search_propose_different_points_and_one_worker_is_reproducible(kind, tmp_path):
+    """Every worker builds the file's seeded sampler: two workers asking at once must not replay one random
+    sequence (they proposed the same points, closed as duplicates), and one worker alone must sample the same
+    points on the same file again."""
+    from lightning_tfm.sweep.spec import build_sampler
+    from lightning_tfm.sweep.storage import open_storage
+
+    spec = {"type": kind, "seed": 7, **({"n_startup_trials": 10} if kind == "tpe" else {})}
+    space = {"x": optuna.distributions.FloatDistribution(0, 1), "h": optuna.distributions.CategoricalDistribution([1, 2, 4, 8])}
+
+    def one_worker(db: str, n: int) -> list:
+        study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / db}"), sampler=build_sampler(spec))
+        return [study.ask(space).params for _ in range(n)]
+
+    assert one_worker("a.db", 4) == one_worker("b.db", 4)  # reproducible
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    optuna.create_study(storage=open_storage(url), study_name="s")
+    workers = [optuna.load_study(study_name="s", storage=open_storage(url), sampler=build_sampler(spec))
+               for _ in range(2)]
+    points = [w.ask(space).params["x"] for _ in range(3) for w in workers]  # the two ask in turn
+    assert len(set(points)) == len(points), points
+
+
 def test_trial_overrides_reach_the_trial_process_exactly():
     from lightning_tfm.training.config import parse_override
     from lightning_tfm.sweep import yaml_value
@@ -428,22 +452,78 @@ def test_search_samples_the_space_and_honours_the_trial_budget(tmp_path, data_di
 
 
 @pytest.mark.slow
-def test_a_trial_killed_by_sigkill_is_recorded_as_killed(tmp_path, data_dir):
+def test_a_trial_killed_by_sigkill_is_recorded_as_killed_and_queued_again(tmp_path, data_dir):
     """The out-of-memory killer's SIGKILL leaves no summary error and a log ending in whatever Lightning last
-    printed: the trial's error says it was killed, and by what."""
+    printed: the trial's error says it was killed, and by what; the worker queues the row again (Optuna's retry,
+    with its history) and its retry resumes the run from the checkpoint, without a second command."""
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "oom", {"base": {}})
     url = f"sqlite:///{tmp_path / 'oom.db'}"
     cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
-           f"run.results_dir={results}", *TINY, "train.max_steps=100000", "--storage", url]
+           f"run.results_dir={results}", *TINY, "train.max_steps=40", "--storage", url]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
     worker, run_dir = start_until_checkpoint(cmd, env, results)
     os.kill(json.loads((run_dir / "summary.json").read_text())["pid"], signal.SIGKILL)
+    out, _ = worker.communicate(timeout=300)
+    assert worker.returncode == 0 and "Traceback" not in out, out[-3000:]
+    killed, retry = trials_of(url, "oom")
+    assert killed.state == optuna.trial.TrialState.FAIL and killed.user_attrs["exit_code"] == -9
+    assert killed.user_attrs["error"].startswith("killed by SIGKILL (the out-of-memory killer"), killed.user_attrs
+    assert "killed by SIGKILL" in out and "queued again (retry 1 of 3)" in out
+    assert retry.state == optuna.trial.TrialState.COMPLETE
+    assert retry.system_attrs["retry_history"] == [killed.number]
+    assert "error" not in retry.user_attrs and retry.user_attrs["run_dir"] == str(run_dir)
+    assert "Restoring states from the checkpoint" in Path(retry.user_attrs["log"]).read_text()
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 40
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_schedulers_signal_to_a_worker_stops_its_trial_like_ctrl_c(sig, tmp_path, data_dir):
+    """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before it) reach the worker alone: it stops its trial
+    as Ctrl-C would (the trial saves its summary), records it as interrupted and exits 130; nothing is left
+    running, and the same command resumes the run."""
+    results = tmp_path / "results"
+    sweep = write_sweep(tmp_path, "sig", {"base": {}})
+    url = f"sqlite:///{tmp_path / 'sig.db'}"
+    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
+           f"run.results_dir={results}", *TINY, "train.max_steps=100000", "--storage", url]
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    worker, run_dir = start_until_checkpoint(cmd, env, results)
+    trial_pid = json.loads((run_dir / "summary.json").read_text())["pid"]
+    worker.send_signal(sig)
     out, _ = worker.communicate(timeout=120)
-    (trial,) = trials_of(url, "oom")
-    assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["exit_code"] == -9
-    assert trial.user_attrs["error"].startswith("killed by SIGKILL (the out-of-memory killer"), trial.user_attrs
-    assert "killed by SIGKILL" in out
+    assert worker.returncode == 130 and "Traceback" not in out, out[-3000:]
+    assert not _alive(trial_pid)
+    (trial,) = trials_of(url, "sig")
+    assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["status"] == "interrupted"
+    stopped = json.loads((run_dir / "summary.json").read_text())
+    assert stopped["status"] == "failed" and stopped["error"].startswith("interrupted (SIGINT)"), stopped
+
+
+@pytest.mark.slow
+def test_a_worker_with_nothing_to_claim_waits_and_runs_a_killed_workers_row(tmp_path, data_dir):
+    """Worker A trains the base and is killed; worker B, started beside it, trains C1, then finds nothing to
+    claim while the base is still RUNNING: it waits, and once the base's heartbeat lapses, runs its retry. The
+    sweep finishes with no second command."""
+    results = tmp_path / "results"
+    sweep = write_sweep(tmp_path, "wait", {"base": {}, "C1": {"model.d_ff": 32}},
+                        heartbeat={"interval": 1, "grace": 25, "max_retry": 3})  # longer than C1 trains
+    url = f"sqlite:///{tmp_path / 'wait.db'}"
+    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
+           f"run.results_dir={results}", *TINY, "train.max_steps=30", "--storage", url]
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    first, run_dir = start_until_checkpoint(cmd, env, results, out=subprocess.DEVNULL)
+    second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    out, _ = second.communicate(timeout=600)
+    assert second.returncode == 0 and "Traceback" not in out, out[-3000:]
+    assert "nothing left to claim; waiting while trial(s) 0 run in other workers" in out
+    trials = trials_of(url, "wait")
+    done = {t.user_attrs["variant"]: t for t in trials if t.state == optuna.trial.TrialState.COMPLETE}
+    assert set(done) == {"base", "C1"} and done["base"].system_attrs["retry_history"] == [0]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 30
 
 
 @pytest.mark.slow
@@ -480,9 +560,9 @@ def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
 @pytest.mark.slow
 def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, data_dir):
     """Ctrl-Z (SIGSTOP) a worker and its trial past the heartbeat grace: another worker's retry finds the run
-    folder locked and leaves it; woken (SIGCONT), the old trial learns the study closed it and stops, recorded
-    as failed (never completed short of its budget), its worker going on without a crash; the next worker
-    trains the row to its budget."""
+    folder locked and waits for it (never trains it beside the stopped one); woken (SIGCONT), the old trial
+    learns the study closed it and stops, recorded as failed (never completed short of its budget), its worker
+    going on without a crash; the waiting retry then trains the row to its budget."""
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "wake", {"base": {}}, heartbeat={"interval": 1, "grace": 5, "max_retry": 3})
     url = f"sqlite:///{tmp_path / 'wake.db'}"
@@ -494,19 +574,27 @@ def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, d
     trial_pid = json.loads(summary_path.read_text())["pid"]
     for pid in (first.pid, trial_pid):
         os.kill(pid, signal.SIGSTOP)
+    second_out = tmp_path / "second.out"
     try:
         time.sleep(7)  # past the grace: the trial is stale
-        second = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-        assert "already running elsewhere" in second.stdout, second.stdout[-3000:] + second.stderr[-3000:]
+        second = subprocess.Popen(cmd, stdout=second_out.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        deadline = time.time() + 300
+        while "already running elsewhere" not in second_out.read_text():
+            assert second.poll() is None and time.time() < deadline, second_out.read_text()[-3000:]
+            time.sleep(0.5)
+        assert "waiting for it to end" in second_out.read_text()
+        assert json.loads(summary_path.read_text())["pid"] == trial_pid  # the retry has not touched the run
     finally:
         for pid in (trial_pid, first.pid):
             os.kill(pid, signal.SIGCONT)
     out, _ = first.communicate(timeout=300)
     assert "Traceback" not in out, out[-3000:]
-    summary = json.loads(summary_path.read_text())
-    assert summary["status"] == "failed" and "heartbeat lapsed" in summary["error"] and summary["steps"] < 150
-    third = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert second.wait(timeout=600) == 0, second_out.read_text()[-3000:]
+    assert "Traceback" not in second_out.read_text()
+    attempts = json.loads(summary_path.read_text())["attempts"]
+    woken = [a for a in attempts if a.get("pid") == trial_pid]
+    assert woken and woken[-1]["status"] == "failed" and "heartbeat lapsed" in woken[-1]["error"]
+    assert woken[-1]["steps"] < 150
     done = [t for t in trials_of(url, "wake") if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == 1 and json.loads(summary_path.read_text())["steps"] == 150
     assert json.loads(summary_path.read_text())["status"] == "completed"
@@ -529,3 +617,79 @@ def test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value(
     assert sorted(second.intermediate_values) == [10, 20, 30]
     assert second.intermediate_values[20] == pytest.approx(first.intermediate_values[20])
     assert second.user_attrs["run_dir"] == first.user_attrs["run_dir"]  # the same run, continued
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A bad night: a results disk that fills for a while, a database that restarts
+# ------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_full_results_disk_pauses_the_sweep_and_its_trial_is_queued_again(tmp_path, data_dir, tmpfs):
+    """The results filesystem fills while a trial trains: the trial fails, the worker records why, queues the
+    row again and claims nothing while the disk stays full (one line); freed, the retry resumes the run to its
+    budget. The storage is off that disk here (the chaos soak puts SQLite on it too)."""
+    results = tmpfs(400_000)
+    sweep = write_sweep(tmp_path, "full", {"base": {}}, heartbeat={"interval": 1, "grace": 10, "max_retry": 3})
+    url = f"sqlite:///{tmp_path / 'full.db'}"
+    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
+           f"run.results_dir={results}", *TINY, "train.max_steps=200", "--storage", url]
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    out = tmp_path / "worker.out"  # off the full disk, to be read
+    worker, run_dir = start_until_checkpoint(cmd, env, results, out=out.open("w"))
+    filler = results / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * (1 << 20))
+    try:
+        deadline = time.time() + 300
+        while "cannot be written (No space left on device" not in out.read_text():
+            assert worker.poll() is None and time.time() < deadline, out.read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(3)
+        assert "training" not in out.read_text().split("cannot be written (No space")[-1]  # nothing claimed
+    finally:
+        filler.unlink()
+    assert worker.wait(timeout=600) == 0, out.read_text()[-3000:]
+    text = out.read_text()
+    assert "Traceback" not in text and "results folder writable again after" in text, text[-3000:]
+    failed, retry = trials_of(url, "full")
+    assert failed.state == optuna.trial.TrialState.FAIL and retry.state == optuna.trial.TrialState.COMPLETE
+    assert "No space left on device" in failed.user_attrs["error"], failed.user_attrs
+    assert retry.system_attrs["retry_history"] == [failed.number]
+    done = json.loads((run_dir / "summary.json").read_text())
+    assert done["status"] == "completed" and done["steps"] == 200
+    assert done["attempts"][-1]["status"] != "completed"  # the attempt the full disk stopped (its summary may
+    # still say running: the disk refused its last write)
+
+
+def test_storage_calls_wait_for_a_database_that_restarts(postgres, pg_url, capsys):
+    """PostgreSQL stopped for a few seconds: a storage call waits for it (one warning line) and succeeds once it
+    is back; a storage that stays down past the patience raises."""
+    import threading
+
+    import sqlalchemy
+
+    from lightning_tfm.sweep.storage import open_storage, retry
+
+    study = optuna.create_study(storage=open_storage(pg_url), study_name="restart")
+    study.enqueue_trial({})
+    postgres.stop("fast")
+    back = threading.Timer(4, postgres.start)
+    back.start()
+    t0 = time.time()
+    try:
+        trials = retry(study.get_trials, patience=90)
+    finally:
+        back.join()
+    assert len(trials) == 1 and 3 < time.time() - t0 < 90
+    err = capsys.readouterr().err
+    assert err.count("the sweep storage is not answering") == 1 and "storage reachable again" in err
+    postgres.stop("fast")
+    try:
+        t0 = time.time()
+        with pytest.raises((optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError)):
+            retry(study.get_trials, patience=3)
+        assert time.time() - t0 < 30
+    finally:
+        postgres.start()
+    assert len(retry(study.get_trials)) == 1

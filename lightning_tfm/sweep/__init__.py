@@ -1,7 +1,7 @@
 """``ltfm sweep``: Table 3 as one Optuna study, open searches with pruning, many workers, resumable.
 
 One job per module; imports point one way (model <- training <- sweep <- report; inside the package,
-spec <- plan, storage <- worker, status <- cli, and spec, storage <- pruning):
+spec <- plan, storage <- queue <- worker, status <- cli, and spec, storage <- pruning):
 
 - :mod:`.spec`: the sweep file (:func:`load_sweep`, :class:`Sweep`, :class:`Entry`), its sampler and pruner
   (:func:`build_sampler`, :func:`build_pruner`) and its search space (:func:`distributions`, :func:`suggest`);
@@ -9,8 +9,9 @@ spec <- plan, storage <- worker, status <- cli, and spec, storage <- pruning):
   :class:`Plan`): one path for the worker, the dry run and the reports; parameter counts;
 - :mod:`.storage`: storage URLs and drivers, SQLite ``BEGIN IMMEDIATE``, the study (:func:`open_study`),
   the trial heartbeat, retries;
-- :mod:`.worker`: queueing, claiming and running trials as ``ltfm train`` processes (:class:`Worker`);
-  where a trial becomes a run folder and a W&B run;
+- :mod:`.queue`: the rows a variants sweep queues, the atomic claim of one, the duplicate check;
+- :mod:`.worker`: running claimed trials as ``ltfm train`` processes (:class:`Worker`); where a trial
+  becomes a run folder and a W&B run, and what a worker does when one is killed, locked or out of disk;
 - :mod:`.status`: the dry run and the status table;
 - :mod:`.launch`: ``--workers K|auto``: K workers started here, one progress line (rows done/running/left,
   each running row's step and dev PPL, the time left);
@@ -68,9 +69,16 @@ How trials are shared (every ``ltfm sweep`` on the same storage and file joins o
   crash fails one trial); the trial process reports the dev metric at each validation (:mod:`.pruning`).
   The worker records the run folder, W&B run id and results in the trial's user attributes; the objective
   is ``summary.json[metric]``.
-- Heartbeat: a trial whose worker was killed is failed by the next worker that starts after the grace
-  period and re-queued by Optuna's ``RetryHeartbeatStaleTrialCallback``; run ids are deterministic, so the
-  retry resumes the run from its last checkpoint. The trial process dies with its worker.
+- Heartbeat: a trial whose worker was killed or stopped is failed by a live worker once the grace period
+  has passed and re-queued by Optuna's ``RetryHeartbeatStaleTrialCallback``; run ids are deterministic, so the
+  retry resumes the run from its last checkpoint. The trial process dies with its worker. A worker with
+  nothing left to claim waits while trials of its rows still run elsewhere, so that such a retry is run
+  without a second command.
+- A bad night: a trial killed by a signal (the out-of-memory killer, kill -9) is queued again through the
+  same callback (``max_retry`` counts both); a trial stopped by a results folder that cannot be written is
+  queued again and the worker claims nothing until the folder takes writes again; a retry that finds its run
+  still trained by a stopped trial waits for that process to end, then resumes the run; storage calls wait
+  for a database that restarts (:func:`~.storage.retry`). ``make soak`` runs all of these at once.
 - A row the model cannot build (e.g. an odd d_model) is closed as FAIL with ``skip=unbuildable`` and the
   reason, never a crash.
 
@@ -90,7 +98,8 @@ from .spec import Entry, Sweep, build_pruner, build_sampler, distributions, load
 from .status import dry_run, format_status, status_rows
 from .storage import (STORAGE_ENV, Heartbeat, default_storage, machine_description, open_storage, open_study,
                       quiet_optuna, retry)
-from .worker import RESULT_ATTRS, Worker, claim_waiting, duplicate_of, enqueue_missing
+from .queue import claim_waiting, duplicate_of, enqueue_missing
+from .worker import RESULT_ATTRS, Worker
 
 __all__ = ["Entry", "Heartbeat", "Plan", "RESULT_ATTRS", "STORAGE_ENV", "Sweep", "Worker", "build_model_params",
            "build_pruner", "build_sampler", "check_buildable", "claim_waiting", "default_storage",

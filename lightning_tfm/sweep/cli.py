@@ -12,7 +12,8 @@ from .plan import Plan, format_overrides
 from .spec import load_sweep
 from .status import dry_run, format_status, status_rows
 from .storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
-from .worker import Worker, enqueue_missing, stop_on_sigterm
+from .queue import enqueue_missing
+from .worker import Worker, stop_on_sigterm
 from ..training.config import Config
 
 

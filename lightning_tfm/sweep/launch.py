@@ -304,7 +304,7 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
 
     def _terminated(signum, frame):  # noqa: ARG001 - `kill` / a batch scheduler: stop like Ctrl-C
         raise KeyboardInterrupt
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    previous = {sig: signal.signal(sig, _terminated) for sig in (signal.SIGTERM, signal.SIGUSR1)}  # and SLURM's warning
     try:
         for i, slot in enumerate(slots):
             env = worker_env(os.environ, slot, storage_url)
@@ -344,7 +344,8 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
                 p.kill()
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for _, fh in procs:
             fh.close()
     rcs = [p.returncode for p, _ in procs]

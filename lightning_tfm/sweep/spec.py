@@ -120,10 +120,18 @@ def _plugin_spec(path, what: str, value: Any, table: dict, default: str) -> dict
 
 
 def build_sampler(spec: dict | None):
+    """The Optuna sampler of a sweep file's ``sampler:``. A seeded one (but QMC) draws its random state anew for
+    every trial from the seed and the trial number (:class:`~.seeding.PerTrialSeed`): workers that share the
+    study do not propose the same points, and one worker's search is reproducible."""
     import optuna
 
     spec = dict(spec or {"type": "tpe"})
-    cls = getattr(optuna.samplers, SAMPLERS[spec.pop("type")])
+    kind = spec.pop("type")
+    cls = getattr(optuna.samplers, SAMPLERS[kind])
+    if spec.get("seed") is not None and kind != "qmc":
+        from .seeding import PerTrialSeed
+        seed = spec.pop("seed")
+        return PerTrialSeed(cls, spec, seed)
     return cls(**spec)
 
 

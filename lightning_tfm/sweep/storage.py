@@ -163,16 +163,36 @@ def open_study(sweep: Sweep, storage, create: bool = True):
     return study
 
 
-def retry(fn, *args, attempts: int = 5, **kw):
-    """Storage calls under heavy contention can fail transiently; try again a few times."""
+#: How long a worker keeps trying its storage (a database restarting, SQLite on a disk full for a while)
+#: before it gives up on a call
+STORAGE_PATIENCE_S = 300.0
+
+
+def retry(fn, *args, patience: float = STORAGE_PATIENCE_S, **kw):
+    """Call ``fn``, trying again while the storage fails transiently (contention, a database server that
+    restarts, SQLite on a full disk): pauses growing from 0.5 s to 10 s, for up to ``patience`` seconds, with
+    one warning line once it has lasted a few seconds; then the error is raised."""
     import optuna
-    for i in range(attempts):
+    from sqlalchemy.exc import SQLAlchemyError
+
+    start, pause, warned = time.monotonic(), 0.5, False
+    while True:
         try:
-            return fn(*args, **kw)
-        except optuna.exceptions.StorageInternalError:
-            if i == attempts - 1:
+            result = fn(*args, **kw)
+            if warned:
+                print(f"ltfm: storage reachable again after {time.monotonic() - start:.0f} s", file=sys.stderr)
+            return result
+        except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:
+            waited = time.monotonic() - start
+            if waited >= patience:
                 raise
-            time.sleep(0.5 * (i + 1))
+            if not warned and waited >= 2:
+                cause = e.__cause__ or e
+                print(f"ltfm: warning: the sweep storage is not answering ({cause.__class__.__name__}): trying "
+                      f"again for up to {patience:.0f} s", file=sys.stderr)
+                warned = True
+            time.sleep(pause)
+            pause = min(10.0, pause * 2)
 
 
 class Heartbeat:

@@ -1,9 +1,8 @@
 """The worker: one ``ltfm sweep`` process that joins the study, queues and claims trials, runs each as its own
 ``ltfm train`` process and records what came of it in the trial.
 
-- Variants: :func:`enqueue_missing` adds the (variant, seed) rows missing from the study as WAITING trials
-  (with the row's Table 3 knobs as params, for optuna-dashboard); :func:`claim_waiting` takes one with the
-  storage's atomic WAITING -> RUNNING transition; :func:`duplicate_of` closes a row enqueued twice.
+- Variants: the rows missing from the study are queued and claimed one at a time (:mod:`.queue`); a row
+  enqueued twice is closed as a duplicate.
 - Space: ``study.ask()`` with the sweep file's sampler until ``n_trials`` trials exist.
 - The trial process gets the storage URL through :data:`~.storage.STORAGE_ENV`, dies with its worker
   (``PR_SET_PDEATHSIG``), and is stopped like Ctrl-C when the worker gets SIGTERM.
@@ -21,118 +20,22 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from ..training import config
+from ..training import config, run_folder
 from ..training.errors import UserError
 from ..training.redact import scrub_text
 from ..training.results import RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .plan import Plan, check_buildable
+from .queue import claim_waiting, duplicate_of, enqueue_missing
 from .spec import Entry, Sweep, suggest
 from .storage import STORAGE_ENV, Heartbeat, retry
 
+#: How long a worker waits for a results folder that cannot be written (a full disk) before it stops
+DISK_PATIENCE_S = 900.0
+#: How long a trial waits for another process that trains its run (a stopped trial it retries) to end
+LOCKED_PATIENCE_S = 1800.0
+
 GPU_ENV = "LTFM_WORKER_GPU"  # set by the launcher: the GPU this worker's trials train on (recorded per trial)
-
-
-def enqueue_missing(study, plan: Plan) -> int:
-    """Enqueue every (variant, seed) row that has no live trial yet; returns how many were added."""
-    from optuna.trial import TrialState, create_trial
-
-    by_key: dict[str, list] = {}
-    for t in study.get_trials(deepcopy=False):
-        by_key.setdefault(t.user_attrs.get("grid_key"), []).append(t)
-    added = 0
-    space = dashboard_space(plan)
-    # Longest rows first (stable, so the paper's order holds within a budget): with several workers a
-    # row trained for 3x the steps overlaps the short ones instead of running alone at the end.
-    for entry in sorted(plan.sweep.entries(), key=lambda e: -e.budget):
-        trials = by_key.get(plan.grid_key(entry), [])
-        if any(t.state != TrialState.FAIL for t in trials):
-            continue  # waiting, running, complete or pruned somewhere
-        if any(t.user_attrs.get("skip") == "unbuildable" for t in trials):
-            continue  # will not build now either
-        params, dists = dashboard_params(plan, entry, space)
-        # study.enqueue_trial, with the row's knobs as the trial's params (enqueue_trial's own params are
-        # only applied by suggest_* calls, which these trials never make)
-        retry(study.add_trial, create_trial(state=TrialState.WAITING, params=params, distributions=dists,
-                                             user_attrs=plan.attrs(entry)))
-        added += 1
-    return added
-
-
-# The Table 3 knobs each variant trial carries as its Optuna params (flat config keys, as in W&B), so that
-# optuna-dashboard's trials table, parallel coordinates and Hyperparameter Importance show them. Nothing
-# samples them: they describe the row.
-# The training budget (train.max_steps) is the trial's budget, not a knob of the row: left out.
-DASHBOARD_KNOBS = tuple(key for _, key, _ in config.TABLE3_KNOBS if key != "train.max_steps")
-# Categorical knobs get every allowed value as choices (the config field's Literal), the same in every study:
-# Optuna refuses a parameter whose categorical choices differ between the trials of one study.
-DASHBOARD_CHOICES = {key: config.choices(key) for key in DASHBOARD_KNOBS if config.choices(key)}
-
-
-def _knob_value(plan: Plan, entry: Entry, key: str) -> Any:
-    return plan.trial_overrides(entry).get(key, config.get_dotted(plan.base_cfg, key))
-
-
-def dashboard_space(plan: Plan) -> dict:
-    """One distribution per knob spanning the values of the plan's rows: identical for every trial the plan
-    enqueues (Optuna's importance evaluators need one search space)."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    space = {}
-    for key in DASHBOARD_KNOBS:
-        if key in DASHBOARD_CHOICES:
-            space[key] = CategoricalDistribution(DASHBOARD_CHOICES[key])
-            continue
-        values = [_knob_value(plan, e, key) for e in plan.sweep.entries()]
-        if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
-            continue
-        if all(isinstance(v, int) for v in values):
-            space[key] = IntDistribution(min(values), max(values))
-        else:
-            space[key] = FloatDistribution(float(min(values)), float(max(values)))
-    return space
-
-
-def dashboard_params(plan: Plan, entry: Entry, space: dict) -> tuple[dict, dict]:
-    params, dists = {}, {}
-    for key, dist in space.items():
-        value = _knob_value(plan, entry, key)
-        if value is None or (key in DASHBOARD_CHOICES and value not in DASHBOARD_CHOICES[key]):
-            continue
-        params[key] = float(value) if dist.__class__.__name__ == "FloatDistribution" else value
-        dists[key] = dist
-    return params, dists
-
-
-def claim_waiting(study, storage, study_id: int, keys: set[str] | None = None):
-    """Atomically move one WAITING trial to RUNNING (as ``study.ask`` does), or None if none is left.
-
-    With ``keys``, only trials of those grid keys: a worker runs its own plan's rows (its budget, its variant
-    definitions), and leaves rows enqueued by workers with another plan to them."""
-    import optuna
-    from optuna.trial import TrialState
-
-    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        if keys is not None and t.user_attrs.get("grid_key") not in keys:
-            continue
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-        try:
-            if retry(storage.set_trial_state_values, trial_id, state=TrialState.RUNNING):
-                return optuna.trial.Trial(study, trial_id), trial_id
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue
-    return None
-
-
-def duplicate_of(study, number: int, key: str):
-    """The lower-numbered live (waiting/running/complete/pruned) trial holding ``key``, if any."""
-    from optuna.trial import TrialState
-
-    for t in study.get_trials(deepcopy=False):
-        if t.number < number and t.user_attrs.get("grid_key") == key and t.state != TrialState.FAIL:
-            return t
-    return None
 
 
 def _death_signal():
@@ -153,16 +56,18 @@ _TERMINATED = threading.Event()
 
 
 def _on_sigterm(signum, frame):  # noqa: ARG001
-    """SIGTERM (``kill``, a batch system's preemption) ends a worker like Ctrl-C: its trial is stopped and
-    recorded as interrupted, and the next ``ltfm sweep`` resumes it from its checkpoint."""
+    """SIGTERM (``kill``, a batch system's preemption) and SIGUSR1 (SLURM's warning before it, with
+    ``--signal=USR1@N``) end a worker like Ctrl-C: its trial is stopped and recorded as interrupted, and the
+    next ``ltfm sweep`` resumes it from its checkpoint."""
     _TERMINATED.set()
     raise KeyboardInterrupt
 
 
 def stop_on_sigterm() -> None:
-    """Let SIGTERM end this worker as Ctrl-C does (signal handlers can only be set in the main thread)."""
+    """Let SIGTERM and SIGUSR1 end this worker as Ctrl-C does (handlers can only be set in the main thread)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, _on_sigterm)
 
 
 def _log_error_line(log: Path) -> str | None:
@@ -181,6 +86,8 @@ def _log_error_line(log: Path) -> str | None:
 
 # The run's results a trial records in its user attributes (what reports read when the run folder is elsewhere).
 RESULT_ATTRS = RESULT_FIELDS + WANDB_FIELDS
+# What one attempt records in its trial, left out of the attributes its retry inherits
+ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", *RESULT_ATTRS}
 
 
 def killed_by(signum: int) -> str:
@@ -214,12 +121,14 @@ class Worker:
         self.study_id = storage.get_study_id_from_name(sweep.name)
         self.out = out
         self.logs = plan.results_dir / "sweep-logs" / sweep.name
-        self.counts = {"completed": 0, "pruned": 0, "failed": 0, "skipped": 0}
+        self.counts = {"completed": 0, "pruned": 0, "failed": 0, "requeued": 0, "skipped": 0}
         self.keys = {plan.grid_key(e) for e in sweep.entries()} if sweep.mode == "variants" else None
         self._last_input_error: str | None = None
+        self._waiting_on: list[int] = []
 
     def say(self, msg: str) -> None:
-        print(f"[{self.sweep.name}] {msg}", file=self.out, flush=True)
+        with contextlib.suppress(OSError):  # a log on a full disk: the line is lost, the worker goes on
+            print(f"[{self.sweep.name}] {msg}", file=self.out, flush=True)
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self, n_trials: int | None) -> int:
@@ -231,10 +140,13 @@ class Worker:
                 self.say(f"queued {added} trial(s)")
         trained = 0
         while n_trials is None or trained < n_trials:
+            self._wait_for_disk()  # claim nothing while the results folder cannot be written
             retry(fail_stale_trials, self.study)  # trials of dead workers -> FAIL + a WAITING retry
             if self.sweep.mode == "variants":
                 claimed = claim_waiting(self.study, self.storage, self.study_id, self.keys)
                 if claimed is None:
+                    if self._wait_for_running():
+                        continue
                     break
                 trial, trial_id = claimed
                 entry = self._entry_of(trial)
@@ -245,14 +157,51 @@ class Worker:
                 if claimed is not None:
                     trial, trial_id = claimed
                 elif self._space_full():
+                    if self._wait_for_running():
+                        continue
                     break
                 else:
                     trial = retry(self.study.ask)
-                    trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+                    trial_id = retry(self.storage.get_trial_id_from_study_id_trial_number, self.study_id, trial.number)
                 entry = self._sample(trial)
             trained += self.run_trial(trial, trial_id, entry)
         self._final_message()
         return 1 if self.counts["failed"] else 0
+
+    def _wait_for_running(self) -> bool:
+        """Nothing to claim, but trials of this worker's rows still run elsewhere: wait one heartbeat interval
+        (True) and look again, because if one of them stops beating (its worker killed or stopped) the study
+        queues its retry, and this worker is the one left to run it. False when none runs: the sweep is done."""
+        from optuna.trial import TrialState
+
+        running = [t.number for t in retry(self.study.get_trials, deepcopy=False, states=(TrialState.RUNNING,))
+                   if self.keys is None or t.user_attrs.get("grid_key") in self.keys]
+        if not running:
+            return False
+        if running != self._waiting_on:
+            self._waiting_on = running
+            self.say(f"nothing left to claim; waiting while trial(s) {', '.join(map(str, running))} run in other "
+                     "workers (a retry is run here if one of them stops beating)")
+        time.sleep(self.sweep.heartbeat["interval"])
+        return True
+
+    def _wait_for_disk(self, patience: float = DISK_PATIENCE_S) -> None:
+        """Wait while the results folder cannot take a write (a full disk, a quota): one line when it starts and
+        one when it ends; a one-line error (exit 2) if it lasts ``patience`` seconds. Claiming trials meanwhile
+        would fail every row in turn."""
+        problem = run_folder.write_problem(self.plan.results_dir)
+        if problem is None:
+            return
+        self.say(f"results folder {self.plan.results_dir} cannot be written ({problem}): waiting for it, up to "
+                 f"{patience / 60:.0f} min")
+        start = time.monotonic()
+        while problem is not None:
+            if time.monotonic() - start >= patience:
+                raise UserError(f"results folder {self.plan.results_dir} could not be written for {patience / 60:.0f} "
+                                f"min ({problem}): free space there, then run the same command again")
+            time.sleep(self.sweep.heartbeat["interval"])
+            problem = run_folder.write_problem(self.plan.results_dir)
+        self.say(f"results folder writable again after {time.monotonic() - start:.0f} s")
 
     def _entry_of(self, trial) -> Entry:
         a = trial.user_attrs
@@ -261,9 +210,10 @@ class Worker:
 
     def _space_full(self) -> bool:
         """Whether the study holds ``n_trials`` search points. A point is a trial, less duplicates and less
-        failed trials that were retried (their retry is the same point)."""
-        trials = self.study.get_trials(deepcopy=False)
-        retried = {t.system_attrs.get("failed_trial") for t in trials} - {None}
+        failed trials that were retried (their retry is the same point; a retry's ``retry_history`` names every
+        earlier attempt)."""
+        trials = retry(self.study.get_trials, deepcopy=False)
+        retried = {n for t in trials for n in t.system_attrs.get("retry_history") or []}
         points = [t for t in trials if t.user_attrs.get("skip") != "duplicate" and t.number not in retried]
         return len(points) >= (self.sweep.n_trials or 0)
 
@@ -280,7 +230,7 @@ class Worker:
         return entry
 
     # -- one trial -----------------------------------------------------------------------------------------
-    def _close(self, trial, state, values=None, **attrs) -> None:
+    def _close(self, trial, state, values=None, **attrs) -> bool:
         """Record the trial's end. A trial the study already finished (failed as stale while this worker was
         stopped, say) keeps what it has: its retry owns the row now, and this worker goes on to the next."""
         import optuna
@@ -291,8 +241,40 @@ class Worker:
                     retry(trial.set_user_attr, k, v)
         except optuna.exceptions.UpdateFinishedTrialError:
             self.say(f"trial {trial.number} was already finished by the study (its heartbeat lapsed): left as it is")
-            return
+            return False
         retry(self.study.tell, trial.number, values, state=state, skip_if_finished=True)
+        return True
+
+    def _disk_failure(self, trial, trial_id: int, label: str, error: str, **attrs) -> None:
+        """A trial stopped by a results folder that cannot be written: recorded as failed with the reason,
+        queued again (its run resumes from its checkpoint), and the worker waits for the disk."""
+        from optuna.trial import TrialState
+
+        self.say(f"{label}: failed: {error}")
+        requeued = self._close(trial, TrialState.FAIL, error=error, **attrs) and self._requeue(trial_id, label)
+        self.counts["requeued" if requeued else "failed"] += 1
+        self._wait_for_disk()
+
+    def _requeue(self, trial_id: int, label: str) -> bool:
+        """Queue a trial killed by a signal (the out-of-memory killer, a preemption past its grace, kill -9)
+        again, as the study queues one whose heartbeat lapsed: Optuna's retry callback, with the sweep's
+        ``max_retry`` and the retry history, and the row's attributes without this attempt's error. The retry
+        resumes the run from its last checkpoint."""
+        from optuna.trial import TrialState
+
+        callback = self.storage.get_heartbeat_stale_trial_callback()
+        frozen = retry(self.storage.get_trial, trial_id)
+        if callback is None or frozen.state != TrialState.FAIL:
+            return False
+        attempts = len(frozen.system_attrs.get("retry_history", [])) + 1
+        max_retry = self.sweep.heartbeat["max_retry"]
+        if max_retry is not None and attempts > max_retry:
+            self.say(f"{label}: not queued again ({attempts} attempts; heartbeat max_retry is {max_retry})")
+            return False
+        frozen.user_attrs = {k: v for k, v in frozen.user_attrs.items() if k not in ATTEMPT_ATTRS}
+        retry(callback, self.study, frozen)
+        self.say(f"{label}: queued again (retry {attempts} of {max_retry if max_retry is not None else 'unlimited'})")
+        return True
 
     def run_trial(self, trial, trial_id: int, entry: Entry) -> int:
         """Run one claimed trial; returns 1 if a training process was started."""
@@ -312,9 +294,9 @@ class Worker:
                 self.say(f"{label}: skipped: {reason}")
                 self._close(trial, TrialState.FAIL, skip="unbuildable", reason=reason)
                 return 0
-            return self._train(trial, entry, cfg, params, label)
+            return self._train(trial, trial_id, entry, cfg, params, label)
 
-    def _train(self, trial, entry: Entry, cfg: config.Config, params: int, label: str) -> int:
+    def _train(self, trial, trial_id: int, entry: Entry, cfg: config.Config, params: int, label: str) -> int:
         from optuna.trial import TrialState
 
         rid = config.run_id(cfg)
@@ -329,33 +311,36 @@ class Worker:
         # and the trial process trains from that file. The storage URL goes in the environment only.
         cfg.sweep.study, cfg.sweep.trial, cfg.sweep.metric = self.sweep.name, trial.number, self.sweep.metric
         cfg.sweep.storage = None
-        trial_file = write_trial_config(cfg, run_dir)
+        try:
+            trial_file = write_trial_config(cfg, run_dir)
+        except OSError as e:
+            err = run_folder.storage_error(e, run_dir)
+            if err is None:
+                raise
+            self._disk_failure(trial, trial_id, label, str(err))
+            return 0
         cmd = [sys.executable, "-m", "lightning_tfm", "train", str(trial_file)]
         env = {**os.environ, STORAGE_ENV: self.url, "PYTHONUNBUFFERED": "1"}
         self.say(f"{label}: training {rid} (log {log})")
         started = time.time()
-        with open(log, "ab") as fh:
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    preexec_fn=_death_signal())
-            try:
-                rc = proc.wait()
-            except BaseException:  # Ctrl-C: the trial process got SIGINT too; let it save its summary
-                if _TERMINATED.is_set() and proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)  # SIGTERM reached this worker alone: stop the trial the same way
-                with contextlib.suppress(Exception):
-                    proc.wait(timeout=30)
-                if proc.poll() is None:
-                    proc.kill()
-                self._close(trial, TrialState.FAIL, reason="interrupted", status="interrupted")
-                raise
-        if rc == 2 and RUN_LOCKED in (_log_error_line(log) or ""):
-            # Another process (a `ltfm train` by hand, a worker of another sweep) trains this very run:
-            # not this trial's failure, and not an input error that would stop the worker.
-            self.counts["skipped"] += 1
+        deadline = None
+        while True:
+            proc, rc = self._run_process(cmd, env, log, trial)
+            if not (rc == 2 and RUN_LOCKED in (_log_error_line(log) or "")):
+                break
+            # Another process trains this very run: a stopped trial whose heartbeat lapsed (this trial is its
+            # retry), a `ltfm train` by hand, a worker of another sweep. Not this trial's failure: it waits
+            # (beating its heart) for the run's lock, then starts again, resuming the run or finding it completed.
             reason = scrub_text(_log_error_line(log) or "", self.url)
-            self.say(f"{label}: already running elsewhere: {reason}")
-            self._close(trial, TrialState.FAIL, skip="running", reason=reason)
-            return 1
+            if deadline is None:
+                deadline = time.monotonic() + LOCKED_PATIENCE_S
+                self.say(f"{label}: already running elsewhere: {reason}; waiting for it to end (up to "
+                         f"{LOCKED_PATIENCE_S / 60:.0f} min), then this trial resumes the run")
+            if not self._wait_unlocked(run_dir, deadline):
+                self.counts["skipped"] += 1
+                self.say(f"{label}: still running elsewhere after {LOCKED_PATIENCE_S / 60:.0f} min: left to it")
+                self._close(trial, TrialState.FAIL, skip="running", reason=reason)
+                return 1
         summary = read_summary(run_dir) or {}
         if rc != 0 and summary.get("pid") not in (None, proc.pid):
             summary = {}  # left by an earlier attempt: this process died before writing its own
@@ -378,7 +363,6 @@ class Worker:
             self.say(f"{label}: pruned at step {summary.get('steps')} ({took})")
             self._close(trial, TrialState.PRUNED, **results)
         else:
-            self.counts["failed"] += 1
             if status == "completed":
                 error = f"summary.json has no finite {self.sweep.metric}"
             elif rc < 0:  # ended by a signal it could not handle: its log's last line says nothing of why
@@ -387,23 +371,61 @@ class Worker:
                 error = (_log_error_line(log) if rc == 2 else None) or summary.get("error") or \
                     _log_error_line(log) or f"exit code {rc}"
             error = scrub_text(error, self.url)
+            problem = run_folder.write_problem(self.plan.results_dir)
+            if rc > 0 and (problem is not None or run_folder.CANNOT_WRITE in error):
+                # the results folder could not take the run's writes (its log may be empty): not the row's failure
+                if run_folder.CANNOT_WRITE not in error:
+                    error = f"{error}; the results folder cannot be written ({problem})"
+                self._disk_failure(trial, trial_id, label, error, exit_code=rc, **results)
+                return 1
             self.say(f"{label}: failed: {error} ({took}; log {log})")
-            self._close(trial, TrialState.FAIL, error=error, exit_code=rc, **results)
+            closed = self._close(trial, TrialState.FAIL, error=error, exit_code=rc, **results)
+            # not closed: the study had failed it already (its heartbeat lapsed) and queued its retry
+            requeued = not closed or (rc < 0 and self._requeue(trial_id, label))
+            self.counts["requeued" if requeued else "failed"] += 1
             if rc == 2:  # an input error (data, results folder): if it repeats, every trial would fail
                 if error == self._last_input_error:
                     raise UserError(f"{error} (two trials in a row failed this way; see {log})")
                 self._last_input_error = error
         return 1
 
+    def _run_process(self, cmd: list[str], env: dict, log: Path, trial) -> tuple[subprocess.Popen, int]:
+        """Run the trial's ``ltfm train`` with its output appended to ``log``; (process, exit code). Ctrl-C or
+        SIGTERM stops it like Ctrl-C (it saves its summary) and records the trial as interrupted."""
+        from optuna.trial import TrialState
+
+        with open(log, "ab") as fh:
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    preexec_fn=_death_signal())
+            try:
+                return proc, proc.wait()
+            except BaseException:  # Ctrl-C: the trial process got SIGINT too; let it save its summary
+                if _TERMINATED.is_set() and proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)  # SIGTERM reached this worker alone: stop the trial the same way
+                with contextlib.suppress(Exception):
+                    proc.wait(timeout=30)
+                if proc.poll() is None:
+                    proc.kill()
+                self._close(trial, TrialState.FAIL, reason="interrupted", status="interrupted")
+                raise
+
+    def _wait_unlocked(self, run_dir: Path, deadline: float) -> bool:
+        """Wait until no process holds the run's lock (True), or until ``deadline`` (False)."""
+        while not run_folder.lock_free(run_dir):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(self.sweep.heartbeat["interval"])
+        return True
+
     def _final_message(self) -> None:
         from optuna.trial import TrialState
 
-        trials = self.study.get_trials(deepcopy=False)
+        trials = retry(self.study.get_trials, deepcopy=False)
         running = [t.number for t in trials if t.state == TrialState.RUNNING]
         waiting = [t.number for t in trials if t.state == TrialState.WAITING]
         c = self.counts
         msg = (f"worker done: {c['completed']} completed, {c['pruned']} pruned, {c['failed']} failed, "
-               f"{c['skipped']} skipped")
+               f"{c['skipped']} skipped" + (f", {c['requeued']} stopped and queued again" if c["requeued"] else ""))
         if running:
             msg += (f"; trial(s) {', '.join(map(str, running))} still running in other workers (a trial whose "
                     f"worker died is re-run by the next `ltfm sweep` started {self.sweep.heartbeat['grace']} s "

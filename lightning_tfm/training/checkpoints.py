@@ -243,20 +243,27 @@ def set_aside(path: Path, why: str) -> Path:
 
 def resume_checkpoint(ckpt_dir: Path) -> Path | None:
     """The checkpoint to resume from: ``last.ckpt`` when it reads, else the newest readable
-    ``step=*.ckpt``; unreadable ones (truncated by a full disk or a kill) are set aside with a warning.
+    ``step=*.ckpt`` (also when there is no ``last.ckpt``: a process killed between writing a step checkpoint
+    and ``last.ckpt``); unreadable ones (truncated by a full disk or a kill) are set aside with a warning.
     None (start from step 0) when there is none, which is said too if checkpoints were set aside."""
     last = ckpt_dir / "last.ckpt"
+    set_aside_any = False
     if last.is_file():
         why = checkpoint_problem(last)
         if why is None:
             return last
         set_aside(last, why)
-        for step, path in reversed(step_checkpoints(ckpt_dir.parent)):
-            why = checkpoint_problem(path)
-            if why is None:
-                print(f"ltfm: resuming from {path.name} (step {step}) instead", file=sys.stderr)
-                return path
-            set_aside(path, why)
+        set_aside_any = True
+    for step, path in reversed(step_checkpoints(ckpt_dir.parent)):
+        why = checkpoint_problem(path)
+        if why is None:
+            print(f"ltfm: resuming from {path.name} (step {step}) " +
+                  ("instead" if set_aside_any else "(no last.ckpt: the run was stopped before writing it)"),
+                  file=sys.stderr)
+            return path
+        set_aside(path, why)
+        set_aside_any = True
+    if set_aside_any:
         print("ltfm: warning: no readable checkpoint left: the run starts over from step 0", file=sys.stderr)
     return None
 

@@ -59,6 +59,8 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.
 
 
 # ... as some libraries (tokenizers, torch's C++ writer) report them: as text, not an OSError
+CANNOT_WRITE = "cannot write in"  # how a storage error's line starts: the sweep worker looks for it
+
 _STORAGE_TEXTS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "file write failed")
 
 
@@ -78,11 +80,65 @@ def storage_error(exc: BaseException, run_dir: Path) -> UserError | None:
         e = e.__cause__ or e.__context__
     else:
         return None
-    return UserError(f"cannot write in {run_dir} ({what}; {free_space(run_dir)} free there): free space, or set "
+    return UserError(f"{CANNOT_WRITE} {run_dir} ({what}; {free_space(run_dir)} free there): free space, or set "
                      f"run.results_dir to a writable folder, then run the same command again to resume")
 
 
+def write_problem(results_dir: Path, size: int = 1 << 16) -> str | None:
+    """Why the results folder cannot take a write now (``No space left on device; 0 bytes free``), or None:
+    a small file is written, flushed to the filesystem and removed (a folder alone can be made on a full disk)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=results_dir, prefix=".ltfm-probe-") as f:
+            f.write(b"\0" * size)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        return f"{e.strerror or e.__class__.__name__}; {free_space(results_dir)} free"
+    return None
+
+
 LOCK_FILE = "train.lock"
+
+#: When set, every acquisition and release of a run's lock is appended to this file as one JSON line (run id,
+#: event, pid, host, time, and at acquisition the previous holder the lock file named and whether it was still
+#: alive): the audit trail in which ``tests/soak/soak.py`` checks that no two processes ever trained one run.
+LOCK_LOG_ENV = "LTFM_LOCK_LOG"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists and has not exited (a zombie has released its locks)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return False
+    except (OSError, IndexError):
+        pass
+    try:  # no /proc (macOS): a signal 0 tells whether the process exists
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def audit(rid: str, event: str, **fields) -> None:
+    """Append one line to the lock audit log (``$LTFM_LOCK_LOG``), if one is asked for; never fails."""
+    path = os.environ.get(LOCK_LOG_ENV)
+    if not path:
+        return
+    line = json.dumps({"run": rid, "event": event, "pid": os.getpid(), "host": socket.gethostname(),
+                       "t": time.time(), **fields}) + "\n"
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one write of one line with O_APPEND: lines never interleave
+        finally:
+            os.close(fd)
 
 
 class RunLock:
@@ -112,6 +168,13 @@ class RunLock:
             raise UserError(f"run {self.rid} {results.RUN_LOCKED} {who} (lock {self.path}): wait for it to finish or stop "
                             f"it; running the same command afterwards resumes the run") from None
         self.fd = fd
+        if os.environ.get(LOCK_LOG_ENV):
+            try:
+                before = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except ValueError:
+                before = {}
+            prev = before.get("pid") if isinstance(before, dict) and before.get("host") == socket.gethostname() else None
+            audit(self.rid, "acquire", prev_pid=prev, prev_alive=_alive(prev) if isinstance(prev, int) else None)
         with contextlib.suppress(OSError):  # a full disk must not stop the holder itself
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode() + b"\n", 0)
@@ -119,8 +182,26 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         if self.fd is not None:
+            audit(self.rid, "release")  # before the close: no other process can hold the lock yet
             os.close(self.fd)  # releases the flock
             self.fd = None
+
+
+def lock_free(run_dir: Path) -> bool:
+    """Whether no process holds ``run_dir``'s training lock now (taken and released at once to find out)."""
+    import fcntl
+
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # releases it, if taken
+    return True
 
 
 def previous_summary(summary_path: Path) -> dict | None:

@@ -1,0 +1,121 @@
+"""The study's queue of rows: the (variant, seed) rows a variants sweep enqueues as WAITING trials (with the
+row's Table 3 knobs as params, for optuna-dashboard), the atomic claim of one, and the duplicate check.
+
+- :func:`enqueue_missing` adds the rows missing from the study;
+- :func:`claim_waiting` takes one with the storage's atomic WAITING -> RUNNING transition;
+- :func:`duplicate_of` finds a lower-numbered live trial of a row enqueued twice.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from ..training import config
+from .plan import Plan
+from .spec import Entry
+from .storage import retry
+
+
+def enqueue_missing(study, plan: Plan) -> int:
+    """Enqueue every (variant, seed) row that has no live trial yet; returns how many were added."""
+    from optuna.trial import TrialState, create_trial
+
+    by_key: dict[str, list] = {}
+    for t in retry(study.get_trials, deepcopy=False):
+        by_key.setdefault(t.user_attrs.get("grid_key"), []).append(t)
+    added = 0
+    space = dashboard_space(plan)
+    # Longest rows first (stable, so the paper's order holds within a budget): with several workers a
+    # row trained for 3x the steps overlaps the short ones instead of running alone at the end.
+    for entry in sorted(plan.sweep.entries(), key=lambda e: -e.budget):
+        trials = by_key.get(plan.grid_key(entry), [])
+        if any(t.state != TrialState.FAIL for t in trials):
+            continue  # waiting, running, complete or pruned somewhere
+        if any(t.user_attrs.get("skip") == "unbuildable" for t in trials):
+            continue  # will not build now either
+        params, dists = dashboard_params(plan, entry, space)
+        # study.enqueue_trial, with the row's knobs as the trial's params (enqueue_trial's own params are
+        # only applied by suggest_* calls, which these trials never make)
+        retry(study.add_trial, create_trial(state=TrialState.WAITING, params=params, distributions=dists,
+                                             user_attrs=plan.attrs(entry)))
+        added += 1
+    return added
+
+
+# The Table 3 knobs each variant trial carries as its Optuna params (flat config keys, as in W&B), so that
+# optuna-dashboard's trials table, parallel coordinates and Hyperparameter Importance show them. Nothing
+# samples them: they describe the row.
+# The training budget (train.max_steps) is the trial's budget, not a knob of the row: left out.
+DASHBOARD_KNOBS = tuple(key for _, key, _ in config.TABLE3_KNOBS if key != "train.max_steps")
+# Categorical knobs get every allowed value as choices (the config field's Literal), the same in every study:
+# Optuna refuses a parameter whose categorical choices differ between the trials of one study.
+DASHBOARD_CHOICES = {key: config.choices(key) for key in DASHBOARD_KNOBS if config.choices(key)}
+
+
+def _knob_value(plan: Plan, entry: Entry, key: str) -> Any:
+    return plan.trial_overrides(entry).get(key, config.get_dotted(plan.base_cfg, key))
+
+
+def dashboard_space(plan: Plan) -> dict:
+    """One distribution per knob spanning the values of the plan's rows: identical for every trial the plan
+    enqueues (Optuna's importance evaluators need one search space)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    space = {}
+    for key in DASHBOARD_KNOBS:
+        if key in DASHBOARD_CHOICES:
+            space[key] = CategoricalDistribution(DASHBOARD_CHOICES[key])
+            continue
+        values = [_knob_value(plan, e, key) for e in plan.sweep.entries()]
+        if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+            continue
+        if all(isinstance(v, int) for v in values):
+            space[key] = IntDistribution(min(values), max(values))
+        else:
+            space[key] = FloatDistribution(float(min(values)), float(max(values)))
+    return space
+
+
+def dashboard_params(plan: Plan, entry: Entry, space: dict) -> tuple[dict, dict]:
+    params, dists = {}, {}
+    for key, dist in space.items():
+        value = _knob_value(plan, entry, key)
+        if value is None or (key in DASHBOARD_CHOICES and value not in DASHBOARD_CHOICES[key]):
+            continue
+        params[key] = float(value) if dist.__class__.__name__ == "FloatDistribution" else value
+        dists[key] = dist
+    return params, dists
+
+
+def claim_waiting(study, storage, study_id: int, keys: set[str] | None = None):
+    """Atomically move one WAITING trial to RUNNING (as ``study.ask`` does), or None if none is left.
+
+    With ``keys``, only trials of those grid keys: a worker runs its own plan's rows (its budget, its variant
+    definitions), and leaves rows enqueued by workers with another plan to them."""
+    import optuna
+    from optuna.trial import TrialState
+
+    for t in retry(study.get_trials, deepcopy=False, states=(TrialState.WAITING,)):
+        if keys is not None and t.user_attrs.get("grid_key") not in keys:
+            continue
+        trial_id = retry(storage.get_trial_id_from_study_id_trial_number, study_id, t.number)
+        try:
+            if retry(storage.set_trial_state_values, trial_id, state=TrialState.RUNNING):
+                # its first heartbeat at once: a RUNNING trial without one is never judged stale, so a worker
+                # killed between the claim and its Heartbeat would leave the row running forever
+                with contextlib.suppress(Exception):
+                    storage.record_heartbeat(trial_id)
+                return optuna.trial.Trial(study, trial_id), trial_id
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+    return None
+
+
+def duplicate_of(study, number: int, key: str):
+    """The lower-numbered live (waiting/running/complete/pruned) trial holding ``key``, if any."""
+    from optuna.trial import TrialState
+
+    for t in retry(study.get_trials, deepcopy=False):
+        if t.number < number and t.user_attrs.get("grid_key") == key and t.state != TrialState.FAIL:
+            return t
+    return None

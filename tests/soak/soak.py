@@ -1,0 +1,418 @@
+"""``make soak``: a sweep run through a bad night, then checked.
+
+A smoke-scale Table 3 sweep (``table3-soak.yaml``: 20 rows x 2 seeds) is run by 4 workers, once on SQLite and
+once on PostgreSQL (a throwaway loopback cluster, as the test suite starts), and a search sweep
+(``search-soak.yaml``) by 4 workers on SQLite, while a seeded chaos driver, logging every act to
+``chaos.log``:
+
+- every 20-40 s SIGKILLs a random worker (and starts another with the same command) or a random running
+  trial's process;
+- twice a sweep SIGSTOPs a worker and its trial past the heartbeat grace (Ctrl-Z), then SIGCONTs them;
+- once a sweep fills the results filesystem (its own tmpfs) until writes fail, holds it, then frees it;
+- on PostgreSQL, once stops the server for ~20 s and starts it again.
+
+Then every invariant is checked and printed with its count, and the figures are printed as one table
+(``figures.md``, ``figures.json`` in the output folder):
+
+- every (row, seed) has exactly one COMPLETE trial, whose value equals its run folder's summary.json;
+- every search trial that was started is finished (complete or pruned) or was re-run;
+- no run folder holds ``-v1`` checkpoints, leftover temporary files, or a ``completed`` summary short of its
+  budget; no run folder was trained by two processes at once (the lock audit log, ``LTFM_LOCK_LOG``);
+- ``ltfm runs`` and ``ltfm report`` show every row;
+- no traceback in any worker or trial log.
+
+Usage (as root: tmpfs mounts, and PostgreSQL runs as the ``postgres`` user)::
+
+    python tests/soak/soak.py --seed 1 [--out soak-out] [--storages sqlite,postgresql] [--search/--no-search]
+
+Exit 0 when every invariant holds, 1 when one does not (each failure printed), 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))  # tests/pg.py: the throwaway PostgreSQL cluster
+sys.path.insert(0, str(ROOT))
+
+STORAGE_ENV = "LTFM_SWEEP_STORAGE"
+LOCK_LOG_ENV = "LTFM_LOCK_LOG"
+TMPFS_SIZE = "2g"
+
+
+def say(msg: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class ChaosLog:
+    def __init__(self, path: Path):
+        self.fh = open(path, "a")
+        self.t0 = time.time()
+
+    def __call__(self, phase: str, event: str, **kw) -> None:
+        rec = {"t": round(time.time() - self.t0, 1), "phase": phase, "event": event, **kw}
+        self.fh.write(json.dumps(rec) + "\n")
+        self.fh.flush()
+        say(f"{phase}: {event} " + " ".join(f"{k}={v}" for k, v in kw.items()))
+
+
+# ----------------------------------------------------------------------------------------------- processes
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+def trial_of(worker_pid: int) -> int | None:
+    """The ``ltfm train`` process a worker runs now, if any."""
+    for pid in children(worker_pid):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"train" in cmd:
+            return pid
+    return None
+
+
+def signal_pid(pid: int | None, sig: int) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@dataclass
+class WorkerProc:
+    index: int
+    proc: subprocess.Popen
+    log: Path
+    stopped: bool = False
+
+
+@dataclass
+class Phase:
+    """One sweep run through chaos: its figures, and the failures its checks found."""
+
+    name: str
+    storage: str
+    sweep_file: Path
+    results: Path
+    url: str
+    figures: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------- the driver
+class Driver:
+    """Runs one sweep with ``workers`` workers and the chaos schedule; returns when every worker has ended and
+    the sweep is finished (re-running the worker command, as an operator would, if it ended unfinished)."""
+
+    def __init__(self, phase: Phase, rng: random.Random, log: ChaosLog, workers: int, data: Path,
+                 lock_log: Path, pg=None, cap_s: float = 900):
+        self.p, self.rng, self.log, self.n, self.data = phase, rng, log, workers, data
+        self.lock_log, self.pg, self.cap_s = lock_log, pg, cap_s
+        self.workers: list[WorkerProc] = []
+        self.count = {"worker kills": 0, "trial kills": 0, "stops past the heartbeat": 0, "disk-full episodes": 0,
+                      "storage outages": 0, "workers started": 0, "re-runs of the command": 0}
+        self.grace = 20
+        self.total = 0
+
+    # -- workers
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "lightning_tfm", "sweep", str(self.p.sweep_file), "--storage-from-env",
+                f"data.path={self.data}", f"run.results_dir={self.p.results}", "train.threads=1"]
+
+    def start_worker(self) -> WorkerProc:
+        logs = self.p.results / "sweep-logs" / self.p.sweep_file.stem  # where `ltfm sweep --workers` puts them
+        logs.mkdir(parents=True, exist_ok=True)
+        i = self.count["workers started"]
+        self.count["workers started"] += 1
+        log = logs / f"worker-{i}.log"
+        env = {**os.environ, STORAGE_ENV: self.p.url, LOCK_LOG_ENV: str(self.lock_log), "PYTHONUNBUFFERED": "1",
+               "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+        fh = open(log, "ab")
+        proc = subprocess.Popen(self.command(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=ROOT)
+        fh.close()
+        w = WorkerProc(i, proc, log)
+        self.workers.append(w)
+        self.log(self.p.name, "start worker", worker=i, pid=proc.pid)
+        return w
+
+    def alive(self) -> list[WorkerProc]:
+        return [w for w in self.workers if w.proc.poll() is None]
+
+    # -- progress: run folders whose summary says completed
+    def completed(self) -> int:
+        n = 0
+        for s in self.p.results.glob("*/summary.json"):
+            try:
+                n += json.loads(s.read_text()).get("status") == "completed"
+            except (OSError, ValueError):
+                pass
+        return n
+
+    # -- chaos acts
+    def kill_something(self) -> None:
+        candidates = [w for w in self.alive() if not w.stopped]
+        if not candidates:
+            return
+        w = self.rng.choice(candidates)
+        trial = trial_of(w.proc.pid)
+        if self.rng.random() < 0.5 or trial is None:
+            signal_pid(w.proc.pid, signal.SIGKILL)
+            w.proc.wait()
+            self.count["worker kills"] += 1
+            self.log(self.p.name, "SIGKILL worker", worker=w.index, pid=w.proc.pid, trial_pid=trial)
+            self.start_worker()
+        else:
+            if signal_pid(trial, signal.SIGKILL):
+                self.count["trial kills"] += 1
+                self.log(self.p.name, "SIGKILL trial", worker=w.index, trial_pid=trial)
+
+    def stop_past_heartbeat(self) -> None:
+        candidates = [w for w in self.alive() if not w.stopped and trial_of(w.proc.pid)]
+        if not candidates:
+            return
+        w = self.rng.choice(candidates)
+        trial = trial_of(w.proc.pid)
+        signal_pid(w.proc.pid, signal.SIGSTOP)
+        signal_pid(trial, signal.SIGSTOP)
+        w.stopped = True
+        hold = self.grace + 15
+        self.count["stops past the heartbeat"] += 1
+        self.log(self.p.name, "SIGSTOP worker and trial", worker=w.index, pid=w.proc.pid, trial_pid=trial, hold_s=hold)
+        self.pending.append((time.time() + hold, "SIGCONT", (w, trial)))
+
+    def fill_disk(self) -> None:
+        filler = self.p.results / ".soak-filler"
+        written = 0
+        chunk = b"\0" * (4 << 20)
+        with open(filler, "wb", buffering=0) as f:
+            while True:
+                try:
+                    written += f.write(chunk)
+                except OSError:
+                    break
+        self.count["disk-full episodes"] += 1
+        self.log(self.p.name, "disk full", filler_mb=written >> 20, free=shutil.disk_usage(self.p.results).free, hold_s=30)
+        self.pending.append((time.time() + 30, "free disk", filler))
+
+    def stop_storage(self) -> None:
+        self.pg.stop("fast")
+        self.count["storage outages"] += 1
+        self.log(self.p.name, "PostgreSQL stopped", hold_s=20)
+        self.pending.append((time.time() + 20, "start PostgreSQL", None))
+
+    def undo(self, what: str, arg) -> None:
+        if what == "SIGCONT":
+            w, trial = arg
+            signal_pid(trial, signal.SIGCONT)
+            signal_pid(w.proc.pid, signal.SIGCONT)
+            w.stopped = False
+            self.log(self.p.name, "SIGCONT worker and trial", worker=w.index, pid=w.proc.pid, trial_pid=trial)
+        elif what == "free disk":
+            arg.unlink()
+            self.log(self.p.name, "disk freed", free=shutil.disk_usage(self.p.results).free)
+        elif what == "start PostgreSQL":
+            r = self.pg.start()
+            self.log(self.p.name, "PostgreSQL started", rc=r.returncode)
+
+    # -- the run
+    def run(self, total: int, special: list[tuple[float, str]]) -> None:
+        """``special``: (fraction of ``total`` rows completed, act) for the acts done once or twice."""
+        self.total = total
+        self.pending: list = []
+        t0 = time.time()
+        for _ in range(self.n):
+            self.start_worker()
+            time.sleep(2)  # staggered, as ``ltfm sweep --workers`` starts them
+        next_kill = time.time() + self.rng.uniform(20, 40)
+        special = sorted(special)
+        chaos_until = 0.9  # no kills once this fraction of the rows is done: the tail finishes in peace
+        done = 0
+        last_count = 0.0
+        while True:
+            now = time.time()
+            if now - t0 > self.cap_s:
+                self.p.failures.append(f"{self.p.name}: not finished after {self.cap_s:.0f} s")
+                break
+            if now - last_count > 3:
+                done, last_count = self.completed(), now
+            for item in [x for x in self.pending if x[0] <= now]:
+                self.pending.remove(item)
+                self.undo(item[1], item[2])
+            chaos_on = done < chaos_until * total
+            if special and done >= special[0][0] * total and not self.pending:
+                _, act = special.pop(0)
+                getattr(self, act)()
+            if chaos_on and now >= next_kill:
+                self.kill_something()
+                next_kill = now + self.rng.uniform(20, 40)
+            if not self.alive() and not self.pending:
+                if self.unfinished() and self.count["re-runs of the command"] < 3:
+                    self.count["re-runs of the command"] += 1
+                    self.log(self.p.name, "every worker ended with the sweep unfinished: the command again")
+                    self.start_worker()
+                else:
+                    break
+            time.sleep(0.5)
+        for item in self.pending:  # the cap was reached mid-act
+            self.undo(item[1], item[2])
+        for w in self.alive():
+            signal_pid(w.proc.pid, signal.SIGCONT)
+            w.proc.kill()
+        for s in special:
+            self.p.failures.append(f"{self.p.name}: the act {s[1]} never happened (the sweep ended first)")
+        self.p.figures["wall time"] = time.time() - t0
+
+    def unfinished(self) -> bool:
+        """Whether the study lacks a finished trial for some row (asked of the storage, as ``--status`` does)."""
+        from check import study_trials
+        return bool(study_trials(self.p)[1])
+
+
+# ----------------------------------------------------------------------------------------------- main
+def mount_tmpfs(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"soak: error: cannot mount a tmpfs at {path} ({r.stderr.strip()}): the soak fills a results "
+              "filesystem of its own and must run as root (or with CAP_SYS_ADMIN)", file=sys.stderr)
+        sys.exit(2)
+
+
+def keep_logs(phase: Phase, out: Path) -> None:
+    """Copy the phase's worker and trial logs off its tmpfs."""
+    dest = out / "logs" / phase.name
+    src = phase.results / "sweep-logs"
+    if src.exists():
+        shutil.copytree(src, dest, dirs_exist_ok=True)
+    for db in phase.results.glob("*.db"):  # the SQLite study, for a post-mortem
+        shutil.copy2(db, dest / db.name)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=1, help="the chaos driver's random seed")
+    ap.add_argument("--out", default="soak-out", help="where the chaos log, lock log, logs and figures go")
+    ap.add_argument("--storages", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql")
+    ap.add_argument("--search", action=argparse.BooleanOptionalAction, default=True, help="also soak a search sweep")
+    ap.add_argument("--workers", type=int, default=4, help="workers per sweep")
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"), help="Multi30k folder")
+    args = ap.parse_args(argv)
+    storages = [s.strip() for s in args.storages.split(",") if s.strip()]
+    if not storages or any(s not in ("sqlite", "postgresql") for s in storages):
+        print(f"soak: error: --storages {args.storages!r}: use sqlite, postgresql or both", file=sys.stderr)
+        return 2
+    data = Path(args.data).resolve()
+    if not (data / "train.en.gz").exists() and not (data / "train.en").exists():
+        print(f"soak: error: no Multi30k at {data}: pass --data FOLDER", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("soak: error: the soak mounts tmpfs results folders: run it as root (make soak)", file=sys.stderr)
+        return 2
+    from check import check_phase, figures_table
+
+    out = Path(args.out).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    work = Path(f"/tmp/ltfm-soak-{os.getpid()}")
+    work.mkdir()
+    log = ChaosLog(out / "chaos.log")
+    rng = random.Random(args.seed)
+    say(f"seed {args.seed}; output in {out}; work in {work}")
+    t_all = time.time()
+    phases: list[Phase] = []
+    mounts: list[Path] = []
+    pg = None
+    try:
+        plan = []
+        if "sqlite" in storages:
+            plan.append(("sqlite", "table3-soak.yaml", "variants"))
+            if args.search:
+                plan.append(("sqlite", "search-soak.yaml", "search"))
+        if "postgresql" in storages:
+            plan.append(("postgresql", "table3-soak.yaml", "variants"))
+        for storage, sweep_name, kind in plan:
+            name = f"{storage}-{kind}"
+            results = work / name / "results"
+            mount_tmpfs(results)
+            mounts.append(results)
+            if storage == "postgresql":
+                if pg is None:
+                    from pg import start_server
+                    pg = start_server()
+                url = pg.create_database(f"soak_{args.seed}")
+            else:
+                url = f"sqlite:///{results / (Path(sweep_name).stem + '.db')}"
+            phase = Phase(name, storage, HERE / sweep_name, results, url)
+            phases.append(phase)
+            lock_log = out / f"locks-{name}.jsonl"
+            driver = Driver(phase, rng, log, args.workers, data, lock_log, pg=pg,
+                            cap_s=720 if kind == "variants" else 420)
+            from check import planned_total
+            total = planned_total(phase, data)
+            special = [(0.10, "stop_past_heartbeat"), (0.30, "fill_disk"), (0.50, "stop_past_heartbeat")]
+            if kind == "search":
+                special = [(0.25, "stop_past_heartbeat")]
+            if storage == "postgresql":
+                special.append((0.65, "stop_storage"))
+            say(f"{name}: {total} trials planned, {args.workers} workers, storage {storage}")
+            driver.run(total, special)
+            phase.figures.update(driver.count)
+            phase.figures["workers"] = args.workers
+            keep_logs(phase, out)
+            check_phase(phase, data, lock_log, out)
+    finally:
+        if pg is not None:
+            pg.stop()
+            shutil.rmtree(pg.root, ignore_errors=True)
+        for m in mounts:
+            subprocess.run(["umount", "-l", str(m)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    wall = time.time() - t_all
+    table = figures_table(phases, wall, args.seed)
+    (out / "figures.md").write_text(table + "\n")
+    (out / "figures.json").write_text(json.dumps({"seed": args.seed, "wall_s": round(wall),
+                                                  "phases": {p.name: p.figures for p in phases},
+                                                  "failures": [f for p in phases for f in p.failures]}, indent=1))
+    print(table)
+    failures = [f for p in phases for f in p.failures]
+    for f in failures:
+        print(f"soak: FAILED: {f}")
+    say(f"{'every invariant held' if not failures else f'{len(failures)} invariant(s) broken'}; "
+        f"{wall / 60:.1f} min in all")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
