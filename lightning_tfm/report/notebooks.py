@@ -11,7 +11,7 @@ writes into ``reports/build/<sweep
 name>/`` (or ``--out``):
 
 - table3: ``table3.ipynb`` (executed), ``table3.html``, ``table3.md``, ``table3.csv``,
-  ``dev_ppl_by_family.png``, ``bleu_vs_params.png``, ``norm_curves.png``;
+  ``dev_ppl_by_family.png``, ``ppl_vs_flops.png``, ``bleu_vs_params.png``, ``norm_curves.png``;
 - search: ``search.ipynb``, ``search.html``, ``search.md``, ``search.csv``, ``optimization_history.png``,
   ``param_importances.png``, ``intermediate_values.png``.
 
@@ -49,7 +49,8 @@ from ..training.errors import UserError
 from .text import environment, first_line
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
-EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "bleu_vs_params.png", "norm_curves.png"),
+EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "ppl_vs_flops.png", "bleu_vs_params.png",
+                       "norm_curves.png"),
             "search": ("search.md", "search.csv", "optimization_history.png", "param_importances.png",
                        "intermediate_values.png")}
 
