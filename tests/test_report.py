@@ -69,7 +69,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert f"report: {out / 'table3.md'}" in p.stdout and "Direction agrees with the paper" in p.stdout
     assert {f.name for f in out.iterdir()} == {"table3.md", "table3.csv", "table3.html", "table3.ipynb", *PNGS,
-                                               ".ltfm-report"}
+                                               "export", ".ltfm-report"}
+    assert [f.name for f in (out / "export").iterdir()] == ["rep.json"] and f"export: {out / 'export' / 'rep.json'}" in p.stdout
 
     # table3.md: one row per variant of the sweep file, in the paper's order, ours beside the paper's
     md = (out / "table3.md").read_text()
@@ -444,7 +445,8 @@ def test_the_notebooks_ship_once_as_package_data():
     """``ltfm report`` runs the package's notebooks (found through importlib.resources, as an installed package
     finds them; the tests above execute them); the repository holds no second copy."""
     keys = ("sweep_file", "results_dir", "storage", "out_dir", "wandb_path")
-    for name, more in (("table3", ()), ("search", ())):
+    for name, more in (("table3", ("export_dir",)), ("search", ()),
+                       ("compare", ("export_dir", "against_file", "against_results", "against_storage", "against_export"))):
         shipped = notebooks.notebook_path(name)
         assert shipped.resolve() == (ROOT / "lightning_tfm" / "resources" / "notebooks" / f"{name}.ipynb").resolve()
         nb = nbformat.read(shipped, as_version=4)

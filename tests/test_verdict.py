@@ -10,7 +10,7 @@ import yaml
 
 from conftest import ltfm, write_sweep
 from lightning_tfm import report as rd
-from lightning_tfm.report import compute
+from lightning_tfm.report import compare, compute, verdict
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
 from lightning_tfm.training.bench import DEFAULTS, train_flops_per_step
 from lightning_tfm.training.errors import UserError
@@ -204,3 +204,26 @@ def _md(text: str):
     head = split(lines[0])
     rows = [dict(zip(head, split(ln))) for ln in lines[1:]]
     return [r["row"] for r in rows], {r["row"]: r for r in rows}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Two tables side by side
+# --------------------------------------------------------------------------------------------------------
+def test_comparison_status_of_each_row(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path / "s.yaml", "s", {"base": {"seeds": [1, 2, 3]}, "A1": {}, "A2": {},
+                                                              "A3": {}, "A4": {}}))
+    short = {"A1": curve(lambda s: 1.2 * BASE[s]), "A2": curve(lambda s: 0.8 * BASE[s]),
+             "A3": curve(lambda s: BASE[s] + 0.01), "A4": {**curve(lambda s: 1.3 * BASE[s]), 600: 0.9 * BASE[600]}}
+    long = {"A1": curve(lambda s: 1.1 * BASE[s]), "A2": curve(lambda s: 1.2 * BASE[s]),
+            "A3": curve(lambda s: BASE[s] - 0.01), "A4": curve(lambda s: 0.8 * BASE[s])}
+    a, b = (rd.build_table(rd.ReportData(sweep, _records(r), "synthetic", {}), bootstrap=False) for r in (short, long))
+    cmp = rd.compare_tables(a, b)
+    by = {r["variant"]: r for r in cmp["rows"]}
+    assert {v: r["status"] for v, r in by.items()} == {"A1": "transfers", "A2": "flips", "A3": "transfers",
+                                                       "A4": "unsettled"}
+    assert cmp["summary"]["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1} and cmp["summary"]["flips"] == ["A2"]
+    assert compare.status(a["rows"][1], None) == "unsettled"  # a row one side lacks
+    md = rd.comparison_markdown(cmp)
+    assert "- Rows: 2 transfer, 1 flip (A2), 1 unsettled (of 4, the base left out)." in md
+    assert "still moving: A4." in md and "*flips*: findings on both sides with opposite signs" in md
+    assert verdict.FINDING in md

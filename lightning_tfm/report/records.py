@@ -195,7 +195,7 @@ class ReportData:
     planned: dict[str, dict]        # variant -> flat config the sweep file plans (rows without runs)
     study: Any = None               # the Optuna study when read from a storage
     notes: list[str] = field(default_factory=list)
-    # computed earlier (a report's own inputs): the paired bootstrap and the run info, else computed here
+    # read from an export (.export): the paired bootstrap and the run info as the exported report computed them
     bootstrap: tuple | None = None  # (tests, notes, signature) of stats.paired_bootstrap
     run_info: dict | None = None    # table.sweep_run_info
 
@@ -276,12 +276,16 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) ->
 
 
 def load_report_data(sweep_file: str | Path, results_dir: str | Path | None = None, storage: str | None = None,
-                     wandb_path: str | None = None) -> ReportData:
-    """Everything the notebooks show, from the local results (+ Optuna storage) or from W&B."""
+                     wandb_path: str | None = None, export_dir: str | Path | None = None) -> ReportData:
+    """Everything the notebooks show, from the local results (+ Optuna storage), from W&B, or from an export
+    a report wrote (``export_dir``: :func:`lightning_tfm.report.export.read_export`)."""
     from ..sweep import load_sweep, quiet_optuna
 
     quiet_optuna()
     sweep = load_sweep(sweep_file)
+    if export_dir:
+        from .export import read_export
+        return read_export(sweep, export_dir)
     if wandb_path:
         check_wandb_access(wandb_path)
         records = latest_per_key(fetch_wandb_records(wandb_path, sweep.name))
