@@ -160,7 +160,7 @@ STATUS_COLORS = {TRANSFERS: "C2", FLIPS: "C3", UNSETTLED: "C7"}
 
 def plot_comparison(cmp: dict, path: str | Path) -> str:
     """Each row's relative ΔPPL on side A against side B (one point per row, coloured by its status; the
-    diagonal is "the same change on both sides", the quadrants off it are flips of sign)."""
+    diagonal is "the same change on both sides", the top-left and bottom-right quadrants are flips of sign)."""
     from .figures import new_figure, save_figure
 
     fig, axes = new_figure(1, 1, 6.5, 5.5)
@@ -182,7 +182,7 @@ def plot_comparison(cmp: dict, path: str | Path) -> str:
     lab = cmp["labels"]
     ax.set_xlabel(f"ΔPPL against the base, % — A: {lab['a']}")
     ax.set_ylabel(f"ΔPPL against the base, % — B: {lab['b']}")
-    ax.set_title("Each row's change on both sides (lower is better; off-diagonal quadrants: the sign flips)",
+    ax.set_title("Each row's change on both sides (lower is better; top-left and bottom-right: the sign flips)",
                  fontsize=9)
     ax.grid(True, alpha=0.3)
     return save_figure(fig, path)
