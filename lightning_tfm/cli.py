@@ -181,6 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "replaced only if an earlier report made it")
     rp.add_argument("--from-wandb", metavar="ENTITY/PROJECT", help="read the runs from W&B (group = sweep "
                     "name) instead of local run folders")
+    rp.add_argument("--from-export", metavar="DIR", help="rebuild the report from the export an earlier report "
+                    "wrote (its export/ folder, or the JSON file in it) instead of the runs")
+    rp.add_argument("--against", metavar="SWEEP_B.yaml", help="compare with another sweep's Table 3 (or this "
+                    "one's from other results): per row both changes, both verdicts, transfers / flips / "
+                    "unsettled; written to reports/build/<A>-vs-<B>/")
+    rp.add_argument("--against-results", metavar="DIR", help="with --against: the results folder of side B "
+                    "(default: its experiment's run.results_dir)")
+    rp.add_argument("--against-storage", metavar="URL", help="with --against: the Optuna storage of side B "
+                    "(default: <its results>/<its sweep>.db)")
+    rp.add_argument("--against-export", metavar="DIR", help="with --against: read side B from an export "
+                    "instead of its results")
 
     r = sub.add_parser("runs", help="table of the runs in a results folder")
     r.add_argument("results_dir", nargs="?", default="results", help="results folder (default: results)")

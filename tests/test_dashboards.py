@@ -21,7 +21,7 @@ from lightning_tfm.report.render import _duration
 from lightning_tfm.sweep import load_sweep
 
 RUN_ID = "report-rep-table3"
-PNGS = ("bleu_vs_params.png", "dev_ppl_by_family.png", "norm_curves.png")
+PNGS = ("bleu_vs_params.png", "dev_ppl_by_family.png", "norm_curves.png", "ppl_vs_flops.png")
 
 
 def copy_db(src: Path, dest: Path) -> None:
@@ -251,3 +251,9 @@ def test_run_ids_notes_and_headline_numbers():
     assert (h["dev_ppl/rows_beyond_noise"], h["dev_ppl/rows_within_noise"]) == (2, 1)
     assert (h["dev_bleu/agree_rows"], h["dev_bleu/rows_beyond_noise"], h["both/agree_rows"]) == (1, 0, 1)
     assert "dev_bleu/agreement_beyond_noise" not in h and h["wall_time_s"] == 60.0
+    # the budget verdicts, when table3.csv has them (A1 a finding that agrees, A2 one that does not)
+    rows[1]["ppl_verdict"], rows[2]["ppl_verdict"], rows[3]["ppl_verdict"] = "finding", "finding", "within noise"
+    h = dashboards.headline_numbers(rows)
+    assert (h["dev_ppl/agree_rows_findings"], h["dev_ppl/compared_rows_findings"]) == (1, 2)
+    assert (h["dev_ppl/verdict_finding"], h["dev_ppl/verdict_within_noise"], h["dev_ppl/verdict_still_moving"]) == (2, 1, 0)
+    assert h["dev_ppl/rows_within_noise"] == 1  # the noise count, beside the verdicts

@@ -69,3 +69,19 @@ def test_training_loss_is_smoothed_with_the_raw_points_faint(tmp_path, monkeypat
     pre = next(ln for ln in labelled if ln.get_label().startswith("prenorm"))
     ys = list(pre.get_ydata())
     assert max(abs(a - b) for a, b in zip(ys, ys[1:])) < 1.0  # the raw curve jumps by up to 1.9 every point
+
+
+def test_dev_ppl_against_training_compute_marks_the_bases_budget(tmp_path, monkeypatch):
+    saved = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: saved.append(fig) or str(path))
+    table = {"sweep": "s", "rows": [{"variant": "base", "flops_per_step": 2e9}, {"variant": "big", "flops_per_step": 6e9},
+                                    {"variant": "A1", "flops_per_step": None}],
+             "curves": {"rows": {"base": {100: 50.0, 200: 30.0}, "big": {100: 60.0, 200: 25.0, 600: 10.0},
+                                 "A1": {100: 55.0}}},
+             "compute": {"base_flops": 4e11}}
+    figures.plot_ppl_vs_flops(table, tmp_path / "f.png")
+    ax = saved[-1].axes[0]
+    lines = {ln.get_label(): ln for ln in ax.lines}
+    assert list(lines["base"].get_xdata()) == [2e11, 4e11] and list(lines["big"].get_xdata()) == [6e11, 12e11, 36e11]
+    assert list(lines["base budget (4e+11 FLOPs)"].get_xdata()) == [4e11, 4e11]  # the vertical line
+    assert ax.get_xscale() == "log" and "no FLOP count: A1" in ax.get_title()

@@ -29,7 +29,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 # The sweep of these tests (`swept`, `write_sweep`: tests/conftest.py, shared with tests/test_dashboards.py).
 ORDER = ["base", "A1", "D1", "prenorm", "odd", "crash"]     # paper order, then the file's other rows
-PNGS = ("dev_ppl_by_family.png", "bleu_vs_params.png", "norm_curves.png")
+PNGS = ("dev_ppl_by_family.png", "ppl_vs_flops.png", "bleu_vs_params.png", "norm_curves.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -69,7 +69,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert f"report: {out / 'table3.md'}" in p.stdout and "Direction agrees with the paper" in p.stdout
     assert {f.name for f in out.iterdir()} == {"table3.md", "table3.csv", "table3.html", "table3.ipynb", *PNGS,
-                                               ".ltfm-report"}
+                                               "export", ".ltfm-report"}
+    assert [f.name for f in (out / "export").iterdir()] == ["rep.json"] and f"export: {out / 'export' / 'rep.json'}" in p.stdout
 
     # table3.md: one row per variant of the sweep file, in the paper's order, ours beside the paper's
     md = (out / "table3.md").read_text()
@@ -79,8 +80,11 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     facts = [ln for ln in head_lines if ln.startswith("- ")]
     assert facts[0].startswith("- Direction agrees with the paper: dev PPL ")
     assert facts[1].startswith("- Beyond seed noise: unknown, the base row has 1 completed seed(s)")
-    assert re.search(r"^- Sweep: 3 completed run\(s\) of 5; wall time [\d.]+ (s|min) \(first start", facts[2]), facts[2]
-    assert re.search(r"^- Machine: .+, \d+ cores \(", facts[3]), facts[3]  # CPU model, recorded by the sweep
+    # one base seed: no row's verdict can be more than unknown (A1 and prenorm; the others have no change)
+    assert facts[2].startswith("- Budget verdicts (dev PPL learning curves against the base's): 0 finding(s), 0 still "
+                               "moving, 0 within noise, 2 unknown; direction agrees with the paper on the findings")
+    assert re.search(r"^- Sweep: 3 completed run\(s\) of 5; wall time [\d.]+ (s|min) \(first start", facts[3]), facts[3]
+    assert re.search(r"^- Machine: .+, \d+ cores \(", facts[4]), facts[4]  # CPU model, recorded by the sweep
     assert [ln[2:] for ln in facts] == p.stdout.split("report: ")[0].strip().splitlines()[-len(facts):]
     # three tables that fit a screen: PPL, BLEU, the configuration
     tables = {sec: md_rows(md, sec) for sec in ("Dev perplexity", "Dev BLEU", "Configuration")}
@@ -88,8 +92,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     _, ppl = tables["Dev perplexity"]
     _, bleu = tables["Dev BLEU"]
     _, conf = tables["Configuration"]
-    assert list(ppl["base"]) == ["row", "dev PPL ours", "dev PPL paper", "ΔPPL ours", "ΔPPL paper", "PPL agrees",
-                                 "PPL beyond noise"]
+    assert list(ppl["base"]) == ["row", "dev PPL ours", "dev PPL paper", "ΔPPL ours", "ΔPPL ours at base FLOPs",
+                                 "ΔPPL paper", "PPL agrees", "PPL beyond noise", "budget verdict"]
     assert list(bleu["base"]) == ["row", "dev BLEU ours", "dev BLEU paper", "ΔBLEU ours", "ΔBLEU paper",
                                   "BLEU agrees", "BLEU beyond noise", "paired bootstrap"]
     assert list(conf["base"]) == ["row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "ε_ls", "positional",
@@ -107,6 +111,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert rows["A1"]["ΔPPL ours"] == f"{d:+.2f} ({100 * d / base['dev_ppl']:+.0f}%)"
     assert rows["A1"]["PPL agrees"] == ("yes" if a1["dev_ppl"] > base["dev_ppl"] else "no")
     assert rows["A1"]["PPL beyond noise"] == rows["A1"]["BLEU beyond noise"] == "unknown"  # one seed
+    assert rows["A1"]["budget verdict"] == "unknown (seed noise unknown: one base seed)"
+    assert re.fullmatch(r"budget \d\.\d+e\+\d+ FLOPs", rows["base"]["ΔPPL ours at base FLOPs"])
     assert rows["base"]["PPL beyond noise"] == "noise unknown (1 seed)"
     assert rows["A1"]["ΔBLEU ours"].rstrip("*").startswith(f"{a1['dev_bleu'] - base['dev_bleu']:+.2f}")
     assert re.fullmatch(r"identical outputs \(30 sentences\)|(not tested: .+ \(|p [=<] [\d.]+, )\d+/30 sentences differ\)?",
@@ -131,6 +137,10 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert float(by["A1"]["paper_dev_ppl"]) == 5.29 and int(by["A1"]["params"]) == a1["params"]
     assert 0 < float(by["A1"]["bleu_p_value"]) <= 1 and by["A1"]["ppl_noise"] == "unknown"
     assert 0 <= int(by["A1"]["bleu_differing"]) <= int(by["A1"]["bleu_sentences"]) == 30
+    assert by["A1"]["ppl_verdict"] == "unknown" and float(by["A1"]["flops_per_step"]) == float(by["base"]["flops_per_step"])
+    # A1 (h 1, d_k 32 = d_model) costs the base's FLOPs a step: at equal compute, the equal-steps change
+    assert float(by["A1"]["delta_ppl_equal_flops"]) == pytest.approx(float(by["A1"]["delta_ppl"]), rel=1e-4)
+    assert float(by["prenorm"]["train_flops"]) > 0 and by["D1"]["flops_per_step"] == ""
 
     # figures: valid PNG files
     for name in PNGS:
@@ -434,14 +444,16 @@ def test_search_report_shows_every_trial_and_optunas_plots(tmp_path):
 def test_the_notebooks_ship_once_as_package_data():
     """``ltfm report`` runs the package's notebooks (found through importlib.resources, as an installed package
     finds them; the tests above execute them); the repository holds no second copy."""
-    for name in ("table3", "search"):
+    keys = ("sweep_file", "results_dir", "storage", "out_dir", "wandb_path")
+    for name, more in (("table3", ("export_dir",)), ("search", ()),
+                       ("compare", ("export_dir", "against_file", "against_results", "against_storage", "against_export"))):
         shipped = notebooks.notebook_path(name)
         assert shipped.resolve() == (ROOT / "lightning_tfm" / "resources" / "notebooks" / f"{name}.ipynb").resolve()
         nb = nbformat.read(shipped, as_version=4)
         nbformat.validate(nb)
         params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(params) == 1
-        for key in ("sweep_file", "results_dir", "storage", "out_dir", "wandb_path"):
+        for key in keys + more:
             assert re.search(rf"^{key} = ", params[0].source, re.M), key
     assert all("build" in p.relative_to(ROOT).parts for p in ROOT.glob("reports/**/*.ipynb"))  # only built ones
 

@@ -8,6 +8,10 @@ sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the swee
 - :mod:`.table`: the Table 3 replica beside the paper's (:func:`build_table`): rows, statuses, order, knobs,
   learning curves;
 - :mod:`.stats`: the seed-noise rule, direction agreement, sacreBLEU's paired bootstrap, the dev references;
+- :mod:`.verdict`: the budget verdict of a row (finding, still moving, within noise) from the learning curves;
+- :mod:`.compute`: training FLOPs per step of a row and its dev PPL at the base's compute (equal-compute Δ);
+- :mod:`.export`: the records a report is built from as one JSON file, and the report rebuilt from it;
+- :mod:`.compare`: two Table 3 replicas side by side (``ltfm report A --against B``): transfers, flips;
 - :mod:`.render`: the Table 3 replica as text: headline, markdown tables, CSV, :func:`write_table`;
 - :mod:`.search`: the search report: one row per trial, Optuna's plots;
 - :mod:`.figures`: the Table 3 figures (matplotlib);
@@ -24,7 +28,10 @@ import warnings
 # tqdm.auto (imported by optuna and datasets) warns in a kernel without ipywidgets; a report has no progress bars.
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-from .figures import plot_bleu_vs_params, plot_dev_ppl_by_family, plot_norm_curves  # noqa: E402
+from .compare import comparison_markdown, compare_tables, plot_comparison, write_comparison  # noqa: E402
+from .compute import interpolate  # noqa: E402
+from .export import read_export, write_export  # noqa: E402
+from .figures import plot_bleu_vs_params, plot_dev_ppl_by_family, plot_norm_curves, plot_ppl_vs_flops  # noqa: E402
 from .records import (ReportData, RunRecord, latest_per_key, load_report_data, planned_configs,  # noqa: E402
                       wandb_record)
 from .search import (plot_intermediate_values, plot_optimization_history, plot_param_importances,  # noqa: E402
@@ -33,9 +40,12 @@ from .render import (bleu_markdown, config_markdown, curves_markdown, headline_m
                      ppl_markdown, table_markdown, write_table)
 from .stats import NOISE_RULE, bleu_significant, dev_references, noise_verdict, paired_test  # noqa: E402
 from .table import build_table, learning_curves  # noqa: E402
+from .verdict import curve_verdict, verdict_rule  # noqa: E402
 
 __all__ = ["NOISE_RULE", "ReportData", "RunRecord", "bleu_markdown", "bleu_significant", "build_table",
-           "config_markdown", "curves_markdown", "dev_references", "learning_curves", "headline_markdown", "latest_per_key", "load_report_data",
+           "compare_tables", "comparison_markdown", "config_markdown", "curve_verdict", "curves_markdown",
+           "interpolate", "plot_comparison", "plot_ppl_vs_flops", "read_export", "verdict_rule", "write_comparison",
+           "write_export", "dev_references", "learning_curves", "headline_markdown", "latest_per_key", "load_report_data",
            "noise_verdict", "notes_markdown", "paired_test", "planned_configs", "plot_bleu_vs_params",
            "plot_dev_ppl_by_family", "plot_intermediate_values", "plot_norm_curves", "plot_optimization_history",
            "plot_param_importances", "ppl_markdown", "search_markdown", "search_rows", "search_study",

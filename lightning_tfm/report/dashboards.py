@@ -8,8 +8,9 @@ W&B: ONE run of job type ``report`` in the sweep's group, id ``report-<sweep>-ta
   own columns and values (:data:`PPL_COLUMNS`, :data:`BLEU_COLUMNS`: ours, the paper's, both changes,
   agreement, the noise verdict, status);
 - the summary: the headline numbers (:func:`headline_numbers`: direction agreement over all rows and over the
-  rows beyond seed noise, rows beyond noise, the sweep's wall time), counted from ``table3.csv`` with the
-  report's own :func:`~lightning_tfm.report.stats.agreement_summary`;
+  rows beyond seed noise and over the budget verdict's findings, rows beyond noise, rows of each verdict, the
+  sweep's wall time), counted from ``table3.csv`` with the report's own
+  :func:`~lightning_tfm.report.stats.agreement_summary` and :func:`~lightning_tfm.report.verdict.verdict_summary`;
 - ``figures/<name>``: every ``*.png`` of the report as a ``wandb.Image``;
 - the artifact ``table3-<sweep>`` (type ``report``): ``table3.md``, ``table3.csv``, ``table3.html``.
 
@@ -91,8 +92,9 @@ def read_csv_rows(path: str | Path) -> list[dict]:
 def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
     """The headline as numbers for a W&B summary: per metric (``dev_ppl``, ``dev_bleu``) the rows whose
     direction agrees with the paper and the rows compared, over all rows and over the rows beyond seed noise
-    (with the fractions), the rows beyond/within noise or unknown; the sweep's wall time. ``rows`` are
-    :func:`read_csv_rows`; the counting is the report's own (:func:`~.stats.agreement_summary`)."""
+    (with the fractions), the rows beyond/within noise or unknown; dev PPL's agreement over the findings and the
+    rows of each budget verdict; the sweep's wall time. ``rows`` are :func:`read_csv_rows`; the counting is the
+    report's own (:func:`~.stats.agreement_summary`, :func:`~.verdict.verdict_summary`)."""
     from .stats import agreement_summary
 
     s = agreement_summary([{**r, "seeds_completed": int(r.get("seeds_completed") or 0)} for r in rows])
@@ -107,6 +109,11 @@ def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
         for verdict, count in s[f"{metric}_noise"].items():
             out[f"{key}/rows_{verdict}_noise" if verdict != "unknown" else f"{key}/rows_noise_unknown"] = count
     out["both/agree_rows"], out["both/compared_rows"] = s["both"]
+    from .verdict import verdict_summary
+    v = verdict_summary(rows)  # the budget verdicts (table3.csv's ppl_verdict), when the CSV has them
+    out["dev_ppl/agree_rows_findings"], out["dev_ppl/compared_rows_findings"] = v["ppl_findings"]
+    for verdict, count in v["verdicts"].items():
+        out[f"dev_ppl/verdict_{verdict.replace(' ', '_')}"] = count
     info = run_info or {}
     for key, name in (("wall_s", "wall_time_s"), ("train_s", "train_time_s"), ("runs", "completed_runs"),
                       ("records", "runs")):

@@ -1,5 +1,6 @@
 """The Table 3 report's figures (matplotlib's object API: no pyplot, no display needed): dev perplexity per
-row family, dev BLEU against model size, pre- against post-norm training curves."""
+row family, dev BLEU against model size, pre- against post-norm training curves, dev perplexity against training
+compute."""
 from __future__ import annotations
 
 import math
@@ -260,4 +261,41 @@ def plot_norm_curves(data: ReportData, path: str | Path) -> str:
     fig.suptitle("Layer norm before (pre-norm) or after (post-norm, the paper's) each sublayer: training curves"
                  + (f" ({'; '.join(missing)})" if missing else ""),
                  fontsize=10)
+    return save_figure(fig, path)
+
+
+def plot_ppl_vs_flops(table: dict, path: str | Path) -> str:
+    """Each row's dev perplexity (mean over its seeds) against its training compute (validation step x its
+    FLOPs per step, :mod:`.compute`), log-log, the base in black with its budget marked: where a row's curve
+    crosses that line is its dev PPL at equal compute."""
+    fig, axes = new_figure(1, 1, 9, 5.5)
+    ax = axes[0][0]
+    rows = {r["variant"]: r for r in table["rows"]}
+    curves = (table.get("curves") or {}).get("rows") or {}
+    missing = []
+    for j, (v, curve) in enumerate(curves.items()):
+        f = (rows.get(v) or {}).get("flops_per_step")
+        if not f or not curve:
+            missing.append(v)
+            continue
+        steps = sorted(curve)
+        base = v == "base"
+        ax.plot([s * f for s in steps], [curve[s] for s in steps], marker=".", linewidth=1.8 if base else 1.0,
+                color="black" if base else f"C{j % 10}", label=v, zorder=3 if base else 2)
+    drawn = bool(ax.lines)
+    if drawn:
+        ax.set_xscale("log")
+        _set_yscale(ax)  # from the curves alone, before the budget's line
+    budget = (table.get("compute") or {}).get("base_flops")
+    if budget and drawn:
+        ax.axvline(budget, color="black", linestyle="--", linewidth=0.8, label=f"base budget ({budget:.3g} FLOPs)")
+    if drawn:
+        ax.legend(fontsize=7, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no row with a curve and a FLOP count", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("training compute (FLOPs, log scale)")
+    ax.set_ylabel("dev perplexity (lower is better)" + (", log scale" if ax.get_yscale() == "log" else ""))
+    ax.set_title(f"Dev perplexity against training compute; sweep {table['sweep']}"
+                 + (f" (no FLOP count: {', '.join(missing)})" if missing else ""), fontsize=9)
+    ax.grid(True, alpha=0.3)
     return save_figure(fig, path)

@@ -3,20 +3,26 @@
     ltfm report sweeps/table3-cpu.yaml                   # local results + the sweep's Optuna storage
     ltfm report sweeps/table3-cpu.yaml --results DIR --storage URL --out DIR
     ltfm report sweeps/table3-cpu.yaml --from-wandb ENTITY/PROJECT    # the runs of W&B group = sweep name
+    ltfm report sweeps/table3-cpu.yaml --from-export reports/reference/table3-cpu/export   # from an export alone
+    ltfm report A.yaml --results R1 --against B.yaml --against-results R2       # two tables side by side
 
 A sweep with ``variants`` gets ``table3.ipynb``, a sweep with a ``space`` gets ``search.ipynb``. The command
 runs the notebook with papermill (its ``parameters`` cell: ``sweep_file``, ``results_dir``, ``storage``,
-``out_dir``, ``wandb_path``), exports it to HTML with nbconvert (without the code: :func:`export_html`), and
+``out_dir``, ``wandb_path``, ``export_dir``; the comparison's also ``against_file``, ``against_results``,
+``against_storage``, ``against_export``), exports it to HTML with nbconvert (without the code: :func:`export_html`), and
 writes into ``reports/build/<sweep
 name>/`` (or ``--out``):
 
 - table3: ``table3.ipynb`` (executed), ``table3.html``, ``table3.md``, ``table3.csv``,
-  ``dev_ppl_by_family.png``, ``bleu_vs_params.png``, ``norm_curves.png``;
+  ``dev_ppl_by_family.png``, ``ppl_vs_flops.png``, ``bleu_vs_params.png``, ``norm_curves.png``, and
+  ``export/<sweep name>.json`` (:mod:`.export`: what ``--from-export`` rebuilds the tables from);
+- compare (``--against``): ``compare.ipynb``, ``compare.html``, ``compare.md``, ``compare.csv``,
+  ``compare_deltas.png``, ``a_ppl_vs_flops.png``, ``b_ppl_vs_flops.png`` (:mod:`.compare`);
 - search: ``search.ipynb``, ``search.html``, ``search.md``, ``search.csv``, ``optimization_history.png``,
   ``param_importances.png``, ``intermediate_values.png``.
 
-A table3 report is then also logged to the sweep's W&B project (one run of job type ``report``) and, read
-from an Optuna storage, written into the study's optuna-dashboard note and custom plots
+A table3 report (not one rebuilt ``--from-export``) is then also logged to the sweep's W&B project (one run of
+job type ``report``) and, read from an Optuna storage, written into the study's optuna-dashboard note and custom plots
 (:mod:`.dashboards`; a failure there is a one-line warning, the report still succeeds).
 
 Nothing half-written: the notebook runs into a staging folder beside the output folder, which replaces the
@@ -49,9 +55,12 @@ from ..training.errors import UserError
 from .text import environment, first_line
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
-EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "bleu_vs_params.png", "norm_curves.png"),
+EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "ppl_vs_flops.png", "bleu_vs_params.png",
+                       "norm_curves.png", "export"),
             "search": ("search.md", "search.csv", "optimization_history.png", "param_importances.png",
-                       "intermediate_values.png")}
+                       "intermediate_values.png"),
+            "compare": ("compare.md", "compare.csv", "compare_deltas.png", "a_ppl_vs_flops.png",
+                        "b_ppl_vs_flops.png")}
 
 
 def notebook_path(name: str) -> Path:
@@ -150,7 +159,7 @@ def execute(notebook: Path, parameters: dict, out: Path, name: str) -> int:
         print(f"ltfm: error: could not execute notebook {notebook}: {e.__class__.__name__}: {first_line(e)}",
               file=sys.stderr)
         return 1
-    missing = [f for f in EXPECTED[name] if not (staging / f).is_file()]
+    missing = [f for f in EXPECTED[name] if not (staging / f).exists()]
     if missing:
         shutil.rmtree(staging, ignore_errors=True)
         print(f"ltfm: error: notebook {notebook.name} ran but wrote no {missing[0]}: the notebook was edited "
@@ -190,12 +199,17 @@ def export_html(notebook: Path, html: Path) -> Path:
     return html
 
 
-def report_parameters(sweep, results: str | None, storage: str | None, wandb_path: str | None) -> dict:
+def report_parameters(sweep, results: str | None, storage: str | None, wandb_path: str | None,
+                      export: str | None = None) -> dict:
     """The notebook's parameters, checked here first (cheap, before any kernel starts)."""
     from .records import check_wandb_access, resolve_local
 
     params = {"sweep_file": str(Path(sweep.path).absolute()), "results_dir": None, "storage": None,
-              "wandb_path": None}
+              "wandb_path": None, "export_dir": None}
+    if export:
+        from .export import export_file
+        params["export_dir"] = str(export_file(sweep, export).absolute())
+        return params
     if wandb_path:
         check_wandb_access(wandb_path)
         params["wandb_path"] = wandb_path
@@ -206,17 +220,37 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
     return params
 
 
+def _check_sources(args) -> None:
+    """One source a side: the local results (+ storage), W&B, or an export; --against-* only with --against."""
+    if args.from_wandb and (args.results or args.storage):
+        raise UserError("--from-wandb reads the runs from W&B: drop --results/--storage (or drop --from-wandb)")
+    if args.from_export and (args.results or args.storage or args.from_wandb):
+        raise UserError("--from-export reads the runs from an export: drop --results/--storage/--from-wandb "
+                        "(or drop --from-export)")
+    given = [o for o, v in (("--against-results", args.against_results), ("--against-storage", args.against_storage),
+                            ("--against-export", args.against_export)) if v]
+    if given and not args.against:
+        raise UserError(f"{given[0]} belongs to --against SWEEP.yaml: add it (or drop {given[0]})")
+    if args.against_export and (args.against_results or args.against_storage):
+        raise UserError("--against-export reads side B from an export: drop --against-results/--against-storage")
+
+
 def report_cli(args) -> int:
-    """``ltfm report SWEEP.yaml [--storage URL] [--results DIR] [--out DIR] [--from-wandb ENTITY/PROJECT]``"""
+    """``ltfm report SWEEP.yaml [--storage URL] [--results DIR] [--out DIR] [--from-wandb ENTITY/PROJECT]
+    [--from-export DIR] [--against SWEEP_B.yaml [--against-results DIR] [--against-storage URL]
+    [--against-export DIR]]``"""
     from ..sweep import load_sweep
 
     sweep = load_sweep(args.sweep_file)
-    if args.from_wandb and (args.results or args.storage):
-        raise UserError("--from-wandb reads the runs from W&B: drop --results/--storage (or drop --from-wandb)")
+    _check_sources(args)
+    if args.against:
+        return compare_cli(args, sweep)
     name = NOTEBOOKS[sweep.mode]
+    if args.from_export and name != "table3":
+        raise UserError("--from-export rebuilds a Table 3 report (a sweep with variants), not a search report")
     out = Path(args.out or Path("reports") / "build" / sweep.name).absolute()
     _check_out(out)
-    parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb)
+    parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
     notebook = notebook_path(name)
     print(f"report of sweep {sweep.name}: executing {notebook.name}", flush=True)
     rc = execute(notebook, parameters, out, name)
@@ -228,10 +262,41 @@ def report_cli(args) -> int:
     pngs = sorted(p.name for p in out.glob("*.png"))
     print(f"report: {md}\n  html: {out / (name + '.html')}\n  notebook: {out / (name + '.ipynb')}\n"
           f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}", flush=True)
-    if name == "table3":  # the same report in W&B and optuna-dashboard; a failure there is a warning
+    if name == "table3":
+        print(f"  export: {out / 'export' / (sweep.name + '.json')}")
+    if name == "table3" and args.from_export:
+        print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
+    elif name == "table3":  # the same report in W&B and optuna-dashboard; a failure there is a warning
         from .dashboards import publish
         for line in publish(sweep, parameters, out):
             print(line)
+    return 0
+
+
+def compare_cli(args, sweep) -> int:
+    """``ltfm report A.yaml --against B.yaml``: the comparison notebook (``compare.ipynb``), side A read as
+    ``ltfm report A.yaml`` reads it, side B from ``--against-results``/``--against-storage`` or
+    ``--against-export``; into ``reports/build/<A>-vs-<B>/`` (or ``--out``)."""
+    from ..sweep import load_sweep
+
+    other = load_sweep(args.against)
+    if sweep.mode != "variants" or other.mode != "variants":
+        raise UserError("--against compares two Table 3 reports: both sweep files need variants (not a space)")
+    out = Path(args.out or Path("reports") / "build" / f"{sweep.name}-vs-{other.name}").absolute()
+    _check_out(out)
+    a = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
+    b = report_parameters(other, args.against_results, args.against_storage, None, args.against_export)
+    parameters = {**a, "against_file": b["sweep_file"], "against_results": b["results_dir"],
+                  "against_storage": b["storage"], "against_export": b["export_dir"]}
+    notebook = notebook_path("compare")
+    print(f"comparison of sweep {sweep.name} with {other.name}: executing {notebook.name}", flush=True)
+    rc = execute(notebook, parameters, out, "compare")
+    if rc:
+        return rc
+    print(_agreement_from_md((out / "compare.md").read_text()), end="")
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    print(f"report: {out / 'compare.md'}\n  html: {out / 'compare.html'}\n  notebook: {out / 'compare.ipynb'}\n"
+          f"  csv: {out / 'compare.csv'}\n  figures: {', '.join(pngs)}", flush=True)
     return 0
 
 

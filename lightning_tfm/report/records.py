@@ -70,6 +70,13 @@ class RunRecord:
     started_at: str | None = None   # ISO local time, from summary.json
     finished_at: str | None = None
     host: str | None = None
+    # what the row's training compute is counted from (.compute): target tokens trained, the vocabulary, the
+    # tokens a step was given, the mean source and target sentence lengths of the prepared training corpus
+    train_tokens: float | None = None
+    vocab_size: int | None = None
+    effective_batch_tokens: int | None = None
+    src_len: float | None = None
+    tgt_len: float | None = None
 
     @property
     def completed(self) -> bool:
@@ -111,7 +118,10 @@ def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> Run
                     steps=_int(summary.get("steps")), run=str(run_dir) if run_dir else summary.get("run_id"),
                     note=summary.get("error"), bleu_signature=summary.get("bleu_signature"),
                     wall_time_s=_num(summary.get("wall_time_s")), started_at=summary.get("started_at"),
-                    finished_at=summary.get("finished_at"), host=summary.get("host"))
+                    finished_at=summary.get("finished_at"), host=summary.get("host"),
+                    train_tokens=_num(summary.get("train_tokens")), vocab_size=_int(summary.get("vocab_size")),
+                    effective_batch_tokens=_int(summary.get("effective_batch_tokens")))
+    rec.src_len, rec.tgt_len = corpus_lengths(summary.get("data_cache"))
     if run_dir is not None:
         rec.history = [{k: v for k, v in row.items() if k == "step" or k in HISTORY_KEYS}
                        for row in read_metrics(run_dir)]
@@ -120,6 +130,26 @@ def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> Run
         if tgt and hyps.is_file():
             rec.hyps = str(hyps)
     return rec
+
+
+_LENGTHS: dict[str, tuple[float | None, float | None]] = {}
+
+
+def corpus_lengths(folder: str | None) -> tuple[float | None, float | None]:
+    """(mean source, mean target) sentence length in tokens of a prepared corpus's training split, from its
+    ``manifest.json``; (None, None) when the folder is not here (another machine, a removed cache)."""
+    import json
+
+    if not folder:
+        return None, None
+    if folder not in _LENGTHS:
+        try:
+            train = json.loads((Path(folder) / "manifest.json").read_text())["splits"]["train"]
+            pairs = train["pairs"]
+            _LENGTHS[folder] = (train["src_tokens"] / pairs, train["tgt_tokens"] / pairs) if pairs else (None, None)
+        except (OSError, ValueError, KeyError, TypeError):
+            _LENGTHS[folder] = (None, None)
+    return _LENGTHS[folder]
 
 
 def wandb_record(config: dict, summary: dict, *, name: str | None = None, job_type: str | None = None,
@@ -151,7 +181,8 @@ def wandb_record(config: dict, summary: dict, *, name: str | None = None, job_ty
                      dev_loss=_num(summary.get("dev_loss")), dev_ppl=_num(summary.get("dev_ppl")),
                      dev_bleu=_num(summary.get("dev_bleu")), steps=_int(summary.get("steps")),
                      history=[by_step[s] for s in sorted(by_step) if len(by_step[s]) > 1],
-                     run=run_id, bleu_signature=summary.get("bleu_signature"))
+                     run=run_id, bleu_signature=summary.get("bleu_signature"),
+                     train_tokens=_num(summary.get("train_tokens")), vocab_size=_int(summary.get("vocab_size")))
 
 
 @dataclass
@@ -164,6 +195,9 @@ class ReportData:
     planned: dict[str, dict]        # variant -> flat config the sweep file plans (rows without runs)
     study: Any = None               # the Optuna study when read from a storage
     notes: list[str] = field(default_factory=list)
+    # read from an export (.export): the paired bootstrap and the run info as the exported report computed them
+    bootstrap: tuple | None = None  # (tests, notes, signature) of stats.paired_bootstrap
+    run_info: dict | None = None    # table.sweep_run_info
 
     def describe(self) -> str:
         counts: dict[str, int] = {}
@@ -242,12 +276,16 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) ->
 
 
 def load_report_data(sweep_file: str | Path, results_dir: str | Path | None = None, storage: str | None = None,
-                     wandb_path: str | None = None) -> ReportData:
-    """Everything the notebooks show, from the local results (+ Optuna storage) or from W&B."""
+                     wandb_path: str | None = None, export_dir: str | Path | None = None) -> ReportData:
+    """Everything the notebooks show, from the local results (+ Optuna storage), from W&B, or from an export
+    a report wrote (``export_dir``: :func:`lightning_tfm.report.export.read_export`)."""
     from ..sweep import load_sweep, quiet_optuna
 
     quiet_optuna()
     sweep = load_sweep(sweep_file)
+    if export_dir:
+        from .export import read_export
+        return read_export(sweep, export_dir)
     if wandb_path:
         check_wandb_access(wandb_path)
         records = latest_per_key(fetch_wandb_records(wandb_path, sweep.name))
@@ -310,7 +348,7 @@ def record_from_trial(trial, results_dir: Path) -> RunRecord:
         rec = RunRecord(variant=str(a.get("variant")), params=_int(a.get("params") or a.get("planned_params")),
                         dev_loss=_num(a.get("dev_loss")), dev_ppl=_num(a.get("dev_ppl")),
                         dev_bleu=_num(a.get("dev_bleu")), steps=_int(a.get("steps")), run=a.get("run_dir"),
-                        wall_time_s=_num(a.get("wall_time_s")))
+                        wall_time_s=_num(a.get("wall_time_s")), train_tokens=_num(a.get("train_tokens")))
     rec.host = rec.host or a.get("host")
     rec.variant = str(a.get("variant") or rec.variant)
     rec.family = a.get("family") or rec.family

@@ -1,8 +1,10 @@
 """The Table 3 replica as text: the markdown (``table3.md``) and the CSV (``table3.csv``) of the table that
 :func:`lightning_tfm.report.table.build_table` gives, and :func:`write_table`, which writes both.
 
-The markdown (and the HTML) put the headline first (direction agreement, rows beyond noise, the sweep's wall
-time, the machines), then a PPL table, a BLEU table, the learning curves, the configuration table and notes.
+The markdown (and the HTML) put the headline first (direction agreement, rows beyond noise, the budget verdicts
+and the agreement over the findings, the sweep's wall time, the machines), then a PPL table (with the change at
+the base's training FLOPs and each row's budget verdict), a BLEU table, the learning curves, the configuration
+table and notes (the verdict's and the equal-compute rules among them).
 """
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import io
 from pathlib import Path
 
 from ..training.atomic import write_text
+from .compute import COMPUTE_RULE
 from .stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
 from .table import CSV_KNOBS, KNOBS
 from .text import fmt, fmt_knob, md_cell
+from .verdict import FINDING, MOVING, UNKNOWN, WITHIN, verdict_rule
 
 
 def _params_m(n: int | None) -> str:
@@ -60,7 +64,8 @@ def _test_cell(row: dict) -> str:
     return f"p = {p:.3f}, {n}/{of} sentences differ" if p >= 0.001 else f"p < 0.001, {n}/{of} sentences differ"
 
 
-PPL_COLUMNS = ("row", "dev PPL ours", "dev PPL paper", "ΔPPL ours", "ΔPPL paper", "PPL agrees", "PPL beyond noise")
+PPL_COLUMNS = ("row", "dev PPL ours", "dev PPL paper", "ΔPPL ours", "ΔPPL ours at base FLOPs", "ΔPPL paper",
+               "PPL agrees", "PPL beyond noise", "budget verdict")
 
 
 BLEU_COLUMNS = ("row", "dev BLEU ours", "dev BLEU paper", "ΔBLEU ours", "ΔBLEU paper", "BLEU agrees",
@@ -70,11 +75,23 @@ BLEU_COLUMNS = ("row", "dev BLEU ours", "dev BLEU paper", "ΔBLEU ours", "ΔBLEU
 CONFIG_COLUMNS = ("row", *[h for h, _ in KNOBS], "params ours (M)", "params paper (M)", "status")
 
 
+def _flops_cell(row: dict, table: dict) -> str:
+    """The change at the base's training compute, or why there is none; the base: its compute."""
+    if row["variant"] == "base":
+        flops = (table.get("compute") or {}).get("base_flops")
+        return f"budget {flops:.3g} FLOPs" if flops else ""
+    if row.get("delta_ppl_equal_flops") is not None:
+        return _delta(row["delta_ppl_equal_flops"], row["delta_ppl_equal_flops_rel"], 2)
+    return row.get("equal_flops_note") or ""
+
+
 def ppl_cells(row: dict, table: dict) -> list[str]:
     return [row["variant"], _mstd(row["dev_ppl"], row["dev_ppl_std"], 2), fmt(row["paper_dev_ppl"], 2),
-            _delta(row["delta_ppl"], row["delta_ppl_rel"], 2),
+            _delta(row["delta_ppl"], row["delta_ppl_rel"], 2), _flops_cell(row, table),
             _delta(row["paper_delta_ppl"], row["paper_delta_ppl_rel"], 2), _yes(row["ppl_agrees"]),
-            _noise_cell(row, "ppl", table["base_std"]["ppl"])]
+            _noise_cell(row, "ppl", table["base_std"]["ppl"]),
+            row["ppl_verdict"] + (f" ({row['ppl_verdict_why']})" if row["ppl_verdict"] in (MOVING, UNKNOWN) else "")
+            if row.get("ppl_verdict") else ""]
 
 
 def bleu_cells(row: dict, table: dict) -> list[str]:
@@ -109,6 +126,17 @@ def agreement_line(table: dict) -> str:
             f"both {_fraction(s['both'])}.")
 
 
+def verdict_line(table: dict) -> str:
+    """The budget verdicts in one line: how many rows of each, the still-moving rows by name, and direction
+    agreement with the paper over the findings (beside the agreement over all rows, the first line)."""
+    s = table["summary"]
+    n = s["verdicts"]
+    moving = s["still_moving"]
+    return (f"Budget verdicts (dev PPL learning curves against the base's): {n[FINDING]} finding(s), {n[MOVING]} still "
+            f"moving{' (' + ', '.join(moving) + ')' if moving else ''}, {n[WITHIN]} within noise, {n[UNKNOWN]} "
+            f"unknown; direction agrees with the paper on the findings: dev PPL {_fraction(s['ppl_findings'])}.")
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "not recorded"
@@ -134,6 +162,7 @@ def headline_lines(table: dict) -> list[str]:
                      f"{fmt(std['ppl'], 2) or '?'}, BLEU {fmt(std['bleu'], 2) or '?'}, over {table['base_seeds']} seeds).")
         lines.append(f"Direction agrees with the paper on the rows beyond noise: dev PPL {_fraction(s['ppl_beyond'])}, "
                      f"dev BLEU {_fraction(s['bleu_beyond'])}.")
+    lines.append(verdict_line(table))
     lines.append(f"Sweep: {info['runs']} completed run(s) of {info['records']}; wall time "
                  f"{_duration(info['wall_s'])} (first start to last end), training time summed over runs "
                  f"{_duration(info['train_s'])}.")
@@ -158,8 +187,11 @@ def ppl_markdown(table: dict) -> str:
     lines = ["## Dev perplexity", "",
              "Ours " + ("(mean ± std over the completed seeds) " if _several_seeds(table) else "")
              + "beside the paper's; Δ = change against the same side's base row, with its size relative to that "
-               "base; \"agrees\" = our change has the paper's sign; \"beyond noise\": " + NOISE_RULE + ".", ""]
-    return "\n".join(lines + _md_table(table, PPL_COLUMNS, ppl_cells, left=("PPL agrees", "PPL beyond noise"))) + "\n"
+               "base, at equal steps and at the base's training FLOPs; \"agrees\" = our change has the paper's "
+               "sign; \"beyond noise\": " + NOISE_RULE + "; \"budget verdict\": finding, still moving or within "
+               "noise, from the learning curves (the rule is in the notes).", ""]
+    return "\n".join(lines + _md_table(table, PPL_COLUMNS, ppl_cells,
+                                       left=("PPL agrees", "PPL beyond noise", "budget verdict"))) + "\n"
 
 
 def bleu_markdown(table: dict) -> str:
@@ -216,6 +248,13 @@ def notes_markdown(table: dict) -> str:
         lines.append(f"Paired bootstrap: sacreBLEU `{table['test_signature']}`.")
     for sig in table["bleu_signatures"]:
         lines.append(f"Our dev BLEU: sacreBLEU `{sig}`.")
+    lines.append(verdict_rule(table.get("report_settings")))
+    lines.append(COMPUTE_RULE + ".")
+    compute = table.get("compute") or {}
+    if compute.get("base_flops") and not compute.get("lengths_measured"):
+        lines.append("FLOPs per step: some runs' prepared corpus was not readable here, so their sentence lengths "
+                     "are `ltfm bench`'s default sentence lengths (bench.src_len, bench.tgt_len); their attention FLOPs are "
+                     "estimates.")
     lines.append(f"Source: {table['source']}.")
     lines += table["notes"] + table["data_notes"]
     return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"
@@ -229,8 +268,10 @@ def table_markdown(table: dict) -> str:
 
 
 CSV_COLUMNS = ("variant", "family", "in_paper", *CSV_KNOBS.values(), "seeds_completed", "seeds_total",
-               "dev_ppl", "dev_ppl_std", "paper_dev_ppl", "delta_ppl", "paper_delta_ppl", "delta_ppl_rel",
-               "paper_delta_ppl_rel", "ppl_agrees", "ppl_noise",
+               "dev_ppl", "dev_ppl_std", "paper_dev_ppl", "delta_ppl", "delta_ppl_equal_flops", "paper_delta_ppl",
+               "delta_ppl_rel", "delta_ppl_equal_flops_rel", "paper_delta_ppl_rel", "ppl_agrees", "ppl_noise",
+               "ppl_verdict", "ppl_verdict_why", "flops_per_step", "train_flops", "dev_ppl_equal_flops",
+               "equal_flops_note",
                "dev_bleu", "dev_bleu_std", "paper_dev_bleu", "delta_bleu", "paper_delta_bleu", "delta_bleu_rel",
                "paper_delta_bleu_rel", "bleu_agrees", "bleu_noise", "bleu_tested", "bleu_p_value", "bleu_differing",
                "bleu_sentences", "bleu_significant", "params", "paper_params_m", "status")

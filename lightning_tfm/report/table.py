@@ -7,7 +7,8 @@ then the sweep's other rows in file order, then runs of variants the file no lon
 (:func:`ordered_variants`). A variant that is missing, waiting, running, failed, skipped (unbuildable) or
 pruned keeps its row with that status; its numbers stay empty (only completed seeds are averaged). Several
 seeds: mean ± sample standard deviation. Change (Δ) = the row's value minus its base's, ours against our base
-and the paper's against the paper's base, each also given relative to its base.
+and the paper's against the paper's base, each also given relative to its base. Each row also gets its change at
+the base's training compute (:mod:`.compute`) and its budget verdict from the learning curves (:mod:`.verdict`).
 
 :data:`KNOBS` are the table's knob columns (header, flat config key), :data:`CSV_KNOBS` their CSV column
 names, both from ``training.config.TABLE3_KNOBS``. The statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the
@@ -22,7 +23,9 @@ from ..training import results
 from ..training.config import TABLE3_KNOBS
 from .paper import PAPER_ORDER, load_paper
 from .records import DONE, ReportData, RunRecord
+from .compute import add_equal_compute
 from .stats import agreement_summary, agrees, bleu_significant, mean_std, noise_verdict, paired_bootstrap, relative
+from .verdict import add_verdicts, verdict_summary
 
 
 # (column header, flat config key): the knob columns of Table 3 (ours), plus positions, norm and the budget.
@@ -86,7 +89,10 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
 
     base = agg("base") if "base" in by_variant else None
     variants = ordered_variants(sweep, data.records)
-    tests, test_notes, test_signature = (paired_bootstrap(by_variant, variants) if bootstrap else ({}, [], None))
+    if data.bootstrap is not None:  # read from an export: the test as the exported report computed it
+        tests, test_notes, test_signature = data.bootstrap
+    else:
+        tests, test_notes, test_signature = (paired_bootstrap(by_variant, variants) if bootstrap else ({}, [], None))
     rows = []
     for v in variants:
         recs = by_variant.get(v, [])
@@ -126,17 +132,22 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
         row["bleu_significant"] = bleu_significant(t, row["delta_bleu"], row["bleu_noise"]) if t else None
         row["status"] = _status(v, recs, vseeds)
         rows.append(row)
-    summary = agreement_summary(rows)
+    curves = learning_curves(data, variants)
+    compute = add_equal_compute(rows, curves, by_variant)
+    add_verdicts(rows, curves, sweep.report)
+    summary = {**agreement_summary(rows), **verdict_summary(rows)}
     notes = list(test_notes)
     signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
     all_seeds = sorted(set(seeds).union(*own_seeds.values()))
     return {"sweep": sweep.name, "experiment": sweep.experiment.name, "seeds": all_seeds, "rows": rows,
-            "sweep_seeds": seeds, "own_seeds": own_seeds, "curves": learning_curves(data, variants),
+            "sweep_seeds": seeds, "own_seeds": own_seeds, "curves": curves,
             "summary": summary, "notes": notes, "bleu_signatures": signatures, "test_signature": test_signature,
-            "has_base": base is not None and base["n_done"] > 0, "run_info": sweep_run_info(data),
+            "has_base": base is not None and base["n_done"] > 0,
+            "run_info": data.run_info if data.run_info is not None else sweep_run_info(data),
             "source": data.source, "data_notes": list(data.notes),
             "base_std": {m: (base[f"{m}_sd"] if base else None) for m in ("ppl", "bleu")},
-            "base_seeds": base["n_done"] if base else 0}
+            "base_seeds": base["n_done"] if base else 0, "compute": compute, "report_settings": dict(sweep.report),
+            "bootstrap": (tests, test_notes, test_signature)}
 
 
 def sweep_run_info(data: ReportData) -> dict:

@@ -31,6 +31,8 @@ Sweep file (YAML, in ``sweeps/``)::
     seeds: [1]                               # run.seed of the trials
     overrides: {decode.average_last: 0}      # optional: applied to the experiment of every trial
     heartbeat: {interval: 30, grace: 120, max_retry: 3}   # optional (seconds)
+    report: {last_fraction: 0.333, horizon: 2, min_points: 2}   # optional: the report's budget verdict
+                                             # (lightning_tfm.report.verdict; these are the defaults)
     n_trials: 40                             # space sweeps: trials in the whole study
     variants:                                # EITHER named rows: one trial per variant and seed
       base: {}
@@ -94,14 +96,14 @@ attributes ``ltfm.pruner``, ``ltfm.metric``, ``ltfm.machine.<host>`` (CPU model 
 from .cli import sweep_cli
 from .plan import (Plan, build_model_params, check_buildable, format_overrides, parse_cli_overrides,
                    trial_config, trial_overrides, yaml_value)
-from .spec import Entry, Sweep, build_pruner, build_sampler, distributions, load_sweep, suggest
+from .spec import REPORT_DEFAULTS, Entry, Sweep, build_pruner, build_sampler, distributions, load_sweep, suggest
 from .status import dry_run, format_status, status_rows
 from .storage import (STORAGE_ENV, Heartbeat, default_storage, machine_description, open_storage, open_study,
                       quiet_optuna, retry)
 from .queue import claim_waiting, duplicate_of, enqueue_missing
 from .worker import RESULT_ATTRS, Worker
 
-__all__ = ["Entry", "Heartbeat", "Plan", "RESULT_ATTRS", "STORAGE_ENV", "Sweep", "Worker", "build_model_params",
+__all__ = ["Entry", "Heartbeat", "Plan", "REPORT_DEFAULTS", "RESULT_ATTRS", "STORAGE_ENV", "Sweep", "Worker", "build_model_params",
            "build_pruner", "build_sampler", "check_buildable", "claim_waiting", "default_storage",
            "distributions", "dry_run", "duplicate_of", "enqueue_missing", "format_overrides", "format_status",
            "load_sweep", "machine_description", "open_storage", "open_study", "parse_cli_overrides",

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from ..training.results import OBJECTIVES
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 TOP_KEYS = ("name", "description", "experiment", "metric", "direction", "sampler", "pruner", "seeds",
-            "overrides", "heartbeat", "n_trials", "variants", "space")
+            "overrides", "heartbeat", "n_trials", "variants", "space", "report")
 # The summary.json keys a sweep may optimise, and the direction that is better (results.OBJECTIVES).
 METRICS = {key: direction for key, (_, direction) in OBJECTIVES.items()}
 # Keys a sweep sets itself: a sweep file or the command line may not.
@@ -36,6 +37,11 @@ PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "Percent
            "hyperband": "HyperbandPruner", "successive_halving": "SuccessiveHalvingPruner",
            "threshold": "ThresholdPruner"}
 HEARTBEAT_DEFAULTS = {"interval": 30, "grace": 120, "max_retry": 3}
+# The sweep file's ``report:`` section: the thresholds of the report's budget verdict
+# (lightning_tfm.report.verdict, where the rule is written out). last_fraction: the share of the budget, at its
+# end, over which a finding keeps its sign and its gap is extrapolated; horizon: a closing gap that would cross
+# within this many budgets makes the row "still moving"; min_points: the validations that window needs at least.
+REPORT_DEFAULTS = {"last_fraction": 1 / 3, "horizon": 2.0, "min_points": 2}
 
 
 @dataclass
@@ -68,6 +74,7 @@ class Sweep:
     n_trials: int | None
     variants: dict[str, dict] | None = None    # name -> {"family", "budget", "overrides"}
     space: dict[str, dict] | None = None       # dotted key -> distribution spec
+    report: dict = field(default_factory=lambda: dict(REPORT_DEFAULTS))  # the report's verdict thresholds
 
     @property
     def mode(self) -> str:
@@ -192,6 +199,29 @@ def _check_distribution(path, key: str, spec: Any) -> dict:
     return spec
 
 
+def _check_report(path, value: Any) -> dict:
+    """The ``report:`` section: known keys, each in its range (see :data:`REPORT_DEFAULTS`)."""
+    if value is None:
+        return dict(REPORT_DEFAULTS)
+    if not isinstance(value, dict):
+        raise _err(path, f"report must be a mapping with {', '.join(REPORT_DEFAULTS)}")
+    unknown = [k for k in value if k not in REPORT_DEFAULTS]
+    if unknown:
+        raise _err(path, f"report: unknown key {unknown[0]!r}: report takes {', '.join(REPORT_DEFAULTS)}")
+    out = {**REPORT_DEFAULTS, **value}
+    for k, v in out.items():
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if k == "last_fraction" and not (number and 0 < v <= 1):
+            raise _err(path, f"report.last_fraction must be a number in (0, 1], the share of the budget at its end, "
+                             f"not {v!r}")
+        if k == "horizon" and not (number and v >= 1):
+            raise _err(path, f"report.horizon must be a number >= 1 (budgets), not {v!r}")
+        if k == "min_points" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 2):
+            raise _err(path, f"report.min_points must be an integer >= 2 (validations), not {v!r}")
+    return {"last_fraction": float(out["last_fraction"]), "horizon": float(out["horizon"]),
+            "min_points": out["min_points"]}
+
+
 def load_sweep(path: str | os.PathLike) -> Sweep:
     """Read and validate a sweep file; every problem is one UserError line naming the file and key."""
     p = Path(path)
@@ -252,6 +282,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     if n_trials is not None and (not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1):
         raise _err(path, "n_trials must be a positive integer")
     sweep = Sweep(p, name, experiment, metric, direction, sampler, pruner, seeds, overrides, heartbeat, n_trials)
+    sweep.report = _check_report(path, tree.get("report"))
     if has_v:
         variants = tree["variants"]
         if not isinstance(variants, dict) or not variants:

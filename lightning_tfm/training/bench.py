@@ -122,13 +122,23 @@ def matmul_peak_flops(dtype: torch.dtype, n: int | None = None, reps: int = 10, 
 
 
 def train_flops_per_step(s: dict) -> float:
-    """6 x (matmul parameters) x tokens for the projections and the softmax layer, plus attention scores."""
+    """Model FLOPs of one training step: 6 x (matmul parameters) x tokens for the projections, the feed-forward
+    layers and the softmax layer, plus the attention products QK^T and AV (forward x 3 for training).
+
+    ``s``: ``layers``, ``d_model``, ``d_ff``, ``vocab``, ``batch`` (sentences), ``src_len``, ``tgt_len`` (tokens
+    a sentence); optionally ``heads`` with ``d_k`` and ``d_v`` (a head's key and value sizes: Table 3's rows
+    where ``heads * d_k`` is not ``d_model``), else the concatenated heads are ``d_model`` wide. ``ltfm bench``
+    counts its MFU with it, the report its rows' training compute
+    (:func:`lightning_tfm.report.compute.flops_per_step`)."""
     d, f, N, V = s["d_model"], s["d_ff"], s["layers"], s["vocab"]
     B, S, T = s["batch"], s["src_len"], s["tgt_len"]
-    enc = N * (4 * d * d + 2 * d * f)
-    dec = N * (8 * d * d + 2 * d * f)
+    hk = s["heads"] * s["d_k"] if s.get("d_k") and s.get("heads") else d  # queries and keys, all heads
+    hv = s["heads"] * s["d_v"] if s.get("d_v") and s.get("heads") else d  # values and the output projection
+    attn_params = 2 * d * hk + 2 * d * hv  # W_Q, W_K (d x hk), W_V (d x hv), W_O (hv x d)
+    enc = N * (attn_params + 2 * d * f)
+    dec = N * (2 * attn_params + 2 * d * f)  # self- and cross-attention
     dense = 6 * (enc * B * S + dec * B * T + d * V * B * T)
-    attn = 6 * 2 * d * B * N * (S * S + T * T + T * S)  # QK^T and AV, forward x3 for training
+    attn = 6 * (hk + hv) * B * N * (S * S + T * T + T * S)  # QK^T and AV, forward x3 for training
     return dense + attn
 
 

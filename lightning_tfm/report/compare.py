@@ -1,0 +1,188 @@
+"""Two Table 3 replicas side by side: ``ltfm report A.yaml --against B.yaml`` (two sweep files, or two results
+folders of one sweep file, e.g. two budgets) writes ``compare.md``, ``compare.csv``, ``compare.html`` and its
+figures.
+
+Each side is a table of :func:`~lightning_tfm.report.table.build_table`: its rows' changes against *its own* base,
+their budget verdicts (:mod:`.verdict`) and direction agreement with the paper. Per row (:func:`compare_tables`):
+
+- **transfers**: both sides say the same: findings with the same sign, or both within noise;
+- **flips**: findings on both sides with opposite signs;
+- **unsettled**: anything else (a side still moving or unknown, a finding on one side and within noise on the
+  other, a side without the row).
+"""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from ..training.atomic import write_text
+from .text import fmt, md_cell
+from .verdict import FINDING, WITHIN
+
+TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"
+STATUS_RULE = ("*transfers*: both sides are findings with the same sign, or both within noise; *flips*: findings "
+               "on both sides with opposite signs; *unsettled*: anything else (a side still moving or unknown, a "
+               "finding on one side only, a row missing on a side)")
+
+
+def _sign(x: float | None) -> int | None:
+    return None if x is None else (x > 0) - (x < 0)
+
+
+def status(a: dict | None, b: dict | None) -> str:
+    """The comparison status of one row from its two sides' table rows (None: the side lacks the row)."""
+    if a is None or b is None:
+        return UNSETTLED
+    va, vb = a.get("ppl_verdict"), b.get("ppl_verdict")
+    if va == vb == WITHIN:
+        return TRANSFERS
+    if va == vb == FINDING:
+        return TRANSFERS if _sign(a["delta_ppl"]) == _sign(b["delta_ppl"]) else FLIPS
+    return UNSETTLED
+
+
+def side_label(table: dict) -> str:
+    """``<sweep> at <base steps> steps``: what tells two sides of one sweep apart (their budget)."""
+    steps = (table.get("curves") or {}).get("steps") or []
+    base = next((r for r in table["rows"] if r["variant"] == "base"), None)
+    budget = (base or {}).get("train.max_steps") or (steps[-1] if steps else None)
+    return f"{table['sweep']} at {budget} steps" if budget else table["sweep"]
+
+
+SIDE_KEYS = ("dev_ppl", "delta_ppl", "delta_ppl_rel", "delta_ppl_equal_flops", "equal_flops_note", "ppl_noise",
+             "ppl_verdict", "ppl_verdict_why", "ppl_agrees")
+COLUMNS = ("variant", "family", "in_paper", "paper_delta_ppl", *[f"a_{k}" for k in SIDE_KEYS],
+           *[f"b_{k}" for k in SIDE_KEYS], "status")
+
+
+def compare_tables(a: dict, b: dict) -> dict:
+    """Side A and side B row by row (A's rows in its order, then B's others): ``{"rows", "summary", "labels",
+    "tables"}``; the base row is left out (it is each side's reference)."""
+    rows_a = {r["variant"]: r for r in a["rows"]}
+    rows_b = {r["variant"]: r for r in b["rows"]}
+    order = [v for v in rows_a] + [v for v in rows_b if v not in rows_a]
+    rows = []
+    for v in order:
+        if v == "base":
+            continue
+        ra, rb = rows_a.get(v), rows_b.get(v)
+        any_row = ra or rb
+        row = {"variant": v, "family": any_row.get("family"), "in_paper": any_row.get("in_paper"),
+               "paper_delta_ppl": any_row.get("paper_delta_ppl")}
+        for side, r in (("a", ra), ("b", rb)):
+            for key in SIDE_KEYS:
+                row[f"{side}_{key}"] = r.get(key) if r else None
+        row["status"] = status(ra, rb)
+        rows.append(row)
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in (TRANSFERS, FLIPS, UNSETTLED)}
+    agreement = {}
+    for side, t in (("a", a), ("b", b)):
+        s = t["summary"]
+        agreement[side] = {"all": s["ppl"], "findings": s["ppl_findings"], "still_moving": s["still_moving"]}
+    return {"rows": rows, "summary": {"counts": counts, "agreement": agreement,
+                                      "flips": [r["variant"] for r in rows if r["status"] == FLIPS]},
+            "labels": {"a": side_label(a), "b": side_label(b)}, "tables": {"a": a, "b": b}}
+
+
+def _frac(pair: tuple[int, int]) -> str:
+    k, n = pair
+    return f"{k}/{n} ({100 * k / n:.0f}%)" if n else "0/0"
+
+
+def headline_lines(cmp: dict) -> list[str]:
+    s, lab = cmp["summary"], cmp["labels"]
+    c = s["counts"]
+    lines = [f"Rows: {c[TRANSFERS]} transfer, {c[FLIPS]} flip{' (' + ', '.join(s['flips']) + ')' if s['flips'] else ''}, "
+             f"{c[UNSETTLED]} unsettled (of {len(cmp['rows'])}, the base left out)."]
+    for side in ("a", "b"):
+        ag = s["agreement"][side]
+        moving = ag["still_moving"]
+        lines.append(f"{side.upper()} ({lab[side]}): direction agrees with the paper on dev PPL {_frac(ag['all'])} rows, "
+                     f"{_frac(ag['findings'])} of the findings; still moving: {', '.join(moving) if moving else 'none'}.")
+    return lines
+
+
+def _delta(x: float | None, rel: float | None) -> str:
+    if x is None:
+        return ""
+    return fmt(x, 2, sign=True) + (f" ({100 * rel:+.0f}%)" if rel is not None else "")
+
+
+def _yes(x) -> str:
+    return "" if x is None else ("yes" if x else "no")
+
+
+MD_COLUMNS = ("row", "ΔPPL paper", "ΔPPL A", "ΔPPL A at base FLOPs", "verdict A", "agrees A", "ΔPPL B",
+              "ΔPPL B at base FLOPs", "verdict B", "agrees B", "status")
+
+
+def comparison_markdown(cmp: dict) -> str:
+    """compare.md: the headline, the side-by-side table, the rule; one fact per line."""
+    lab, ta, tb = cmp["labels"], cmp["tables"]["a"], cmp["tables"]["b"]
+    lines = [f"# Table 3 side by side: A `{ta['sweep']}`, B `{tb['sweep']}`", "",
+             f"A: {lab['a']} ({ta['source']}). B: {lab['b']} ({tb['source']}). Each side's Δ is against its own base.",
+             "", *[f"- {ln}" for ln in headline_lines(cmp)], "", "## Rows", "",
+             "| " + " | ".join(MD_COLUMNS) + " |",
+             "|" + "|".join("---" if c in ("row", "verdict A", "verdict B", "agrees A", "agrees B", "status")
+                            else "--:" for c in MD_COLUMNS) + "|"]
+    for r in cmp["rows"]:
+        cells = [r["variant"], fmt(r["paper_delta_ppl"], 2, sign=True)]
+        for side in ("a", "b"):
+            cells += [_delta(r[f"{side}_delta_ppl"], r[f"{side}_delta_ppl_rel"]),
+                      fmt(r[f"{side}_delta_ppl_equal_flops"], 2, sign=True) or (r[f"{side}_equal_flops_note"] or ""),
+                      r[f"{side}_ppl_verdict"] or "", _yes(r[f"{side}_ppl_agrees"])]
+        cells.append(r["status"])
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
+    from .verdict import verdict_rule
+    lines += ["", "## Notes", "", f"- Status: {STATUS_RULE}.", f"- A: {verdict_rule(ta.get('report_settings'))}",
+              f"- B: {verdict_rule(tb.get('report_settings'))}"]
+    return "\n".join(lines) + "\n"
+
+
+def comparison_csv(cmp: dict) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in cmp["rows"]:
+        w.writerow(["" if r[c] is None else (f"{r[c]:.6g}" if isinstance(r[c], float) else r[c]) for c in COLUMNS])
+    return buf.getvalue()
+
+
+def write_comparison(cmp: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return (write_text(out / "compare.md", comparison_markdown(cmp)), write_text(out / "compare.csv", comparison_csv(cmp)))
+
+
+STATUS_COLORS = {TRANSFERS: "C2", FLIPS: "C3", UNSETTLED: "C7"}
+
+
+def plot_comparison(cmp: dict, path: str | Path) -> str:
+    """Each row's relative ΔPPL on side A against side B (one point per row, coloured by its status; the
+    diagonal is "the same change on both sides", the top-left and bottom-right quadrants are flips of sign)."""
+    from .figures import new_figure, save_figure
+
+    fig, axes = new_figure(1, 1, 6.5, 5.5)
+    ax = axes[0][0]
+    for r in cmp["rows"]:
+        x, y = r["a_delta_ppl_rel"], r["b_delta_ppl_rel"]
+        if x is None or y is None:
+            continue
+        ax.plot([100 * x], [100 * y], "o", color=STATUS_COLORS[r["status"]])
+        ax.annotate(r["variant"], (100 * x, 100 * y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    pts = [v for line in ax.lines for v in list(line.get_xdata()) + list(line.get_ydata())]
+    lim = max([abs(v) for v in pts] + [1.0]) * 1.1
+    ax.plot([-lim, lim], [-lim, lim], color="black", linewidth=0.6, alpha=0.5)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.axvline(0, color="black", linewidth=0.6)
+    for s, c in STATUS_COLORS.items():
+        ax.plot([], [], "o", color=c, label=s)
+    ax.legend(fontsize=8)
+    lab = cmp["labels"]
+    ax.set_xlabel(f"ΔPPL against the base, % — A: {lab['a']}")
+    ax.set_ylabel(f"ΔPPL against the base, % — B: {lab['b']}")
+    ax.set_title("Each row's change on both sides (lower is better; top-left and bottom-right: the sign flips)",
+                 fontsize=9)
+    ax.grid(True, alpha=0.3)
+    return save_figure(fig, path)

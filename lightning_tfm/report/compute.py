@@ -1,0 +1,139 @@
+"""Equal-compute changes: each row's dev perplexity at the base's training compute.
+
+A Table 3 row trains as many steps as the base, but a step of a wider or deeper row costs more: at equal steps
+the table compares rows that spent different compute. Here:
+
+- a row's training FLOPs per step (:func:`flops_per_step`) is the count ``ltfm bench`` uses for MFU
+  (:func:`lightning_tfm.training.bench.train_flops_per_step`) at the row's shapes (N, d_model, d_ff, h, d_k, d_v,
+  its vocabulary) and its tokens: target tokens per step = the run's token budget a step (its effective batch,
+  else what it trained: ``train_tokens / steps``), sentences as long as the prepared training corpus's mean
+  source and target lengths (else ``ltfm bench``'s default lengths, said in the notes); the mean over the row's
+  completed seeds;
+- its compute at a validation step ``s`` is ``s`` x FLOPs per step; the base's budget is its last validation
+  step x the base's FLOPs per step;
+- its dev PPL at the base's budget (:func:`interpolate`): log PPL linear in log FLOPs between the two
+  validations around it; *beyond its curve* when the row never reached that compute (its last validation is
+  below it) or never spent that little (its first validation is above it): no value then, never an
+  extrapolation;
+- the equal-compute change: that PPL minus the base's dev PPL at its last validation.
+"""
+from __future__ import annotations
+
+import math
+
+from .records import RunRecord
+
+SHAPE_KEYS = {"layers": "model.layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "heads": "model.heads",
+              "d_k": "model.d_k", "d_v": "model.d_v"}
+
+
+def _tokens_per_step(rec: RunRecord) -> float | None:
+    """Target tokens of one optimizer step: the run's token budget a step (``effective_batch_tokens``, else its
+    config's ``train.batch_tokens_total`` or ``train.batch_tokens`` x ``train.devices``), else what it trained
+    (``train_tokens / steps``). The budget first: two rows of the same shapes and batch then count the same
+    FLOPs a step, whatever the sampling of sentence lengths put into their batches."""
+    if rec.effective_batch_tokens:
+        return float(rec.effective_batch_tokens)
+    c = rec.config
+    total, per, devices = c.get("train.batch_tokens_total"), c.get("train.batch_tokens"), c.get("train.devices")
+    if isinstance(total, (int, float)) and total > 0:
+        return float(total)
+    if isinstance(per, (int, float)) and per > 0:
+        return float(per) * (devices if isinstance(devices, int) and devices > 0 else 1)
+    if rec.train_tokens and rec.steps:
+        return rec.train_tokens / rec.steps
+    return None
+
+
+def row_shapes(rec: RunRecord) -> tuple[dict | None, bool]:
+    """(the shapes :func:`~lightning_tfm.training.bench.train_flops_per_step` takes, whether the sentence lengths
+    were measured on the run's corpus) of a run; (None, False) when its config lacks a shape or its tokens."""
+    from ..training.bench import DEFAULTS
+
+    shapes = {k: rec.config.get(key) for k, key in SHAPE_KEYS.items()}
+    shapes["vocab"] = rec.vocab_size or rec.config.get("data.vocab_size")
+    tokens = _tokens_per_step(rec)
+    if tokens is None or not all(isinstance(v, (int, float)) and v > 0 for v in shapes.values()):
+        return None, False
+    measured = bool(rec.src_len and rec.tgt_len)
+    src_len, tgt_len = (rec.src_len, rec.tgt_len) if measured else (DEFAULTS["src_len"], DEFAULTS["tgt_len"])
+    return {**shapes, "batch": tokens / tgt_len, "src_len": src_len, "tgt_len": tgt_len}, measured
+
+
+def flops_per_step(records: list[RunRecord]) -> tuple[float | None, bool]:
+    """(training FLOPs per step, lengths measured) of a row: the mean over its completed runs."""
+    from ..training.bench import train_flops_per_step
+
+    counts, measured = [], True
+    for rec in records:
+        if not rec.completed:
+            continue
+        shapes, m = row_shapes(rec)
+        if shapes is not None:
+            counts.append(train_flops_per_step(shapes))
+            measured = measured and m
+    return (sum(counts) / len(counts), measured) if counts else (None, False)
+
+
+def interpolate(points: list[tuple[float, float]], flops: float) -> tuple[float | None, str | None]:
+    """(dev PPL at ``flops``, None) from a curve of (FLOPs, dev PPL) points, log PPL linear in log FLOPs
+    between the validations around it; (None, why) when ``flops`` lies beyond the curve."""
+    pts = sorted((f, p) for f, p in points if f > 0 and p > 0)
+    if not pts:
+        return None, "no curve"
+    x = math.log(flops)
+    xs = [math.log(f) for f, _ in pts]
+    tol = 1e-9 * max(1.0, abs(x))
+    if x > xs[-1] + tol:
+        return None, "beyond its curve: never reached the base's compute"
+    if x < xs[0] - tol:
+        return None, "beyond its curve: never spent that little (first validation above the base's compute)"
+    for (x0, (_, p0)), (x1, (_, p1)) in zip(zip(xs, pts), zip(xs[1:], pts[1:])):
+        if x0 - tol <= x <= x1 + tol:
+            if x1 == x0:
+                return p1, None
+            t = min(1.0, max(0.0, (x - x0) / (x1 - x0)))
+            return math.exp((1 - t) * math.log(p0) + t * math.log(p1)), None
+    return pts[-1][1], None  # a single point, at the base's compute (within the tolerance)
+
+
+def add_equal_compute(rows: list[dict], curves: dict, by_variant: dict[str, list[RunRecord]]) -> dict:
+    """Each row's ``flops_per_step``, ``train_flops`` (at its last validation), ``dev_ppl_equal_flops`` (at the
+    base's budget), ``delta_ppl_equal_flops`` (+ ``_rel``) and ``equal_flops_note``; returns ``{"base_flops",
+    "lengths_measured"}``. ``curves``: the table's learning curves ({variant: {step: dev PPL}})."""
+    per_step = {}
+    measured = True
+    for row in rows:
+        f, m = flops_per_step(by_variant.get(row["variant"], []))
+        per_step[row["variant"]] = f
+        measured = measured and (m or f is None)
+    base_curve = curves["rows"].get("base") or {}
+    base_f = per_step.get("base")
+    base_flops = max(base_curve) * base_f if base_curve and base_f else None
+    base_ppl = base_curve[max(base_curve)] if base_curve else None
+    for row in rows:
+        v = row["variant"]
+        f, curve = per_step.get(v), curves["rows"].get(v) or {}
+        row["flops_per_step"] = f
+        row["train_flops"] = max(curve) * f if curve and f else None
+        row["dev_ppl_equal_flops"] = row["delta_ppl_equal_flops"] = row["delta_ppl_equal_flops_rel"] = None
+        row["equal_flops_note"] = None
+        if v == "base" or base_flops is None or row["delta_ppl"] is None:
+            continue
+        if f is None or not curve:
+            row["equal_flops_note"] = "no training compute (shapes or tokens unknown)" if curve else "no curve"
+            continue
+        ppl, why = interpolate([(st * f, p) for st, p in curve.items()], base_flops)
+        row["equal_flops_note"] = why
+        if ppl is not None:
+            row["dev_ppl_equal_flops"] = ppl
+            row["delta_ppl_equal_flops"] = ppl - base_ppl
+            row["delta_ppl_equal_flops_rel"] = (ppl - base_ppl) / base_ppl
+    return {"base_flops": base_flops, "lengths_measured": measured}
+
+
+COMPUTE_RULE = ("ΔPPL at base FLOPs: the row's dev PPL at the base's training compute (its last validation step × "
+                "its FLOPs per step) minus the base's, log PPL linear in log FLOPs between the row's validations; "
+                "FLOPs per step as `ltfm bench` counts them for MFU (6 × matmul parameters × tokens + attention) at "
+                "the row's shapes, vocabulary and target-token budget per step; \"beyond its "
+                "curve\" when the row never reached that compute or never spent that little")

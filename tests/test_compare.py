@@ -1,0 +1,127 @@
+"""Two budgets of one tiny sweep side by side (``ltfm report A --against B``), and a report rebuilt from its export
+alone (``--from-export``): real ``ltfm sweep`` runs, the real notebooks; a flip from synthetic curves through the
+same command line."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import ltfm, write_sweep
+from test_verdict import BASE, STEPS, _records, curve
+from lightning_tfm import report as rd
+from lightning_tfm.sweep import load_sweep
+
+# The tiny sweep: the base at two seeds (the seed noise), and a row whose learning rate is a ten-thousandth of
+# the base's: it hardly learns, so its gap to the base widens at every budget.
+VARIANTS = {"base": {"seeds": [1, 2]}, "slow": {"family": "other", "train.lr_scale": 0.0001}}
+
+
+def _csv(path: Path) -> dict[str, dict]:
+    return {r["variant"]: r for r in csv.DictReader(io.StringIO(path.read_text()))}
+
+
+def _ok(p) -> None:
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def _one_line(p) -> str:
+    assert p.returncode == 2 and p.stderr.startswith("ltfm: error: ") and p.stderr.strip().count("\n") == 0, p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+    return p.stderr
+
+
+@pytest.mark.slow
+def test_two_budgets_side_by_side_and_a_report_rebuilt_from_its_export(tmp_path, data_dir):
+    sweep = write_sweep(tmp_path / "bud.yaml", "bud", VARIANTS)
+    results = tmp_path / "results"
+    args = [f"data.path={data_dir}", f"run.results_dir={results}"]
+    _ok(ltfm("sweep", sweep, *args))  # train.max_steps 20 (tests/conftest.py's TINY)
+    short = tmp_path / "at20"
+    p = ltfm("report", sweep, "--results", results, "--out", short)
+    _ok(p)
+    export = short / "export" / "bud.json"
+    assert export.is_file() and (short / "ppl_vs_flops.png").is_file()
+    tree = json.loads(export.read_text())
+    assert {(r["variant"], r["seed"]) for r in tree["records"]} == {("base", 1), ("base", 2), ("slow", 1)}
+    assert all(r["history"] and r["hyps"] is None and "/" not in r["run"] for r in tree["records"])  # no paths
+    assert not list((short / "export").glob("*.ckpt"))
+    by = _csv(short / "table3.csv")
+    assert by["slow"]["ppl_verdict"] == "finding" and by["slow"]["ppl_noise"] == "beyond"
+    assert "1 finding(s), 0 still moving" in p.stdout
+
+    # without the results folder (moved aside: the report can read nothing there), from the export alone
+    aside = tmp_path / "aside"
+    results.rename(aside)
+    rebuilt = tmp_path / "rebuilt"
+    p = ltfm("report", sweep, "--from-export", short / "export", "--out", rebuilt)
+    _ok(p)
+    assert "not published (a report rebuilt from an export)" in p.stdout
+    assert (rebuilt / "table3.csv").read_text() == (short / "table3.csv").read_text()
+    differ = [(a, b) for a, b in zip((short / "table3.md").read_text().splitlines(),
+                                     (rebuilt / "table3.md").read_text().splitlines()) if a != b]
+    assert [b for _, b in differ] == ["- Source: export bud.json (of " + tree["source"] + ")."]  # the rest is the same
+    aside.rename(results)
+
+    # a larger budget continues the same runs (run ids do not depend on train.max_steps)
+    folders = sorted(d.name for d in results.iterdir() if (d / "summary.json").is_file())
+    _ok(ltfm("sweep", sweep, *args, "train.max_steps=40"))
+    assert sorted(d.name for d in results.iterdir() if (d / "summary.json").is_file()) == folders
+    assert {json.loads((results / f / "summary.json").read_text())["steps"] for f in folders} == {40}
+
+    # side A: the 40-step runs; side B: the 20-step report's export
+    cmp = tmp_path / "cmp"
+    p = ltfm("report", sweep, "--results", results, "--against", sweep, "--against-export", short / "export",
+             "--out", cmp)
+    _ok(p)
+    assert {f.name for f in cmp.iterdir()} == {"compare.md", "compare.csv", "compare.html", "compare.ipynb",
+                                               "compare_deltas.png", "a_ppl_vs_flops.png", "b_ppl_vs_flops.png",
+                                               ".ltfm-report"}
+    row = _csv(cmp / "compare.csv")["slow"]
+    assert (row["a_ppl_verdict"], row["b_ppl_verdict"], row["status"]) == ("finding", "finding", "transfers")
+    assert float(row["a_delta_ppl"]) > 0 and float(row["b_delta_ppl"]) > 0
+    assert float(row["b_delta_ppl"]) == pytest.approx(float(by["slow"]["delta_ppl"]), rel=1e-5)  # B is the 20-step table
+    md = (cmp / "compare.md").read_text()
+    assert "- Rows: 1 transfer, 0 flip, 0 unsettled (of 1, the base left out)." in md
+    assert "A: bud at 40 steps" in md and "B: bud at 20 steps" in md
+    assert "Rows: 1 transfer" in p.stdout and f"report: {cmp / 'compare.md'}" in p.stdout
+    html = (cmp / "compare.html").read_text(encoding="utf-8")
+    assert "transfers" in html and "rd.compare_tables" not in html  # for readers: no code
+
+
+def test_a_flip_and_the_comparisons_inputs_through_the_command_line(tmp_path):
+    """Two exports of synthetic tables (the same rows at two budgets; A2 better at one, worse at the other), compared
+    by the command line; then the mistakes it refuses in one line."""
+    sweep_file = write_sweep(tmp_path / "syn.yaml", "syn", {"base": {"seeds": [1, 2, 3]}, "A1": {}, "A2": {}})
+    sweep = load_sweep(sweep_file)
+    sides = {"short": {"A1": curve(lambda s: 1.2 * BASE[s]), "A2": curve(lambda s: 0.8 * BASE[s])},
+             "long": {"A1": curve(lambda s: 1.1 * BASE[s]), "A2": {s: BASE[s] * math.exp(0.2) for s in STEPS}}}
+    for name, rows in sides.items():
+        data = rd.ReportData(sweep, _records(rows), "synthetic", {})
+        rd.write_export(data, rd.build_table(data, bootstrap=False), tmp_path / name)
+    out = tmp_path / "cmp"
+    p = ltfm("report", sweep_file, "--from-export", tmp_path / "short", "--against", sweep_file, "--against-export",
+             tmp_path / "long" / "syn.json", "--out", out)
+    _ok(p)
+    rows = _csv(out / "compare.csv")
+    assert {v: r["status"] for v, r in rows.items()} == {"A1": "transfers", "A2": "flips"}
+    assert (rows["A2"]["a_ppl_verdict"], rows["A2"]["b_ppl_verdict"]) == ("finding", "finding")
+    assert float(rows["A2"]["a_delta_ppl"]) < 0 < float(rows["A2"]["b_delta_ppl"])
+    assert "1 flip (A2)" in (out / "compare.md").read_text()
+
+    s = sweep_file
+    assert "--against-results belongs to --against" in _one_line(ltfm("report", s, "--against-results", tmp_path))
+    assert "drop --results" in _one_line(ltfm("report", s, "--from-export", tmp_path / "short", "--results", tmp_path))
+    assert "no export of sweep 'syn'" in _one_line(ltfm("report", s, "--from-export", tmp_path / "nowhere"))
+    other = write_sweep(tmp_path / "other.yaml", "other", {"base": {}})
+    assert "exports sweep 'syn', not 'other'" in _one_line(ltfm("report", other, "--from-export",
+                                                                tmp_path / "short" / "syn.json"))
+    assert "drop --against-results" in _one_line(ltfm("report", s, "--from-export", tmp_path / "short", "--against", s,
+                                                      "--against-export", tmp_path / "long", "--against-results",
+                                                      tmp_path))
+    (tmp_path / "bad.json").write_text("{not json")
+    assert "not a readable JSON file" in _one_line(ltfm("report", s, "--from-export", tmp_path / "bad.json"))
