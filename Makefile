@@ -67,7 +67,7 @@ reference: setup
 	$(MAKE) --no-print-directory ablation SWEEP=$(SWEEP) WORKERS=$(WORKERS) ARGS='$(ARGS)' $(if $(QUICK),QUICK=1,); \
 	t1=$$(date +%s); out=reports/reference/$(REF_NAME)$(if $(QUICK),-quick,); \
 	build=reports/build/$(if $(QUICK),quick-,)$(REF_NAME); rm -rf $$out; mkdir -p $$out; \
-	cp $$build/table3.md $$build/table3.csv $$build/table3.html $$build/*.png $$out/; \
+	cp $$build/table3.md $$build/table3.csv $$build/table3.html $$build/*.png $$out/; cp -r $$build/export $$out/; \
 	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS) > $$out/status.txt; \
 	w=$$((t1 - t0)); { echo "command: make reference$(if $(QUICK), QUICK=1,)$(if $(filter-out auto,$(WORKERS)), WORKERS=$(WORKERS),)$(if $(ARGS), ARGS='$(ARGS)',)"; \
 	  echo "sweep: $(SWEEP)"; echo "commit: $$commit$${dirty:+ (with uncommitted changes)}"; \
