@@ -482,14 +482,16 @@ def test_a_trial_killed_by_sigkill_is_recorded_as_killed_and_queued_again(tmp_pa
 def test_a_schedulers_signal_to_a_worker_stops_its_trial_like_ctrl_c(sig, tmp_path, data_dir):
     """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before it) reach the worker alone: it stops its trial
     as Ctrl-C would (the trial saves its summary), records it as interrupted and exits 130; nothing is left
-    running, and the same command resumes the run."""
+    running. The worker starts as a script's background job does, with SIGINT ignored, which its trial must
+    not inherit (it would not stop, and be killed 30 s later without a summary)."""
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "sig", {"base": {}})
     url = f"sqlite:///{tmp_path / 'sig.db'}"
     cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
            f"run.results_dir={results}", *TINY, "train.max_steps=100000", "--storage", url]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    worker, run_dir = start_until_checkpoint(cmd, env, results)
+    background = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]  # `cmd &` in a script: SIGINT ignored, then exec
+    worker, run_dir = start_until_checkpoint([*background, *cmd], env, results)
     trial_pid = json.loads((run_dir / "summary.json").read_text())["pid"]
     worker.send_signal(sig)
     out, _ = worker.communicate(timeout=120)

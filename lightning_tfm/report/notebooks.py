@@ -207,7 +207,8 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
     params = {"sweep_file": str(Path(sweep.path).absolute()), "results_dir": None, "storage": None,
               "wandb_path": None, "export_dir": None}
     if export:
-        from .export import export_file
+        from .export import export_file, read_export
+        read_export(sweep, export)  # a wrong or malformed export stops here, before a kernel starts
         params["export_dir"] = str(export_file(sweep, export).absolute())
         return params
     if wandb_path:

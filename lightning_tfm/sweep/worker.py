@@ -64,10 +64,16 @@ def _on_sigterm(signum, frame):  # noqa: ARG001
 
 
 def stop_on_sigterm() -> None:
-    """Let SIGTERM and SIGUSR1 end this worker as Ctrl-C does (handlers can only be set in the main thread)."""
+    """Let SIGTERM and SIGUSR1 end this worker as Ctrl-C does (handlers can only be set in the main thread).
+
+    SIGINT too, when this process inherited it ignored (a shell script's background job, ``cmd &``): the worker
+    stops its trial with SIGINT, and an ignored disposition would pass to the trial through exec, leaving it
+    deaf to that (a handler does not pass: the trial starts with the default, which Python makes Ctrl-C)."""
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, _on_sigterm)
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _log_error_line(log: Path) -> str | None:
