@@ -167,6 +167,21 @@ def test_a_run_killed_before_writing_last_ckpt_resumes_from_its_newest_step_chec
     assert not list(ckpt.glob("*.corrupt-*"))  # nothing set aside
 
 
+def test_a_last_ckpt_older_than_the_newest_step_checkpoint_is_not_resumed_from(smoke_run, tmp_path, capsys):
+    """Killed after writing step=N.ckpt but before last.ckpt was updated: last.ckpt holds an earlier step, and the
+    run resumes from step=N.ckpt (the chaos soak found step=N-v1.ckpt written by a resume from last.ckpt)."""
+    from lightning_tfm.training.checkpoints import resume_checkpoint
+
+    run_dir = copy_run(smoke_run, tmp_path / "results")
+    ckpt = run_dir / "checkpoints"
+    (older_step, older), (newest_step, newest) = step_checkpoints(run_dir)[-2:]
+    shutil.copy2(older, ckpt / "last.ckpt")  # last.ckpt one checkpoint behind
+    assert resume_checkpoint(ckpt) == newest
+    assert f"(newer than last.ckpt, step {older_step}" in capsys.readouterr().err
+    shutil.copy2(newest, ckpt / "last.ckpt")  # up to date: last.ckpt, as always
+    assert resume_checkpoint(ckpt) == ckpt / "last.ckpt"
+
+
 # ---------------------------------------------------------------------------------- atomic writes
 KILLED_WRITER = """
 import os, signal, sys

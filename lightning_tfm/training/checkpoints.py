@@ -242,27 +242,35 @@ def set_aside(path: Path, why: str) -> Path:
 
 
 def resume_checkpoint(ckpt_dir: Path) -> Path | None:
-    """The checkpoint to resume from: ``last.ckpt`` when it reads, else the newest readable
-    ``step=*.ckpt`` (also when there is no ``last.ckpt``: a process killed between writing a step checkpoint
-    and ``last.ckpt``); unreadable ones (truncated by a full disk or a kill) are set aside with a warning.
+    """The checkpoint to resume from: the newest readable one of ``last.ckpt`` and the ``step=*.ckpt`` files
+    (a process killed between writing a step checkpoint and ``last.ckpt`` leaves ``last.ckpt`` older, or none:
+    resuming from it would train those steps again and write ``step=N-v1.ckpt`` beside the old file);
+    unreadable ones (truncated by a full disk or a kill) are set aside with a warning.
     None (start from step 0) when there is none, which is said too if checkpoints were set aside."""
     last = ckpt_dir / "last.ckpt"
     set_aside_any = False
+    last_step = None
     if last.is_file():
         why = checkpoint_problem(last)
         if why is None:
-            return last
-        set_aside(last, why)
-        set_aside_any = True
+            last_step = int(torch.load(last, map_location="cpu", weights_only=True, mmap=True).get("global_step", -1))
+        else:
+            set_aside(last, why)
+            set_aside_any = True
     for step, path in reversed(step_checkpoints(ckpt_dir.parent)):
+        if last_step is not None and step <= last_step:
+            break  # last.ckpt is as new as any step checkpoint left
         why = checkpoint_problem(path)
         if why is None:
             print(f"ltfm: resuming from {path.name} (step {step}) " +
-                  ("instead" if set_aside_any else "(no last.ckpt: the run was stopped before writing it)"),
-                  file=sys.stderr)
+                  ("instead" if set_aside_any else "(no last.ckpt: the run was stopped before writing it)"
+                   if last_step is None else f"(newer than last.ckpt, step {last_step}: the run was stopped "
+                   "between writing the two)"), file=sys.stderr)
             return path
         set_aside(path, why)
         set_aside_any = True
+    if last_step is not None:
+        return last
     if set_aside_any:
         print("ltfm: warning: no readable checkpoint left: the run starts over from step 0", file=sys.stderr)
     return None
