@@ -10,7 +10,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TMP_MARK = ".tmp-"  # lightning_tfm.training.atomic's temporary files: .<name>.tmp-<pid>-<hex>
+sys.path.insert(0, str(ROOT))
+from lightning_tfm.training.atomic import TMP_MARK  # noqa: E402  (the temporary files: .<name>.tmp-<pid>-<hex>)
+
 VERSIONED_CKPT = re.compile(r"-v\d+\.ckpt$")  # what Lightning's ModelCheckpoint names a second file of one name
 FINISHED = ("COMPLETE", "PRUNED")
 

@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import random
-
 import shutil
 import signal
 import subprocess
@@ -47,8 +46,9 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))  # tests/pg.py: the throwaway PostgreSQL cluster
 sys.path.insert(0, str(ROOT))
 
-STORAGE_ENV = "LTFM_SWEEP_STORAGE"
-LOCK_LOG_ENV = "LTFM_LOCK_LOG"
+from lightning_tfm.sweep.storage import STORAGE_ENV  # noqa: E402
+from lightning_tfm.training.run_folder import LOCK_LOG_ENV  # noqa: E402
+
 TMPFS_SIZE = "2g"
 
 
