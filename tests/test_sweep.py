@@ -170,6 +170,22 @@ def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir):
     assert steps["base"] == steps["C3"] == 200 and steps["big"] == 600
 
 
+def test_the_continued_rows_resume_the_protocols_run_folders(data_dir):
+    """sweeps/table3-cpu-continued.yaml trains rows of the CPU protocol longer: each of its rows is the protocol's
+    row (the same run id, so it continues that run folder) with a larger budget, the base at its three seeds."""
+    def dry(sweep_file):
+        p = ltfm("sweep", sweep_file, f"data.path={data_dir}", "--dry-run", "--json")
+        assert p.returncode == 0, p.stderr[-2000:]
+        return {(r["name"], r["seed"]): r for r in json.loads(p.stdout)}
+
+    protocol, continued = dry("sweeps/table3-cpu.yaml"), dry("sweeps/table3-cpu-continued.yaml")
+    assert set(continued) <= set(protocol) and len({n for n, _ in continued}) > 1
+    assert sorted(s for n, s in continued if n == "base") == [1, 2, 3]  # the seed noise at the longer budget too
+    for key, row in continued.items():
+        assert row["run_id"] == protocol[key]["run_id"], key
+        assert row["max_steps"] > protocol[key]["max_steps"], key
+
+
 def test_search_dry_run_samples_the_space(data_dir):
     p = ltfm("sweep", "sweeps/search.yaml", f"data.path={data_dir}", "--dry-run", "--json", "--n-trials", "6")
     assert p.returncode == 0, p.stderr[-2000:]
@@ -612,6 +628,13 @@ def test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value(
     base = ["sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "--storage", url]
     env = {"WANDB_MODE": "disabled"}
     assert ltfm(*base, "train.max_steps=20", env=env).returncode == 0
+    # the dry run names the run folder each row continues, and from which step
+    p = ltfm(*base, "train.max_steps=30", "--dry-run", "--json", env=env)
+    [row] = json.loads(p.stdout)
+    assert (row["trained_steps"], (results / row["run_id"] / "summary.json").is_file()) == (20, True)
+    assert f"steps 30 (continues {row['run_id']} from step 20)" in ltfm(*base, "train.max_steps=30", "--dry-run",
+                                                                       env=env).stdout
+    assert f"steps 20 (trained: {row['run_id']})" in ltfm(*base, "train.max_steps=20", "--dry-run", env=env).stdout
     p = ltfm(*base, "train.max_steps=30", env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     first, second = sorted(trials_of(url, "more"), key=lambda t: t.number)

@@ -222,8 +222,22 @@ def test_comparison_status_of_each_row(tmp_path):
     assert {v: r["status"] for v, r in by.items()} == {"A1": "transfers", "A2": "flips", "A3": "transfers",
                                                        "A4": "unsettled"}
     assert cmp["summary"]["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1} and cmp["summary"]["flips"] == ["A2"]
-    assert compare.status(a["rows"][1], None) == "unsettled"  # a row one side lacks
     md = rd.comparison_markdown(cmp)
     assert "- Rows: 2 transfer, 1 flip (A2), 1 unsettled (of 4, the base left out)." in md
     assert "still moving: A4." in md and "*flips*: findings on both sides with opposite signs" in md
-    assert verdict.FINDING in md
+    assert verdict.FINDING in md and "Not compared" not in md
+
+    # side A continued only A1 and A2 (a longer budget for a few rows): A3 and A4 are shown, not compared
+    part = rd.build_table(rd.ReportData(sweep, _records({v: long[v] for v in ("A1", "A2")}), "synthetic", {}),
+                          bootstrap=False)
+    cmp = rd.compare_tables(part, a)
+    assert compare.status(None, a["rows"][1]) == "only in B" and compare.status(a["rows"][1], None) == "only in A"
+    assert {r["variant"]: r["status"] for r in cmp["rows"]} == {"A1": "transfers", "A2": "flips", "A3": "only in B",
+                                                                "A4": "only in B"}
+    assert cmp["summary"]["counts"] == {"transfers": 1, "flips": 1, "unsettled": 0}
+    md = rd.comparison_markdown(cmp)
+    assert "- Rows: 1 transfer, 1 flip (A2), 0 unsettled (of 2, the base left out)." in md
+    assert "- Not compared, only in B (2): A3, A4." in md
+    # the paper: A1 and A2 worse than the base; A (long) agrees on both, B (short) finds A2 better
+    assert "- On the 2 rows with a direction in the paper that both sides have: direction agrees A 2/2 (100%), " \
+           "B 1/2 (50%)." in md

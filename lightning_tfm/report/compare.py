@@ -8,7 +8,9 @@ their budget verdicts (:mod:`.verdict`) and direction agreement with the paper. 
 - **transfers**: both sides say the same: findings with the same sign, or both within noise;
 - **flips**: findings on both sides with opposite signs;
 - **unsettled**: anything else (a side still moving or unknown, a finding on one side and within noise on the
-  other, a side without the row).
+  other);
+- **only in A** / **only in B**: a row with no change against the base on one side (not trained there, as in a
+  continuation of a few rows, or not completed): shown, not compared, and left out of the counts.
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ from .text import fmt, md_cell
 from .verdict import FINDING, WITHIN
 
 TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"
+ONLY_A, ONLY_B = "only in A", "only in B"
 STATUS_RULE = ("*transfers*: both sides are findings with the same sign, or both within noise; *flips*: findings "
                "on both sides with opposite signs; *unsettled*: anything else (a side still moving or unknown, a "
-               "finding on one side only, a row missing on a side)")
+               "finding on one side only); *only in A* / *only in B*: a row one side lacks, not compared")
 
 
 def _sign(x: float | None) -> int | None:
@@ -32,8 +35,9 @@ def _sign(x: float | None) -> int | None:
 
 def status(a: dict | None, b: dict | None) -> str:
     """The comparison status of one row from its two sides' table rows (None: the side lacks the row)."""
-    if a is None or b is None:
-        return UNSETTLED
+    has_a, has_b = (r is not None and r.get("delta_ppl") is not None for r in (a, b))
+    if not (has_a and has_b):
+        return ONLY_A if has_a else ONLY_B if has_b else UNSETTLED  # neither side has a result: unknown
     va, vb = a.get("ppl_verdict"), b.get("ppl_verdict")
     if va == vb == WITHIN:
         return TRANSFERS
@@ -76,11 +80,18 @@ def compare_tables(a: dict, b: dict) -> dict:
         row["status"] = status(ra, rb)
         rows.append(row)
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in (TRANSFERS, FLIPS, UNSETTLED)}
+    one_side = {s: [r["variant"] for r in rows if r["status"] == s] for s in (ONLY_A, ONLY_B)}
+    # each side's agreement with the paper over the rows both sides have (with a direction in the paper): the two
+    # sides' own counts above may be over different rows
+    both = [r for r in rows if r["status"] not in (ONLY_A, ONLY_B)
+            and r["a_ppl_agrees"] is not None and r["b_ppl_agrees"] is not None]
+    shared = {side: (sum(1 for r in both if r[f"{side}_ppl_agrees"]), len(both)) for side in ("a", "b")}
     agreement = {}
     for side, t in (("a", a), ("b", b)):
         s = t["summary"]
         agreement[side] = {"all": s["ppl"], "findings": s["ppl_findings"], "still_moving": s["still_moving"]}
-    return {"rows": rows, "summary": {"counts": counts, "agreement": agreement,
+    return {"rows": rows, "summary": {"counts": counts, "agreement": agreement, "one_side": one_side,
+                                      "agreement_shared": shared,
                                       "flips": [r["variant"] for r in rows if r["status"] == FLIPS]},
             "labels": {"a": side_label(a), "b": side_label(b)}, "tables": {"a": a, "b": b}}
 
@@ -93,8 +104,16 @@ def _frac(pair: tuple[int, int]) -> str:
 def headline_lines(cmp: dict) -> list[str]:
     s, lab = cmp["summary"], cmp["labels"]
     c = s["counts"]
+    compared = sum(c.values())
     lines = [f"Rows: {c[TRANSFERS]} transfer, {c[FLIPS]} flip{' (' + ', '.join(s['flips']) + ')' if s['flips'] else ''}, "
-             f"{c[UNSETTLED]} unsettled (of {len(cmp['rows'])}, the base left out)."]
+             f"{c[UNSETTLED]} unsettled (of {compared}, the base left out)."]
+    for status_, names in s["one_side"].items():
+        if names:
+            lines.append(f"Not compared, {status_} ({len(names)}): {', '.join(names)}.")
+    if any(s["one_side"].values()):
+        sh = s["agreement_shared"]
+        lines.append(f"On the {sh['a'][1]} rows with a direction in the paper that both sides have: direction agrees "
+                     f"A {_frac(sh['a'])}, B {_frac(sh['b'])}.")
     for side in ("a", "b"):
         ag = s["agreement"][side]
         moving = ag["still_moving"]

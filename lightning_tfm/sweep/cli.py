@@ -69,8 +69,12 @@ def sweep_cli(args) -> int:
             width = max(len(r["name"]) for r in rows)
             for r in rows:
                 what = f"{r['params']:>12,} params" if r["params"] is not None else f"skipped: {r['skipped']}"
-                print(f"{r['name']:<{width}}  seed {r['seed']}  {what}  steps {r['max_steps']}  "
-                      f"{format_overrides(r['overrides'])}")
+                done, steps = r["trained_steps"], f"steps {r['max_steps']}"
+                if done and done >= r["max_steps"]:
+                    steps += f" (trained: {r['run_id']})"
+                elif done:  # a larger budget than the run folder holds: the run continues
+                    steps += f" (continues {r['run_id']} from step {done})"
+                print(f"{r['name']:<{width}}  seed {r['seed']}  {what}  {steps}  {format_overrides(r['overrides'])}")
         return 0
     quiet_optuna()
     url = args.storage or default_storage(sweep, plan.results_dir)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from ..training.results import in_results, storage_in_results
+from ..training.config import run_id
+from ..training.results import in_results, read_summary, storage_in_results
 from .plan import Plan, check_buildable
 from .spec import Entry, Sweep, suggest
 from .storage import quiet_optuna
@@ -26,10 +27,20 @@ def dry_run(sweep: Sweep, plan: Plan, n_trials: int | None) -> list[dict]:
             params = suggest(trial, sweep.space)
             entries.append(Entry(f"search-{i:04d}", "search", sweep.seeds[0], params))
     for entry in entries:
-        _, params, reason = check_buildable(plan, entry)
+        cfg, params, reason = check_buildable(plan, entry)
+        rid = run_id(cfg) if cfg is not None else None
         rows.append({"name": entry.name, "family": entry.family, "seed": entry.seed, "overrides": entry.overrides,
-                     "max_steps": plan.max_steps(entry), "params": params, "skipped": reason})
+                     "max_steps": plan.max_steps(entry), "params": params, "skipped": reason, "run_id": rid,
+                     "trained_steps": _trained_steps(plan.results_dir / rid) if rid else None})
     return rows
+
+
+def _trained_steps(run_dir) -> int | None:
+    """The steps a row's run folder already holds (its summary's), None for a run not started: the run id does not
+    depend on train.max_steps, so a larger budget continues from there."""
+    summary = read_summary(run_dir) if run_dir.is_dir() else None
+    steps = summary.get("steps") if isinstance(summary, dict) else None
+    return steps if isinstance(steps, int) else None
 
 
 def _duration(t) -> float | None:
