@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ltfm, write_sweep
+from conftest import ROOT, ltfm, write_sweep
 from test_verdict import BASE, STEPS, _records, curve
 from lightning_tfm import report as rd
 from lightning_tfm.sweep import load_sweep
@@ -49,6 +49,7 @@ def test_two_budgets_side_by_side_and_a_report_rebuilt_from_its_export(tmp_path,
     tree = json.loads(export.read_text())
     assert {(r["variant"], r["seed"]) for r in tree["records"]} == {("base", 1), ("base", 2), ("slow", 1)}
     assert all(r["history"] and r["hyps"] is None and "/" not in r["run"] for r in tree["records"])  # no paths
+    assert {r["precision"] for r in tree["records"]} <= {"32", "bf16-mixed"}  # what train.precision auto became
     assert not list((short / "export").glob("*.ckpt"))
     by = _csv(short / "table3.csv")
     assert by["slow"]["ppl_verdict"] == "finding" and by["slow"]["ppl_noise"] == "beyond"
@@ -125,3 +126,22 @@ def test_a_flip_and_the_comparisons_inputs_through_the_command_line(tmp_path):
                                                       tmp_path))
     (tmp_path / "bad.json").write_text("{not json")
     assert "not a readable JSON file" in _one_line(ltfm("report", s, "--from-export", tmp_path / "bad.json"))
+
+
+@pytest.mark.slow
+def test_the_committed_cpu_reference_and_its_comparison_are_rebuilt_from_their_exports_alone(tmp_path):
+    """reports/reference/: the 600-step CPU Table 3 and its comparison with the rows continued to 1,800 steps, rebuilt
+    by ``ltfm report`` from the committed exports alone (no run folder, no Optuna storage): what is committed."""
+    ref = ROOT / "reports" / "reference"
+    out = tmp_path / "table3-cpu"
+    _ok(ltfm("report", "sweeps/table3-cpu.yaml", "--from-export", ref / "table3-cpu" / "export", "--out", out))
+    assert (out / "table3.csv").read_text() == (ref / "table3-cpu" / "table3.csv").read_text()
+    rebuilt, committed = ((d / "table3.md").read_text().splitlines() for d in (out, ref / "table3-cpu"))
+    differ = [(a, b) for a, b in zip(committed, rebuilt) if a != b]
+    assert len(rebuilt) == len(committed) and [b.split(" (of ")[0] for _, b in differ] == ["- Source: export table3-cpu.json"]
+
+    cmp = tmp_path / "cmp"
+    _ok(ltfm("report", "sweeps/table3-cpu-continued.yaml", "--from-export", ref / "table3-cpu-continued" / "export",
+             "--against", "sweeps/table3-cpu.yaml", "--against-export", ref / "table3-cpu" / "export", "--out", cmp))
+    for name in ("compare.csv", "compare.md"):
+        assert (cmp / name).read_text() == (ref / "table3-cpu-600-vs-1800" / name).read_text(), name

@@ -85,6 +85,7 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
                                "moving, 0 within noise, 2 unknown; direction agrees with the paper on the findings")
     assert re.search(r"^- Sweep: 3 completed run\(s\) of 5; wall time [\d.]+ (s|min) \(first start", facts[3]), facts[3]
     assert re.search(r"^- Machine: .+, \d+ cores \(", facts[4]), facts[4]  # CPU model, recorded by the sweep
+    assert re.search(r"; trained in (32|bf16-mixed)\.$", facts[4]), facts[4]  # what train.precision auto became
     assert [ln[2:] for ln in facts] == p.stdout.split("report: ")[0].strip().splitlines()[-len(facts):]
     # three tables that fit a screen: PPL, BLEU, the configuration
     tables = {sec: md_rows(md, sec) for sec in ("Dev perplexity", "Dev BLEU", "Configuration")}

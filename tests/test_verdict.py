@@ -97,8 +97,11 @@ def test_the_headline_counts_findings_and_names_the_rows_still_moving(tmp_path):
     assert s["ppl_findings"] == (2, 2) and s["still_moving"] == ["A2"] and s["ppl"] == (3, 4)  # A2: paper +0.08
     md = rd.table_markdown(table)
     assert "- Direction agrees with the paper: dev PPL 3/4 rows (75%)" in md  # over all rows: stays
+    # the base (3000 / step, its three seeds around it) still falls by a third over the window, steps 400 to 600
     assert ("- Budget verdicts (dev PPL learning curves against the base's): 2 finding(s), 1 still moving (A2), "
-            "1 within noise, 0 unknown; direction agrees with the paper on the findings: dev PPL 2/2 rows (100%).") in md
+            "1 within noise, 0 unknown; direction agrees with the paper on the findings: dev PPL 2/2 rows (100%). "
+            "The base's dev PPL still fell 33% over the verdicts' window (step 400: 7.5 → step 600: 5.0): findings "
+            "are of this budget.") in md
     assert "Budget verdict (dev PPL): the gap is log PPL(row) − log PPL(base)" in md  # the rule, in the notes
     assert "the last 0.333 of T" in md and "within 2 × T steps" in md
     csv_rows = {ln.split(",")[0]: ln for ln in rd.render.table_csv(table).splitlines()}
@@ -241,3 +244,19 @@ def test_comparison_status_of_each_row(tmp_path):
     # the paper: A1 and A2 worse than the base; A (long) agrees on both, B (short) finds A2 better
     assert "- On the 2 rows with a direction in the paper that both sides have: direction agrees A 2/2 (100%), " \
            "B 1/2 (50%)." in md
+
+
+def test_the_window_is_the_last_third_of_the_updates_whether_steps_count_from_0_or_1():
+    """Lightning logs the 600th update as step 599: the last third of 600 updates starts at step 399, as it starts
+    at step 400 when steps count from 1; the base's fall over that window is measured from its first step."""
+    assert [s for s in range(99, 600, 100) if s >= verdict.window_start(599, 1 / 3)] == [399, 499, 599]
+    assert [s for s in range(100, 601, 100) if s >= verdict.window_start(600, 1 / 3)] == [400, 500, 600]
+    assert [s for s in range(99, 1800, 100) if s >= verdict.window_start(1799, 1 / 3)][0] == 1199
+    trend = verdict.base_trend({99: 272.8, 199: 139.2, 299: 79.0, 399: 58.7, 499: 45.5, 599: 37.1})
+    assert (trend["from_step"], trend["to_step"]) == (399, 599) and trend["drop"] == pytest.approx(1 - 37.1 / 58.7)
+    assert verdict.base_trend({599: 37.1}) is None
+    # a row whose gap holds from step 399 on but had the other sign at step 399 is caught now (a 2-point window
+    # from step 499 missed it)
+    base = {99: 272.8, 199: 139.2, 299: 79.0, 399: 58.7, 499: 45.5, 599: 37.1}
+    row = {**{s: 0.9 * p for s, p in base.items()}, 399: 60.0}
+    assert verdict.curve_verdict(row, base, -3.7, "beyond")["verdict"] == verdict.MOVING

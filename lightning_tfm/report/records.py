@@ -70,6 +70,7 @@ class RunRecord:
     started_at: str | None = None   # ISO local time, from summary.json
     finished_at: str | None = None
     host: str | None = None
+    precision: str | None = None    # what train.precision resolved to (auto: bf16-mixed or 32), from summary.json
     # what the row's training compute is counted from (.compute): target tokens trained, the vocabulary, the
     # tokens a step was given, the mean source and target sentence lengths of the prepared training corpus
     train_tokens: float | None = None
@@ -119,6 +120,7 @@ def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> Run
                     note=summary.get("error"), bleu_signature=summary.get("bleu_signature"),
                     wall_time_s=_num(summary.get("wall_time_s")), started_at=summary.get("started_at"),
                     finished_at=summary.get("finished_at"), host=summary.get("host"),
+                    precision=summary.get("precision"),
                     train_tokens=_num(summary.get("train_tokens")), vocab_size=_int(summary.get("vocab_size")),
                     effective_batch_tokens=_int(summary.get("effective_batch_tokens")))
     rec.src_len, rec.tgt_len = corpus_lengths(summary.get("data_cache"))

@@ -17,7 +17,7 @@ from .compute import COMPUTE_RULE
 from .stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
 from .table import CSV_KNOBS, KNOBS
 from .text import fmt, fmt_knob, md_cell
-from .verdict import FINDING, MOVING, UNKNOWN, WITHIN, verdict_rule
+from .verdict import FINDING, MOVING, UNKNOWN, WITHIN, base_trend, verdict_rule
 
 
 def _params_m(n: int | None) -> str:
@@ -132,9 +132,14 @@ def verdict_line(table: dict) -> str:
     s = table["summary"]
     n = s["verdicts"]
     moving = s["still_moving"]
+    trend = base_trend(((table.get("curves") or {}).get("rows") or {}).get("base") or {}, table.get("report_settings"))
+    falling = (f" The base's dev PPL still fell {100 * trend['drop']:.0f}% over the verdicts' window (step {trend['from_step']}: "
+               f"{trend['from']:.1f} → step {trend['to_step']}: {trend['to']:.1f}): findings are of this budget."
+               if trend and trend["drop"] > 0 else "")
     return (f"Budget verdicts (dev PPL learning curves against the base's): {n[FINDING]} finding(s), {n[MOVING]} still "
             f"moving{' (' + ', '.join(moving) + ')' if moving else ''}, {n[WITHIN]} within noise, {n[UNKNOWN]} "
-            f"unknown; direction agrees with the paper on the findings: dev PPL {_fraction(s['ppl_findings'])}.")
+            f"unknown; direction agrees with the paper on the findings: dev PPL {_fraction(s['ppl_findings'])}."
+            + falling)
 
 
 def _duration(seconds: float | None) -> str:
@@ -166,7 +171,9 @@ def headline_lines(table: dict) -> list[str]:
     lines.append(f"Sweep: {info['runs']} completed run(s) of {info['records']}; wall time "
                  f"{_duration(info['wall_s'])} (first start to last end), training time summed over runs "
                  f"{_duration(info['train_s'])}.")
-    lines.append("Machine: " + ("; ".join(info["machines"]) if info["machines"] else "not recorded") + ".")
+    precisions = info.get("precisions")  # an export written before they were recorded has none
+    lines.append("Machine: " + ("; ".join(info["machines"]) if info["machines"] else "not recorded") + "; trained in "
+                 + (", ".join(precisions) if precisions else "a precision not recorded") + ".")
     return lines
 
 

@@ -152,7 +152,8 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
 
 def sweep_run_info(data: ReportData) -> dict:
     """How the sweep ran: wall time from the first start to the last end of the shown rows' trials (else
-    runs), their training time summed, and the machines (CPU model, cores) the workers recorded."""
+    runs), their training time summed, the machines (CPU model, cores) the workers recorded and the precisions
+    the runs trained in."""
     import datetime as dt
 
     starts, ends = [], []
@@ -176,6 +177,7 @@ def sweep_run_info(data: ReportData) -> dict:
     walls = [r.wall_time_s for r in data.records if r.wall_time_s is not None]
     return {"wall_s": (max(ends) - min(starts)).total_seconds() if starts and ends else None,
             "train_s": sum(walls) if walls else None, "machines": named,
+            "precisions": sorted({r.precision for r in data.records if r.precision}),
             "runs": sum(1 for r in data.records if r.completed), "records": len(data.records)}
 
 

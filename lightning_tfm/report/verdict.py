@@ -9,7 +9,9 @@ thresholds of the sweep file's ``report:`` section (:data:`lightning_tfm.sweep.R
 - the gap is the log-perplexity difference ``g(s) = log PPL_row(s) - log PPL_base(s)`` at the validation steps
   both curves have; the budget ``T`` is the last of them (a row with more steps, such as big, is compared up to
   the base's budget);
-- the window is the validations at steps ``s >= (1 - last_fraction) * T`` (the last third of the budget), and at
+- the window is the validations in the last ``last_fraction`` of the budget's ``T + 1`` updates, steps
+  ``s >= (T + 1) * (1 - last_fraction) - 1`` (Lightning counts steps from 0: the 600th update is step 599, and the
+  last third of 600 updates starts at step 399; with steps counted from 1 the same bound keeps step 400), and at
   least the last ``min_points`` validations when the window holds fewer;
 - **within noise**: the row's change at the end (the table's Δ) is within seed noise
   (:func:`lightning_tfm.report.stats.noise_verdict`);
@@ -50,6 +52,27 @@ def _sign(x: float) -> int:
     return (x > 0) - (x < 0)
 
 
+def window_start(last_step: int, last_fraction: float) -> float:
+    """The first step of the window: the last ``last_fraction`` of the ``last_step + 1`` updates (the module
+    docstring), less a hair so that floating point keeps the boundary step in."""
+    return (last_step + 1) * (1 - last_fraction) - 1 - 1e-9 * last_step
+
+
+def base_trend(curve: dict[int, float], settings: dict | None = None) -> dict | None:
+    """How much the base's dev PPL still fell over the verdicts' window: ``{"from_step", "to_step", "from",
+    "to", "drop"}`` (drop: the relative fall, 0.18 = 18%), None with fewer than two validations. A base still
+    falling fast at the end is a budget whose findings may yet move."""
+    s = {**REPORT_DEFAULTS, **(settings or {})}
+    steps = sorted(st for st, p in curve.items() if p and p > 0)
+    if len(steps) < 2:
+        return None
+    window = [st for st in steps if st >= window_start(steps[-1], s["last_fraction"])]
+    if len(window) < 2:
+        window = steps[-2:]
+    a, b = window[0], window[-1]
+    return {"from_step": a, "to_step": b, "from": curve[a], "to": curve[b], "drop": 1 - curve[b] / curve[a]}
+
+
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """(intercept, slope) of the least-squares line through the points."""
     n = len(xs)
@@ -77,7 +100,7 @@ def curve_verdict(row: dict[int, float], base: dict[int, float], delta: float | 
         return {"verdict": UNKNOWN, "why": f"{len(steps)} common validation(s), fewer than {s['min_points']}",
                 "crossing": None}
     budget = steps[-1]
-    start = (1 - s["last_fraction"]) * budget * (1 - 1e-9)  # 1/3 of 600 in floating point: step 400 is in
+    start = window_start(budget, s["last_fraction"])
     window = [st for st in steps if st >= start]
     if len(window) < s["min_points"]:
         window = steps[-s["min_points"]:]
