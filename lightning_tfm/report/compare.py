@@ -26,7 +26,7 @@ TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"
 ONLY_A, ONLY_B = "only in A", "only in B"
 STATUS_RULE = ("*transfers*: both sides are findings with the same sign, or both within noise; *flips*: findings "
                "on both sides with opposite signs; *unsettled*: anything else (a side still moving or unknown, a "
-               "finding on one side only); *only in A* / *only in B*: a row one side lacks, not compared")
+               "finding on one side only); *only in A* / *only in B*: a row with a result on one side only, not compared")
 
 
 def _sign(x: float | None) -> int | None:
