@@ -629,12 +629,10 @@ def test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value(
     env = {"WANDB_MODE": "disabled"}
     assert ltfm(*base, "train.max_steps=20", env=env).returncode == 0
     # the dry run names the run folder each row continues, and from which step
-    p = ltfm(*base, "train.max_steps=30", "--dry-run", "--json", env=env)
-    [row] = json.loads(p.stdout)
-    assert (row["trained_steps"], (results / row["run_id"] / "summary.json").is_file()) == (20, True)
-    assert f"steps 30 (continues {row['run_id']} from step 20)" in ltfm(*base, "train.max_steps=30", "--dry-run",
-                                                                       env=env).stdout
-    assert f"steps 20 (trained: {row['run_id']})" in ltfm(*base, "train.max_steps=20", "--dry-run", env=env).stdout
+    [rid] = [d.name for d in results.iterdir() if (d / "summary.json").is_file()]
+    assert f"steps 30 (continues {rid} from step 20)" in ltfm(*base, "train.max_steps=30", "--dry-run", env=env).stdout
+    [row] = json.loads(ltfm(*base, "train.max_steps=20", "--dry-run", "--json", env=env).stdout)
+    assert (row["run_id"], row["trained_steps"], row["max_steps"]) == (rid, 20, 20)  # shown as "trained: <run id>"
     p = ltfm(*base, "train.max_steps=30", env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     first, second = sorted(trials_of(url, "more"), key=lambda t: t.number)
