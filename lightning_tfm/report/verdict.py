@@ -58,6 +58,13 @@ def window_start(last_step: int, last_fraction: float) -> float:
     return (last_step + 1) * (1 - last_fraction) - 1 - 1e-9 * last_step
 
 
+def window(steps: list[int], settings: dict) -> list[int]:
+    """The validation steps the verdict reads (the module docstring): those from :func:`window_start` on, and at
+    least the last ``min_points``."""
+    inside = [st for st in steps if st >= window_start(steps[-1], settings["last_fraction"])]
+    return inside if len(inside) >= settings["min_points"] else steps[-settings["min_points"]:]
+
+
 def base_trend(curve: dict[int, float], settings: dict | None = None) -> dict | None:
     """How much the base's dev PPL still fell over the verdicts' window: ``{"from_step", "to_step", "from",
     "to", "drop"}`` (drop: the relative fall, 0.18 = 18%), None with fewer than two validations. A base still
@@ -66,10 +73,7 @@ def base_trend(curve: dict[int, float], settings: dict | None = None) -> dict | 
     steps = sorted(st for st, p in curve.items() if p and p > 0)
     if len(steps) < 2:
         return None
-    window = [st for st in steps if st >= window_start(steps[-1], s["last_fraction"])]
-    if len(window) < 2:
-        window = steps[-2:]
-    a, b = window[0], window[-1]
+    a, b = window(steps, s)[0], steps[-1]  # min_points >= 2 (the sweep file's check): a != b
     return {"from_step": a, "to_step": b, "from": curve[a], "to": curve[b], "drop": 1 - curve[b] / curve[a]}
 
 
@@ -100,17 +104,14 @@ def curve_verdict(row: dict[int, float], base: dict[int, float], delta: float | 
         return {"verdict": UNKNOWN, "why": f"{len(steps)} common validation(s), fewer than {s['min_points']}",
                 "crossing": None}
     budget = steps[-1]
-    start = window_start(budget, s["last_fraction"])
-    window = [st for st in steps if st >= start]
-    if len(window) < s["min_points"]:
-        window = steps[-s["min_points"]:]
-    gaps = [math.log(row[st]) - math.log(base[st]) for st in window]
+    window_steps = window(steps, s)
+    gaps = [math.log(row[st]) - math.log(base[st]) for st in window_steps]
     sign = _sign(delta)
-    against = [st for st, g in zip(window, gaps) if _sign(g) != sign]
+    against = [st for st, g in zip(window_steps, gaps) if _sign(g) != sign]
     if against:
         return {"verdict": MOVING, "why": f"crossed: the gap had the other sign at step {against[-1]}",
                 "crossing": None}
-    intercept, slope = _line([float(st) for st in window], gaps)
+    intercept, slope = _line([float(st) for st in window_steps], gaps)
     if abs(slope) * budget <= 1e-9 * max(abs(g) for g in gaps):  # a flat gap, up to rounding
         slope = 0.0
     if _sign(slope) == -sign:  # closing toward 0
