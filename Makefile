@@ -1,6 +1,6 @@
 # make ablation : set up .venv and run the main job, Table 3, then its report (reports/build/<sweep>/):
 #                 on CPU the protocol sweeps/table3-cpu.yaml (Multi30k, d_model 128, 600 steps a row, the base at
-#                 3 seeds: 44 min on a 2-core AVX-512 bf16 Xeon, 100 on an AVX2-only CPU; a worker per core); with a
+#                 3 seeds, a worker per core: its time on 2 cores is in the README, "Table 3 at CPU scale"); with a
 #                 CUDA GPU the GPU protocol, sweeps/table3-gpu.yaml (d_model 256, 4 workers on each GPU). One
 #                 progress line every 30 s.
 #   QUICK=1     : a pipeline check in a few minutes (every row of the protocol, QUICK_STEPS steps, 100 dev pairs)
