@@ -29,10 +29,12 @@ HAS_CUDA = $(shell $(PY) -c 'import torch; print(int(torch.cuda.is_available()))
 SWEEP ?= $(if $(filter 1,$(HAS_CUDA)),sweeps/table3-gpu.yaml,sweeps/table3-cpu.yaml)
 WORKERS ?= auto
 ARGS ?=
-# QUICK=1: the pipeline in a few minutes (every row QUICK_STEPS steps, big 3x; 100 dev pairs). Its numbers say nothing.
+# QUICK=1: the pipeline in a few minutes (every row QUICK_STEPS steps, big 3x; 100 dev pairs). Its numbers say nothing:
+# its runs are tagged pipeline-check, which puts them in W&B group <sweep>-pipeline-check and its report run under an
+# id of its own (never the real sweep's), and its report's title says so.
 QUICK_STEPS ?= 20
 QUICK_ARGS := train.max_steps=$(QUICK_STEPS) train.warmup=$(QUICK_STEPS) train.val_every_steps=$(QUICK_STEPS) \
-	train.checkpoint_every_steps=$(QUICK_STEPS) data.max_dev_pairs=100 decode.max_len_b=10
+	train.checkpoint_every_steps=$(QUICK_STEPS) data.max_dev_pairs=100 decode.max_len_b=10 'wandb.tags=[pipeline-check]'
 BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
@@ -54,7 +56,7 @@ setup: $(VENV)/.installed
 
 ablation: setup
 	$(VENV)/bin/ltfm sweep $(SWEEP) --workers $(WORKERS) $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS) || \
-	  echo "ltfm: some trials failed (ltfm sweep $(SWEEP) --status); ltfm runs shows them"
+	  echo "ltfm: some trials failed ($(VENV)/bin/ltfm sweep $(SWEEP) --status $(RESULTS_ARGS)); $(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results) shows them"
 	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS)
 	$(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results)
 	$(VENV)/bin/ltfm report $(SWEEP) $(if $(QUICK),--results results-quick --out reports/build/quick-$(notdir $(basename $(SWEEP))),)
@@ -94,7 +96,9 @@ gpu-check: setup
 # make soak: a sweep through a bad night (tests/soak/soak.py): 40 trials by 4 workers on SQLite and on PostgreSQL, and
 # a search sweep, while a seeded chaos driver kills workers and trials, stops workers past their heartbeat, fills the
 # results disk and restarts the database; then every invariant is checked (exit 1 if one breaks) and the figures
-# printed (soak-out/figures.md). Root (tmpfs mounts); not part of make test. SOAK_SEED=N picks the chaos.
+# printed (soak-out/figures.md). Root (tmpfs mounts); not part of make test. SOAK_SEED=N picks the chaos; its kill
+# interval and caps are in units of the trial time it measures first, so a seed means the same on a slower machine.
+# SOAK_ARGS="--storages sqlite --no-search --rows 4": a short run (8 trials) while developing the soak.
 SOAK_SEED ?= 1
 soak: setup
 	OMP_NUM_THREADS=1 $(PY) tests/soak/soak.py --seed $(SOAK_SEED) --out soak-out $(if $(DATA),--data $(abspath $(DATA)),) $(SOAK_ARGS)

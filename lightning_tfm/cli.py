@@ -57,6 +57,7 @@ def _train(args) -> int:
     if "SLURM_JOB_ID" not in os.environ:  # SLURM's requeue warning outside SLURM: stop as on SIGTERM (in SLURM,
         # Lightning's SLURM environment handles SIGUSR1 itself and requeues the job)
         signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    _stop_on_sigterm_outside_fit()
     try:
         summary = train(cfg, callbacks=callbacks)
     except Abandoned as e:  # stopped short of its budget, recorded as failed in summary.json
@@ -69,6 +70,21 @@ def _train(args) -> int:
         print(f"ltfm: {stopped[0]}", file=sys.stderr)
         return stopped[1]
     return 0 if summary.get("status") in ("completed", "pruned") else 1
+
+
+def _stop_on_sigterm_outside_fit() -> None:
+    """SIGTERM before or after ``Trainer.fit`` (building the corpus and the model; the final evaluation) stops the
+    run as Lightning does during fit: its ``SIGTERMException``, which the run records as "stopped by SIGTERM" in
+    summary.json (not a summary left "running" by a process the signal ended at once) and which exits 143.
+    During fit Lightning's own handler calls this one too, and handles the signal itself."""
+    import signal
+
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    def stop(signum, frame):  # noqa: ARG001
+        if signal.getsignal(signal.SIGTERM) is stop:  # not inside fit
+            raise SIGTERMException
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _config(args) -> int:

@@ -70,3 +70,17 @@ def test_config_mistakes_are_one_line(args, msg):
     p = ltfm(*args)
     assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
     assert p.stderr.strip().count("\n") == 0
+
+
+def test_the_status_hint_after_failed_trials_finds_the_same_study():
+    """The ``--status`` command a sweep prints when trials failed keeps the results folder and storage it was
+    given (the default storage lives in that folder), with the password masked."""
+    import argparse
+
+    from lightning_tfm.sweep.cli import status_command
+
+    args = argparse.Namespace(sweep_file="sweeps/table3-cpu.yaml", storage="postgresql://u:s3cret@db/x",
+                              overrides=["data.path=/d", "run.results_dir=/r q", "train.max_steps=20"])
+    hint = status_command(args)
+    assert hint == "ltfm sweep sweeps/table3-cpu.yaml --status 'run.results_dir=/r q' --storage 'postgresql://u:***@db/x'"
+    assert "s3cret" not in hint

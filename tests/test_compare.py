@@ -82,6 +82,18 @@ def test_two_budgets_side_by_side_and_the_export_a_report_writes(tmp_path, data_
     html = (cmp / "compare.html").read_text(encoding="utf-8")
     assert "transfers" in html and "rd.compare_tables" not in html  # for readers: no code
 
+    # another sweep file trains "slow" on to 60 steps in its run folder (as sweeps/table3-cpu-continued.yaml does):
+    # this sweep's table still reads it at its own budget, 40 steps, beside the base at 40, and says so
+    more = write_sweep(tmp_path / "more.yaml", "more", {"slow": VARIANTS["slow"]})
+    _ok(ltfm("sweep", more, *args, "train.max_steps=60"))
+    data = rd.load_report_data(sweep, results_dir=results)
+    slow = next(r for r in data.records if r.variant == "slow")
+    assert (slow.steps, slow.config["train.max_steps"]) == (40, 40) and slow.later_attempt == "completed at step 60"
+    assert max(h["step"] for h in slow.history) < 40 and any("slow s1 at 40" in n for n in data.notes)
+    at40 = {r["variant"]: r for r in rd.build_table(data, bootstrap=False)["rows"]}
+    assert at40["slow"]["dev_ppl"] == pytest.approx(float(row["a_dev_ppl"]), rel=1e-5)   # side A above: 40 steps
+    assert at40["slow"]["delta_ppl"] == pytest.approx(float(row["a_delta_ppl"]), rel=1e-5)
+
 
 def test_a_flip_and_the_comparisons_inputs_through_the_command_line(tmp_path):
     """Two exports of synthetic tables (the same rows at two budgets; A2 better at one, worse at the other), compared

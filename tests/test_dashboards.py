@@ -232,6 +232,8 @@ def test_wandb_target_follows_the_training_runs_and_disabled_logs_nothing(tmp_pa
 
 def test_run_ids_notes_and_headline_numbers():
     assert dashboards.report_run_id("table3-cpu") == "report-table3-cpu-table3"
+    # a pipeline check's report run (make ablation QUICK=1) never overwrites the real one
+    assert dashboards.report_run_id("table3-cpu", pipeline_check=True) == "report-table3-cpu-pipeline-check-table3"
     long = dashboards.report_run_id("x" * 80)
     assert len(long) <= 64 and long != dashboards.report_run_id("x" * 79)
     ours = dashboards.note_text("# T\n\n- fact\n\n## Dev perplexity\n\n| row |\n\n## Dev BLEU\n\n| bleu |\n")
@@ -257,3 +259,17 @@ def test_run_ids_notes_and_headline_numbers():
     assert (h["dev_ppl/agree_rows_findings"], h["dev_ppl/compared_rows_findings"]) == (1, 2)
     assert (h["dev_ppl/verdict_finding"], h["dev_ppl/verdict_within_noise"], h["dev_ppl/verdict_still_moving"]) == (2, 1, 0)
     assert h["dev_ppl/rows_within_noise"] == 1  # the noise count, beside the verdicts
+
+
+def test_a_runs_folders_include_the_one_wandb_starts_in_the_same_second(tmp_path):
+    """wandb names a run's folder by its start second and adds ``-<n>`` to one started in the same second: that
+    folder is the run's too (a later report supersedes it), a run whose id merely starts alike is not."""
+    names = ["offline-run-20260101_000001-report-x-table3-2", "offline-run-20260101_000001-report-x-table3",
+             "run-20260101_000000-report-x-table3", "offline-run-20260101_000001-report-x-table3-10",
+             "offline-run-20260101_000002-report-x-table3-pipeline", "offline-run-20260101_000003-report-x-table33"]
+    for name in names:
+        (tmp_path / name).mkdir()
+    assert [p.name for p in dashboards.run_folders(tmp_path, "report-x-table3")] == [names[2], names[1], names[0],
+                                                                                   names[3]]
+    assert [p.name for p in dashboards.superseded_folders(tmp_path, "report-x-table3", tmp_path / names[3])] == \
+        [names[1], names[0]]

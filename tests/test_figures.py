@@ -85,3 +85,14 @@ def test_dev_ppl_against_training_compute_marks_the_bases_budget(tmp_path, monke
     assert list(lines["base"].get_xdata()) == [2e11, 4e11] and list(lines["big"].get_xdata()) == [6e11, 12e11, 36e11]
     assert list(lines["base budget (4e+11 FLOPs)"].get_xdata()) == [4e11, 4e11]  # the vertical line
     assert ax.get_xscale() == "log" and "no FLOP count: A1" in ax.get_title()
+
+
+def test_a_name_with_dollars_is_drawn_as_it_is(tmp_path):
+    """A row's name, family or status holding "$" (from a run or an export) is text, not mathtext: a figure never
+    fails on one that does not parse."""
+    data = _data(seeds=(1,))
+    data.records.append(RunRecord(r"x$\bogus{$", family=r"$\bogus{$", seed=1, status="completed",
+                                  history=[{"step": 10, "dev/ppl": 50.0}, {"step": 20, "dev/ppl": 40.0}]))
+    data.records.append(RunRecord("y", family="A", seed=1, status=r"failed: $\frac{$"))
+    path = figures.plot_dev_ppl_by_family(data, tmp_path / "f.png")
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG" and path == str(tmp_path / "f.png")

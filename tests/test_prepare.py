@@ -263,3 +263,59 @@ def test_a_killed_builds_temporary_folder_is_removed(tmp_path, capfd):
     K.prepare(cfg, progress=False)
     assert not stale.exists() and "left by a build that was stopped" in capfd.readouterr().err
     assert [p.name for p in folder.parent.iterdir() if p.name.startswith(".")] == []
+
+
+SIGNALLED_BUILD = """
+import os, signal, sys
+from lightning_tfm.training import corpus as K
+from lightning_tfm.cli import main
+
+real = K.build
+def build(cfg, folder, key, progress=True):
+    (folder / "part.npy").write_bytes(b"half")  # a build stopped mid-way
+    os.kill(os.getpid(), signal.{sig})          # handled at once: the rest of the build never runs
+    return real(cfg, folder, key, progress)
+K.build = build
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_prepare_stopped_by_a_signal_leaves_no_temporary_folder(tmp_path, sig):
+    import signal
+
+    data = small_corpus(tmp_path / "data")
+    p = subprocess.run([sys.executable, "-c", SIGNALLED_BUILD.replace("{sig}", sig), "prepare", str(SMOKE),
+                        f"data.path={data}", f"data.cache_dir={tmp_path / 'cache'}"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
+    number = getattr(signal, sig)
+    assert p.returncode in (-number, 128 + number), (p.returncode, p.stderr[-2000:])  # ended as the signal ends it
+    assert "Traceback" not in p.stderr, p.stderr
+    assert [x.name for x in (tmp_path / "cache").iterdir() if not x.name.endswith(".lock")] == []
+
+
+def test_a_killed_builds_leftovers_of_any_corpus_are_removed_by_the_next_prepare(tmp_path):
+    """SIGKILL leaves a build's temporary folder: the next prepare of any corpus removes it once the process
+    that made it is gone, and never one whose process lives or whose corpus is being built (its lock held)."""
+    cfg = cfg_for(tmp_path, small_corpus(tmp_path / "data"), "data.vocab_size=100")
+    folder, _ = K.prepare(cfg, progress=False)
+    root = folder.parent
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    live = subprocess.Popen(["sleep", "600"])
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from filelock import FileLock; "
+                               f"lock = FileLock({str(root / 'busy.en-de-2')!r} + '.lock'); lock.acquire(); print('held', flush=True); "
+                               "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        dead = root / f".other.en-de-1.tmp{gone.pid}"
+        alive = root / f".other.en-de-1.tmp{live.pid}"
+        busy = root / f".busy.en-de-2.tmp{gone.pid}"  # its maker gone, but a build of that corpus is running
+        for d in (dead, alive, busy):
+            (d / "part").mkdir(parents=True)
+        K.prepare(cfg, progress=False)  # another corpus, already built
+        assert not dead.exists() and alive.exists() and busy.exists()
+    finally:
+        live.kill()
+        live.wait()
+        holder.communicate(timeout=60)

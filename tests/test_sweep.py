@@ -22,11 +22,14 @@ from lightning_tfm.training.config import Config, flatten, load_config
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 # A model and data small enough that one trial trains in seconds; the sweep machinery is what is tested.
+# LONG_ROW: the budget of a row a test stops a poll after its first checkpoint (every 10 steps): so many steps
+# later that the row is still training when the signal comes, however slow or busy the machine.
 TINY = ["wandb.mode=disabled", "train.threads=1", "data.max_train_pairs=200", "data.max_dev_pairs=20",
         "data.vocab_size=200", "data.test_split=null", "model.layers=1", "model.d_model=32", "model.d_ff=64",
         "model.heads=2", "model.d_k=16", "model.d_v=16", "train.batch_tokens=256", "train.warmup=10",
         "train.max_steps=20", "train.val_every_steps=10", "train.checkpoint_every_steps=10", "decode.beam_size=1",
         "decode.max_len_b=10"]
+LONG_ROW = 200
 PAPER = {r["name"]: r for r in csv.DictReader((ROOT / "lightning_tfm/resources/paper_table3.csv").open())}
 ROWS = ["base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "D1", "D2", "D3",
         "D4", "E", "big", "prenorm"]
@@ -371,25 +374,21 @@ def test_killed_worker_is_detected_and_its_trial_resumes_from_the_checkpoint(tmp
     sweep = write_sweep(tmp_path, "kill", {"base": {}, "C1": {"model.d_ff": 32}},
                         heartbeat={"interval": 1, "grace": 5, "max_retry": 3})
     url = f"sqlite:///{tmp_path / 'kill.db'}"
+    # A budget far past the step-20 checkpoint the worker is killed at: the row is still training then, on a
+    # machine of any speed (the kill comes a poll after the checkpoint, the end of the row many steps later).
     cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
-           f"run.results_dir={results}", *TINY, "train.max_steps=30", "--storage", url]
+           f"run.results_dir={results}", *TINY, f"train.max_steps={LONG_ROW}", "--storage", url]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
     out = tmp_path / "first.out"
     worker = subprocess.Popen(cmd, stdout=out.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    deadline = time.time() + 300
-    ckpt = None
-    while time.time() < deadline and ckpt is None:  # wait until the first trial has saved step 20
-        found = list(results.glob("*/checkpoints/step=000020.ckpt"))
-        ckpt = found[0] if found else None
+    while not (found := list(results.glob("*/checkpoints/step=000020.ckpt"))):  # the first trial saved step 20
         assert worker.poll() is None, out.read_text()[-3000:]
         time.sleep(0.2)
-    assert ckpt is not None, out.read_text()[-3000:]
-    run_dir = ckpt.parent.parent
+    run_dir = found[0].parent.parent
     child_pid = json.loads((run_dir / "summary.json").read_text())["pid"]
     worker.send_signal(signal.SIGKILL)
     worker.wait()
-    time.sleep(1)
-    assert not _alive(child_pid), "the trial process outlived its killed worker"
+    assert gone(child_pid), "the trial process outlived its killed worker"
     (first,) = [t for t in trials_of(url, "kill") if t.state == optuna.trial.TrialState.RUNNING]
     assert first.user_attrs["run_dir"] == str(run_dir)
     steps_at_kill = max(first.intermediate_values)
@@ -416,15 +415,14 @@ def test_killed_worker_is_detected_and_its_trial_resumes_from_the_checkpoint(tmp
         steps = [int(float(r["step"])) for r in csv.DictReader(f)]
     assert min(steps) >= 20 - 1
     assert "Restoring states from the checkpoint" in Path(retry.user_attrs["log"]).read_text()
-    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 30
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == LONG_ROW
 
 
 def start_until_checkpoint(cmd: list, env: dict, results: Path, out=subprocess.PIPE) -> tuple[subprocess.Popen, Path]:
     """Start a sweep worker; return it and its trial's run folder once the trial has saved a step checkpoint."""
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-    deadline = time.time() + 300
     while not (found := list(results.glob("*/checkpoints/step=*.ckpt"))):
-        assert proc.poll() is None and time.time() < deadline, "no checkpoint before the worker ended"
+        assert proc.poll() is None, "no checkpoint before the worker ended"
         time.sleep(0.2)
     return proc, found[0].parent.parent
 
@@ -435,6 +433,15 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return "\nState:\tZ" not in state  # a zombie waiting for a reaper is dead
+
+
+def gone(pid: int, patience: float = 120.0) -> bool:
+    """Whether process ``pid`` ends (the kernel's SIGKILL of a dead worker's trial is prompt; this only waits for
+    its end to show, however busy the machine)."""
+    end = time.monotonic() + patience
+    while _alive(pid) and time.monotonic() < end:
+        time.sleep(0.1)
+    return not _alive(pid)
 
 
 @pytest.mark.slow
@@ -476,21 +483,21 @@ def test_a_trial_killed_by_sigkill_is_recorded_as_killed_and_queued_again(tmp_pa
     sweep = write_sweep(tmp_path, "oom", {"base": {}})
     url = f"sqlite:///{tmp_path / 'oom.db'}"
     cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
-           f"run.results_dir={results}", *TINY, "train.max_steps=40", "--storage", url]
+           f"run.results_dir={results}", *TINY, f"train.max_steps={LONG_ROW}", "--storage", url]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    worker, run_dir = start_until_checkpoint(cmd, env, results)
+    worker, run_dir = start_until_checkpoint(cmd, env, results)  # killed a poll after its first checkpoint
     os.kill(json.loads((run_dir / "summary.json").read_text())["pid"], signal.SIGKILL)
     out, _ = worker.communicate(timeout=300)
     assert worker.returncode == 0 and "Traceback" not in out, out[-3000:]
     killed, retry = trials_of(url, "oom")
     assert killed.state == optuna.trial.TrialState.FAIL and killed.user_attrs["exit_code"] == -9
     assert killed.user_attrs["error"].startswith("killed by SIGKILL (the out-of-memory killer"), killed.user_attrs
-    assert "killed by SIGKILL" in out and "queued again (retry 1 of 3)" in out
+    assert "killed by SIGKILL" in out and "queued again (retry 1" in out
     assert retry.state == optuna.trial.TrialState.COMPLETE
     assert retry.system_attrs["retry_history"] == [killed.number]
     assert "error" not in retry.user_attrs and retry.user_attrs["run_dir"] == str(run_dir)
     assert "Restoring states from the checkpoint" in Path(retry.user_attrs["log"]).read_text()
-    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 40
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == LONG_ROW
 
 
 @pytest.mark.slow
@@ -519,29 +526,68 @@ def test_a_schedulers_signal_to_a_worker_stops_its_trial_like_ctrl_c(sig, tmp_pa
     assert stopped["status"] == "failed" and stopped["error"].startswith("interrupted (SIGINT)"), stopped
 
 
+def wait_for_line(path: Path, text: str, proc: subprocess.Popen) -> str:
+    """The output file of ``proc`` once it holds ``text`` (no time limit but the process's own end: a slow or
+    busy machine only takes longer)."""
+    while text not in (out := path.read_text()):
+        assert proc.poll() is None, out[-3000:]
+        time.sleep(0.2)
+    return out
+
+
 @pytest.mark.slow
 def test_a_worker_with_nothing_to_claim_waits_and_runs_a_killed_workers_row(tmp_path, data_dir):
-    """Worker A trains the base and is killed; worker B, started beside it, trains C1, then finds nothing to
-    claim while the base is still RUNNING: it waits, and once the base's heartbeat lapses, runs its retry. The
-    sweep finishes with no second command."""
+    """Worker A claims a row and is killed; worker B, started beside it, trains the other row, then finds nothing
+    to claim while A's row is still RUNNING: it waits, and once that row's heartbeat lapses, runs its retry. The
+    sweep finishes with no second command.
+
+    No step races a clock: A's trial is held at its start by the test holding its run folder's lock (A waits
+    for it, beating its heart), so A's row is still running, with a live heartbeat, whenever B gets to it;
+    only then is A killed and the lock let go."""
+    from lightning_tfm.sweep import Plan, load_sweep
+    from lightning_tfm.training.config import run_id
+    from lightning_tfm.training.run_folder import RunLock
+
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "wait", {"base": {}, "C1": {"model.d_ff": 32}},
-                        heartbeat={"interval": 1, "grace": 25, "max_retry": 3})  # longer than C1 trains
+                        heartbeat={"interval": 1, "grace": 20, "max_retry": 3})
     url = f"sqlite:///{tmp_path / 'wait.db'}"
-    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
-           f"run.results_dir={results}", *TINY, "train.max_steps=30", "--storage", url]
+    overrides = [f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "train.max_steps=30"]
+    cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), *overrides, "--storage", url]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    first, run_dir = start_until_checkpoint(cmd, env, results, out=subprocess.DEVNULL)
-    second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    out, _ = second.communicate(timeout=600)
-    assert second.returncode == 0 and "Traceback" not in out, out[-3000:]
-    assert "nothing left to claim; waiting while trial(s) 0 run in other workers" in out
+    plan = Plan(load_sweep(sweep), overrides)
+    locks = {}
+    for entry in plan.sweep.entries():
+        rid = run_id(plan.config(entry))
+        (results / rid).mkdir(parents=True)
+        locks[rid] = RunLock(results / rid, rid).__enter__()  # no trial of either row can start training yet
+    first_out, second_out = tmp_path / "first.out", tmp_path / "second.out"
+    first = subprocess.Popen(cmd, stdout=first_out.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    second = None
+    try:
+        out = wait_for_line(first_out, "already running elsewhere", first)  # A holds its row, waiting for the lock
+        (held,) = [rid for rid in locks if f"training {rid} " in out]
+        for rid in [r for r in locks if r != held]:
+            locks.pop(rid).__exit__(None, None, None)  # B may train the other row
+        second = subprocess.Popen(cmd, stdout=second_out.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        wait_for_line(second_out, "nothing left to claim; waiting while trial(s)", second)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    finally:
+        for lock in locks.values():
+            lock.__exit__(None, None, None)
+        if first.poll() is None:
+            first.kill()
+    assert second.wait(timeout=1800) == 0, second_out.read_text()[-3000:]
+    out = second_out.read_text()
+    assert "Traceback" not in out, out[-3000:]
     trials = trials_of(url, "wait")
+    (killed,) = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert killed.user_attrs["run_id"] == held
     done = {t.user_attrs["variant"]: t for t in trials if t.state == optuna.trial.TrialState.COMPLETE}
-    assert set(done) == {"base", "C1"} and done["base"].system_attrs["retry_history"] == [0]
-    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 30
+    assert set(done) == {"base", "C1"}
+    assert done[killed.user_attrs["variant"]].system_attrs["retry_history"] == [killed.number]
+    assert json.loads((results / held / "summary.json").read_text())["steps"] == 30
 
 
 @pytest.mark.slow
@@ -556,9 +602,9 @@ def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
         "space": {"model.dropout": {"type": "float", "low": 0.0, "high": 0.3}}}))
     url = f"sqlite:///{results / 'srk.db'}"
     cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(path), f"data.path={data_dir}",
-           f"run.results_dir={results}", *TINY, "train.max_steps=30"]
+           f"run.results_dir={results}", *TINY, f"train.max_steps={LONG_ROW}"]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
-    worker, _ = start_until_checkpoint(cmd, env, results, out=subprocess.DEVNULL)
+    worker, _ = start_until_checkpoint(cmd, env, results, out=subprocess.DEVNULL)  # killed mid-row
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     (killed,) = trials_of(url, "srk")
@@ -569,7 +615,7 @@ def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
     assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
     rerun = trials[1]
     assert rerun.system_attrs.get("failed_trial") == killed.number and rerun.params == killed.params
-    assert json.loads((Path(rerun.user_attrs["run_dir"]) / "summary.json").read_text())["steps"] == 30
+    assert json.loads((Path(rerun.user_attrs["run_dir"]) / "summary.json").read_text())["steps"] == LONG_ROW
     # and the study is full: the same command again trains nothing
     third = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert third.returncode == 0 and "training" not in third.stdout and len(trials_of(url, "srk")) == 2
@@ -585,7 +631,7 @@ def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, d
     sweep = write_sweep(tmp_path, "wake", {"base": {}}, heartbeat={"interval": 1, "grace": 5, "max_retry": 3})
     url = f"sqlite:///{tmp_path / 'wake.db'}"
     cmd = [sys.executable, "-m", "lightning_tfm", "sweep", str(sweep), f"data.path={data_dir}",
-           f"run.results_dir={results}", *TINY, "train.max_steps=150", "--storage", url]
+           f"run.results_dir={results}", *TINY, f"train.max_steps={LONG_ROW}", "--storage", url]
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
     first, run_dir = start_until_checkpoint(cmd, env, results)
     summary_path = run_dir / "summary.json"
@@ -612,9 +658,9 @@ def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, d
     attempts = json.loads(summary_path.read_text())["attempts"]
     woken = [a for a in attempts if a.get("pid") == trial_pid]
     assert woken and woken[-1]["status"] == "failed" and "heartbeat lapsed" in woken[-1]["error"]
-    assert woken[-1]["steps"] < 150
+    assert woken[-1]["steps"] < LONG_ROW
     done = [t for t in trials_of(url, "wake") if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(done) == 1 and json.loads(summary_path.read_text())["steps"] == 150
+    assert len(done) == 1 and json.loads(summary_path.read_text())["steps"] == LONG_ROW
     assert json.loads(summary_path.read_text())["status"] == "completed"
 
 

@@ -449,3 +449,36 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     # the planted API key is nowhere in the run folder (config, summary, logs, checkpoints, W&B files)
     for path in [p for p in run_dir.rglob("*") if p.is_file()]:
         assert FAKE_KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_pipeline_checks_runs_have_a_group_of_their_own():
+    """``make ablation QUICK=1`` tags its runs ``pipeline-check``: they go to ``<study>-pipeline-check``, never
+    the study's group (which ``ltfm report --from-wandb`` reads); the report's copy of the tag is the same."""
+    from lightning_tfm.report import render
+
+    real = tracking.run_naming(make_cfg(**{"run.study": "table3-cpu", "run.variant": "A1", "run.family": "A"}))
+    check = tracking.run_naming(make_cfg(**{"run.study": "table3-cpu", "run.variant": "A1", "run.family": "A",
+                                            "wandb.tags": ["pipeline-check"]}))
+    assert real["group"] == "table3-cpu" and check["group"] == "table3-cpu-pipeline-check"
+    assert "pipeline-check" in check["tags"] and check["name"] == real["name"]
+    assert tracking.wandb_group(None, ["pipeline-check"]) == "adhoc-pipeline-check"
+    assert render.PIPELINE_CHECK == tracking.PIPELINE_CHECK
+
+
+def test_hidden_parameters_reach_the_child_only_through_the_environment(monkeypatch):
+    """What a report's notebook is given is masked (papermill writes it down); the kernel reveals the real value
+    from the environment, and only for the parameter it was masked from."""
+    from lightning_tfm.training import redact
+
+    shown, hidden = redact.hide({"storage": STORAGE, "results_dir": "/r", "against_storage": None,
+                                 "other": "sqlite:///x.db?password=hunter2"})
+    assert shown["storage"] == STORAGE.replace(DB_PASSWORD, "***") and shown["results_dir"] == "/r"
+    assert shown["other"] == "sqlite:///x.db?password=***" and set(hidden) == {"storage", "other"}
+    assert DB_PASSWORD not in json.dumps(shown) and redact.reveal("storage", shown["storage"]) == shown["storage"]
+    monkeypatch.setenv(redact.HIDDEN_ENV, redact.hidden_environment(hidden))
+    assert redact.reveal("storage", shown["storage"]) == STORAGE
+    assert redact.reveal("other", shown["other"]) == hidden["other"]
+    assert redact.reveal("storage", "postgresql://someone:***@else/db") == "postgresql://someone:***@else/db"
+    assert redact.reveal("against_storage", None) is None and redact.reveal("results_dir", "/r") == "/r"
+    nested = {"cells": [{"outputs": [{"text": f"could not connect to {STORAGE} ({DB_PASSWORD})"}]}]}
+    assert DB_PASSWORD not in json.dumps(redact.scrub(nested, [STORAGE]))

@@ -4,6 +4,7 @@ One job per module; imports point one way (model <- training <- sweep <- report:
 sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the sweep never imports it):
 
 - :mod:`.records`: a sweep's runs as :class:`RunRecord` lists: local run folders, the Optuna study, W&B;
+- :mod:`.budget`: a run read at its own sweep's budget when another sweep trained its folder on;
 - :mod:`.paper`: the paper's Table 3 numbers (a package resource) and its row order;
 - :mod:`.table`: the Table 3 replica beside the paper's (:func:`build_table`): rows, statuses, order, knobs,
   learning curves;

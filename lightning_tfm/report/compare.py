@@ -19,7 +19,8 @@ import io
 from pathlib import Path
 
 from ..training.atomic import write_text
-from .text import fmt, md_cell
+from .stats import finite
+from .text import fmt, md_cell, md_code, md_text
 from .verdict import FINDING, WITHIN
 
 TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"
@@ -34,8 +35,9 @@ def _sign(x: float | None) -> int | None:
 
 
 def status(a: dict | None, b: dict | None) -> str:
-    """The comparison status of one row from its two sides' table rows (None: the side lacks the row)."""
-    has_a, has_b = (r is not None and r.get("delta_ppl") is not None for r in (a, b))
+    """The comparison status of one row from its two sides' table rows (None: the side lacks the row); a side whose
+    change is no number (nan, inf) has no result."""
+    has_a, has_b = (r is not None and finite(r.get("delta_ppl")) for r in (a, b))
     if not (has_a and has_b):
         return ONLY_A if has_a else ONLY_B if has_b else UNSETTLED  # neither side has a result: unknown
     va, vb = a.get("ppl_verdict"), b.get("ppl_verdict")
@@ -139,9 +141,11 @@ MD_COLUMNS = ("row", "ΔPPL paper", "ΔPPL A", "ΔPPL A at base FLOPs", "verdict
 def comparison_markdown(cmp: dict) -> str:
     """compare.md: the headline, the side-by-side table, the rule; one fact per line."""
     lab, ta, tb = cmp["labels"], cmp["tables"]["a"], cmp["tables"]["b"]
-    lines = [f"# Table 3 side by side: A `{ta['sweep']}`, B `{tb['sweep']}`", "",
-             f"A: {lab['a']} ({ta['source']}). B: {lab['b']} ({tb['source']}). Each side's Δ is against its own base.",
-             "", *[f"- {ln}" for ln in headline_lines(cmp)], "", "## Rows", "",
+    # the strings of the sweeps, runs and exports as text (md_text): never markup in compare.html
+    lines = [f"# Table 3 side by side: A {md_code(ta['sweep'])}, B {md_code(tb['sweep'])}", "",
+             f"A: {md_text(lab['a'])} ({md_text(ta['source'])}). B: {md_text(lab['b'])} ({md_text(tb['source'])}). "
+             "Each side's Δ is against its own base.",
+             "", *[f"- {md_text(ln)}" for ln in headline_lines(cmp)], "", "## Rows", "",
              "| " + " | ".join(MD_COLUMNS) + " |",
              "|" + "|".join("---" if c in ("row", "verdict A", "verdict B", "agrees A", "agrees B", "status")
                             else "--:" for c in MD_COLUMNS) + "|"]
@@ -152,7 +156,7 @@ def comparison_markdown(cmp: dict) -> str:
                       fmt(r[f"{side}_delta_ppl_equal_flops"], 2, sign=True) or (r[f"{side}_equal_flops_note"] or ""),
                       r[f"{side}_ppl_verdict"] or "", _yes(r[f"{side}_ppl_agrees"])]
         cells.append(r["status"])
-        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(md_cell(md_text(c)) for c in cells) + " |")
     from .verdict import verdict_rule
     lines += ["", "## Notes", "", f"- Status: {STATUS_RULE}.", f"- A: {verdict_rule(ta.get('report_settings'))}",
               f"- B: {verdict_rule(tb.get('report_settings'))}"]

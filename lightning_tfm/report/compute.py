@@ -19,12 +19,35 @@ the table compares rows that spent different compute. Here:
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 from .records import RunRecord
 
 SHAPE_KEYS = {"layers": "model.layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "heads": "model.heads",
               "d_k": "model.d_k", "d_v": "model.d_v"}
+
+
+# prepared corpus folder -> its (mean source, mean target) training sentence length, read once
+_LENGTHS: dict[str, tuple[float | None, float | None]] = {}
+
+
+def corpus_lengths(folder: str | None) -> tuple[float | None, float | None]:
+    """(mean source, mean target) sentence length in tokens of a prepared corpus's training split, from its
+    ``manifest.json``; (None, None) when the folder is not here (another machine, a removed cache)."""
+    if not folder:
+        return None, None
+    if folder not in _LENGTHS:
+        try:
+            train = json.loads((Path(folder) / "manifest.json").read_text())["splits"]["train"]
+            pairs = train["pairs"]
+            lengths = (train["src_tokens"] / pairs, train["tgt_tokens"] / pairs) if pairs else (None, None)
+            ok = all(isinstance(n, float) and math.isfinite(n) and n > 0 for n in lengths)
+            _LENGTHS[folder] = lengths if ok else (None, None)  # a hand-edited manifest: bench's default lengths
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            _LENGTHS[folder] = (None, None)
+    return _LENGTHS[folder]
 
 
 def _tokens_per_step(rec: RunRecord) -> float | None:

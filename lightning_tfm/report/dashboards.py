@@ -19,7 +19,14 @@ Mode, project and entity are resolved as for the training runs (``WANDB_MODE`` e
 else ``wandb.project``/``wandb.entity``); ``disabled`` logs nothing. The run's files go to
 ``<results>/wandb-report/wandb/`` (never into the report folder, which each report replaces); offline, the
 older ``offline-run-*-<id>`` folders of the same id are removed once the new run is written, so
-``wandb sync`` finds one. A W&B error is one warning line on stderr: the report stays a success.
+``wandb sync`` finds one. Two reports of one sweep at once publish one after the other (:func:`publish_lock`,
+``<results>/wandb-report/.publish.lock``; the one that waits says so in a line): the last one's run is the one
+left, in the folder it printed. A W&B error is one warning line on stderr: the report stays a success.
+
+A pipeline check's report (its runs tagged ``pipeline-check``: ``make ablation QUICK=1``) is its own run:
+id ``report-<sweep>-pipeline-check-table3``, group ``<sweep>-pipeline-check`` (where its training runs are,
+:func:`lightning_tfm.training.tracking.wandb_group`), tag ``pipeline-check``: the real report's run and group are
+never touched. Strings of the runs go into plotly's text (which it reads as HTML) escaped.
 
 optuna-dashboard (only when the report read an Optuna storage and ``optuna_dashboard`` and ``plotly`` are
 importable; else nothing): the study's note gets the headline and the dev-perplexity table of ``table3.md``
@@ -42,10 +49,11 @@ from pathlib import Path
 from typing import Any
 
 from .records import REPORT_JOB_TYPE as JOB_TYPE
-from .text import environment, first_line
+from .text import environment, first_line, html_text, md_code, waiting_lock
 
 KIND = "table3"
 WANDB_DIR = "wandb-report"   # below the sweep's results folder
+LOCK = ".publish.lock"       # in WANDB_DIR: one report at a time publishes a sweep's results folder
 ARTIFACT_FILES = ("table3.md", "table3.csv", "table3.html")
 PPL_COLUMNS = ("variant", "family", "dev_ppl", "dev_ppl_std", "paper_dev_ppl", "delta_ppl", "delta_ppl_rel",
                "paper_delta_ppl", "paper_delta_ppl_rel", "ppl_agrees", "ppl_noise", "status")
@@ -125,8 +133,18 @@ def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 # W&B
 # ---------------------------------------------------------------------------------------------------------
-def report_run_id(sweep_name: str, kind: str = KIND) -> str:
-    """``report-<sweep>-<kind>``: one W&B run per (sweep, report kind), whatever the machine or the day."""
+def publish_lock(results_dir: str | Path) -> Path:
+    """The lock a report holds while it publishes a sweep (its W&B report run, the study's note and plots):
+    two reports of one sweep at once publish one after the other, the last one's run is the one left."""
+    return Path(results_dir) / WANDB_DIR / LOCK
+
+
+def report_run_id(sweep_name: str, kind: str = KIND, pipeline_check: bool = False) -> str:
+    """``report-<sweep>-<kind>``: one W&B run per (sweep, report kind), whatever the machine or the day; a
+    pipeline check's (``make ablation QUICK=1``) is ``report-<sweep>-pipeline-check-<kind>``, never the real one."""
+    if pipeline_check:
+        from ..training.tracking import PIPELINE_CHECK
+        sweep_name = f"{sweep_name}-{PIPELINE_CHECK}"
     rid = f"report-{sweep_name}-{kind}"
     if len(rid) > 64:  # a long sweep name: keep the id short, and unique with a hash of the full name
         rid = f"report-{sweep_name[:40]}-{hashlib.sha1(sweep_name.encode()).hexdigest()[:8]}-{kind}"
@@ -155,10 +173,12 @@ def table_data(rows: list[dict], columns: tuple) -> list[list]:
 
 def run_folders(wandb_dir: Path, run_id: str, offline_only: bool = False) -> list[Path]:
     """wandb's folders of run ``run_id`` in ``wandb_dir``: ``offline-run-<time>-<id>`` (and, unless
-    ``offline_only``, ``run-<time>-<id>``), oldest first."""
-    pattern = re.compile(rf"{'offline-' if offline_only else '(offline-)?'}run-\d{{8}}_\d{{6}}-{re.escape(run_id)}")
-    folders = [p for p in Path(wandb_dir).glob(f"*{run_id}") if p.is_dir() and pattern.fullmatch(p.name)]
-    return sorted(folders, key=lambda p: p.name.removeprefix("offline-"))
+    ``offline_only``, ``run-<time>-<id>``; wandb adds ``-<n>`` to a second run started in the same second),
+    oldest first."""
+    prefix = "offline-" if offline_only else "(?:offline-)?"
+    pattern = re.compile(rf"{prefix}run-(?P<time>\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(?P<n>\d+))?")
+    found = [(m, p) for p in Path(wandb_dir).glob(f"*{run_id}*") if p.is_dir() and (m := pattern.fullmatch(p.name))]
+    return [p for m, p in sorted(found, key=lambda mp: (mp[0]["time"], int(mp[0]["n"] or 0)))]
 
 
 def superseded_folders(wandb_dir: Path, run_id: str, keep: Path | None) -> list[Path]:
@@ -167,18 +187,20 @@ def superseded_folders(wandb_dir: Path, run_id: str, keep: Path | None) -> list[
             if keep is None or p.resolve() != keep.resolve()]
 
 
-def log_wandb_report(sweep, out: Path, results_dir: Path, summary: dict, target: dict) -> dict | None:
+def log_wandb_report(sweep, out: Path, results_dir: Path, summary: dict, target: dict,
+                     pipeline_check: bool = False) -> dict | None:
     """The report folder ``out`` as the sweep's W&B report run (see the module docstring); None when W&B is
-    disabled. Raises whatever wandb raises (:func:`publish` turns it into a warning)."""
+    disabled. Raises whatever wandb raises (:func:`publish` turns it into a warning). Call it holding
+    :func:`publish_lock` (:func:`publish` does): it removes the run's older offline folders."""
     if target["mode"] == "disabled":
         return None
     rows = read_csv_rows(out / "table3.csv")
     root = Path(results_dir) / WANDB_DIR
     root.mkdir(parents=True, exist_ok=True)
-    run_id = report_run_id(sweep.name)
+    run_id = report_run_id(sweep.name, pipeline_check=pipeline_check)
     before = set(run_folders(root / "wandb", run_id))
     try:
-        return _log_run(sweep, out, rows, summary, target, root, run_id)
+        return _log_run(sweep, out, rows, summary, target, root, run_id, pipeline_check)
     except BaseException:
         # a failed start leaves an empty online run folder (as in tracking.py), a failed write an incomplete
         # offline one: `wandb sync` would upload them as attempts of this run; the earlier, complete run stays
@@ -187,24 +209,27 @@ def log_wandb_report(sweep, out: Path, results_dir: Path, summary: dict, target:
         raise
 
 
-def _log_run(sweep, out: Path, rows: list[dict], summary: dict, target: dict, root: Path, run_id: str) -> dict:
+def _log_run(sweep, out: Path, rows: list[dict], summary: dict, target: dict, root: Path, run_id: str,
+             pipeline_check: bool = False) -> dict:
     import wandb
 
     from ..training.redact import scrub
-    from ..training.tracking import _scrubbed_argv  # wandb records the command line: mask URLs' passwords
+    from ..training.tracking import PIPELINE_CHECK, _scrubbed_argv, wandb_group  # wandb records the command line
 
+    tags = [JOB_TYPE, KIND] + ([PIPELINE_CHECK] if pipeline_check else [])
     with _scrubbed_argv():
         run = wandb.init(id=run_id, resume="allow", mode=target["mode"], dir=str(root), project=target["project"],
-                         entity=target["entity"], group=sweep.name, job_type=JOB_TYPE, name=f"{sweep.name} {KIND}",
-                         tags=[JOB_TYPE, KIND],
+                         entity=target["entity"], group=wandb_group(sweep.name, tags), job_type=JOB_TYPE,
+                         name=f"{sweep.name} {KIND}" + (f" ({PIPELINE_CHECK})" if pipeline_check else ""), tags=tags,
                          config=scrub({"report.kind": KIND, "report.sweep": sweep.name,
+                                       "report.pipeline_check": pipeline_check,
                                        "report.sweep_file": str(Path(sweep.path).absolute()),
                                        "report.folder": str(out)}),
                          settings=wandb.Settings(silent=True, console="off", save_code=False, disable_git=True))
     folder = Path(run.dir).parent
     try:
         with _staging_in(folder):
-            _log_report(run, out, rows, summary, sweep.name)
+            _log_report(run, out, rows, summary, sweep.name + (f"-{PIPELINE_CHECK}" if pipeline_check else ""))
     except BaseException:
         run.finish(exit_code=1)
         wandb.teardown()
@@ -253,7 +278,7 @@ def note_text(md: str, where: str | None = None) -> str:
     head = md.split("\n## ", 1)[0].rstrip()
     ppl = md.split("\n## Dev perplexity\n", 1)
     section = ("## Dev perplexity\n" + ppl[1].split("\n## ", 1)[0]).rstrip() if len(ppl) == 2 else ""
-    tail = [f"_Written by `ltfm report`; the whole report: `{where}`._"] if where else []
+    tail = [f"_Written by `ltfm report`; the whole report: {md_code(where)}._"] if where else []
     return "\n\n".join([NOTE_BEGIN, head, section, *tail, NOTE_END]) + "\n"
 
 
@@ -299,18 +324,20 @@ def plotly_dev_ppl_by_family(data):
         for j, v in enumerate(members):
             for r, (xs, ys) in curves[v]:
                 if xs:
-                    fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=f"{v} s{r.seed}" if many else v,
+                    fig.add_scatter(x=xs, y=ys, mode="lines+markers",
+                                    name=html_text(f"{v} s{r.seed}" if many else v),
                                     visible=k == 0, line={"color": "black" if v == "base" else _TAB10[j % 10]})
                     traces.append(len(fig.data) - 1)
                     ys_all += ys
         # as the PNG: the rows without a curve are named with their status
-        no_curve = [f"{v} ({curves[v][0][0].status if curves[v] else 'missing'})" for v in members
+        no_curve = [html_text(f"{v} ({curves[v][0][0].status if curves[v] else 'missing'})") for v in members
                     if v in variants and not any(xs for _, (xs, _) in curves[v])]
         groups.append(traces)
-        titles.append(f"Dev perplexity per row family: {FAMILY_TITLES.get(panel, f'family {panel}')}, base in black"
+        titles.append(f"Dev perplexity per row family: {html_text(FAMILY_TITLES.get(panel, f'family {panel}'))}, "
+                      "base in black"
                       + (f"<br><sub>no curve: {', '.join(no_curve)}</sub>" if no_curve else ""))
         logs.append("log" if _wide(ys_all) else "linear")
-    buttons = [{"label": panel, "method": "update",
+    buttons = [{"label": html_text(panel), "method": "update",
                 "args": [{"visible": [i in traces for i in range(len(fig.data))]},
                          {"title.text": title, "yaxis.type": log}]}
                for panel, traces, title, log in zip(panels, groups, titles, logs)]
@@ -336,7 +363,7 @@ def plotly_learning_curves(data):
     ys_all: list[float] = []
     for j, (v, series) in enumerate(curves["rows"].items()):
         steps = sorted(series)
-        fig.add_scatter(x=steps, y=[series[s] for s in steps], mode="lines+markers", name=v,
+        fig.add_scatter(x=steps, y=[series[s] for s in steps], mode="lines+markers", name=html_text(v),
                         line={"color": "black" if v == "base" else _TAB10[j % 10]})
         ys_all += list(series.values())
     fig.update_layout(title={"text": f"Learning curves: dev perplexity of every row, mean over its seeds (sweep "
@@ -396,27 +423,41 @@ def publish(sweep, parameters: dict, out: Path) -> list[str]:
     Returns the lines to print; every failure here is a one-line warning, never the report's failure."""
     from ..training.redact import scrub
     from .records import default_results_dir, load_report_data
-    from .table import sweep_run_info
 
     lines: list[str] = []
+    urls = [parameters.get("storage") or ""]  # its password masked in a warning, however the message quotes it
     try:
         data = load_report_data(parameters["sweep_file"], results_dir=parameters.get("results_dir"),
                                 storage=parameters.get("storage"), wandb_path=parameters.get("wandb_path"))
     except Exception as e:  # noqa: BLE001 - the report is written; only its copies here are lost
         _warn(f"report not sent to W&B or optuna-dashboard: cannot re-read the sweep "
-              f"({e.__class__.__name__}: {first_line(scrub(str(e)))})")
+              f"({e.__class__.__name__}: {first_line(scrub(str(e), urls))})")
         return lines
+    results = Path(parameters.get("results_dir") or default_results_dir(sweep))
+    try:
+        publish_lock(results).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _warn(f"report not sent to W&B or optuna-dashboard: cannot write {results / WANDB_DIR} ({e.strerror})")
+        return lines
+    with waiting_lock(publish_lock(results), f"sweep {sweep.name}'s W&B report run ({results / WANDB_DIR})"):
+        return _publish(sweep, parameters, out, data, results, lines, urls)
+
+
+def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: list[str], urls: list[str]) -> list[str]:
+    from ..training.redact import scrub
+    from .render import is_pipeline_check
+    from .table import sweep_run_info
+
     try:
         target = wandb_target(sweep, parameters.get("wandb_path"))
-        results = Path(parameters.get("results_dir") or default_results_dir(sweep))
         summary = headline_numbers(read_csv_rows(out / "table3.csv"), sweep_run_info(data))
-        info = log_wandb_report(sweep, out, results, summary, target)
+        info = log_wandb_report(sweep, out, results, summary, target, is_pipeline_check(data.records))
         if info is not None:
             where = (f"offline in {info['folder']} (upload: wandb sync {info['folder']})"
                      if info["mode"] == "offline" else f"project {info['project']}")
             lines.append(f"  W&B: report run {info['run_id']}, {where}")
     except Exception as e:  # noqa: BLE001 - W&B must never fail the report
-        _warn(f"report not logged to W&B ({e.__class__.__name__}: {first_line(scrub(str(e)))}); the report "
+        _warn(f"report not logged to W&B ({e.__class__.__name__}: {first_line(scrub(str(e), urls))}); the report "
               "itself is complete (run `ltfm report` again to log it)")
         try:
             import wandb
@@ -428,5 +469,5 @@ def publish(sweep, parameters: dict, out: Path) -> list[str]:
             d = write_dashboard(data, out)
             lines.append(f"  optuna-dashboard: note and {len(d['plots'])} plots on study {d['study']}")
         except Exception as e:  # noqa: BLE001 - nor the dashboard
-            _warn(f"report not written to optuna-dashboard ({e.__class__.__name__}: {first_line(scrub(str(e)))})")
+            _warn(f"report not written to optuna-dashboard ({e.__class__.__name__}: {first_line(scrub(str(e), urls))})")
     return lines

@@ -18,9 +18,19 @@ def new_figure(nrows: int, ncols: int, width: float, height: float):
     return fig, fig.subplots(nrows, ncols, squeeze=False)
 
 
+def literal_text(fig) -> None:
+    """Every text of ``fig`` drawn as it is: a row's name, a family or a status from an export holding "$" would
+    otherwise be read as mathtext (and one that does not parse fails the figure)."""
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
+
+
 def save_figure(fig, path: str | Path) -> str:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    literal_text(fig)
     fig.savefig(path, format="png", metadata={"Software": None})
     return str(path)
 

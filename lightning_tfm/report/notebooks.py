@@ -25,6 +25,18 @@ A table3 report (not one rebuilt ``--from-export``) is then also logged to the s
 job type ``report``) and, read from an Optuna storage, written into the study's optuna-dashboard note and custom plots
 (:mod:`.dashboards`; a failure there is a one-line warning, the report still succeeds).
 
+Secrets: a parameter holding one (a storage URL's password) is given to papermill masked (it writes the
+parameters into the executed notebook twice) and reaches the kernel through the environment
+(:func:`lightning_tfm.training.redact.hide`, ``reveal`` in the notebooks' setup cell); the executed notebook and
+every error line are scrubbed of it as well.
+
+Two reports into one folder, or of one sweep, at once: the notebooks run side by side; replacing the folder and
+publishing it (the lines printed, W&B, optuna-dashboard) hold ``.<out>.lock`` beside it (:func:`out_lock`), then
+the sweep's publishing lock (:func:`.dashboards.publish_lock`), one report after the other.
+
+SIGINT or SIGTERM: the kernel is killed, the staging folder and the temporary kernelspec removed, one line, exit
+130 or 143 (:func:`stopped_by_signals`).
+
 Nothing half-written: the notebook runs into a staging folder beside the output folder, which replaces the
 output folder only when every cell succeeded. A cell that raises ``UserError`` (no such study, no API key,
 ...) ends the command with that one line and exit code 2; any other failing cell ends it with exit code 1
@@ -48,11 +60,12 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from importlib import resources
 from pathlib import Path
 
 from ..training.errors import UserError
-from .text import environment, first_line
+from .text import environment, first_line, waiting_lock
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
 EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "ppl_vs_flops.png", "bleu_vs_params.png",
@@ -125,10 +138,20 @@ def _cell_title(source: str) -> str:
     return lines[0][:80] if lines else "(empty cell)"
 
 
-def execute(notebook: Path, parameters: dict, out: Path, name: str) -> int:
-    """Run ``notebook`` with ``parameters`` (``out_dir`` is set here), export HTML, publish into ``out``."""
+def execute(notebook: Path, parameters: dict, out: Path, name: str, then=None) -> int:
+    """Run ``notebook`` with ``parameters`` (``out_dir`` is set here), export HTML, publish into ``out``; then,
+    holding ``out``'s lock (:func:`out_lock`: two reports into one folder publish one after the other), run
+    ``then()`` (its return value is the command's) once the folder is in place.
+
+    A parameter that holds a secret (a storage URL's password) reaches the kernel through the environment
+    (:func:`~lightning_tfm.training.redact.hide`): papermill writes the parameters into the notebook twice (the
+    injected cell and its metadata), so it is given them masked; the executed notebook is scrubbed of them as
+    well (a traceback may quote one). Interrupted (SIGINT, or SIGTERM under :func:`stopped_by_signals`), the
+    kernel and the staging folder go, and the interruption goes on."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
+
+    from ..training.redact import HIDDEN_ENV, hidden_environment, hide, scrub
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -138,36 +161,114 @@ def execute(notebook: Path, parameters: dict, out: Path, name: str) -> int:
     except OSError as e:
         raise UserError(f"cannot write the report folder {str(out.parent)!r} ({e.strerror}): pass --out DIR") from None
     executed = staging / f"{name}.ipynb"
+    shown, hidden = hide({**parameters, "out_dir": str(staging)})
+    urls = list(hidden.values())
     try:
-        with venv_kernel():
-            pm.execute_notebook(str(notebook), str(executed), parameters={**parameters, "out_dir": str(staging)},
-                                kernel_name="python3", language="python", progress_bar=False, log_output=False,
-                                cwd=os.getcwd(), start_timeout=120)
+        try:
+            with venv_kernel(), environment(HIDDEN_ENV, hidden_environment(hidden)):
+                # "immediate": the kernel is killed at the end (or on an interrupt) instead of being asked to stop
+                # while it may still be running a cell
+                pm.execute_notebook(str(notebook), str(executed), parameters=shown, kernel_name="python3",
+                                    language="python", progress_bar=False, log_output=False, cwd=os.getcwd(),
+                                    start_timeout=120, shutdown_kernel="immediate")
+        finally:
+            _scrub_notebook(executed, urls)
     except PapermillExecutionError as e:
+        if e.ename == "KeyboardInterrupt":  # Ctrl-C reached the kernel too (one process group): as an interrupt
+            shutil.rmtree(staging, ignore_errors=True)
+            raise KeyboardInterrupt from None
         if e.ename == "UserError":  # the user's input, found by the notebook: one line, exit 2
             shutil.rmtree(staging, ignore_errors=True)
-            raise UserError(first_line(e.evalue)) from None
+            raise UserError(first_line(scrub(e.evalue, urls))) from None
         failed = out.with_name(f"{out.name}.failed")
         shutil.rmtree(failed, ignore_errors=True)
         os.replace(staging, failed)
-        print(f"ltfm: error: notebook {notebook.name} failed in cell {e.exec_count} "
-              f"({_cell_title(e.source)!r}): {e.ename}: {first_line(e.evalue)} "
-              f"(executed notebook with the traceback: {failed / executed.name})", file=sys.stderr)
+        print(scrub(f"ltfm: error: notebook {notebook.name} failed in cell {e.exec_count} "
+                    f"({_cell_title(e.source)!r}): {e.ename}: {first_line(e.evalue)} "
+                    f"(executed notebook with the traceback: {failed / executed.name})", urls), file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001 - no kernel, kernel died, timeout: one line
         shutil.rmtree(staging, ignore_errors=True)
-        print(f"ltfm: error: could not execute notebook {notebook}: {e.__class__.__name__}: {first_line(e)}",
-              file=sys.stderr)
+        print(scrub(f"ltfm: error: could not execute notebook {notebook}: {e.__class__.__name__}: {first_line(e)}",
+                    urls), file=sys.stderr)
         return 1
-    missing = [f for f in EXPECTED[name] if not (staging / f).exists()]
-    if missing:
+    except BaseException:  # interrupted (SIGINT, SIGTERM): nothing half-written stays
         shutil.rmtree(staging, ignore_errors=True)
-        print(f"ltfm: error: notebook {notebook.name} ran but wrote no {missing[0]}: the notebook was edited "
-              "into something else; restore it from the repository", file=sys.stderr)
-        return 1
-    export_html(executed, staging / f"{name}.html")
-    _replace_dir(staging, out)
-    return 0
+        raise
+    try:
+        missing = [f for f in EXPECTED[name] if not (staging / f).exists()]
+        if missing:
+            shutil.rmtree(staging, ignore_errors=True)
+            print(f"ltfm: error: notebook {notebook.name} ran but wrote no {missing[0]}: the notebook was edited "
+                  "into something else; restore it from the repository", file=sys.stderr)
+            return 1
+        export_html(executed, staging / f"{name}.html")
+        with out_lock(out):
+            _replace_dir(staging, out)
+            return then() if then is not None else 0
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _scrub_notebook(path: Path, urls: list[str]) -> None:
+    """The executed notebook (or what papermill wrote of it) with every secret masked: the hidden parameters'
+    values wherever a cell printed them, secret environment values, URL passwords (the figures' bytes are left
+    as they are)."""
+    from ..training.atomic import write_text
+    from ..training.redact import scrub
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        tree = json.loads(text)
+    except (OSError, ValueError):
+        return
+    for cell in tree.get("cells") or []:
+        for key in [k for k in cell if k != "outputs"]:
+            cell[key] = scrub(cell[key], urls)
+        for output in cell.get("outputs") or []:
+            for key in list(output):
+                if key == "data" and isinstance(output[key], dict):
+                    output[key] = {k: v if k.startswith("image/") else scrub(v, urls) for k, v in output[key].items()}
+                else:
+                    output[key] = scrub(output[key], urls)
+    tree["metadata"] = scrub(tree.get("metadata") or {}, urls)
+    clean = json.dumps(tree, sort_keys=True, indent=1, ensure_ascii=False) + "\n"  # as nbformat writes it
+    if json.loads(clean) != json.loads(text):
+        write_text(path, clean)
+
+
+def out_lock(out: Path):
+    """The lock of report folder ``out`` (``.<name>.lock`` beside it), held while a report replaces the folder
+    and publishes it: a second report of it waits, saying so in a line."""
+    return waiting_lock(out.with_name(f".{out.name}.lock"), f"the report folder {out}")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is (a KeyboardInterrupt: papermill and nbclient stop their kernel for it)."""
+
+
+@contextlib.contextmanager
+def stopped_by_signals(out: Path):
+    """SIGTERM ends the block as SIGINT does; either is one line on stderr and the conventional exit code
+    (130, 143) instead of the block's (:class:`Terminated` is raised; the caller returns :data:`code`)."""
+    import signal
+
+    def on_sigterm(signum, frame):  # noqa: ARG001
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if threading.current_thread() is threading.main_thread() \
+        else None
+    state = {"code": None}
+    try:
+        yield state
+    except KeyboardInterrupt as e:
+        which, state["code"] = ("SIGTERM", 143) if isinstance(e, Terminated) else ("SIGINT", 130)
+        print(f"ltfm: report stopped by {which}; nothing half-written is left beside {out}", file=sys.stderr,
+              flush=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 HIDE_TAG = "report-hide"
@@ -200,22 +301,25 @@ def export_html(notebook: Path, html: Path) -> Path:
 
 
 def report_parameters(sweep, results: str | None, storage: str | None, wandb_path: str | None,
-                      export: str | None = None) -> dict:
-    """The notebook's parameters, checked here first (cheap, before any kernel starts)."""
+                      export: str | None = None, against: bool = False) -> dict:
+    """The notebook's parameters, checked here first (cheap, before any kernel starts); ``against``: side B of a
+    comparison, whose errors name the --against-* options."""
     from .records import check_wandb_access, resolve_local
 
+    option = "--against-export" if against else "--from-export"
+    local = ("--against-results", "--against-storage") if against else ("--results", "--storage")
     params = {"sweep_file": str(Path(sweep.path).absolute()), "results_dir": None, "storage": None,
               "wandb_path": None, "export_dir": None}
     if export:
         from .export import export_file, read_export
-        read_export(sweep, export)  # a wrong or malformed export stops here, before a kernel starts
-        params["export_dir"] = str(export_file(sweep, export).absolute())
+        read_export(sweep, export, option)  # a wrong or malformed export stops here, before a kernel starts
+        params["export_dir"] = str(export_file(sweep, export, option).absolute())
         return params
     if wandb_path:
         check_wandb_access(wandb_path)
         params["wandb_path"] = wandb_path
         return params
-    results_dir, url = resolve_local(sweep, results, storage)
+    results_dir, url = resolve_local(sweep, results, storage, local)
     params["results_dir"] = str(results_dir)
     params["storage"] = storage  # None: the notebook uses <results_dir>/<name>.db when it exists
     return params
@@ -254,24 +358,27 @@ def report_cli(args) -> int:
     parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
     notebook = notebook_path(name)
     print(f"report of sweep {sweep.name}: executing {notebook.name}", flush=True)
-    rc = execute(notebook, parameters, out, name)
-    if rc:
-        return rc
-    md = out / f"{name}.md"
-    if name == "table3":
-        print(_agreement_from_md(md.read_text()), end="")
-    pngs = sorted(p.name for p in out.glob("*.png"))
-    print(f"report: {md}\n  html: {out / (name + '.html')}\n  notebook: {out / (name + '.ipynb')}\n"
-          f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}", flush=True)
-    if name == "table3":
-        print(f"  export: {out / 'export' / (sweep.name + '.json')}")
-    if name == "table3" and args.from_export:
-        print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
-    elif name == "table3":  # the same report in W&B and optuna-dashboard; a failure there is a warning
-        from .dashboards import publish
-        for line in publish(sweep, parameters, out):
-            print(line)
-    return 0
+
+    def published() -> int:  # the report folder is in place (its lock held): say so, then W&B and optuna-dashboard
+        md = out / f"{name}.md"
+        if name == "table3":
+            print(_agreement_from_md(md.read_text()), end="")
+        pngs = sorted(p.name for p in out.glob("*.png"))
+        print(f"report: {md}\n  html: {out / (name + '.html')}\n  notebook: {out / (name + '.ipynb')}\n"
+              f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}", flush=True)
+        if name == "table3":
+            print(f"  export: {out / 'export' / (sweep.name + '.json')}")
+        if name == "table3" and args.from_export:
+            print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
+        elif name == "table3":  # the same report in W&B and optuna-dashboard; a failure there is a warning
+            from .dashboards import publish
+            for line in publish(sweep, parameters, out):
+                print(line, flush=True)
+        return 0
+
+    with stopped_by_signals(out) as stopped:
+        return execute(notebook, parameters, out, name, then=published)
+    return stopped["code"]
 
 
 def compare_cli(args, sweep) -> int:
@@ -286,19 +393,22 @@ def compare_cli(args, sweep) -> int:
     out = Path(args.out or Path("reports") / "build" / f"{sweep.name}-vs-{other.name}").absolute()
     _check_out(out)
     a = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
-    b = report_parameters(other, args.against_results, args.against_storage, None, args.against_export)
+    b = report_parameters(other, args.against_results, args.against_storage, None, args.against_export, against=True)
     parameters = {**a, "against_file": b["sweep_file"], "against_results": b["results_dir"],
                   "against_storage": b["storage"], "against_export": b["export_dir"]}
     notebook = notebook_path("compare")
     print(f"comparison of sweep {sweep.name} with {other.name}: executing {notebook.name}", flush=True)
-    rc = execute(notebook, parameters, out, "compare")
-    if rc:
-        return rc
-    print(_agreement_from_md((out / "compare.md").read_text()), end="")
-    pngs = sorted(p.name for p in out.glob("*.png"))
-    print(f"report: {out / 'compare.md'}\n  html: {out / 'compare.html'}\n  notebook: {out / 'compare.ipynb'}\n"
-          f"  csv: {out / 'compare.csv'}\n  figures: {', '.join(pngs)}", flush=True)
-    return 0
+
+    def published() -> int:
+        print(_agreement_from_md((out / "compare.md").read_text()), end="")
+        pngs = sorted(p.name for p in out.glob("*.png"))
+        print(f"report: {out / 'compare.md'}\n  html: {out / 'compare.html'}\n  notebook: {out / 'compare.ipynb'}\n"
+              f"  csv: {out / 'compare.csv'}\n  figures: {', '.join(pngs)}", flush=True)
+        return 0
+
+    with stopped_by_signals(out) as stopped:
+        return execute(notebook, parameters, out, "compare", then=published)
+    return stopped["code"]
 
 
 def _agreement_from_md(text: str) -> str:

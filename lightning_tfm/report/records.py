@@ -12,7 +12,9 @@
 
 Both sources become :class:`RunRecord` lists, and everything after that (the tables, the figures) is the same
 code. One record per (variant, seed): the latest trial (or, without a storage, the latest run). A trial's
-configuration comes from the sweep's own :func:`lightning_tfm.sweep.trial_config`, never re-derived here.
+configuration comes from the sweep's own :func:`lightning_tfm.sweep.trial_config`, never re-derived here. A run
+folder another sweep trained on after the trial is read at the trial's budget (:mod:`.budget`); a completed run whose
+dev loss or PPL is no number (nan, inf) is :data:`DIVERGED` (:func:`mark_diverged`).
 
 Configs here stay data, not typed :class:`~lightning_tfm.training.config.Config` objects: a record holds its
 run's config as the flat dict of :func:`~lightning_tfm.training.config.flatten` (``rec.config["model.heads"]``),
@@ -41,6 +43,10 @@ WANDB_STEP = "trainer/global_step"
 DONE = "completed"
 
 
+# A run that ended with a dev loss or perplexity that is no number (nan, inf): not a result, never averaged
+DIVERGED = "diverged"
+
+
 # The job type of the run ``ltfm report`` logs into the sweep's W&B group (:mod:`.dashboards`): not a training run.
 REPORT_JOB_TYPE = "report"
 
@@ -53,7 +59,7 @@ class RunRecord:
     variant: str
     family: str | None = None
     seed: int | None = None
-    status: str = "missing"     # completed | pruned | failed | skipped | running | waiting | missing | ...
+    status: str = "missing"     # completed | pruned | failed | skipped | running | waiting | missing | diverged | ...
     config: dict = field(default_factory=dict)   # flat dotted keys: model.heads, train.max_steps, ...
     params: int | None = None
     dev_loss: float | None = None
@@ -78,6 +84,8 @@ class RunRecord:
     effective_batch_tokens: int | None = None
     src_len: float | None = None
     tgt_len: float | None = None
+    # what its run folder holds beyond this sweep's budget when the record is read at that budget (.budget)
+    later_attempt: str | None = None
 
     @property
     def completed(self) -> bool:
@@ -99,6 +107,26 @@ def _int(x: Any) -> int | None:
     return int(v) if v is not None else None
 
 
+def _nonfinite(x: Any) -> bool:
+    """A number that is not finite (nan, inf; W&B may hand them back as strings "NaN", "Infinity")."""
+    if isinstance(x, bool) or x is None:
+        return False
+    try:
+        return not math.isfinite(float(x))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def mark_diverged(rec: RunRecord, raw: dict) -> RunRecord:
+    """A completed run whose source (``raw``: a summary, a trial's attributes) gives a dev loss or perplexity that
+    is no number is :data:`DIVERGED`, with the value in its note: never a row's result, nor a seed of the base's
+    noise."""
+    bad = next((k for k in ("dev_ppl", "dev_loss") if _nonfinite(raw.get(k))), None)
+    if bad and rec.status == DONE:
+        rec.status, rec.note = DIVERGED, f"{'dev PPL' if bad == 'dev_ppl' else 'dev loss'} {float(raw[bad])} at the end"
+    return rec
+
+
 def _flatten(cfg: dict) -> dict:
     from ..training.config import flatten
     return flatten({k: v for k, v in (cfg or {}).items() if isinstance(v, dict)})
@@ -107,6 +135,7 @@ def _flatten(cfg: dict) -> dict:
 def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> RunRecord:
     """A run folder's ``summary.json`` (+ its metric history and dev hypotheses when ``run_dir`` is given)."""
     from ..training.results import read_metrics
+    from .compute import corpus_lengths
 
     cfg = summary.get("config") or {}
     run_cfg = cfg.get("run") or {}
@@ -124,34 +153,15 @@ def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> Run
                     train_tokens=_num(summary.get("train_tokens")), vocab_size=_int(summary.get("vocab_size")),
                     effective_batch_tokens=_int(summary.get("effective_batch_tokens")))
     rec.src_len, rec.tgt_len = corpus_lengths(summary.get("data_cache"))
-    if run_dir is not None:
-        rec.history = [{k: v for k, v in row.items() if k == "step" or k in HISTORY_KEYS}
+    mark_diverged(rec, summary)
+    if run_dir is not None:  # a curve keeps its finite values (a diverged validation's inf is no point of it)
+        rec.history = [{k: v for k, v in row.items() if k == "step" or (k in HISTORY_KEYS and _num(v) is not None)}
                        for row in read_metrics(run_dir)]
         tgt = (cfg.get("data") or {}).get("tgt_lang")
         hyps = Path(run_dir) / "hyps" / f"dev.{tgt}.txt"
         if tgt and hyps.is_file():
             rec.hyps = str(hyps)
     return rec
-
-
-_LENGTHS: dict[str, tuple[float | None, float | None]] = {}
-
-
-def corpus_lengths(folder: str | None) -> tuple[float | None, float | None]:
-    """(mean source, mean target) sentence length in tokens of a prepared corpus's training split, from its
-    ``manifest.json``; (None, None) when the folder is not here (another machine, a removed cache)."""
-    import json
-
-    if not folder:
-        return None, None
-    if folder not in _LENGTHS:
-        try:
-            train = json.loads((Path(folder) / "manifest.json").read_text())["splits"]["train"]
-            pairs = train["pairs"]
-            _LENGTHS[folder] = (train["src_tokens"] / pairs, train["tgt_tokens"] / pairs) if pairs else (None, None)
-        except (OSError, ValueError, KeyError, TypeError):
-            _LENGTHS[folder] = (None, None)
-    return _LENGTHS[folder]
 
 
 def wandb_record(config: dict, summary: dict, *, name: str | None = None, job_type: str | None = None,
@@ -177,14 +187,15 @@ def wandb_record(config: dict, summary: dict, *, name: str | None = None, job_ty
             v = _num(row.get(key))
             if v is not None:
                 dest[key] = v
-    return RunRecord(variant=str(variant), family=config.get("run.family") or job_type,
-                     seed=_int(config.get("run.seed")), status=str(status),
-                     config={k: v for k, v in config.items() if "." in k}, params=_int(summary.get("params")),
-                     dev_loss=_num(summary.get("dev_loss")), dev_ppl=_num(summary.get("dev_ppl")),
-                     dev_bleu=_num(summary.get("dev_bleu")), steps=_int(summary.get("steps")),
-                     history=[by_step[s] for s in sorted(by_step) if len(by_step[s]) > 1],
-                     run=run_id, bleu_signature=summary.get("bleu_signature"),
-                     train_tokens=_num(summary.get("train_tokens")), vocab_size=_int(summary.get("vocab_size")))
+    rec = RunRecord(variant=str(variant), family=config.get("run.family") or job_type,
+                    seed=_int(config.get("run.seed")), status=str(status),
+                    config={k: v for k, v in config.items() if "." in k}, params=_int(summary.get("params")),
+                    dev_loss=_num(summary.get("dev_loss")), dev_ppl=_num(summary.get("dev_ppl")),
+                    dev_bleu=_num(summary.get("dev_bleu")), steps=_int(summary.get("steps")),
+                    history=[by_step[s] for s in sorted(by_step) if len(by_step[s]) > 1],
+                    run=run_id, bleu_signature=summary.get("bleu_signature"),
+                    train_tokens=_num(summary.get("train_tokens")), vocab_size=_int(summary.get("vocab_size")))
+    return mark_diverged(rec, summary)
 
 
 @dataclass
@@ -253,9 +264,10 @@ def default_results_dir(sweep) -> Path:
     return Path(trial_config(sweep, checked=False).run.results_dir).absolute()
 
 
-def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) -> tuple[Path, str | None]:
-    """(absolute results folder, storage URL or None) of the local source, or a one-line UserError when
-    there is nothing to read."""
+def resolve_local(sweep, results_dir: str | Path | None, storage: str | None,
+                  options: tuple[str, str] = ("--results", "--storage")) -> tuple[Path, str | None]:
+    """(absolute results folder, storage URL or None) of the local source, or a one-line UserError naming
+    ``options`` (the command line's results and storage options of this side) when there is nothing to read."""
     from ..training.redact import mask_url
     from ..sweep import default_storage, open_storage
 
@@ -263,7 +275,7 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) ->
         results = Path(results_dir).absolute()
         if not results.is_dir():
             raise UserError(f"results folder {str(results_dir)!r} not found: pass the folder the sweep wrote its "
-                            "run folders to (--results, the sweep's run.results_dir)")
+                            f"run folders to ({options[0]}, the sweep's run.results_dir)")
     else:
         results = default_results_dir(sweep)
     if storage:
@@ -273,7 +285,7 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None) ->
     has_db = (results / f"{sweep.name}.db").is_file()
     if not has_db and not results.is_dir():
         raise UserError(f"no results for sweep {sweep.name!r}: neither {results} nor {mask_url(url)} exists; run "
-                        f"`ltfm sweep {sweep.path}` first, or pass --results DIR / --storage URL")
+                        f"`ltfm sweep {sweep.path}` first, or pass {options[0]} DIR / {options[1]} URL")
     return results, (url if has_db else None)
 
 
@@ -289,9 +301,12 @@ def load_report_data(sweep_file: str | Path, results_dir: str | Path | None = No
         from .export import read_export
         return read_export(sweep, export_dir)
     if wandb_path:
+        from .budget import budget_note, of_other_studies
         check_wandb_access(wandb_path)
         records = latest_per_key(fetch_wandb_records(wandb_path, sweep.name))
-        return ReportData(sweep, records, f"W&B {wandb_path}, group {sweep.name}", planned_configs(sweep, records))
+        of_other_studies(sweep, records)
+        return ReportData(sweep, records, f"W&B {wandb_path}, group {sweep.name}", planned_configs(sweep, records),
+                          notes=[n for n in [budget_note(records)] if n])
     results, url = resolve_local(sweep, results_dir, storage)
     return collect_local(sweep, results, url)
 
@@ -327,9 +342,12 @@ _TRIAL_STATUS = {"COMPLETE": DONE, "PRUNED": "pruned", "FAIL": "failed", "RUNNIN
                  "WAITING": "waiting"}
 
 
-def record_from_trial(trial, results_dir: Path) -> RunRecord:
+def record_from_trial(trial, results_dir: Path, study: str | None = None) -> RunRecord:
     """An Optuna trial of ``ltfm sweep``: state from the trial, numbers from its run folder (or, when the
-    folder is elsewhere, from the results the worker recorded in the trial's user attributes)."""
+    folder is elsewhere, from the results the worker recorded in the trial's user attributes). A folder trained
+    on after the trial (another sweep ``study`` shares it) is read at the trial's budget (:mod:`.budget`)."""
+    from .budget import read_at_budget
+
     a = trial.user_attrs
     status = _TRIAL_STATUS.get(trial.state.name, trial.state.name.lower())
     note = a.get("reason") or a.get("error")
@@ -346,6 +364,7 @@ def record_from_trial(trial, results_dir: Path) -> RunRecord:
         summary = read_summary(run_dir)
     if summary is not None:
         rec = record_from_summary(summary, run_dir)
+        read_at_budget(rec, _int(a.get("max_steps")), study or str(a.get("study") or ""), summary.get("attempts"))
     else:
         rec = RunRecord(variant=str(a.get("variant")), params=_int(a.get("params") or a.get("planned_params")),
                         dev_loss=_num(a.get("dev_loss")), dev_ppl=_num(a.get("dev_ppl")),
@@ -363,7 +382,7 @@ def record_from_trial(trial, results_dir: Path) -> RunRecord:
         status = rec.status  # the trial says complete but its folder says otherwise: show the folder's word
     rec.status, rec.trial = status, trial.number
     rec.note = note or (rec.note if status != DONE else None)
-    return rec
+    return mark_diverged(rec, a) if summary is None else rec
 
 
 def of_this_file(sweep, trials: list) -> tuple[list, list]:
@@ -407,7 +426,8 @@ def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportDa
         by_key: dict[tuple, Any] = {}
         for t in trials:  # the latest trial of each (variant, seed) stands for it
             by_key[(t.user_attrs["variant"], _int(t.user_attrs.get("seed")))] = t
-        records = [record_from_trial(t, results_dir) for t in sorted(by_key.values(), key=lambda t: t.number)]
+        records = [record_from_trial(t, results_dir, sweep.name)
+                   for t in sorted(by_key.values(), key=lambda t: t.number)]
     known = {(r.variant, r.seed) for r in records}
     known_dirs = {str(Path(r.run).resolve()) for r in records if r.run and Path(r.run).is_dir()}
     known_dirs |= other_dirs if study is not None else set()  # another definition's runs are not this file's
@@ -430,6 +450,8 @@ def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportDa
         notes.append(f"{len(chosen)} run folder(s) of study {sweep.name} have no trial in the storage; shown from "
                      "their summary.json")
     records += list(chosen.values())
+    from .budget import budget_note
+    notes += [n for n in [budget_note(records)] if n]
     source = f"results folder {Path(results_dir).name}/" + (
         f", Optuna storage {storage_in_results(storage_url, results_dir)}" if storage_url else
         " (no Optuna storage found: run folders only)")

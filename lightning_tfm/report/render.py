@@ -5,6 +5,11 @@ The markdown (and the HTML) put the headline first (direction agreement, rows be
 and the agreement over the findings, the sweep's wall time, the machines), then a PPL table (with the change at
 the base's training FLOPs and each row's budget verdict), a BLEU table, the learning curves, the configuration
 table and notes (the verdict's and the equal-compute rules among them).
+
+Every string that comes from a sweep, its runs or an export (a row's name, a status, a note, a machine, the
+source) goes in through :func:`~.text.md_text` (or :func:`~.text.md_code`): it reads as itself in the markdown,
+in the HTML page made from it and in the optuna-dashboard note, never as a tag or a link. A pipeline check's
+report (runs tagged ``pipeline-check``: ``make ablation QUICK=1``) says so in its title and first line.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from ..training.atomic import write_text
 from .compute import COMPUTE_RULE
 from .stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
 from .table import CSV_KNOBS, KNOBS
-from .text import fmt, fmt_knob, md_cell
+from .text import fmt, fmt_knob, md_cell, md_code, md_text
 from .verdict import FINDING, MOVING, UNKNOWN, WITHIN, base_trend, verdict_rule
 
 
@@ -86,7 +91,7 @@ def _flops_cell(row: dict, table: dict) -> str:
 
 
 def ppl_cells(row: dict, table: dict) -> list[str]:
-    return [row["variant"], _mstd(row["dev_ppl"], row["dev_ppl_std"], 2), fmt(row["paper_dev_ppl"], 2),
+    return [md_text(row["variant"]), _mstd(row["dev_ppl"], row["dev_ppl_std"], 2), fmt(row["paper_dev_ppl"], 2),
             _delta(row["delta_ppl"], row["delta_ppl_rel"], 2), _flops_cell(row, table),
             _delta(row["paper_delta_ppl"], row["paper_delta_ppl_rel"], 2), _yes(row["ppl_agrees"]),
             _noise_cell(row, "ppl", table["base_std"]["ppl"]),
@@ -96,15 +101,15 @@ def ppl_cells(row: dict, table: dict) -> list[str]:
 
 def bleu_cells(row: dict, table: dict) -> list[str]:
     sig = "*" if row["bleu_significant"] else ""
-    return [row["variant"], _mstd(row["dev_bleu"], row["dev_bleu_std"], 2), fmt(row["paper_dev_bleu"], 1),
+    return [md_text(row["variant"]), _mstd(row["dev_bleu"], row["dev_bleu_std"], 2), fmt(row["paper_dev_bleu"], 1),
             _delta(row["delta_bleu"], row["delta_bleu_rel"], 2) + sig,
             _delta(row["paper_delta_bleu"], row["paper_delta_bleu_rel"], 1), _yes(row["bleu_agrees"]),
             _noise_cell(row, "bleu", table["base_std"]["bleu"]), _test_cell(row)]
 
 
 def config_cells(row: dict, table: dict) -> list[str]:  # noqa: ARG001 - same signature as the others
-    return [row["variant"], *[fmt_knob(row[key]) for _, key in KNOBS], _params_m(row["params"]),
-            ("" if row["paper_params_m"] is None else f"{row['paper_params_m']:g}"), row["status"]]
+    return [md_text(row["variant"]), *[md_text(fmt_knob(row[key])) for _, key in KNOBS], _params_m(row["params"]),
+            ("" if row["paper_params_m"] is None else f"{row['paper_params_m']:g}"), md_text(row["status"])]
 
 
 def _md_table(table: dict, columns: tuple, cells, left: tuple = ()) -> list[str]:
@@ -137,8 +142,9 @@ def verdict_line(table: dict) -> str:
                f"{trend['from']:.1f} → step {trend['to_step']}: {trend['to']:.1f}): findings are of this budget."
                if trend and trend["drop"] > 0 else "")
     return (f"Budget verdicts (dev PPL learning curves against the base's): {n[FINDING]} finding(s), {n[MOVING]} still "
-            f"moving{' (' + ', '.join(moving) + ')' if moving else ''}, {n[WITHIN]} within noise, {n[UNKNOWN]} "
-            f"unknown; direction agrees with the paper on the findings: dev PPL {_fraction(s['ppl_findings'])}."
+            f"moving{' (' + ', '.join(map(md_text, moving)) + ')' if moving else ''}, {n[WITHIN]} within noise, "
+            f"{n[UNKNOWN]} unknown; direction agrees with the paper on the findings: dev PPL "
+            f"{_fraction(s['ppl_findings'])}."
             + falling)
 
 
@@ -152,10 +158,29 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
+PIPELINE_CHECK_LINE = ("Pipeline check (runs tagged `pipeline-check`): its numbers say nothing about the paper's "
+                       "claims; it shows that every row trains, evaluates and is reported (`make ablation` runs the "
+                       "protocol).")
+
+
+# training.tracking.PIPELINE_CHECK, the tag (not imported from there: it would load Lightning into the report's kernel)
+PIPELINE_CHECK = "pipeline-check"
+
+
+def is_pipeline_check(records) -> bool:
+    """The runs are a pipeline check's (``make ablation QUICK=1`` tags them ``pipeline-check``): any run tagged so
+    makes its report one (a check's numbers never pass for the sweep's)."""
+    def tags(rec) -> list:
+        t = (rec.config or {}).get("wandb.tags")
+        return [str(x) for x in t] if isinstance(t, (list, tuple)) else [str(t)] if t else []
+    return any(PIPELINE_CHECK in tags(r) for r in records)
+
+
 def headline_lines(table: dict) -> list[str]:
     """The facts a reader wants first, one per line (``ltfm report`` prints them too)."""
     s, info, std = table["summary"], table["run_info"], table["base_std"]
-    lines = [agreement_line(table)]
+    lines = [PIPELINE_CHECK_LINE] if table.get("pipeline_check") else []
+    lines.append(agreement_line(table))
     if std["ppl"] is None and std["bleu"] is None:
         lines.append(f"Beyond seed noise: unknown, the base row has {table['base_seeds']} completed seed(s); "
                      "seed noise needs at least 2 (in the sweep file: `base: {seeds: [1, 2, 3]}`).")
@@ -172,8 +197,9 @@ def headline_lines(table: dict) -> list[str]:
                  f"{_duration(info['wall_s'])} (first start to last end), training time summed over runs "
                  f"{_duration(info['train_s'])}.")
     precisions = info.get("precisions")  # an export written before they were recorded has none
-    lines.append("Machine: " + ("; ".join(info["machines"]) if info["machines"] else "not recorded") + "; trained in "
-                 + (", ".join(precisions) if precisions else "a precision not recorded") + ".")
+    lines.append("Machine: " + ("; ".join(map(md_text, info["machines"])) if info["machines"] else "not recorded")
+                 + "; trained in " + (", ".join(map(md_text, precisions)) if precisions else "a precision not recorded")
+                 + ".")
     return lines
 
 
@@ -182,9 +208,10 @@ def headline_markdown(table: dict) -> str:
     own = table.get("own_seeds") or {}
     sweep_seeds = table.get("sweep_seeds", seeds)
     seed_text = (f"seed{'s' if len(sweep_seeds) > 1 else ''} {', '.join(map(str, sweep_seeds))}"
-                 + "".join(f"; {v} at seeds {', '.join(map(str, s))}" for v, s in own.items()))
-    head = [f"# Table 3 replica: sweep `{table['sweep']}`", "",
-            f"Base experiment `{table['experiment']}`; {seed_text}. Paper = Vaswani et al. (2017), Table 3 (newstest2013). Absolute values "
+                 + "".join(f"; {md_text(v)} at seeds {', '.join(map(str, s))}" for v, s in own.items()))
+    title = "Pipeline check, not a result" if table.get("pipeline_check") else "Table 3 replica"
+    head = [f"# {title}: sweep {md_code(table['sweep'])}", "",
+            f"Base experiment {md_code(table['experiment'])}; {seed_text}. Paper = Vaswani et al. (2017), Table 3 (newstest2013). Absolute values "
             "are not comparable across corpora, model sizes and BLEU tokenizations: compare the directions of "
             "change and their relative sizes.", ""]
     return "\n".join(head + [f"- {ln}" for ln in headline_lines(table)]) + "\n"
@@ -232,7 +259,8 @@ def curves_markdown(table: dict) -> str:
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["--:"] * (len(head) - 1)) + "|"]
     for v, series in rows.items():
         last = max(series)
-        cells = [v] + [f"{series[st]:.1f}" if st in series else "" for st in steps] + [f"{series[last]:.1f} (step {last})"]
+        cells = [md_text(v)] + [f"{series[st]:.1f}" if st in series else "" for st in steps] + \
+            [f"{series[last]:.1f} (step {last})"]
         lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -250,11 +278,12 @@ def notes_markdown(table: dict) -> str:
         lines.append("No completed base row: no change against the base can be computed.")
     if s["not_compared"]:
         lines.append("Not compared (no completed run): "
-                     + ", ".join(f"{v} ({st.split()[0].rstrip(':;')})" for v, st in s["not_compared"]) + ".")
+                     + ", ".join(f"{md_text(v)} ({md_text(st.split()[0].rstrip(':;'))})" for v, st in s["not_compared"])
+                     + ".")
     if table["test_signature"]:
-        lines.append(f"Paired bootstrap: sacreBLEU `{table['test_signature']}`.")
+        lines.append(f"Paired bootstrap: sacreBLEU {md_code(table['test_signature'])}.")
     for sig in table["bleu_signatures"]:
-        lines.append(f"Our dev BLEU: sacreBLEU `{sig}`.")
+        lines.append(f"Our dev BLEU: sacreBLEU {md_code(sig)}.")
     lines.append(verdict_rule(table.get("report_settings")))
     lines.append(COMPUTE_RULE + ".")
     compute = table.get("compute") or {}
@@ -262,8 +291,8 @@ def notes_markdown(table: dict) -> str:
         lines.append("FLOPs per step: some runs' prepared corpus was not readable here, so their sentence lengths "
                      "are `ltfm bench`'s default sentence lengths (bench.src_len, bench.tgt_len); their attention FLOPs are "
                      "estimates.")
-    lines.append(f"Source: {table['source']}.")
-    lines += table["notes"] + table["data_notes"]
+    lines.append(f"Source: {md_text(table['source'])}.")
+    lines += [md_text(n) for n in table["notes"] + table["data_notes"]]
     return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"
 
 

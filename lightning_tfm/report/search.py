@@ -10,11 +10,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .figures import placeholder
+from .figures import literal_text, placeholder
 from .records import DONE, ReportData
 from ..training.atomic import write_text
 from ..training.results import history_key
-from .text import fmt, fmt_knob, md_cell
+from .text import fmt, fmt_knob, md_cell, md_code, md_text
 
 
 def search_study(data: ReportData):
@@ -78,26 +78,27 @@ def _param(x: Any) -> str:
 def search_markdown(data: ReportData, study, rows: list[dict]) -> str:
     sweep = data.sweep
     keys = list(sweep.space or {})
-    head = ["trial", "variant", "state", sweep.metric, *keys, "steps", "dev PPL", "dev BLEU", "note"]
-    lines = [f"# Search `{sweep.name}`", "",
-             f"Base experiment `{sweep.experiment.name}`; {sweep.direction} {sweep.metric}; sampler "
+    head = ["trial", "variant", "state", sweep.metric, *map(md_text, keys), "steps", "dev PPL", "dev BLEU", "note"]
+    # the trials' strings (variant, note, values) as text (md_text): never markup in search.html
+    lines = [f"# Search {md_code(sweep.name)}", "",
+             f"Base experiment {md_code(sweep.experiment.name)}; {sweep.direction} {sweep.metric}; sampler "
              f"{sweep.sampler.get('type')}, pruner {sweep.pruner.get('type')}; {len(rows)} trial(s).", "",
              "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         cells = [str(r["trial"]), r["variant"] or "", r["state"], fmt(r["value"], 4),
                  *[_param(r["params"].get(k)) for k in keys],
                  fmt_knob(r["steps"]), fmt(r["dev_ppl"], 2), fmt(r["dev_bleu"], 2), (r["note"] or "")[:80]]
-        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(md_cell(md_text(c)) for c in cells) + " |")
     done = [r for r in rows if r["state"] == "complete" and r["value"] is not None]
     if done:
         best = (min if sweep.direction == "minimize" else max)(done, key=lambda r: (r["value"], r["trial"]))
-        lines += ["", f"Best: trial {best['trial']} ({best['variant']}), {sweep.metric} {best['value']:.4f}, "
-                      + ", ".join(f"{k}={_param(best['params'].get(k))}" for k in keys) + "."]
+        lines += ["", f"Best: trial {best['trial']} ({md_text(best['variant'])}), {sweep.metric} {best['value']:.4f}, "
+                      + ", ".join(md_text(f"{k}={_param(best['params'].get(k))}") for k in keys) + "."]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     lines.append("States: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials") + ".")
-    lines += data.notes
+    lines += [md_text(n) for n in data.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -138,6 +139,7 @@ def _optuna_plot(fn, study, path, **kw) -> str:
         ax = fn(study, **kw)
         fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
         fig.set_size_inches(8, 4.5)
+        literal_text(fig)
         fig.savefig(path, format="png", metadata={"Software": None}, bbox_inches="tight")
         plt.close(fig)
     return str(path)

@@ -50,15 +50,20 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
+def finite(x) -> bool:
+    """A number that can be compared: not None, not a bool, not nan or ±inf."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def _sign(x: float | None) -> int | None:
-    if x is None:
+    if not finite(x):
         return None
     return (x > 0) - (x < 0)
 
 
 def agrees(ours: float | None, paper: float | None) -> bool | None:
-    """Same direction of change against the base; None when either is unknown or the paper's is 0."""
-    if ours is None or paper is None or _sign(paper) == 0:
+    """Same direction of change against the base; None when either is unknown (or no number) or the paper's is 0."""
+    if not finite(ours) or not finite(paper) or _sign(paper) == 0:
         return None
     return _sign(ours) == _sign(paper)
 
@@ -66,7 +71,7 @@ def agrees(ours: float | None, paper: float | None) -> bool | None:
 def relative(delta: float | None, base: float | None) -> float | None:
     """A change as a fraction of its base: the paper's and our absolute values are on different scales
     (corpus, model size, BLEU tokenization), their relative changes can be set side by side."""
-    if delta is None or base is None or base == 0:
+    if not finite(delta) or not finite(base) or base == 0:
         return None
     return delta / abs(base)
 
@@ -82,10 +87,11 @@ NOISE_RULE = (f"a row's change is beyond seed noise when |Δ| > {NOISE_K:g} × t
 def noise_verdict(delta: float | None, base_std: float | None, k: float = NOISE_K) -> str | None:
     """The one noise rule of the report (:data:`NOISE_RULE`): ``"beyond"`` when ``|delta| > k * base_std``,
     ``"within"`` otherwise, ``"unknown"`` when the base's seed spread is unknown (one seed); None without a
-    change. A zero spread (every seed gave the same number) makes any nonzero change beyond noise."""
-    if delta is None:
+    change (or a change that is no number: nan is within nothing). A zero spread (every seed gave the same number)
+    makes any nonzero change beyond noise; a spread that is no number is unknown."""
+    if not finite(delta):
         return None
-    if base_std is None:
+    if not finite(base_std):
         return "unknown"
     return "beyond" if abs(delta) > k * base_std else "within"
 
@@ -177,9 +183,12 @@ def paired_bootstrap(by_variant: dict[str, list[RunRecord]], variants: list[str]
     from ..training.data import read_lines
 
     notes: list[str] = []
+    later = "dev hypotheses are of a later training than this sweep's budget (its run folders were trained on)"
     base = {r.seed: r for r in by_variant.get("base", []) if r.completed and r.hyps}
     if not base:
-        if any(r.completed for recs in by_variant.values() for r in recs):
+        if any(r.completed and r.later_attempt for r in by_variant.get("base", [])):
+            notes.append(f"paired bootstrap not computed: the base's {later}")
+        elif any(r.completed for recs in by_variant.values() for r in recs):
             notes.append("paired bootstrap not computed: it needs the dev hypotheses files of a completed base "
                          "run (local results only)")
         return {}, notes, None
@@ -191,6 +200,8 @@ def paired_bootstrap(by_variant: dict[str, list[RunRecord]], variants: list[str]
         recs = {r.seed: r for r in by_variant.get(v, []) if r.completed and r.hyps}
         seeds = sorted(set(base) & set(recs), key=lambda s: (s is None, s or 0))
         if not seeds:
+            if any(r.completed and r.later_attempt for r in by_variant.get(v, [])):
+                notes.append(f"paired bootstrap for {v} not computed: its {later}")
             continue
         try:
             hb, hv, refs = [], [], []

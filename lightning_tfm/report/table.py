@@ -4,8 +4,9 @@ curves.
 
 The rows: one per variant of the sweep file, in the paper's order (base, A1-A4, B1, B2, C1-C7, D1-D4, E, big),
 then the sweep's other rows in file order, then runs of variants the file no longer lists
-(:func:`ordered_variants`). A variant that is missing, waiting, running, failed, skipped (unbuildable) or
-pruned keeps its row with that status; its numbers stay empty (only completed seeds are averaged). Several
+(:func:`ordered_variants`). A variant that is missing, waiting, running, failed, skipped (unbuildable), pruned,
+diverged (dev PPL no number: :func:`as_shown`) or continued (not readable at its sweep's budget: :mod:`.budget`)
+keeps its row with that status; its numbers stay empty (only completed seeds are averaged). Several
 seeds: mean ± sample standard deviation. Change (Δ) = the row's value minus its base's, ours against our base
 and the paper's against the paper's base, each also given relative to its base. Each row also gets its change at
 the base's training compute (:mod:`.compute`) and its budget verdict from the learning curves (:mod:`.verdict`).
@@ -17,14 +18,16 @@ markdown and the CSV in :mod:`.render`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 
 from ..training import results
 from ..training.config import TABLE3_KNOBS
 from .paper import PAPER_ORDER, load_paper
-from .records import DONE, ReportData, RunRecord
+from .records import DONE, ReportData, RunRecord, _nonfinite, mark_diverged
 from .compute import add_equal_compute
-from .stats import agreement_summary, agrees, bleu_significant, mean_std, noise_verdict, paired_bootstrap, relative
+from .stats import (agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict, paired_bootstrap,
+                    relative)
 from .verdict import add_verdicts, verdict_summary
 
 
@@ -67,6 +70,18 @@ def _status(variant: str, recs: list[RunRecord], seeds: list[int]) -> str:
     return head + "; ".join(parts)
 
 
+def _finite(values) -> list[float]:
+    return [v for v in values if finite(v)]
+
+
+def as_shown(r: RunRecord) -> RunRecord:
+    """The record as the table counts it: a completed run whose dev loss or PPL is no finite number (the readers of
+    :mod:`.records` mark those already; a record built otherwise may not be) is diverged, never a result."""
+    if r.completed and (_nonfinite(r.dev_ppl) or _nonfinite(r.dev_loss)):
+        return mark_diverged(dataclasses.replace(r), {"dev_ppl": r.dev_ppl, "dev_loss": r.dev_loss})
+    return r
+
+
 def build_table(data: ReportData, bootstrap: bool = True) -> dict:
     """The Table 3 replica as ``{"rows": [...], "summary": {...}, "notes": [...], "run_info": {...}}`` (see the
     module docstring)."""
@@ -77,12 +92,12 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
     own_seeds = {v: list(body["seeds"]) for v, body in (sweep.variants or {}).items() if body.get("seeds")}
     by_variant: dict[str, list[RunRecord]] = {}
     for r in data.records:
-        by_variant.setdefault(r.variant, []).append(r)
+        by_variant.setdefault(r.variant, []).append(as_shown(r))
 
     def agg(variant: str) -> dict:
         done = [r for r in by_variant.get(variant, []) if r.completed]
-        ppl, ppl_sd = mean_std([r.dev_ppl for r in done if r.dev_ppl is not None])
-        bleu, bleu_sd = mean_std([r.dev_bleu for r in done if r.dev_bleu is not None])
+        ppl, ppl_sd = mean_std(_finite(r.dev_ppl for r in done))
+        bleu, bleu_sd = mean_std(_finite(r.dev_bleu for r in done))
         params = [r.params for r in by_variant.get(variant, []) if r.params is not None]
         return {"ppl": ppl, "ppl_sd": ppl_sd, "bleu": bleu, "bleu_sd": bleu_sd, "n_done": len(done),
                 "params": params[0] if params else None}
@@ -132,11 +147,11 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
         row["bleu_significant"] = bleu_significant(t, row["delta_bleu"], row["bleu_noise"]) if t else None
         row["status"] = _status(v, recs, vseeds)
         rows.append(row)
-    curves = learning_curves(data, variants)
+    curves = learning_curves(data, variants, by_variant)
     compute = add_equal_compute(rows, curves, by_variant)
     add_verdicts(rows, curves, sweep.report)
     summary = {**agreement_summary(rows), **verdict_summary(rows)}
-    notes = list(test_notes)
+    notes = list(test_notes) + off_budget(by_variant, data.planned)
     signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
     all_seeds = sorted(set(seeds).union(*own_seeds.values()))
     return {"sweep": sweep.name, "experiment": sweep.experiment.name, "seeds": all_seeds, "rows": rows,
@@ -148,6 +163,23 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
             "base_std": {m: (base[f"{m}_sd"] if base else None) for m in ("ppl", "bleu")},
             "base_seeds": base["n_done"] if base else 0, "compute": compute, "report_settings": dict(sweep.report),
             "bootstrap": (tests, test_notes, test_signature)}
+
+
+def off_budget(by_variant: dict[str, list[RunRecord]], planned: dict[str, dict]) -> list[str]:
+    """A note naming the completed runs trained to another train.max_steps than the sweep plans for their row beside
+    the base's completed runs (:func:`~.records.planned_configs`), when the readers could not read them at it (a W&B
+    run or an export of runs another sweep trained on, under command-line overrides): their changes are then read
+    across two budgets, and the table says so."""
+    if not any(r.completed for r in by_variant.get("base", [])):
+        return []
+    odd = []
+    for v, recs in by_variant.items():
+        want = (planned.get(v) or {}).get("train.max_steps")
+        got = sorted({r.config.get("train.max_steps") for r in recs if r.completed} - {want, None}, key=str)
+        if isinstance(want, int) and got:
+            odd.append(f"{v} ({', '.join(map(str, got))} steps, planned {want})")
+    return [f"trained to another budget than the sweep plans beside its base: {'; '.join(odd)}: their numbers are of "
+            "that budget, not comparable at equal steps"] if odd else []
 
 
 def sweep_run_info(data: ReportData) -> dict:
@@ -181,14 +213,18 @@ def sweep_run_info(data: ReportData) -> dict:
             "runs": sum(1 for r in data.records if r.completed), "records": len(data.records)}
 
 
-def learning_curves(data: ReportData, variants: list[str]) -> dict:
+def learning_curves(data: ReportData, variants: list[str], by_variant: dict | None = None) -> dict:
     """Each row's dev perplexity at each validation step, the mean over its completed seeds (a step every seed
     logged): ``{"steps": [...], "rows": {variant: {step: ppl}}}``. At a short budget, whether the rows are
     still converging (and whether their order holds) is part of what the table says."""
     rows: dict[str, dict[int, float]] = {}
+    if by_variant is None:
+        by_variant = {}
+        for r in data.records:
+            by_variant.setdefault(r.variant, []).append(as_shown(r))
     for v in variants:
-        series = [{int(h["step"]): h[results.DEV_PPL] for h in r.history if h.get(results.DEV_PPL) is not None}
-                  for r in data.records if r.variant == v and r.completed]
+        series = [{int(h["step"]): h[results.DEV_PPL] for h in r.history if finite(h.get(results.DEV_PPL))}
+                  for r in by_variant.get(v, []) if r.completed]
         series = [s for s in series if s]
         if not series:
             continue

@@ -72,12 +72,13 @@ How trials are shared (every ``ltfm sweep`` on the same storage and file joins o
   The worker records the run folder, W&B run id and results in the trial's user attributes; the objective
   is ``summary.json[metric]``.
 - Heartbeat: a trial whose worker was killed or stopped is failed by a live worker once the grace period
-  has passed and re-queued by Optuna's ``RetryHeartbeatStaleTrialCallback``; run ids are deterministic, so the
-  retry resumes the run from its last checkpoint. The trial process dies with its worker. A worker with
+  has passed and re-queued by :class:`~.storage.RetryWhileProgressing` (Optuna's
+  ``RetryHeartbeatStaleTrialCallback``, but ``max_retry`` counts only attempts that kept no work); run ids are
+  deterministic, so the retry resumes the run from its last checkpoint. The trial process dies with its worker. A worker with
   nothing left to claim waits while trials of its rows still run elsewhere, so that such a retry is run
   without a second command.
 - A bad night: a trial killed by a signal (the out-of-memory killer, kill -9) is queued again through the
-  same callback (``max_retry`` counts both); a trial stopped by a results folder that cannot be written is
+  same callback (``max_retry`` counts the attempts of both kinds that kept no work); a trial stopped by a results folder that cannot be written is
   queued again and the worker claims nothing until the folder takes writes again; a retry that finds its run
   still trained by a stopped trial waits for that process to end, then resumes the run; storage calls wait
   for a database that restarts (:func:`~.storage.retry`). ``make soak`` runs all of these at once.

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 
 from ..training.corpus import prepare
 from ..training.corpus import status as corpus_status
@@ -14,7 +15,7 @@ from .status import dry_run, format_status, status_rows
 from .storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
 from .queue import enqueue_missing
 from .worker import Worker, stop_on_sigterm
-from ..training.config import Config
+from ..training.config import Config, has_data
 
 
 def _check_local_data(cfg: Config) -> None:
@@ -29,6 +30,9 @@ def _check_local_data(cfg: Config) -> None:
 
 
 def _corpus_line(cfg: Config) -> str:
+    if not has_data(cfg):
+        return ("prepared corpus and run folders: not shown without the data (data.path=FOLDER, or data.hub_name "
+                "on the Hub, which the run ids include)")
     try:
         folder, ready = corpus_status(cfg)
     except UserError as e:
@@ -54,12 +58,22 @@ def _join(sweep, plan: Plan, url: str, given: bool):
     return storage, retry(open_study, sweep, storage)
 
 
+def status_command(args) -> str:
+    """``ltfm sweep FILE --status`` as this command's user would type it to find the same study: with the
+    results folder it was given (the default storage lives there) and its storage URL, password masked."""
+    words = ["ltfm", "sweep", args.sweep_file, "--status"]
+    words += [o for o in args.overrides if o.split("=", 1)[0].strip() == "run.results_dir"]
+    if args.storage:
+        words += ["--storage", mask_url(args.storage)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def sweep_cli(args) -> int:
     """``ltfm sweep SWEEP.yaml [--storage URL] [--n-trials N] [--dry-run] [--json] [--status] [k=v ...]``"""
     if args.n_trials is not None and args.n_trials < 1:
         raise UserError(f"--n-trials {args.n_trials} must be at least 1")
     sweep = load_sweep(args.sweep_file)
-    plan = Plan(sweep, args.overrides)
+    plan = Plan(sweep, args.overrides, data=not (args.dry_run or args.status))  # neither reads the data
     if args.dry_run:
         rows = dry_run(sweep, plan, args.n_trials)
         if args.json:
@@ -107,7 +121,7 @@ def sweep_cli(args) -> int:
             retry(enqueue_missing, study, plan)
         from .launch import WORKERS_PER_GPU
         return launch(args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every,
-                      per_gpu=per_gpu or WORKERS_PER_GPU)
+                      per_gpu=per_gpu or WORKERS_PER_GPU, status_hint=status_command(args))
     retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)
     retry(study.set_user_attr, "ltfm.metric", sweep.metric)
     stop_on_sigterm()

@@ -284,8 +284,10 @@ class _Monitor:
 
 
 def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], storage_url: str, open_study_fn,
-           workers: int | str, every: float = 30.0, out=sys.stdout, per_gpu: int = WORKERS_PER_GPU) -> int:
-    """Start the workers, print progress until they have all exited; returns 1 if any worker failed."""
+           workers: int | str, every: float = 30.0, out=sys.stdout, per_gpu: int = WORKERS_PER_GPU,
+           status_hint: str | None = None) -> int:
+    """Start the workers, print progress until they have all exited; returns 1 if any worker failed.
+    ``status_hint``: the ``--status`` command printed when a trial failed (the caller's results folder and storage)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     gpus = visible_gpus()
     slots = worker_plan(workers, gpus, cores, per_gpu)
@@ -352,7 +354,7 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
     took = _hms(time.time() - started)
     if any(rcs):
         say(f"[{sweep.name}] workers finished in {took}; some trials failed or a worker stopped (exit codes "
-            f"{rcs}): see {logs}/worker-<i>.log and `ltfm sweep {sweep_file} --status`")
+            f"{rcs}): see {logs}/worker-<i>.log and `{status_hint or f'ltfm sweep {sweep_file} --status'}`")
         return 2 if all(rc == 2 for rc in rcs) else 1
     say(f"[{sweep.name}] workers finished in {took}")
     return 0

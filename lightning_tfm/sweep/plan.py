@@ -52,35 +52,40 @@ def trial_overrides(sweep: Sweep, entry: Entry, base: dict, base_steps: int | fl
 
 
 def trial_config(sweep: Sweep, entry: Entry | None = None, cli_overrides: dict | None = None,
-                 checked: bool = True, results_dir: Path | None = None) -> dict:
+                 checked: bool = True, results_dir: Path | None = None, data: bool = True) -> dict:
     """The nested config of one trial (without ``entry``: the sweep's base): the experiment with
     :func:`trial_overrides`. ``cli_overrides`` come after the sweep file's; ``results_dir`` is the worker's.
-    ``checked=False`` (not validated) is for the reports: they show rows that cannot be built and need no data.path."""
+    ``checked=False`` (not validated) is for the reports: they show rows that cannot be built and need no data.path;
+    ``data=False`` validates all but the data source (the dry run and the status table read no data)."""
     base = {**sweep.overrides, **(cli_overrides or {})}
-    cfg = config.load_config(sweep.experiment, base, checked=checked)
+    cfg = config.load_config(sweep.experiment, base, checked=checked, data=data)
     if entry is None:
         return cfg
     return config.load_config(sweep.experiment, trial_overrides(sweep, entry, base, cfg.train.max_steps, results_dir),
-                         checked=checked)
+                              checked=checked, data=data)
 
 
 class Plan:
     """A worker's resolved sweep: the base overrides (the sweep file's, then the command line's) and, per row,
-    the overrides its ``ltfm train`` gets and the config they give (:func:`trial_config`)."""
+    the overrides its ``ltfm train`` gets and the config they give (:func:`trial_config`). ``data=False``: a plan
+    that trains nothing (the dry run, the status table) needs no data source; without one (:attr:`has_data`),
+    its run ids are not those of the trained rows (data.path is part of them)."""
 
-    def __init__(self, sweep: Sweep, cli_overrides: list[str] | None):
+    def __init__(self, sweep: Sweep, cli_overrides: list[str] | None, data: bool = True):
         self.sweep = sweep
         self.cli = {**{k: v for k, v in WORKER_DEFAULTS.items() if k not in sweep.overrides},
                     **parse_cli_overrides(cli_overrides)}
         self.base = {**sweep.overrides, **self.cli}
-        self.base_cfg = trial_config(sweep, cli_overrides=self.cli)  # the user's base must be valid: exit 2
+        self.data = data
+        self.base_cfg = trial_config(sweep, cli_overrides=self.cli, data=data)  # the user's base must be valid: exit 2
+        self.has_data = config.has_data(self.base_cfg)
         self.results_dir = Path(self.base_cfg.run.results_dir).absolute()
 
     def trial_overrides(self, entry: Entry) -> dict:
         return trial_overrides(self.sweep, entry, self.base, self.base_cfg.train.max_steps, self.results_dir)
 
     def config(self, entry: Entry) -> dict:
-        return trial_config(self.sweep, entry, self.cli, results_dir=self.results_dir)
+        return trial_config(self.sweep, entry, self.cli, results_dir=self.results_dir, data=self.data)
 
     def max_steps(self, entry: Entry) -> int:
         ov = self.trial_overrides(entry)

@@ -21,6 +21,7 @@ import yaml
 
 from ..training import config
 from ..training.errors import UserError
+from ..training.inputs import load_yaml, read_yaml_text, shown
 from ..training.results import OBJECTIVES
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -93,7 +94,7 @@ def _err(path, msg: str) -> UserError:
 def _check_override(path, where: str, key: str, value: Any) -> Any:
     """A dotted key of the config schema with a value of its type (cross-key checks come per trial)."""
     if not isinstance(key, str) or "." not in key:
-        raise _err(path, f"{where}: {key!r} is not a dotted config key such as model.heads")
+        raise _err(path, f"{where}: {shown(key)} is not a dotted config key such as model.heads")
     if key in RESERVED or key.startswith("sweep."):
         raise _err(path, f"{where}: {key} is set by ltfm sweep (use seeds: for run.seed)")
     try:
@@ -122,8 +123,22 @@ def _plugin_spec(path, what: str, value: Any, table: dict, default: str) -> dict
     spec = dict(value)
     spec["type"] = spec["type"].lower()
     if spec["type"] not in table:
-        raise _err(path, f"{what} type {value['type']!r} is not one of {', '.join(table)}")
+        raise _err(path, f"{what} type {shown(value['type'])} is not one of {', '.join(table)}")
+    for k, v in spec.items():  # Optuna takes NaN and infinity silently (a NaN threshold never prunes)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise _err(path, f"{what} {spec['type']}: {k}={v} is not a finite number")
+    if "seed" in spec and spec["seed"] is not None and not _is_seed(spec["seed"]):
+        raise _err(path, f"{what} {spec['type']}: seed must be an integer from 0 to 2**32 - 1, not {shown(spec['seed'])}")
     return spec
+
+
+def _is_seed(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** 32
+
+
+def _seed_list(v: Any) -> bool:
+    """A non-empty list of distinct seeds (integers from 0 to 2**32 - 1, as Lightning's seeding takes them)."""
+    return isinstance(v, list) and bool(v) and all(map(_is_seed, v)) and len(set(v)) == len(v)
 
 
 def build_sampler(spec: dict | None):
@@ -156,14 +171,32 @@ def _check_plugin(path, what: str, spec: dict, builder) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             builder(spec)
-    except (TypeError, ValueError) as e:
-        raise _err(path, f"{what} {spec['type']}: {str(e).splitlines()[0]}") from None
+    except (TypeError, ValueError, OverflowError) as e:
+        raise _err(path, f"{what} {spec['type']}: {str(e).splitlines()[0] if str(e) else e.__class__.__name__}") from None
+
+
+def _number(path, where: str, name: str, v: Any, integer: bool) -> int | float:
+    """A bound or step of an int or float distribution: an integer (int), or a finite number (float; a string
+    such as 1e-5, which YAML 1.1 reads as text, counts as one)."""
+    if isinstance(v, str) and not integer:
+        try:
+            v = float(v)
+        except ValueError:
+            pass
+    if integer and (not isinstance(v, int) or isinstance(v, bool)):
+        raise _err(path, f"{where}: {name} must be an integer, not {shown(v)}")
+    if not integer and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
+        raise _err(path, f"{where}: {name} must be a finite number, not {shown(v)}")
+    return v
 
 
 def _check_distribution(path, key: str, spec: Any) -> dict:
-    where = f"space {key}"
+    """One entry of ``space:``, checked whole (the type fits the key; low < high; log needs low > 0 and no step;
+    step positive and dividing high - low; choices distinct plain values of the key's type), so that Optuna
+    never refuses it later."""
     if not isinstance(key, str) or "." not in key:
-        raise _err(path, f"space: {key!r} is not a dotted config key such as model.heads")
+        raise _err(path, f"space: {shown(key)} is not a dotted config key such as model.heads")
+    where = f"space {key}"
     if key in RESERVED or key.startswith("sweep."):
         raise _err(path, f"{where}: {key} is set by ltfm sweep")
     if not isinstance(spec, dict) or spec.get("type") not in ("categorical", "int", "float"):
@@ -172,30 +205,54 @@ def _check_distribution(path, key: str, spec: Any) -> dict:
     kind = spec["type"]
     allowed = {"categorical": {"type", "choices"}, "int": {"type", "low", "high", "step", "log"},
                "float": {"type", "low", "high", "step", "log"}}[kind]
-    unknown = set(spec) - allowed
+    unknown = sorted(map(str, set(spec) - allowed))
     if unknown:
-        raise _err(path, f"{where}: unknown field {sorted(unknown)[0]!r}: a {kind} takes {', '.join(sorted(allowed))}")
+        raise _err(path, f"{where}: unknown field {shown(unknown[0])}: a {kind} takes {', '.join(sorted(allowed))}")
+    sec, _, name = key.partition(".")
+    if name not in config.SCHEMA.get(sec, {}):
+        _check_override(path, where, key, None)  # an unknown key: its one line
+    base = config.SCHEMA[sec][name][0]
+    base = base[1] if isinstance(base, tuple) and base[0] == config.OPT else base
     if kind == "categorical":
         choices = spec.get("choices")
         if not isinstance(choices, list) or not choices:
             raise _err(path, f"{where}: choices must be a non-empty list")
+        odd = [c for c in choices if c is not None and not isinstance(c, (bool, int, float, str))]
+        if odd:
+            raise _err(path, f"{where}: choice {shown(odd[0])} is not a plain value (number, string, bool, null)")
         spec["choices"] = [_check_override(path, where, key, c) for c in choices]
+        if len(set(map(repr, spec["choices"]))) != len(spec["choices"]):
+            raise _err(path, f"{where}: choices repeat a value: list each once")
         return spec
+    if base not in (int, float) or (kind == "float" and base is int):
+        want = "type: int or categorical" if base is int else "type: categorical with choices"
+        kind_text = "an int" if kind == "int" else "a float"
+        raise _err(path, f"{where}: {key} takes {config.describe(base)} values, not {kind_text} range: use {want}")
+    integer = kind == "int"
     for bound in ("low", "high"):
         if bound not in spec:
             raise _err(path, f"{where}: {bound} is missing")
-        v = spec[bound]
-        if kind == "int" and (not isinstance(v, int) or isinstance(v, bool)):
-            raise _err(path, f"{where}: {bound} must be an integer")
-        if kind == "float" and (not isinstance(v, (int, float)) or isinstance(v, bool)):
-            raise _err(path, f"{where}: {bound} must be a number")
-        _check_override(path, where, key, v)
-    if spec["low"] > spec["high"]:
-        raise _err(path, f"{where}: low {spec['low']} is above high {spec['high']}")
-    if "step" in spec and spec["step"] is not None and not (isinstance(spec["step"], (int, float)) and spec["step"] > 0):
-        raise _err(path, f"{where}: step must be a positive number")
-    if "log" in spec and not isinstance(spec["log"], bool):
-        raise _err(path, f"{where}: log must be true or false")
+        spec[bound] = _number(path, where, bound, spec[bound], integer)
+        _check_override(path, where, key, spec[bound])
+    low, high = spec["low"], spec["high"]
+    if low >= high:
+        raise _err(path, f"{where}: low {low} must be below high {high} (one value: set it in overrides)")
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise _err(path, f"{where}: log must be true or false, not {shown(log)}")
+    if log and low <= 0:
+        raise _err(path, f"{where}: log: true needs low > 0, not {low}: raise low or drop log")
+    step = spec.get("step")
+    if step is not None:
+        step = spec["step"] = _number(path, where, "step", step, integer)
+        if step <= 0:
+            raise _err(path, f"{where}: step must be positive, not {step}")
+        if log and (kind == "float" or step != 1):
+            raise _err(path, f"{where}: a log range takes no step: drop step or log")
+        from decimal import Decimal
+        if (Decimal(str(high)) - Decimal(str(low))) % Decimal(str(step)):
+            raise _err(path, f"{where}: high - low ({high} - {low}) is not a multiple of step {step}: "
+                             "adjust high or step")
     return spec
 
 
@@ -207,17 +264,17 @@ def _check_report(path, value: Any) -> dict:
         raise _err(path, f"report must be a mapping with {', '.join(REPORT_DEFAULTS)}")
     unknown = [k for k in value if k not in REPORT_DEFAULTS]
     if unknown:
-        raise _err(path, f"report: unknown key {unknown[0]!r}: report takes {', '.join(REPORT_DEFAULTS)}")
+        raise _err(path, f"report: unknown key {shown(unknown[0])}: report takes {', '.join(REPORT_DEFAULTS)}")
     out = {**REPORT_DEFAULTS, **value}
     for k, v in out.items():
         number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         if k == "last_fraction" and not (number and 0 < v <= 1):
             raise _err(path, f"report.last_fraction must be a number in (0, 1], the share of the budget at its end, "
-                             f"not {v!r}")
+                             f"not {shown(v)}")
         if k == "horizon" and not (number and v >= 1):
-            raise _err(path, f"report.horizon must be a number >= 1 (budgets), not {v!r}")
+            raise _err(path, f"report.horizon must be a number >= 1 (budgets), not {shown(v)}")
         if k == "min_points" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 2):
-            raise _err(path, f"report.min_points must be an integer >= 2 (validations), not {v!r}")
+            raise _err(path, f"report.min_points must be an integer >= 2 (validations), not {shown(v)}")
     return {"last_fraction": float(out["last_fraction"]), "horizon": float(out["horizon"]),
             "min_points": out["min_points"]}
 
@@ -228,7 +285,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     if not p.is_file():
         raise UserError(f"sweep file {str(path)!r} not found: give a YAML file such as sweeps/table3-cpu.yaml")
     try:
-        tree = yaml.safe_load(p.read_text())
+        tree = load_yaml(read_yaml_text(p, f"sweep file {shown(str(path))}"), f"sweep file {shown(str(path))}")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -237,7 +294,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         raise _err(path, "must hold a mapping with name, experiment, metric, ... and variants or space")
     unknown = [k for k in tree if k not in TOP_KEYS]
     if unknown:
-        raise _err(path, f"unknown key {unknown[0]!r}: a sweep file has {', '.join(TOP_KEYS)}")
+        raise _err(path, f"unknown key {shown(unknown[0])}: a sweep file has {', '.join(TOP_KEYS)}")
     name = tree.get("name")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise _err(path, "name must be set to letters, digits, '.', '_' or '-' (it names the Optuna study)")
@@ -246,13 +303,13 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         raise _err(path, "experiment must name the base experiment YAML (relative to the sweep file)")
     experiment = (p.parent / exp).resolve()
     if not experiment.is_file():
-        raise _err(path, f"experiment {exp!r} not found (looked for {experiment})")
+        raise _err(path, f"experiment {shown(exp)} not found (looked for {experiment})")
     metric = tree.get("metric", "dev_loss")
-    if metric not in METRICS:
-        raise _err(path, f"metric {metric!r} is not one of {', '.join(METRICS)}")
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise _err(path, f"metric {shown(metric)} is not one of {', '.join(METRICS)}")
     direction = tree.get("direction", METRICS[metric])
     if direction not in ("minimize", "maximize"):
-        raise _err(path, f"direction {direction!r} must be minimize or maximize")
+        raise _err(path, f"direction {shown(direction)} must be minimize or maximize")
     if direction != METRICS[metric]:
         raise _err(path, f"direction {direction} does not fit metric {metric}: it is {METRICS[metric]}d")
     sampler = _plugin_spec(path, "sampler", tree.get("sampler"), SAMPLERS, "tpe")
@@ -261,18 +318,18 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     _check_plugin(path, "pruner", pruner, build_pruner)
     seeds = tree.get("seeds", [1])
     seeds = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-        raise _err(path, "seeds must be a non-empty list of distinct integers, e.g. [1, 2, 3]")
+    if not _seed_list(seeds):
+        raise _err(path, "seeds must be a non-empty list of distinct integers (0 to 2**32 - 1), e.g. [1, 2, 3]")
     overrides = {k: _check_override(path, "overrides", k, v)
                  for k, v in _mapping(path, "overrides", tree.get("overrides")).items()}
     hb = tree.get("heartbeat") or {}
     if not isinstance(hb, dict) or set(hb) - set(HEARTBEAT_DEFAULTS):
         raise _err(path, f"heartbeat must be a mapping with {', '.join(HEARTBEAT_DEFAULTS)}")
     heartbeat = {**HEARTBEAT_DEFAULTS, **hb}
-    for k, v in heartbeat.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "max_retry" else 1):
-            raise _err(path, f"heartbeat.{k} must be a {'non-negative' if k == 'max_retry' else 'positive'} integer")
+    for k, v in heartbeat.items():  # seconds (at most a day), and retries
+        if not isinstance(v, int) or isinstance(v, bool) or not (0 if k == "max_retry" else 1) <= v <= 86400:
+            raise _err(path, f"heartbeat.{k} must be a {'non-negative' if k == 'max_retry' else 'positive'} integer "
+                             "(at most 86400)")
     if heartbeat["grace"] <= heartbeat["interval"]:
         raise _err(path, "heartbeat.grace must be longer than heartbeat.interval")
     has_v, has_s = "variants" in tree, "space" in tree
@@ -290,18 +347,18 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         sweep.variants = {}
         for vname, body in variants.items():
             if not isinstance(vname, str) or not NAME_RE.match(vname):
-                raise _err(path, f"variant name {vname!r} must use letters, digits, '.', '_' or '-'")
+                raise _err(path, f"variant name {shown(vname)} must use letters, digits, '.', '_' or '-'")
             body = _mapping(path, f"variant {vname}", body)
             family = body.get("family", re.sub(r"\d+$", "", vname))
             if not isinstance(family, str) or not family:
                 raise _err(path, f"variant {vname}: family must be a name such as A or norm")
             budget = body.get("budget", 1)
-            if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
-                raise _err(path, f"variant {vname}: budget must be a positive factor on train.max_steps")
+            if not isinstance(budget, (int, float)) or isinstance(budget, bool) or not 0 < budget <= 1000:
+                raise _err(path, f"variant {vname}: budget must be a positive factor on train.max_steps (at most 1000)")
             vseeds = body.get("seeds")  # a row's own seeds (e.g. the base at 3 seeds for the noise), else the sweep's
-            if vseeds is not None and (not isinstance(vseeds, list) or not vseeds or len(set(vseeds)) != len(vseeds)
-                                       or not all(isinstance(x, int) and not isinstance(x, bool) for x in vseeds)):
-                raise _err(path, f"variant {vname}: seeds must be a non-empty list of distinct integers, e.g. [1, 2, 3]")
+            if vseeds is not None and not _seed_list(vseeds):
+                raise _err(path, f"variant {vname}: seeds must be a non-empty list of distinct integers (0 to 2**32 - 1), "
+                                 "e.g. [1, 2, 3]")
             ov = {k: _check_override(path, f"variant {vname}", k, v) for k, v in body.items() if k not in VARIANT_META}
             sweep.variants[vname] = {"family": family, "budget": float(budget), "overrides": ov, "seeds": vseeds}
     else:

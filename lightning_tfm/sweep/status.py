@@ -28,7 +28,7 @@ def dry_run(sweep: Sweep, plan: Plan, n_trials: int | None) -> list[dict]:
             entries.append(Entry(f"search-{i:04d}", "search", sweep.seeds[0], params))
     for entry in entries:
         cfg, params, reason = check_buildable(plan, entry)
-        rid = run_id(cfg) if cfg is not None else None
+        rid = run_id(cfg) if cfg is not None and plan.has_data else None  # data.path is part of a run id
         rows.append({"name": entry.name, "family": entry.family, "seed": entry.seed, "overrides": entry.overrides,
                      "max_steps": plan.max_steps(entry), "params": params, "skipped": reason, "run_id": rid,
                      "trained_steps": _trained_steps(plan.results_dir / rid) if rid else None})

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,8 @@ def open_storage(url: str, heartbeat: dict | None = None, for_trial: bool = Fals
     else:
         raise UserError(f"storage URL {shown!r}: {backend!r} is not supported: use sqlite, postgresql or mysql")
     if heartbeat and not for_trial:
-        from optuna.storages import RetryHeartbeatStaleTrialCallback
         kwargs.update(heartbeat_interval=heartbeat["interval"], grace_period=heartbeat["grace"],
-                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
-                          max_retry=heartbeat["max_retry"], inherit_intermediate_values=True))
+                      heartbeat_stale_trial_callback=RetryWhileProgressing(heartbeat["max_retry"]))
     last: Exception | None = None
     for attempt in range(3):  # two workers creating the tables at the same instant: one retries
         try:
@@ -221,3 +220,98 @@ class Heartbeat:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+# ------------------------------------------------------------------------------------ retries with progress
+#: The user attribute a worker sets on a trial as it starts the trial's ``ltfm train``: the step the run resumes
+#: from (:func:`~lightning_tfm.training.checkpoints.newest_step`). Every attempt sets its own; a retry does not
+#: inherit it (an attempt killed before it started its training has none: it kept no work).
+RESUME_STEP = "resume_step"
+#: The system attribute of a retried trial: how many attempts of its row ended without keeping work
+STALLED = "ltfm:attempts_without_progress"
+
+
+@dataclass
+class RetryDecision:
+    """Whether an ended attempt's row is queued again, and why (:class:`RetryWhileProgressing`)."""
+
+    queue: bool
+    attempts: int  # the retry this would be: the row's attempts so far, the one that ended included
+    stalled: int  # the row's attempts that kept no work, that one included
+    steps: tuple[int, int] | None  # (the step it resumed from, the run's newest checkpoint step now); None: unknown
+    max_retry: int | None
+
+    @property
+    def progressed(self) -> bool:
+        return self.steps is not None and self.steps[1] > self.steps[0]
+
+    def why(self) -> str:
+        limit = "unlimited" if self.max_retry is None else str(self.max_retry)
+        kept = f", the run at step {self.steps[1]}" if self.steps is not None else ""
+        if not self.queue:
+            return (f"{self.stalled} attempt(s) without progress{kept}; heartbeat.max_retry is {limit}" +
+                    (" (no retries)" if self.max_retry == 0 else ""))
+        if self.progressed:
+            return (f"the attempt took the run from step {self.steps[0]} to step {self.steps[1]}: not counted against "
+                    f"heartbeat.max_retry ({self.stalled} of {limit} attempts without progress)")
+        return f"{self.stalled} of {limit} attempts without progress{kept}"
+
+
+class RetryWhileProgressing:
+    """The study's retry of a failed attempt (a worker that stopped beating, a trial killed by a signal or by a
+    full disk): Optuna's ``RetryHeartbeatStaleTrialCallback`` (the same ``failed_trial`` and ``retry_history``
+    system attributes, the intermediate values inherited), except that ``max_retry`` counts only the attempts
+    that kept no work. An attempt kept work when the run's newest checkpoint step is past the step it resumed
+    from (:data:`RESUME_STEP`, read from the run folder now): a row whose trials are killed faster than they
+    finish still advances a checkpoint at a time, and is queued again for as long as it does (it ends, since
+    every such attempt takes at least one step of a finite budget). ``max_retry=0`` queues nothing again.
+
+    When the retries run out (``max_retry`` attempts in a row's history kept no work), the trial stays FAIL with
+    its error and is not queued again: the workers go on with the other rows, end saying how many failed and
+    exit 1; the run folder keeps its checkpoints, and the same ``ltfm sweep`` command queues the row again as
+    a new trial (a new count) that resumes from them. A search point stays failed (it counts toward n_trials).
+
+    ``report(trial, decision)``, when set, is told every decision (a worker logs the ones of trials it fails as
+    stale, which Optuna's ``fail_stale_trials`` makes silently)."""
+
+    def __init__(self, max_retry: int | None, report=None):
+        self.max_retry, self.report = max_retry, report
+
+    def decide(self, trial) -> RetryDecision:
+        history = list(trial.system_attrs.get("retry_history") or [])
+        steps = attempt_steps(trial)
+        progressed = steps is not None and steps[1] > steps[0]
+        stalled = int(trial.system_attrs.get(STALLED, 0)) + (0 if progressed else 1)
+        m = self.max_retry
+        return RetryDecision(m is None or (m > 0 and stalled <= m), len(history) + 1, stalled, steps, m)
+
+    def queue(self, study, trial, decision: RetryDecision) -> None:
+        """Add the WAITING retry of ``trial`` (as Optuna's callback does), with the row's count of stalled attempts."""
+        import optuna
+
+        system_attrs = {"failed_trial": trial.number, **trial.system_attrs}
+        system_attrs["retry_history"] = [*(trial.system_attrs.get("retry_history") or []), trial.number]
+        system_attrs[STALLED] = decision.stalled
+        study.add_trial(optuna.create_trial(
+            state=optuna.trial.TrialState.WAITING, params=trial.params, distributions=trial.distributions,
+            user_attrs={k: v for k, v in trial.user_attrs.items() if k != RESUME_STEP},
+            system_attrs=system_attrs, intermediate_values=trial.intermediate_values))
+
+    def __call__(self, study, trial) -> None:
+        decision = self.decide(trial)
+        if self.report is not None:
+            with contextlib.suppress(Exception):
+                self.report(trial, decision)
+        if decision.queue:
+            self.queue(study, trial, decision)
+
+
+def attempt_steps(trial) -> tuple[int, int] | None:
+    """(the step the trial's attempt resumed from, the run's newest checkpoint step now), or None when the
+    attempt never started its training (no :data:`RESUME_STEP`) or has no run folder."""
+    start, run_dir = trial.user_attrs.get(RESUME_STEP), trial.user_attrs.get("run_dir")
+    if start is None or not run_dir:
+        return None
+    from ..training.checkpoints import newest_step
+
+    return int(start), newest_step(run_dir)

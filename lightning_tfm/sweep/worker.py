@@ -28,7 +28,7 @@ from ..training.results import RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_sum
 from .plan import Plan, check_buildable
 from .queue import claim_waiting, duplicate_of, enqueue_missing
 from .spec import Entry, Sweep, suggest
-from .storage import STORAGE_ENV, Heartbeat, retry
+from .storage import RESUME_STEP, STORAGE_ENV, Heartbeat, RetryWhileProgressing, retry
 
 #: How long a worker waits for a results folder that cannot be written (a full disk) before it stops
 DISK_PATIENCE_S = 900.0
@@ -76,6 +76,11 @@ def stop_on_sigterm() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Lines of a traceback or of the logging module's report of a failed handler that say nothing of why
+_NOT_A_REASON = ("Traceback (most recent call last)", "--- Logging error ---", "Call stack:", "Message:", "Arguments:",
+                 "During handling of the above exception", "The above exception was the direct cause")
+
+
 def _log_error_line(log: Path) -> str | None:
     try:
         lines = log.read_text(errors="replace").splitlines()
@@ -85,7 +90,7 @@ def _log_error_line(log: Path) -> str | None:
         if line.startswith("ltfm: error:"):
             return line[len("ltfm: error:"):].strip()
     for line in reversed(lines):
-        if line.strip() and not line.startswith(" "):
+        if line.strip() and not line.startswith((" ", *_NOT_A_REASON)):
             return line.strip()[:300]
     return None
 
@@ -93,7 +98,7 @@ def _log_error_line(log: Path) -> str | None:
 # The run's results a trial records in its user attributes (what reports read when the run folder is elsewhere).
 RESULT_ATTRS = RESULT_FIELDS + WANDB_FIELDS
 # What one attempt records in its trial, left out of the attributes its retry inherits
-ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", *RESULT_ATTRS}
+ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", RESUME_STEP, *RESULT_ATTRS}
 
 
 def killed_by(signum: int) -> str:
@@ -131,6 +136,9 @@ class Worker:
         self.keys = {plan.grid_key(e) for e in sweep.entries()} if sweep.mode == "variants" else None
         self._last_input_error: str | None = None
         self._waiting_on: list[int] = []
+        callback = storage.get_heartbeat_stale_trial_callback()
+        if isinstance(callback, RetryWhileProgressing):  # say what becomes of the trials this worker fails as stale
+            callback.report = self._stale_decision
 
     def say(self, msg: str) -> None:
         with contextlib.suppress(OSError):  # a log on a full disk: the line is lost, the worker goes on
@@ -257,30 +265,44 @@ class Worker:
         from optuna.trial import TrialState
 
         self.say(f"{label}: failed: {error}")
-        requeued = self._close(trial, TrialState.FAIL, error=error, **attrs) and self._requeue(trial_id, label)
+        closed = self._close(trial, TrialState.FAIL, error=error, **attrs)
+        # not closed: the study had failed it already (its heartbeat lapsed: SQLite on that disk) and queued it
+        requeued = not closed or self._requeue(trial_id, label)
         self.counts["requeued" if requeued else "failed"] += 1
         self._wait_for_disk()
 
     def _requeue(self, trial_id: int, label: str) -> bool:
-        """Queue a trial killed by a signal (the out-of-memory killer, a preemption past its grace, kill -9)
-        again, as the study queues one whose heartbeat lapsed: Optuna's retry callback, with the sweep's
-        ``max_retry`` and the retry history, and the row's attributes without this attempt's error. The retry
-        resumes the run from its last checkpoint."""
+        """Queue a trial killed by a signal (the out-of-memory killer, a preemption past its grace, kill -9) or
+        stopped by a full disk again, as the study queues one whose heartbeat lapsed: the study's retry callback
+        (:class:`~.storage.RetryWhileProgressing`: ``max_retry`` counts the attempts that kept no work), with
+        the retry history, and the row's attributes without this attempt's. The retry resumes the run from its
+        last checkpoint. When the retries have run out the trial stays failed (the callback says what then)."""
         from optuna.trial import TrialState
 
         callback = self.storage.get_heartbeat_stale_trial_callback()
         frozen = retry(self.storage.get_trial, trial_id)
-        if callback is None or frozen.state != TrialState.FAIL:
+        if not isinstance(callback, RetryWhileProgressing) or frozen.state != TrialState.FAIL:
             return False
-        attempts = len(frozen.system_attrs.get("retry_history", [])) + 1
-        max_retry = self.sweep.heartbeat["max_retry"]
-        if max_retry is not None and attempts > max_retry:
-            self.say(f"{label}: not queued again ({attempts} attempts; heartbeat max_retry is {max_retry})")
+        decision = callback.decide(frozen)
+        if not decision.queue:
+            self.say(f"{label}: not queued again: {self._gave_up(decision)}")
             return False
         frozen.user_attrs = {k: v for k, v in frozen.user_attrs.items() if k not in ATTEMPT_ATTRS}
-        retry(callback, self.study, frozen)
-        self.say(f"{label}: queued again (retry {attempts} of {max_retry if max_retry is not None else 'unlimited'})")
+        retry(callback.queue, self.study, frozen, decision)
+        self.say(f"{label}: queued again (retry {decision.attempts}; {decision.why()})")
         return True
+
+    @staticmethod
+    def _gave_up(decision) -> str:
+        return (f"{decision.why()}; the row stays failed, and the same command queues it again, resuming its run "
+                "from its checkpoint")
+
+    def _stale_decision(self, trial, decision) -> None:
+        """What became of a trial this worker found stale (its worker killed or stopped past the grace)."""
+        what = f"queued again (retry {decision.attempts}; {decision.why()})" if decision.queue else \
+            f"not queued again: {self._gave_up(decision)}"
+        a = trial.user_attrs
+        self.say(f"trial {trial.number} {a.get('variant', '')} seed {a.get('seed', '')} stopped beating: {what}")
 
     def run_trial(self, trial, trial_id: int, entry: Entry) -> int:
         """Run one claimed trial; returns 1 if a training process was started."""
@@ -303,7 +325,10 @@ class Worker:
             return self._train(trial, trial_id, entry, cfg, params, label)
 
     def _train(self, trial, trial_id: int, entry: Entry, cfg: config.Config, params: int, label: str) -> int:
+        import optuna
         from optuna.trial import TrialState
+
+        from ..training.checkpoints import newest_step
 
         rid = config.run_id(cfg)
         run_dir = self.plan.results_dir / rid
@@ -331,6 +356,12 @@ class Worker:
         started = time.time()
         deadline = None
         while True:
+            # where this attempt starts: the retry rule asks, when it ends, whether it kept work past that
+            try:
+                retry(trial.set_user_attr, RESUME_STEP, newest_step(run_dir))
+            except optuna.exceptions.UpdateFinishedTrialError:  # this worker was stopped past the grace meanwhile
+                self.say(f"{label}: already finished by the study (its heartbeat lapsed): left to its retry")
+                return 0
             proc, rc = self._run_process(cmd, env, log, trial)
             if not (rc == 2 and RUN_LOCKED in (_log_error_line(log) or "")):
                 break

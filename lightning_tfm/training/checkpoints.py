@@ -20,6 +20,9 @@ from . import config
 from .errors import UserError
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
+#: A key of a checkpoint written only as a resume point (``last.ckpt`` by ``train.checkpoint_every_seconds``,
+#: :class:`~.lit.CheckpointEverySeconds`): averaging leaves it out, so the averaged steps keep the step cadence.
+RESUME_ONLY = "ltfm_resume_only"
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -125,8 +128,9 @@ def averaged_checkpoint(run_dir: str | Path, last: int = 5) -> tuple[dict, list[
         if why is not None:
             print(f"ltfm: warning: skipping unreadable {last_ckpt} ({why})", file=sys.stderr)
         else:
-            step = int(load_checkpoint(last_ckpt).get("global_step", -1))
-            if not cands or step > cands[-1][0]:
+            ck_last = load_checkpoint(last_ckpt)
+            step = int(ck_last.get("global_step", -1))
+            if not ck_last.get(RESUME_ONLY) and (not cands or step > cands[-1][0]):
                 cands.append((step, last_ckpt))
     if not cands:
         raise UserError(f"run folder {run_dir} has no checkpoints to average (checkpoints/step=*.ckpt): "
@@ -274,6 +278,20 @@ def resume_checkpoint(ckpt_dir: Path) -> Path | None:
     if set_aside_any:
         print("ltfm: warning: no readable checkpoint left: the run starts over from step 0", file=sys.stderr)
     return None
+
+
+def newest_step(run_dir: str | Path) -> int:
+    """The step a resume of the run would start from: the newest of its ``step=N.ckpt`` names and
+    ``last.ckpt``'s ``global_step`` (an unreadable ``last.ckpt`` counts as absent); 0 when it has none.
+    What a sweep compares before and after an attempt to tell whether the attempt kept work (its retry rule)."""
+    newest = max((step for step, _ in step_checkpoints(run_dir)), default=0)
+    last = Path(run_dir) / "checkpoints" / "last.ckpt"
+    try:
+        ck = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+        newest = max(newest, int(ck.get("global_step", 0)))
+    except Exception:  # noqa: BLE001 - absent, or unreadable: a resume would set it aside
+        pass
+    return newest
 
 
 def rank_resume_checkpoint(ckpt_dir: Path) -> Path | None:

@@ -34,6 +34,7 @@ import yaml
 
 from ..model.config import ModelConfig
 from .errors import UserError
+from .inputs import load_yaml, override_value, read_yaml_text, shown
 
 # A type spec (generated from a field's annotation): int, float, str, bool, list, ("choice", a, b, ...)
 # or ("optional", spec).
@@ -106,6 +107,10 @@ class TrainConfig:
     val_every_steps: int = _f(1000, "interval in optimizer steps of the dev loss/perplexity")
     checkpoint_every_steps: int = _f(1000, "checkpoint interval in optimizer steps")
     checkpoint_every_minutes: float | None = _f(None, "checkpoint interval in minutes (instead of steps)")
+    checkpoint_every_seconds: float | None = _f(600.0, "also rewrite checkpoints/last.ckpt (what a killed run resumes "
+                                                       "from) once this many seconds passed since the last checkpoint, "
+                                                       "whichever comes first with the step interval; 0: after every "
+                                                       "step; null: the step interval alone")
     keep_checkpoints: int = _f(5, "step checkpoints kept besides last (for averaging)")
     log_every_steps: int = _f(50, "interval in optimizer steps of the training loss/learning-rate log lines")
     num_workers: int = _f(0, "DataLoader worker processes (0: load batches in the training process)")
@@ -190,15 +195,11 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
-def _section_types() -> dict[str, type]:
-    return {f.name: typing.get_type_hints(Config)[f.name] for f in dataclasses.fields(Config)}
-
-
 # {section: {key: (type spec, default, help)}}: a view generated from the dataclasses (the one schema).
 SCHEMA: dict[str, dict[str, tuple]] = {
-    sec: {f.name: (_spec(typing.get_type_hints(kind)[f.name]), _default(f), f.metadata["help"])
-          for f in dataclasses.fields(kind)}
-    for sec, kind in _section_types().items()}
+    sec.name: {f.name: (_spec(typing.get_type_hints(kind)[f.name]), _default(f), f.metadata["help"])
+               for f in dataclasses.fields(kind)}
+    for sec in dataclasses.fields(Config) for kind in [typing.get_type_hints(Config)[sec.name]]}
 
 # The knobs of the paper's Table 3 (plus positions and norm, and the training budget): (paper column, dotted
 # config key, CSV column). The report's table columns and the sweep dashboard's Optuna params derive from it.
@@ -213,7 +214,7 @@ TABLE3_KNOBS = (("N", "model.layers", "layers"), ("d_model", "model.d_model", "d
 NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
               "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
               "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches", "model.attention_kernel",
-              "model.fast_dropout", "data.cache_dir", "wandb", "sweep"}
+              "model.fast_dropout", "data.cache_dir", "wandb", "sweep", "train.checkpoint_every_seconds"}
 
 
 def choices(key: str) -> tuple | None:
@@ -244,7 +245,7 @@ def coerce(key: str, value: Any, spec) -> Any:
     if isinstance(spec, tuple) and spec[0] == "choice":
         v = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
         if v not in spec[1:]:
-            raise UserError(f"{key}={value!r} is not one of: {describe(spec)}")
+            raise UserError(f"{key}={shown(value)} is not one of: {describe(spec)}")
         return v
     if spec is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -263,62 +264,63 @@ def coerce(key: str, value: Any, spec) -> Any:
     if spec is list and isinstance(value, tuple):
         return list(value)
     if not isinstance(value, spec) or (spec is int and isinstance(value, bool)):
-        raise UserError(f"{key}={value!r} has the wrong type: expected {describe(spec)}")
+        raise UserError(f"{key}={shown(value)} has the wrong type: expected {describe(spec)}")
     return value
 
 
 def set_dotted(cfg: Config, key: str, value: Any) -> None:
     parts = key.split(".")
     if len(parts) != 2 or parts[0] not in SCHEMA:
-        raise UserError(f"unknown config key {key!r}: keys look like section.name with section one of "
+        raise UserError(f"unknown config key {shown(key)}: keys look like section.name with section one of "
                         f"{', '.join(SCHEMA)}")
     sec, name = parts
     if name not in SCHEMA[sec]:
-        raise UserError(f"unknown config key {key!r}: {sec} has {', '.join(SCHEMA[sec])}")
+        raise UserError(f"unknown config key {shown(key)}: {sec} has {', '.join(SCHEMA[sec])}")
     setattr(getattr(cfg, sec), name, coerce(key, value, SCHEMA[sec][name][0]))
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``model.heads=4`` -> ("model.heads", 4); values are read as YAML (numbers, booleans, null, lists)."""
+    """``model.heads=4`` -> ("model.heads", 4): the value as typed, read as YAML (numbers, booleans, null, lists;
+    a str key's plain value is its text, and nothing is dropped as a comment: :func:`.inputs.override_value`)."""
     if "=" not in text:
-        raise UserError(f"override {text!r} is not of the form dotted.key=value")
+        raise UserError(f"override {shown(text)} is not of the form dotted.key=value")
     key, raw = text.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip(), value
+    key = key.strip()
+    spec = SCHEMA.get(key.split(".")[0], {}).get(key.split(".", 1)[-1], (None,))[0]
+    return key, override_value(key, raw, text=spec is str or spec == (OPT, str))
 
 
 def merge(cfg: Config, tree: dict) -> None:
     for sec, body in tree.items():
         if sec not in SCHEMA:
-            raise UserError(f"unknown config section {sec!r}: use one of {', '.join(SCHEMA)}")
+            raise UserError(f"unknown config section {shown(sec)}: use one of {', '.join(SCHEMA)}")
         if not isinstance(body, dict):
-            raise UserError(f"config section {sec!r} must be a mapping of keys to values")
+            raise UserError(f"config section {shown(sec)} must be a mapping of keys to values")
         for name, value in body.items():
             set_dotted(cfg, f"{sec}.{name}", value)
 
 
 def read_yaml(path: str | os.PathLike) -> dict:
     p = Path(path)
+    what = f"config file {shown(str(path))}"
     if not p.is_file():
-        raise UserError(f"config file {str(path)!r} not found: give a YAML file such as experiments/multi30k-smoke.yaml")
+        raise UserError(f"{what} not found: give a YAML file such as experiments/multi30k-smoke.yaml")
     try:
-        tree = yaml.safe_load(p.read_text()) or {}
+        tree = load_yaml(read_yaml_text(p, what), what) or {}
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""
-        raise UserError(f"config file {str(path)!r} is not valid YAML{where}: fix the syntax") from None
+        raise UserError(f"{what} is not valid YAML{where}: fix the syntax") from None
     if not isinstance(tree, dict):
-        raise UserError(f"config file {str(path)!r} must hold a mapping of sections (model:, train:, ...)")
+        raise UserError(f"{what} must hold a mapping of sections (model:, train:, ...)")
     return tree
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None,
-                checked: bool = True) -> Config:
+                checked: bool = True, data: bool = True) -> Config:
     """Defaults <- YAML file <- overrides; validated unless ``checked=False`` (a report reading configs it
-    need not run). ``overrides`` is a list of "k=v" or a {dotted: value} dict."""
+    need not run), the data source too unless ``data=False`` (a dry run or a status table, which read no data).
+    ``overrides`` is a list of "k=v" or a {dotted: value} dict."""
     cfg = Config()
     if path is not None:
         tree = read_yaml(path)
@@ -330,7 +332,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
         set_dotted(cfg, key, value)
     resolve_paths(cfg)
     if checked:
-        validate(cfg)
+        validate(cfg, data=data)
     return cfg
 
 
@@ -361,19 +363,20 @@ def _check_devices(devices: str) -> None:
     ids = [x.strip() for x in text.strip("[]").split(",") if x.strip()]
     if ids and all(x.isdigit() for x in ids) and len(set(ids)) == len(ids) and ("," in text or text.startswith("[")):
         return
-    raise UserError(f"train.devices={devices!r} is not a device count (1, 2, ... or -1 for all), 'auto' or a "
+    raise UserError(f"train.devices={shown(devices)} is not a device count (1, 2, ... or -1 for all), 'auto' or a "
                     "list of device indices like '0,1'")
 
 
 def check_run_id(rid: str) -> None:
     """A run id names one folder inside run.results_dir: no path separators, no '.' or '..'."""
     if not rid or rid in (".", "..") or any(c in rid for c in "/\\\0") or rid.startswith("~") or rid != rid.strip():
-        raise UserError(f"run id {rid!r} must name a folder inside run.results_dir (no '/', '\\', '..' or "
+        raise UserError(f"run id {shown(rid)} must name a folder inside run.results_dir (no '/', '\\', '..' or "
                         "leading '~'): set run.id (or run.name) to a plain name such as base-1")
 
 
-def validate(cfg: Config) -> None:
-    """Cross-key checks: every combination the model cannot build is named here, before any work.
+def validate(cfg: Config, data: bool = True) -> None:
+    """Cross-key checks: every combination the model cannot build is named here, before any work (the data
+    source's only with ``data``: see :func:`has_data`).
 
     Every key's range is checked here, not where it is first used: a value that only fails inside
     Lightning, the DataLoader or the decoder after training would cost the whole run (and leave a half
@@ -381,6 +384,8 @@ def validate(cfg: Config) -> None:
     _check_finite(cfg)
     m, t, d, dec = cfg.model, cfg.train, cfg.data, cfg.decode
     check_run_id(run_id(cfg))
+    if not 0 <= cfg.run.seed < 2 ** 32:  # Lightning's seeding takes no other (and would fail inside the run)
+        raise UserError(f"run.seed={cfg.run.seed} must be an integer from 0 to 2**32 - 1")
     for key in ("layers", "d_model", "d_ff", "heads", "d_k", "d_v", "max_positions"):
         if getattr(m, key) < 1:
             raise UserError(f"model.{key}={getattr(m, key)} must be a positive integer")
@@ -403,11 +408,11 @@ def validate(cfg: Config) -> None:
     if d.vocab_size < 16:
         raise UserError(f"data.vocab_size={d.vocab_size} is too small: use at least 16")
     if d.src_lang == d.tgt_lang:
-        raise UserError(f"data.src_lang and data.tgt_lang are both {d.src_lang!r}: choose two languages")
-    if d.source == "local" and not d.path:
+        raise UserError(f"data.src_lang and data.tgt_lang are both {shown(d.src_lang)}: choose two languages")
+    if data and d.source == "local" and not d.path:
         raise UserError("data.path is not set: pass data.path=FOLDER with {split}.{lang}[.gz] files "
                         "(e.g. data.path=../shared/data/multi30k), or data.source=hub")
-    if d.source == "hub" and not d.hub_name:
+    if data and d.source == "hub" and not d.hub_name:
         raise UserError("data.hub_name is not set: pass e.g. data.hub_name=wmt14 data.hub_config=de-en")
     for key in ("adam_beta1", "adam_beta2"):
         if not 0.0 <= getattr(t, key) < 1.0:
@@ -420,6 +425,9 @@ def validate(cfg: Config) -> None:
     for key in ("max_time_minutes", "checkpoint_every_minutes"):
         if getattr(t, key) is not None and getattr(t, key) <= 0:
             raise UserError(f"train.{key}={getattr(t, key)} must be positive (or null for no limit)")
+    if t.checkpoint_every_seconds is not None and t.checkpoint_every_seconds < 0:
+        raise UserError(f"train.checkpoint_every_seconds={t.checkpoint_every_seconds} must be 0 (after every step), "
+                        "positive, or null (the step interval alone)")
     for key in ("num_nodes", "log_every_steps"):
         if getattr(t, key) < 1:
             raise UserError(f"train.{key}={getattr(t, key)} must be a positive integer")
@@ -452,9 +460,14 @@ def validate(cfg: Config) -> None:
     if dec.dev_bleu_subset is not None and dec.dev_bleu_subset < 1:
         raise UserError(f"decode.dev_bleu_subset={dec.dev_bleu_subset} must be a positive count (or null: all)")
     if not all(isinstance(x, str) for x in cfg.wandb.tags):
-        raise UserError(f"wandb.tags={cfg.wandb.tags!r} must be a list of strings")
+        raise UserError(f"wandb.tags={shown(cfg.wandb.tags)} must be a list of strings")
     if cfg.sweep.trial is not None and cfg.sweep.trial < 0:
         raise UserError(f"sweep.trial={cfg.sweep.trial} must be 0 or more")
+
+
+def has_data(cfg: Config) -> bool:
+    """Whether the config names its data (data.path, or data.hub_name on the Hub): part of the run id."""
+    return bool(cfg.data.path if cfg.data.source == "local" else cfg.data.hub_name)
 
 
 def flatten(cfg: Config | dict) -> dict:

@@ -8,6 +8,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from .checkpoints import RESUME_ONLY
 from .corpus import MappedPairs
 from .data import Batch, TokenBatchSampler, collate
 from ..model import PAD, Transformer
@@ -168,3 +169,59 @@ class DevBleu(pl.Callback):
             logger.log_metrics({results.DEV_BLEU: result["score"], results.DEV_BLEU_RATIO: result["ratio"]}, step=step - 1)
         k = self.config.decode.samples
         log_samples(self.wandb_logger, step - 1, list(zip(self.src[:k], self.ref[:k], hyps[:k])))
+
+
+class CheckpointEverySeconds(pl.Callback):
+    """Rewrites ``last.ckpt`` (the resume point) once ``seconds`` passed since the last checkpoint, between the
+    step checkpoints: with ``train.checkpoint_every_steps`` it gives "every N steps or every S seconds,
+    whichever comes first", which Lightning's ModelCheckpoint cannot (its step and time triggers exclude each
+    other). A run killed between two step checkpoints then resumes with at most ``seconds`` of work lost,
+    however slow its steps. Only ``last.ckpt`` is written: the ``step=N.ckpt`` files (what averaging and
+    ``keep_checkpoints`` count) stay on their step cadence, and the checkpoint carries ``RESUME_ONLY`` so that
+    averaging leaves it out. It is written through the Trainer (the atomic writer, ``weights_only`` loadable).
+
+    ``steps``: the step interval of ``step_checkpoint`` (a ModelCheckpoint with ``save_last``), whose saves
+    restart the clock; None when that one saves by time. ``seconds=0`` writes after every optimizer step.
+    ``clock``: the time source (tests pass their own). Rank zero decides, every rank saves (a collective).
+    """
+
+    def __init__(self, seconds: float, steps: int | None, step_checkpoint, clock=time.monotonic):
+        super().__init__()
+        self.seconds, self.steps, self.step_checkpoint, self.clock = float(seconds), steps, step_checkpoint, clock
+        self._since = None  # the clock at the last checkpoint
+        self._step = None  # the optimizer step seen at the last batch end
+        self._saving = False
+        self.saved_steps: list[int] = []  # the steps this callback wrote last.ckpt at (this process)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._since, self._step = self.clock(), trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step == self._step:  # inside a gradient accumulation: no optimizer step since the last batch end
+            return
+        self._step = step
+        if self.steps and step % self.steps == 0:  # the step checkpoint (and last.ckpt) is written right after this
+            self._since = self.clock()
+            return
+        due = self.clock() - self._since >= self.seconds
+        if trainer.world_size > 1:
+            due = bool(trainer.strategy.broadcast(due, src=0))
+        if not due or 0 < trainer.max_steps <= step:
+            return  # the last step: the run ends here, with the checkpoints ModelCheckpoint writes at the end
+        cb = self.step_checkpoint
+        path = cb.format_checkpoint_name({}, cb.CHECKPOINT_NAME_LAST)
+        # ModelCheckpoint writes ``last-v1.ckpt`` beside a last.ckpt it did not write itself: it is told the
+        # file is its own (as it records its own before saving, so the path is part of the saved state).
+        cb.last_model_path = path
+        self._saving = True
+        try:
+            trainer.save_checkpoint(path)
+        finally:
+            self._saving = False
+        self.saved_steps.append(step)
+        self._since = self.clock()
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        if self._saving:
+            checkpoint[RESUME_ONLY] = True

@@ -1,4 +1,5 @@
-"""The one place secrets are masked: storage URLs, config/summary values, error text, command lines.
+"""The one place secrets are masked: storage URLs, config/summary values, error text, command lines; and the one way
+a secret reaches a child process that writes its parameters down (a report's notebook): :func:`hide`, :func:`reveal`.
 
 Anything that goes to a file, a log, the terminal or W&B passes through :func:`scrub` (nested data and
 free text) or :func:`mask_url` (one URL). A URL is masked by *parsing* it (SQLAlchemy's ``make_url``),
@@ -66,17 +67,21 @@ def mask_url(url: str) -> str:
     return f"{scheme}{user}:{MASK}@{rest}"
 
 
+def _url_secrets(url: str | None) -> list[str]:
+    """The password of ``url`` in every spelling a message may quote it in."""
+    pw = url_password(url) if url else None
+    if not pw:
+        return []
+    from urllib.parse import unquote
+    # as written and decoded (a driver's message may quote either) ... or a piece of it: given
+    # postgresql://u:s3cr@tPW@host, the driver reads host "tPW@host"
+    return [pw, unquote(pw)] + [piece for piece in re.split(r"[@:/]", unquote(pw)) if len(piece) >= 3]
+
+
 def scrub_text(text: str, url: str | None = None) -> str:
     """``text`` with URL passwords, ``password=...`` pairs, secret environment values and, when given, the
     password of ``url`` (however it appears in the text, e.g. inside a driver's error message) masked."""
-    secrets = _known_secret_values()
-    pw = url_password(url) if url else None
-    if pw:
-        from urllib.parse import unquote
-        secrets += [pw, unquote(pw)]  # a driver's message may quote either spelling
-        # ... or a piece of it: given postgresql://u:s3cr@tPW@host, the driver reads host "tPW@host"
-        secrets += [piece for piece in re.split(r"[@:/]", unquote(pw)) if len(piece) >= 3]
-    return _scrub_str(text, secrets)
+    return _scrub_str(text, _known_secret_values() + _url_secrets(url))
 
 
 def _known_secret_values() -> list[str]:
@@ -86,15 +91,16 @@ def _known_secret_values() -> list[str]:
             if v and len(v) >= 8 and set(re.split(r"[^a-z0-9]+", k.lower())) & _ENV_SECRET_WORDS]
 
 
-def scrub(obj: Any) -> Any:
+def scrub(obj: Any, urls: tuple[str, ...] | list[str] = ()) -> Any:
     """A copy of ``obj`` (dict / list / tuple / str / scalar) with secrets masked as ``***``.
 
     Masks: values under secret-looking keys (key, password, token, secret, ...), the password of any URL
     (``postgresql://user:pw@host/db`` -> ``postgresql://user:***@host/db``), ``password=...``-style pairs,
     and any occurrence of a secret environment variable's value (e.g. the WANDB_API_KEY itself).
-    Use it on anything that goes to a file, a log or W&B.
+    Use it on anything that goes to a file, a log or W&B. ``urls``: storage URLs whose passwords are also
+    masked wherever they appear (as :func:`scrub_text` does for one).
     """
-    return _scrub(obj, _known_secret_values())
+    return _scrub(obj, _known_secret_values() + [s for url in urls for s in _url_secrets(url)])
 
 
 def _scrub(obj: Any, env_secrets: list[str]) -> Any:
@@ -114,3 +120,39 @@ def _scrub_str(text: str, secrets: list[str]) -> str:
     for value in sorted(secrets, key=len, reverse=True):
         s = s.replace(value, MASK)
     return s
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Secrets a child process needs, without writing them down
+# ---------------------------------------------------------------------------------------------------------
+# The environment variable that carries the real values of parameters shown masked (JSON: name -> value).
+# Its name holds no secret word on purpose: scrub masks the values themselves, not this carrier.
+HIDDEN_ENV = "LTFM_HIDDEN_PARAMETERS"
+
+
+def hide(parameters: Mapping[str, Any]) -> tuple[dict, dict[str, str]]:
+    """(``parameters`` with every string that holds a secret masked, {name: real value} of those): what a
+    child may write down (papermill writes its parameters into the notebook twice), and what it gets through
+    :data:`HIDDEN_ENV` instead (:func:`reveal`)."""
+    shown, hidden = dict(parameters), {}
+    for name, value in parameters.items():
+        if isinstance(value, str) and scrub(value) != value:
+            shown[name], hidden[name] = scrub(value), value
+    return shown, hidden
+
+
+def hidden_environment(hidden: Mapping[str, str]) -> str:
+    """The value of :data:`HIDDEN_ENV` that gives a child ``hidden`` (read back by :func:`reveal`)."""
+    import json
+    return json.dumps(dict(hidden))
+
+
+def reveal(name: str, shown: Any) -> Any:
+    """In the child: the real value of parameter ``name`` that :func:`hide` masked as ``shown`` (taken from
+    :data:`HIDDEN_ENV`), else ``shown`` as it is (a parameter given in the clear, or a notebook run by hand)."""
+    import json
+    try:
+        real = json.loads(os.environ.get(HIDDEN_ENV) or "{}").get(name)
+    except (ValueError, AttributeError):
+        return shown
+    return real if isinstance(real, str) and shown is not None and scrub(real) == shown else shown

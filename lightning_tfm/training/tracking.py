@@ -3,6 +3,8 @@
 How a run appears in W&B (so Table 3 can be read off the dashboard):
 
 - group    = the study / sweep name (``run.study``, else ``sweep.study``), ``"adhoc"`` for a lone run;
+  ``<study>-pipeline-check`` for a run tagged ``pipeline-check`` (``make ablation QUICK=1``): a pipeline check
+  is never in the real sweep's group (``ltfm report --from-wandb`` reads group = sweep name);
 - job_type = the row family (``run.family``: base, A, B, C, D, E, big, norm, search); default
   ``"adhoc"`` for a lone run and ``"base"`` for a study run that names no family;
 - name     = ``<variant or run.name>-s<seed>``; tags = ``wandb.tags`` + variant + family;
@@ -55,6 +57,9 @@ SUMMARY_KEYS = RESULT_FIELDS + ("bleu_signature",)
 
 ID_FILE = "wandb_id.txt"
 MODES = ("online", "offline", "disabled")
+# The tag of a pipeline check's runs (`make ablation QUICK=1`: wandb.tags=[pipeline-check]): numbers that say
+# nothing, kept out of the real sweep's W&B group and report run.
+PIPELINE_CHECK = "pipeline-check"
 
 
 @contextlib.contextmanager
@@ -111,6 +116,13 @@ def resolve_mode(cfg: Config) -> str:
     return mode
 
 
+def wandb_group(study: str | None, tags) -> str:
+    """The W&B group of a study's runs: the study's name (``adhoc`` without one), with ``-pipeline-check`` when
+    the runs are tagged :data:`PIPELINE_CHECK`."""
+    group = study or "adhoc"
+    return f"{group}-{PIPELINE_CHECK}" if PIPELINE_CHECK in [str(t) for t in tags or []] else group
+
+
 def run_naming(cfg: Config) -> dict:
     """group / job_type / name / tags of a training run's W&B run (see the module docstring)."""
     run = cfg.run
@@ -122,7 +134,7 @@ def run_naming(cfg: Config) -> dict:
         if t is not None and str(t) and str(t) not in tags:
             tags.append(str(t)[:64])  # W&B limits tags to 64 characters
     return {
-        "group": study or "adhoc",
+        "group": wandb_group(study, tags),
         "job_type": family or ("base" if study else "adhoc"),
         "name": f"{variant or run.name}-s{run.seed}",
         "tags": tags,

@@ -13,6 +13,7 @@ read-only disk and a diverging loss end as one line, exit 2, with the attempt re
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import sys
@@ -41,6 +42,9 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
     decoded; when one has an ``abandoned`` reason, the attempt fails with it.
     """
     started = time.time()
+    # A log handler that cannot write (W&B's own log files on a full disk) drops the record instead of printing
+    # "--- Logging error ---" and a traceback for each one: the run's own writes report the disk, in one line.
+    logging.raiseExceptions = False
     config.validate(cfg)
     rid = config.run_id(cfg)
     results_dir = Path(cfg.run.results_dir)
@@ -251,10 +255,14 @@ def stop_reason(e: BaseException) -> tuple[str, int] | None:
 
 
 # ------------------------------------------------------------------------------------ the Trainer's parts
-def checkpoint_callbacks(t: dict, ckpt_dir: Path) -> list:
-    """Step checkpoints (``step=NNNNNN.ckpt``, the last ``train.keep_checkpoints`` kept, and ``last.ckpt``)
-    and ``best.ckpt`` (lowest dev loss)."""
+def checkpoint_callbacks(t: dict, ckpt_dir: Path, clock=None) -> list:
+    """Step checkpoints (``step=NNNNNN.ckpt``, the last ``train.keep_checkpoints`` kept, and ``last.ckpt``),
+    ``best.ckpt`` (lowest dev loss), and ``last.ckpt`` rewritten every ``train.checkpoint_every_seconds``
+    between step checkpoints (:class:`~.lit.CheckpointEverySeconds`; not when the step checkpoints already
+    come by time as often). ``clock``: that callback's time source (tests)."""
     from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from .lit import CheckpointEverySeconds
 
     minutes = t.checkpoint_every_minutes
     steps = ModelCheckpoint(
@@ -265,7 +273,12 @@ def checkpoint_callbacks(t: dict, ckpt_dir: Path) -> list:
     )
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=results.DEV_LOSS, mode="min", save_top_k=1,
                            enable_version_counter=False, auto_insert_metric_name=False)
-    return [steps, best]
+    seconds = t.checkpoint_every_seconds
+    if seconds is None or (minutes and seconds >= minutes * 60):
+        return [steps, best]
+    timed = CheckpointEverySeconds(seconds, None if minutes else t.checkpoint_every_steps, steps,
+                                   **({"clock": clock} if clock else {}))
+    return [steps, best, timed]
 
 
 def stop_on_nonfinite_loss():

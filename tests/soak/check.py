@@ -30,6 +30,15 @@ def planned_total(phase, data: Path) -> int:
     return len(sweep.entries()) if sweep.mode == "variants" else int(sweep.n_trials)
 
 
+def steps_per_trial(phase, data: Path) -> float:
+    """The mean training budget (train.max_steps) of the sweep's rows (of its base, for a search)."""
+    sweep, plan = _plan(phase, data)
+    if sweep.mode != "variants":
+        return float(plan.base_cfg.train.max_steps)
+    entries = sweep.entries()
+    return sum(plan.max_steps(e) for e in entries) / max(len(entries), 1)
+
+
 def _study(phase):
     from lightning_tfm.sweep.spec import load_sweep
     from lightning_tfm.sweep.storage import open_storage, open_study, quiet_optuna
@@ -131,6 +140,44 @@ def tracebacks(logs: Path) -> list[str]:
     return found
 
 
+def row_outcomes(labels: dict[str, str], trials, stopped: bool) -> dict[str, list]:
+    """Each row ({grid key: label}) of a variants sweep by its COMPLETE trials: ``duplicated`` [(label, n)]
+    with more than one; with none, ``unfinished`` when the driver stopped the phase (at its cap) before the
+    sweep ended, else ``given up`` (the sweep ended without it: its retries ran out, or it failed). Neither
+    is a lost result: a lost result was finished and is gone (:func:`result_problems`)."""
+    out = {"duplicated": [], "unfinished": [], "given up": []}
+    for key, label in labels.items():
+        row = [t for t in trials if t.user_attrs.get("grid_key") == key]
+        n = sum(t.state.name == "COMPLETE" for t in row)
+        if n > 1:
+            out["duplicated"].append((label, n))
+        elif n == 0 and stopped:
+            out["unfinished"].append(label)
+        elif n == 0:
+            states = ", ".join(f"{t.number} {t.state.name}" for t in row) or "none"
+            out["given up"].append(f"{label} (trials {states})")
+    return out
+
+
+def result_problems(finished, metric: str) -> tuple[list[str], list[str]]:
+    """(lost, false completions) among the COMPLETE trials: lost, a result that no longer exists (the run
+    folder or its summary gone, or a summary of another training with another value: overwritten); a false
+    completion, a trial COMPLETE whose run's summary says it is not."""
+    lost, false = [], []
+    for t in finished:
+        s = _summary(t.user_attrs.get("run_dir"))
+        value = (s or {}).get(metric)
+        if s is None:
+            lost.append(f"trial {t.number} COMPLETE but {t.user_attrs.get('run_dir')}/summary.json is gone: its "
+                        "result is lost")
+        elif s.get("status") != "completed":
+            false.append(f"trial {t.number} COMPLETE but its summary says {s.get('status')}")
+        elif not (isinstance(value, float) and math.isfinite(value) and value == t.value):
+            lost.append(f"trial {t.number} value {t.value} != summary {metric} {value}: its run folder was "
+                        "overwritten")
+    return lost, false
+
+
 def check_phase(phase, data: Path, lock_log: Path, out: Path) -> None:
     """Every invariant of one sweep: failures appended to ``phase.failures``, counts to ``phase.figures``."""
     from check import study_trials as _st  # the same function the driver used (a script's module is __main__)
@@ -142,23 +189,27 @@ def check_phase(phase, data: Path, lock_log: Path, out: Path) -> None:
     retried = retried_numbers(trials)
     fig["retries"] = len(retried)
     fig["closed as duplicates"] = sum(t.user_attrs.get("skip") == "duplicate" for t in trials)  # never trained
-    duplicates = lost = false_completions = 0
+    duplicates = false_completions = 0
+    given_up = []
     metric = sweep.metric
+    stopped = bool(fig.get("hit the cap") or fig.get("stalled"))  # the driver ended the phase before the sweep did
     finished = [t for t in trials if t.state.name == "COMPLETE"]
     if sweep.mode == "variants":
         fig["rows x seeds"] = len(sweep.entries())
-        for entry in sweep.entries():
-            key = plan.grid_key(entry)
-            complete = [t for t in finished if t.user_attrs.get("grid_key") == key]
-            if len(complete) != 1:
-                fail.append(f"{phase.name}: {entry.name} seed {entry.seed}: {len(complete)} COMPLETE trials")
-                duplicates += max(0, len(complete) - 1)
-                lost += len(complete) == 0
+        labels = {plan.grid_key(e): f"{e.name} seed {e.seed}" for e in sweep.entries()}
+        rows = row_outcomes(labels, trials, stopped)
+        duplicates += sum(n - 1 for _, n in rows["duplicated"])
+        fail.extend(f"{phase.name}: {label}: {n} COMPLETE trials" for label, n in rows["duplicated"])
+        unfinished_rows, given_up = rows["unfinished"], rows["given up"]
+        unfinished_variants = {e.name for e in sweep.entries() if labels[plan.grid_key(e)] in unfinished_rows}
     else:
         fig["search points"] = int(sweep.n_trials)
-        for u in unfinished:
-            fail.append(f"{phase.name}: {u}")
-        lost += sum("not re-run" in u for u in unfinished)
+        given_up = [u for u in unfinished if "not re-run" in u]
+        unfinished_rows = [u for u in unfinished if u not in given_up]
+        if not stopped:
+            given_up += unfinished_rows
+            unfinished_rows = []
+        unfinished_variants = set()
         # two finished trials of one search point (a retry and its original) would be a duplicate
         for t in trials:
             if t.state.name in FINISHED:
@@ -167,15 +218,12 @@ def check_phase(phase, data: Path, lock_log: Path, out: Path) -> None:
                 if twice:
                     duplicates += 1
                     fail.append(f"{phase.name}: trial {t.number} and the attempt(s) {twice} it retries all finished")
-    for t in finished:  # the study's value is the run folder's
-        s = _summary(t.user_attrs.get("run_dir"))
-        value = (s or {}).get(metric)
-        if s is None or s.get("status") != "completed":
-            false_completions += 1
-            fail.append(f"{phase.name}: trial {t.number} COMPLETE but its summary says {(s or {}).get('status')}")
-        elif not (isinstance(value, float) and math.isfinite(value) and value == t.value):
-            lost += 1
-            fail.append(f"{phase.name}: trial {t.number} value {t.value} != summary {metric} {value}")
+    fail.extend(f"{phase.name}: {g}: the sweep ended without finishing it" for g in given_up)
+    fig["unfinished at the cap"] = len(unfinished_rows)  # not lost, not a failure: the driver stopped the phase
+    fig["given up"] = len(given_up)
+    lost, false = result_problems(finished, metric)
+    false_completions += len(false)
+    fail.extend(f"{phase.name}: {x}" for x in lost + false)
     counts, bad = check_folders(phase.results)
     fig.update(counts)
     false_completions += sum("false completion" in b for b in bad)
@@ -184,7 +232,7 @@ def check_phase(phase, data: Path, lock_log: Path, out: Path) -> None:
     fig["lock acquisitions"] = acquisitions
     duplicates += len(overlaps)
     fail.extend(f"{phase.name}: two holders of one lock: {o}" for o in overlaps)
-    fig["duplicates"], fig["lost results"], fig["false completions"] = duplicates, lost, false_completions
+    fig["duplicates"], fig["lost results"], fig["false completions"] = duplicates, len(lost), false_completions
     # what a person would look at: ltfm runs, ltfm report
     env_py = [sys.executable, "-m", "lightning_tfm"]
     runs = subprocess.run([*env_py, "runs", str(phase.results)], capture_output=True, text=True, cwd=ROOT)
@@ -199,31 +247,48 @@ def check_phase(phase, data: Path, lock_log: Path, out: Path) -> None:
         fail.append(f"{phase.name}: ltfm report exit {rep.returncode}: {(rep.stderr.strip().splitlines() or [''])[-1]}")
     elif sweep.mode == "variants":
         csv = (report_out / "table3.csv").read_text()
-        absent = [v for v in sweep.variants if not re.search(rf"(^|\n|,){re.escape(v)},", csv)]
+        absent = [v for v in sweep.variants if not re.search(rf"(^|\n|,){re.escape(v)},", csv)
+                  and v not in unfinished_variants]
         if absent:
             fail.append(f"{phase.name}: ltfm report's table3.csv lacks rows {absent}")
     tb = tracebacks(out / "logs" / phase.name)
     fig["tracebacks"] = len(tb)
     fail.extend(f"{phase.name}: {t}" for t in tb)
-    for name in ("trials", "retries", "duplicates", "lost results", "false completions", "lock acquisitions",
-                 "tracebacks"):
+    for name in ("trials", "retries", "duplicates", "unfinished at the cap", "given up", "lost results",
+                 "false completions", "lock acquisitions", "tracebacks"):
         print(f"  {phase.name}: {name}: {fig.get(name)}")
 
 
-ROWS = ["trials", "rows x seeds", "search points", "workers", "workers started", "worker kills", "trial kills",
-        "stops past the heartbeat", "disk-full episodes", "storage outages", "retries", "closed as duplicates",
-        "re-runs of the command",
-        "lock acquisitions", "duplicates", "lost results", "false completions", "tracebacks", "wall time"]
+ROWS = ["trial time", "chaos interval", "cap", "trials", "rows x seeds", "search points", "workers", "workers started",
+        "worker kills", "trial kills", "stops past the heartbeat", "disk-full episodes", "storage outages", "retries",
+        "closed as duplicates", "re-runs of the command", "lock acquisitions", "duplicates", "unfinished at the cap",
+        "given up", "lost results", "false completions", "tracebacks", "work rate", "wall time"]
+
+
+def _cell(row: str, v) -> str:
+    if v is None:
+        return "-"
+    if row == "wall time":
+        return f"{v / 60:.1f} min"
+    if row == "chaos interval":
+        return f"{v[0]}–{v[1]} s"
+    if row in ("trial time", "cap"):
+        return f"{v:.0f} s"
+    return str(v)
 
 
 def figures_table(phases, wall: float, seed: int) -> str:
+    """The figures, one column a phase; below them, a line for each phase that reached its cap. ``trial time``
+    is T, the measured time of a trial the chaos and the cap are scaled by; ``work rate``, the work kept in
+    trials per worker per T (about 1 without chaos)."""
     head = "| | " + " | ".join(p.name for p in phases) + " |"
     lines = [f"Chaos soak, seed {seed} ({wall / 60:.1f} min in all)", "", head,
              "|---|" + "---:|" * len(phases)]
     for row in ROWS:
-        cells = []
-        for p in phases:
-            v = p.figures.get(row)
-            cells.append("-" if v is None else f"{v / 60:.1f} min" if row == "wall time" else str(v))
-        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row} | " + " | ".join(_cell(row, p.figures.get(row)) for p in phases) + " |")
+    for p in phases:
+        if p.figures.get("hit the cap"):
+            lines.append(f"\n{p.name} reached its cap of {p.figures.get('cap')} s with "
+                         f"{p.figures.get('unfinished at the cap')} row(s) unfinished (not lost; work rate "
+                         f"{p.figures.get('work rate')}).")
     return "\n".join(lines)

@@ -5,27 +5,36 @@ once on PostgreSQL (a throwaway loopback cluster, as the test suite starts), and
 (``search-soak.yaml``) by 4 workers on SQLite, while a seeded chaos driver, logging every act to
 ``chaos.log``:
 
-- every 20-40 s SIGKILLs a random worker (and starts another with the same command) or a random running
-  trial's process;
+- measures T, the phase's trial time (its first trials completed, with every worker running: scale.py), and
+  from then on every 0.7-1.4 T SIGKILLs a random worker (and starts another with the same command) or a random
+  running trial's process;
 - twice a sweep SIGSTOPs a worker and its trial past the heartbeat grace (Ctrl-Z), then SIGCONTs them;
 - once a sweep fills the results filesystem (its own tmpfs) until writes fail, holds it, then frees it;
 - on PostgreSQL, once stops the server for ~20 s and starts it again.
 
-Then every invariant is checked and printed with its count, and the figures are printed as one table
-(``figures.md``, ``figures.json`` in the output folder):
+A phase ends when its sweep is finished; at its cap (3 x its chaos-free time in T, plus the holds), said on a
+line of its own and counted as rows "unfinished at the cap", not as lost (a failure only if the work kept per
+worker and T is below scale.MIN_RATE); or, a failure, when no checkpoint step is gained and no trial finished
+for 5 T. Then every invariant is checked and printed with its count, and the figures are printed as one table
+(``figures.md``, ``figures.json`` in the output folder; T and the kill interval among them):
 
-- every (row, seed) has exactly one COMPLETE trial, whose value equals its run folder's summary.json;
+- every (row, seed) has exactly one COMPLETE trial, whose value equals its run folder's summary.json (a
+  finished result whose summary is gone or holds another value is a *lost* result; a row the sweep ended
+  without is *given up*; both fail);
 - every search trial that was started is finished (complete or pruned) or was re-run;
 - no run folder holds ``-v1`` checkpoints, leftover temporary files, or a ``completed`` summary short of its
   budget; no run folder was trained by two processes at once (the lock audit log, ``LTFM_LOCK_LOG``);
-- ``ltfm runs`` and ``ltfm report`` show every row;
+- ``ltfm runs`` and ``ltfm report`` show every finished row;
 - no traceback in any worker or trial log.
 
 Usage (as root: tmpfs mounts, and PostgreSQL runs as the ``postgres`` user)::
 
     python tests/soak/soak.py --seed 1 [--out soak-out] [--storages sqlite,postgresql] [--search/--no-search]
+                              [--workers 4] [--rows N]
 
-Exit 0 when every invariant holds, 1 when one does not (each failure printed), 2 on bad input.
+``--rows N`` soaks only the first N variants (a few minutes, while developing the soak; its figures do not
+compare with a full soak's). Exit 0 when every invariant holds, 1 when one does not (each failure printed),
+2 on bad input.
 """
 from __future__ import annotations
 
@@ -48,9 +57,10 @@ sys.path.insert(0, str(ROOT))
 
 from lightning_tfm.sweep.storage import STORAGE_ENV  # noqa: E402
 from lightning_tfm.training.run_folder import LOCK_LOG_ENV  # noqa: E402
+from scale import (CALIBRATION_TIMEOUT_S, CALIBRATION_TRIALS, HOLDS_S, MIN_RATE, STALL_T, chaos_scale,  # noqa: E402
+                   trial_time, work_kept, work_rate)
 
 TMPFS_SIZE = "2g"
-
 
 def say(msg: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -124,6 +134,7 @@ class Phase:
     sweep_file: Path
     results: Path
     url: str
+    steps_per_trial: float = 1.0  # the rows' mean train.max_steps (work_rate's unit)
     figures: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)
 
@@ -134,13 +145,12 @@ class Driver:
     the sweep is finished (re-running the worker command, as an operator would, if it ended unfinished)."""
 
     def __init__(self, phase: Phase, rng: random.Random, log: ChaosLog, workers: int, data: Path,
-                 lock_log: Path, pg=None, cap_s: float = 900):
+                 lock_log: Path, pg=None):
         self.p, self.rng, self.log, self.n, self.data = phase, rng, log, workers, data
-        self.lock_log, self.pg, self.cap_s = lock_log, pg, cap_s
+        self.lock_log, self.pg = lock_log, pg
         self.workers: list[WorkerProc] = []
         self.count = {"worker kills": 0, "trial kills": 0, "stops past the heartbeat": 0, "disk-full episodes": 0,
                       "storage outages": 0, "workers started": 0, "re-runs of the command": 0}
-        self.grace = 20
         self.total = 0
 
     # -- workers
@@ -205,7 +215,7 @@ class Driver:
         signal_pid(w.proc.pid, signal.SIGSTOP)
         signal_pid(trial, signal.SIGSTOP)
         w.stopped = True
-        hold = self.grace + 15
+        hold = HOLDS_S["stop_past_heartbeat"]
         self.count["stops past the heartbeat"] += 1
         self.log(self.p.name, "SIGSTOP worker and trial", worker=w.index, pid=w.proc.pid, trial_pid=trial, hold_s=hold)
         self.pending.append((time.time() + hold, "SIGCONT", (w, trial)))
@@ -221,14 +231,16 @@ class Driver:
                 except OSError:
                     break
         self.count["disk-full episodes"] += 1
-        self.log(self.p.name, "disk full", filler_mb=written >> 20, free=shutil.disk_usage(self.p.results).free, hold_s=30)
-        self.pending.append((time.time() + 30, "free disk", filler))
+        hold = HOLDS_S["fill_disk"]
+        self.log(self.p.name, "disk full", filler_mb=written >> 20, free=shutil.disk_usage(self.p.results).free,
+                 hold_s=hold)
+        self.pending.append((time.time() + hold, "free disk", filler))
 
     def stop_storage(self) -> None:
         self.pg.stop("fast")
         self.count["storage outages"] += 1
-        self.log(self.p.name, "PostgreSQL stopped", hold_s=20)
-        self.pending.append((time.time() + 20, "start PostgreSQL", None))
+        self.log(self.p.name, "PostgreSQL stopped", hold_s=HOLDS_S["stop_storage"])
+        self.pending.append((time.time() + HOLDS_S["stop_storage"], "start PostgreSQL", None))
 
     def undo(self, what: str, arg) -> None:
         if what == "SIGCONT":
@@ -245,26 +257,62 @@ class Driver:
             self.log(self.p.name, "PostgreSQL started", rc=r.returncode)
 
     # -- the run
+    def calibrate(self) -> float | None:
+        """T, the phase's trial time (:func:`check.trial_time`), once enough trials completed; else None."""
+        from check import study_trials
+        return trial_time(study_trials(self.p)[0], CALIBRATION_TRIALS)
+
     def run(self, total: int, special: list[tuple[float, str]]) -> None:
-        """``special``: (fraction of ``total`` rows completed, act) for the acts done once or twice."""
+        """``special``: (fraction of ``total`` rows completed, act) for the acts done once or twice. Kills start
+        once T is measured; the phase ends when the sweep is finished, at its cap (said, and a failure only if
+        the work kept per worker and T is below MIN_RATE), or when it stops progressing (a failure)."""
         self.total = total
         self.pending: list = []
         t0 = time.time()
+        fig = self.p.figures
         for _ in range(self.n):
             self.start_worker()
             time.sleep(2)  # staggered, as ``ltfm sweep --workers`` starts them
-        next_kill = time.time() + self.rng.uniform(20, 40)
+        T = next_kill = deadline = None
         special = sorted(special)
+        holds = sum(HOLDS_S[act] for _, act in special)
         chaos_until = 0.9  # no kills once this fraction of the rows is done: the tail finishes in peace
         done = 0
         last_count = 0.0
+        work, last_progress = work_kept(self.p.results), t0
         while True:
             now = time.time()
-            if now - t0 > self.cap_s:
-                self.p.failures.append(f"{self.p.name}: not finished after {self.cap_s:.0f} s")
-                break
             if now - last_count > 3:
                 done, last_count = self.completed(), now
+                if (w := work_kept(self.p.results)) > work:
+                    work, last_progress = w, now
+                if T is None and (T := self.calibrate()) is not None:
+                    kill_every, cap = chaos_scale(T, total, self.n, holds)
+                    deadline = now + cap
+                    next_kill = now + self.rng.uniform(*kill_every)
+                    fig.update({"trial time": round(T, 1), "chaos interval": [round(x) for x in kill_every],
+                                "cap": round(now - t0 + cap)})
+                    self.log(self.p.name, "calibrated", trial_s=round(T, 1), kill_every_s=[round(x) for x in kill_every],
+                             cap_s=round(now - t0 + cap))
+            if T is None and now - t0 > CALIBRATION_TIMEOUT_S:
+                self.p.failures.append(f"{self.p.name}: no trial completed in {CALIBRATION_TIMEOUT_S:.0f} s: the chaos "
+                                       "has nothing to scale by")
+                fig["stalled"] = True
+                break
+            if T is not None and now - last_progress > STALL_T * T:
+                self.p.failures.append(f"{self.p.name}: no progress for {now - last_progress:.0f} s ({STALL_T:g} trial "
+                                       f"times of {T:.0f} s): no checkpoint step gained, no trial finished")
+                fig["stalled"] = True
+                break
+            if deadline is not None and now > deadline:
+                fig["hit the cap"] = True
+                rate = work_rate(work, self.p.steps_per_trial, now - t0, self.n, T)
+                self.log(self.p.name, "cap reached", cap_s=fig["cap"], work_rate=round(rate, 2))
+                if rate < MIN_RATE:
+                    self.p.failures.append(f"{self.p.name}: at its cap of {fig['cap']} s the sweep had kept "
+                                           f"{rate:.2f} of a trial's work per worker per trial time (< {MIN_RATE}): "
+                                           "too little progress for the machine's own speed")
+                break
             for item in [x for x in self.pending if x[0] <= now]:
                 self.pending.remove(item)
                 self.undo(item[1], item[2])
@@ -272,9 +320,9 @@ class Driver:
             if special and done >= special[0][0] * total and not self.pending:
                 _, act = special.pop(0)
                 getattr(self, act)()
-            if chaos_on and now >= next_kill:
+            if chaos_on and next_kill is not None and now >= next_kill:
                 self.kill_something()
-                next_kill = now + self.rng.uniform(20, 40)
+                next_kill = now + self.rng.uniform(*kill_every)
             if not self.alive() and not self.pending:
                 if self.unfinished() and self.count["re-runs of the command"] < 3:
                     self.count["re-runs of the command"] += 1
@@ -288,9 +336,12 @@ class Driver:
         for w in self.alive():
             signal_pid(w.proc.pid, signal.SIGCONT)
             w.proc.kill()
-        for s in special:
-            self.p.failures.append(f"{self.p.name}: the act {s[1]} never happened (the sweep ended first)")
-        self.p.figures["wall time"] = time.time() - t0
+        if not fig.get("hit the cap"):
+            for s in special:
+                self.p.failures.append(f"{self.p.name}: the act {s[1]} never happened (the sweep ended first)")
+        fig["wall time"] = time.time() - t0
+        fig["work rate"] = round(work_rate(work_kept(self.p.results), self.p.steps_per_trial, fig["wall time"],
+                                           self.n, T), 2) if T else None
 
     def unfinished(self) -> bool:
         """Whether the study lacks a finished trial for some row (asked of the storage, as ``--status`` does)."""
@@ -307,6 +358,19 @@ def mount_tmpfs(path: Path) -> None:
         print(f"soak: error: cannot mount a tmpfs at {path} ({r.stderr.strip()}): the soak fills a results "
               "filesystem of its own and must run as root (or with CAP_SYS_ADMIN)", file=sys.stderr)
         sys.exit(2)
+
+
+def first_rows(sweep_file: Path, rows: int, folder: Path) -> Path:
+    """A copy of a variants sweep file with its first ``rows`` variants (``--rows``), in ``folder``."""
+    import yaml
+
+    tree = yaml.safe_load(sweep_file.read_text())
+    tree["experiment"] = str((sweep_file.parent / tree["experiment"]).resolve())
+    tree["variants"] = dict(list(tree["variants"].items())[:rows])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / sweep_file.name
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return path
 
 
 def keep_logs(phase: Phase, out: Path) -> None:
@@ -326,6 +390,9 @@ def main(argv=None) -> int:
     ap.add_argument("--storages", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql")
     ap.add_argument("--search", action=argparse.BooleanOptionalAction, default=True, help="also soak a search sweep")
     ap.add_argument("--workers", type=int, default=4, help="workers per sweep")
+    ap.add_argument("--rows", type=int, default=None,
+                    help="only the first N variants of table3-soak.yaml (2 seeds each): a short run while developing "
+                         "the soak; its figures do not compare with a full soak's")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"), help="Multi30k folder")
     args = ap.parse_args(argv)
     storages = [s.strip() for s in args.storages.split(",") if s.strip()]
@@ -335,6 +402,9 @@ def main(argv=None) -> int:
     data = Path(args.data).resolve()
     if not (data / "train.en.gz").exists() and not (data / "train.en").exists():
         print(f"soak: error: no Multi30k at {data}: pass --data FOLDER", file=sys.stderr)
+        return 2
+    if args.rows is not None and args.rows < 1 or args.workers < 1:
+        print("soak: error: --rows and --workers take a positive count", file=sys.stderr)
         return 2
     if os.geteuid() != 0:
         print("soak: error: the soak mounts tmpfs results folders: run it as root (make soak)", file=sys.stderr)
@@ -374,13 +444,16 @@ def main(argv=None) -> int:
                 url = pg.create_database(f"soak_{args.seed}")
             else:
                 url = f"sqlite:///{results / (Path(sweep_name).stem + '.db')}"
-            phase = Phase(name, storage, HERE / sweep_name, results, url)
+            sweep_file = HERE / sweep_name
+            if kind == "variants" and args.rows is not None:
+                sweep_file = first_rows(sweep_file, args.rows, work / name)
+            phase = Phase(name, storage, sweep_file, results, url)
             phases.append(phase)
             lock_log = out / f"locks-{name}.jsonl"
-            driver = Driver(phase, rng, log, args.workers, data, lock_log, pg=pg,
-                            cap_s=720 if kind == "variants" else 420)
-            from check import planned_total
+            driver = Driver(phase, rng, log, args.workers, data, lock_log, pg=pg)
+            from check import planned_total, steps_per_trial
             total = planned_total(phase, data)
+            phase.steps_per_trial = steps_per_trial(phase, data)
             special = [(0.10, "stop_past_heartbeat"), (0.30, "fill_disk"), (0.50, "stop_past_heartbeat")]
             if kind == "search":
                 special = [(0.25, "stop_past_heartbeat")]
