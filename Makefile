@@ -1,6 +1,6 @@
 # make ablation : set up .venv and run the main job, Table 3, then its report (reports/build/<sweep>/):
 #                 on CPU the protocol sweeps/table3-cpu.yaml (Multi30k, d_model 128, 600 steps a row, the base at
-#                 3 seeds, a worker per core: its time on 2 cores is in the README, "Table 3 at CPU scale"); with a
+#                 3 seeds, a worker per core: its time on 2 cores is in reports/reference/README.md); with a
 #                 CUDA GPU the GPU protocol, sweeps/table3-gpu.yaml (d_model 256, 4 workers on each GPU). One
 #                 progress line every 30 s.
 #   QUICK=1     : a pipeline check in a few minutes (every row of the protocol, QUICK_STEPS steps, 100 dev pairs)
@@ -83,7 +83,7 @@ train: setup
 
 # Two pytest workers (pytest-xdist), a test file each at a time (TEST_WORKERS=0: one process). With two workers
 # every process gets one thread (OMP_NUM_THREADS=1): two trainings at 2 threads each on 2 cores oversubscribe
-# them (README, "Tests", has the measurement).
+# them (reports/timing.md, "The test suite", has the measurement).
 TEST_WORKERS ?= 2
 test: setup
 	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 )$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)

@@ -118,7 +118,7 @@ def one_thread():
 SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", "pg_url"}
 # The longest test files, collected first: `make test` hands whole files to its two pytest-xdist workers in
 # collection order (--dist loadfile), and test_sweep.py, the longest by far, collected late in alphabetical order
-# left the other worker idle at the end (README, "Tests", has the times).
+# left the other worker idle at the end (reports/timing.md, "The test suite", has the times).
 LONGEST_FIRST = ("test_sweep.py", "test_launch.py", "test_faults.py", "test_report.py", "test_compare.py")
 
 

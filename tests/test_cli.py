@@ -5,7 +5,8 @@ import argparse
 
 import pytest
 
-from conftest import ROOT, ltfm
+from conftest import ROOT, SMOKE, ltfm
+from lightning_tfm import cli
 from lightning_tfm.cli import build_parser
 from lightning_tfm.training import config
 
@@ -77,10 +78,84 @@ def test_the_status_hint_after_failed_trials_finds_the_same_study():
     given (the default storage lives in that folder), with the password masked."""
     import argparse
 
-    from lightning_tfm.sweep.cli import status_command
+    from lightning_tfm.sweep.commands import status_command
 
     args = argparse.Namespace(sweep_file="sweeps/table3-cpu.yaml", storage="postgresql://u:s3cret@db/x",
                               overrides=["data.path=/d", "run.results_dir=/r q", "train.max_steps=20"])
     hint = status_command(args)
     assert hint == "ltfm sweep sweeps/table3-cpu.yaml --status 'run.results_dir=/r q' --storage 'postgresql://u:***@db/x'"
     assert "s3cret" not in hint
+
+
+def test_every_declared_command_is_on_the_command_line():
+    """A command is declared once, in its layer's ``commands.py``; the command line lists every one of them
+    (a declared command left out of ``ltfm`` would be dead code), each name once."""
+    from lightning_tfm.report import commands as report_commands
+    from lightning_tfm.sweep import commands as sweep_commands
+    from lightning_tfm.training import commands as training_commands
+
+    declared = [*training_commands.COMMANDS, *sweep_commands.COMMANDS, *report_commands.COMMANDS]
+    assert sorted(c.name for c in cli.COMMANDS) == sorted(c.name for c in declared)
+    assert set(cli.COMMANDS) == set(declared) and len(set(c.name for c in cli.COMMANDS)) == len(cli.COMMANDS)
+
+
+def test_sweep_keys_lists_every_sweep_file_key_with_its_meaning(capsys):
+    """``ltfm sweep --keys [PREFIX]`` prints the sweep file's schema as ``ltfm config --keys`` prints the
+    config's: a line a key with its type, default and meaning."""
+    from lightning_tfm.sweep.spec import describe_keys
+
+    assert cli.main(["sweep", "--keys"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    rows = describe_keys("")
+    assert set(lines) == {key for key, *_ in rows}
+    for key, kind, default, help_text in rows:
+        assert help_text.strip() and lines[key].rstrip().endswith(help_text.strip()), f"{key} has no meaning"
+        assert f" {kind} " in lines[key] and f"default {default}" in lines[key]
+    for key in ("name", "experiment", "metric", "sampler.type", "pruner.type", "heartbeat.interval",
+                "report.horizon", "seeds", "n_trials"):
+        assert key in lines, key
+    assert cli.main(["sweep", "--keys", "heartbeat."]) == 0
+    assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {
+        "heartbeat.interval", "heartbeat.grace", "heartbeat.max_retry"}
+
+
+@pytest.mark.parametrize("args, msg", [(["sweep", "--keys", "nope"], "no sweep-file key starts with 'nope'"),
+                                       (["sweep"], "give a sweep file"),
+                                       (["sweep", "--keys", "sampler", "sweeps/table3-cpu.yaml"],
+                                        "--keys lists the sweep file's keys")])
+def test_sweep_keys_mistakes_are_one_line(args, msg, capsys):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "Traceback" not in err and err.strip().count("\n") == 0
+
+
+def test_train_reads_and_validates_its_config_once(monkeypatch, tmp_path, data_dir):
+    """``ltfm train`` reads the experiment file once and validates the config once (training validates what
+    it is given; the command does not check it a second time). The run stops right after validation."""
+    import signal
+
+    from lightning_tfm.training import run_folder
+    from lightning_tfm.training.errors import UserError
+
+    calls = {"read_yaml": 0, "validate": 0}
+
+    def counted(name):
+        real = getattr(config, name)
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(config, name, call)
+    counted("read_yaml")
+    counted("validate")
+
+    def stop_here(results_dir):
+        raise UserError("stopped by the test after validation")
+    monkeypatch.setattr(run_folder, "check_writable", stop_here)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        assert cli.main(["train", str(SMOKE), f"data.path={data_dir}", f"run.results_dir={tmp_path}"]) == 2
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    assert calls == {"read_yaml": 1, "validate": 1}

@@ -68,7 +68,7 @@ def test_two_budgets_side_by_side_and_the_export_a_report_writes(tmp_path, data_
     p = ltfm("report", sweep, "--results", results, "--against", sweep, "--against-export", short / "export",
              "--out", cmp)
     _ok(p)
-    assert {f.name for f in cmp.iterdir()} == {"compare.md", "compare.csv", "compare.html", "compare.ipynb",
+    assert {f.name for f in cmp.iterdir()} == {"compare.md", "compare.csv", "compare.json", "compare.html", "compare.ipynb",
                                                "compare_deltas.png", "a_ppl_vs_flops.png", "b_ppl_vs_flops.png",
                                                ".ltfm-report"}
     row = _csv(cmp / "compare.csv")["slow"]

@@ -14,13 +14,16 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import ltfm, write_sweep
+from conftest import ROOT, ltfm, write_sweep
 from wandb_offline import read_records, read_runs
+from lightning_tfm import report as rd
 from lightning_tfm.report import dashboards
+from lightning_tfm.report.columns import WANDB_BLEU, WANDB_PPL, columns
 from lightning_tfm.report.render import _duration
 from lightning_tfm.sweep import load_sweep
 
 RUN_ID = "report-rep-table3"
+PPL_COLUMNS, BLEU_COLUMNS = ([c.key for c in columns(view)] for view in (WANDB_PPL, WANDB_BLEU))
 PNGS = ("bleu_vs_params.png", "dev_ppl_by_family.png", "norm_curves.png", "ppl_vs_flops.png")
 
 
@@ -82,10 +85,10 @@ def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(
                                                                                 "lightning_tfm", 0)
     assert run.config["report.sweep"] == "rep" and run.config["report.folder"] == str(out)
 
-    # the two tables: every row of table3.csv, in its order, with the CSV's own columns and values
+    # the two tables: every row of table3.csv, in its order, with the columns of their views and the CSV's values
     rows = csv_rows(out)
     assert [r["variant"] for r in rows] == ["base", "A1", "D1", "prenorm", "odd", "crash"]
-    for key, columns in (("table3/dev_ppl", dashboards.PPL_COLUMNS), ("table3/dev_bleu", dashboards.BLEU_COLUMNS)):
+    for key, columns in (("table3/dev_ppl", PPL_COLUMNS), ("table3/dev_bleu", BLEU_COLUMNS)):
         (table,) = run.tables[key]
         assert table["columns"] == list(columns)
         assert {"variant", "delta_ppl", "paper_delta_ppl", "ppl_agrees", "ppl_noise"} <= set(columns) \
@@ -94,7 +97,7 @@ def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(
         for row, cells in zip(rows, table["data"]):
             bad = [(c, row[c], v) for c, v in zip(columns, cells) if not same_cell(row[c], v)]
             assert not bad, (row["variant"], bad)
-    a1 = dict(zip(dashboards.PPL_COLUMNS, run.tables["table3/dev_ppl"][0]["data"][1]))
+    a1 = dict(zip(PPL_COLUMNS, run.tables["table3/dev_ppl"][0]["data"][1]))
     assert a1["paper_dev_ppl"] == 5.29 and a1["paper_delta_ppl"] == pytest.approx(0.37)
     assert a1["ppl_noise"] == "unknown" and isinstance(a1["ppl_agrees"], bool)
 
@@ -236,8 +239,11 @@ def test_run_ids_notes_and_headline_numbers():
     assert dashboards.report_run_id("table3-cpu", pipeline_check=True) == "report-table3-cpu-pipeline-check-table3"
     long = dashboards.report_run_id("x" * 80)
     assert len(long) <= 64 and long != dashboards.report_run_id("x" * 79)
-    ours = dashboards.note_text("# T\n\n- fact\n\n## Dev perplexity\n\n| row |\n\n## Dev BLEU\n\n| bleu |\n")
-    assert "- fact" in ours and "| row |" in ours and "bleu" not in ours
+    table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml",
+                                               export_dir=ROOT / "reports" / "reference" / "table3-cpu" / "export"))
+    ours = dashboards.note_text(table)  # the headline and the dev-perplexity table, not the BLEU table
+    assert "- Direction agrees with the paper" in ours and "| row | dev PPL ours |" in ours and "dev BLEU ours" not in ours
+    ours = ours.replace("- Direction agrees with the paper", "- fact")
     assert dashboards.merge_note("", ours) == ours
     kept = dashboards.merge_note("my words", ours)
     assert kept.startswith(ours) and kept.endswith("my words\n")

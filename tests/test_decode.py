@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightning_tfm.training.decode import Hypothesis, beam_search, greedy_decode, length_penalty, translate_ids
-from lightning_tfm.model import BOS, EOS, PAD, Transformer
+from lightning_tfm.model import BOS, EOS, PAD, ModelConfig, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
@@ -17,7 +17,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 def random_model(vocab=6, seed=0, spread=0.8):
     """A random model with every weight redrawn with a large standard deviation (peaked distributions)."""
     torch.manual_seed(seed)
-    m = Transformer(vocab, layers=2, d_model=32, d_ff=64, heads=4, d_k=8, d_v=8, dropout=0.0, max_positions=64)
+    m = Transformer(ModelConfig(layers=2, d_model=32, d_ff=64, heads=4, d_k=8, d_v=8, dropout=0.0, max_positions=64),
+                    vocab)
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(0.0, spread)
@@ -57,8 +58,8 @@ def trained_model(steps: int, norm: str = "post", positional: str = "sinusoidal"
     Partly trained models (a few hundred steps) are the interesting subjects for search: their outputs
     vary in length, end early or run long, and beams disagree with greedy."""
     torch.manual_seed(0)
-    m = Transformer(VOCAB, layers=1, d_model=64, d_ff=128, heads=4, d_k=16, d_v=16, dropout=0.0,
-                    norm=norm, positional=positional, max_positions=64)
+    m = Transformer(ModelConfig(layers=1, d_model=64, d_ff=128, heads=4, d_k=16, d_v=16, dropout=0.0,
+                                norm=norm, positional=positional, max_positions=64), VOCAB)
     opt = torch.optim.Adam(m.parameters(), lr=3e-3, betas=(0.9, 0.98))
     g = torch.Generator().manual_seed(1)
     for _ in range(steps):

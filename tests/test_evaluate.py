@@ -21,7 +21,7 @@ from lightning_tfm.training import config
 from lightning_tfm.training.data import read_lines, train_tokenizer
 from lightning_tfm.training.checkpoints import average_checkpoints, load_model, write_average
 from lightning_tfm.training.evaluate import bleu, tokenize_compound_split, tokenized_bleu_compound_split, translate_lines
-from lightning_tfm.model import Transformer
+from lightning_tfm.model import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "multi30k"
@@ -33,7 +33,7 @@ def ltfm(*args, stdin: str | None = None, cwd=None) -> subprocess.CompletedProce
                           capture_output=True, cwd=cwd, timeout=300)
 
 
-def save_checkpoint(path: Path, model: Transformer, cfg: config.Config, step: int, extra: dict | None = None) -> None:
+def save_checkpoint(path: Path, model: torch.nn.Module, cfg: config.Config, step: int, extra: dict | None = None) -> None:
     """A checkpoint shaped like Lightning's (what TransformerModule writes: the config as a plain dict)."""
     state = {"model." + k: v.clone() for k, v in model.state_dict().items()}
     state.update(extra or {})
@@ -57,7 +57,7 @@ def run_dir(tmp_path_factory) -> Path:
     (run / "config.yaml").write_text(config.dump_yaml(cfg))
     for step in (1, 2, 3):
         torch.manual_seed(step)
-        m = Transformer.from_config(cfg.model, tok.get_vocab_size())
+        m = build_model(cfg.model, tok.get_vocab_size())
         save_checkpoint(run / "checkpoints" / f"step={step:06d}.ckpt", m, cfg, step,
                         extra={"counter": torch.tensor(step)})  # a non-float entry
     shutil.copy(run / "checkpoints" / "step=000003.ckpt", run / "checkpoints" / "last.ckpt")
@@ -224,13 +224,13 @@ def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path):
     # A checkpoint from another vocabulary.
     cfg = config.load_config(run_dir / "config.yaml")
     other = tmp_path / "other.ckpt"
-    save_checkpoint(other, Transformer.from_config(cfg.model, 410), cfg, 1)
+    save_checkpoint(other, build_model(cfg.model, 410), cfg, 1)
     one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", other),
                    "vocabulary", "410", "another run")
     # A checkpoint whose stored config is malformed (a key this version does not know, a section not a mapping)
     for bad_config in ({**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "nonsense": 1}}, {"model": "big"}):
         broken = tmp_path / "broken.ckpt"
-        torch.save({"state_dict": {"model." + k: v for k, v in Transformer.from_config(cfg.model, 410).state_dict().items()},
+        torch.save({"state_dict": {"model." + k: v for k, v in build_model(cfg.model, 410).state_dict().items()},
                     "hyper_parameters": {"config": bad_config, "vocab_size": 410}}, broken)
         one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", broken),
                        str(broken), "stores a config this version cannot read")

@@ -89,10 +89,10 @@ def test_bench_on_cuda_without_a_gpu_is_one_line():
 
 # ---------------------------------------------------------------------------------------------- on CUDA
 def _model(vocab=300):
-    from lightning_tfm.model import Transformer
+    from lightning_tfm.model import ModelConfig, build_model
 
     torch.manual_seed(0)
-    return Transformer(vocab, layers=2, d_model=64, d_ff=128, heads=4, d_k=16, d_v=16, dropout=0.0)
+    return build_model(ModelConfig(layers=2, d_model=64, d_ff=128, heads=4, d_k=16, d_v=16, dropout=0.0), vocab)
 
 
 def _batch(vocab=300, b=6, s=11, t=9):

@@ -1,9 +1,11 @@
-"""The package's layers: imports point one way, and the command line stays light."""
+"""The package's layers: imports point one way, no module imports itself round a cycle, a model is built in
+the model layer only, and the command line stays light."""
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import ROOT
 
@@ -17,24 +19,33 @@ def _layer(module: str) -> int:
     return LAYERS[parts[1]] if len(parts) > 1 else 4
 
 
-def _module(path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+def _module(path, root: Path = ROOT) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
 
 
-def _imports(path) -> list[tuple[int, str]]:
-    """(line, absolute module) of every import in the file, inside functions too."""
-    module = _module(path)
+def _import_nodes(path, root: Path = ROOT):
+    """(node, the absolute module it imports from) of every import statement in the file, inside functions too."""
+    module = _module(path, root)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    out = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             base = package.split(".")
             base = base[:len(base) - node.level + 1] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else []))
+            yield node, ".".join(base + ([node.module] if node.module else []))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield node, a.name
+
+
+def _imports(path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in the file, inside functions too."""
+    out = []
+    for node, target in _import_nodes(path):
+        if isinstance(node, ast.ImportFrom):
             names = [f"{target}.{a.name}" for a in node.names] if node.module is None else [target]
             out += [(node.lineno, n) for n in names]
-        elif isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
+        else:
+            out.append((node.lineno, target))
     return out
 
 
@@ -61,12 +72,126 @@ def test_every_module_belongs_to_a_layer_and_none_is_over_500_lines():
     assert not long, long
 
 
-def test_help_imports_neither_torch_nor_optuna():
-    """``ltfm --help`` (and every argument error) stays fast: subcommands import their modules when they run."""
+def _graph(package: Path) -> dict[str, dict[str, str]]:
+    """{module: {module it imports: where (path:line)}} over the package's modules, imports inside functions
+    too. A name imported from a package is an import of its ``__init__``; ``from . import x`` of the submodule
+    ``x``. A package's ``__init__`` importing its own submodules is no cycle: Python imports a package before its
+    submodules anyway, so that implicit step is not an edge; a submodule importing from its own package's
+    ``__init__`` (which imports it) is one."""
+    root = package.parent
+    paths = {_module(p, root): p for p in sorted(package.rglob("*.py"))}
+    graph: dict[str, dict[str, str]] = {m: {} for m in paths}
+    for module, path in paths.items():
+        for node, target in _import_nodes(path, root):
+            names = [f"{target}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            for name in [n for n in names if n in paths] or [target]:
+                while name and name not in paths:
+                    name = name.rpartition(".")[0]
+                if name and name != module:
+                    graph[module].setdefault(name, f"{path.relative_to(root)}:{node.lineno}")
+    return graph
+
+
+def _cycles(package: Path) -> list[str]:
+    """Import cycles among the package's modules (a depth-first search; one cycle per edge that closes one),
+    each as its modules in order, with the line of each import."""
+    graph, state, stack, found = _graph(package), {}, [], []
+
+    def visit(module: str) -> None:
+        state[module] = "open"
+        stack.append(module)
+        for target, where in graph[module].items():
+            if state.get(target) == "open":
+                ring = stack[stack.index(target):] + [target]
+                found.append(" -> ".join(ring) + f" ({', '.join(graph[a][b] for a, b in zip(ring, ring[1:]))})")
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[module] = "done"
+
+    for module in graph:
+        if module not in state:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle_between_modules():
+    """No module imports another that imports it back, directly or round a longer ring, not even inside a
+    function: a cycle inside a layer makes two modules one (neither can change or be read alone) and
+    works only while the function-level import stays where it is."""
+    cycles = _cycles(PACKAGE)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _constructor_calls(package: Path, classes: set[str]) -> list[str]:
+    """Every call ``C(...)`` or ``C.from_config(...)`` of a class in ``classes`` (also through a module,
+    ``transformer.C(...)``, or an alias, ``import C as D``) in the package's modules outside ``model/``."""
+    root, found = package.parent, []
+    for path in sorted(package.rglob("*.py")):
+        if path.is_relative_to(package / "model"):
+            continue
+        tree = ast.parse(path.read_text())
+        names = set(classes) | {a.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                                for a in node.names if a.name in classes and a.asname}
+
+        def named(expr) -> bool:
+            return (isinstance(expr, ast.Name) and expr.id in names) or (isinstance(expr, ast.Attribute)
+                                                                          and expr.attr in names)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and (named(node.func) or isinstance(node.func, ast.Attribute)
+                                               and node.func.attr == "from_config" and named(node.func.value)):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node.func)}(...)")
+    return found
+
+
+def test_models_are_built_in_the_model_layer_only():
+    """An architecture's constructor is called in ``model/`` only (``build_model`` of the registry): every other
+    caller builds through the registry, so that an architecture is added in one place."""
+    import lightning_tfm.model  # noqa: F401  (registers the package's architectures)
+    from lightning_tfm.model.registry import ARCHITECTURES
+
+    classes = {a.cls.__name__ for a in ARCHITECTURES.values()}
+    assert "Transformer" in classes
+    calls = _constructor_calls(PACKAGE, classes)
+    assert not calls, f"architectures built outside lightning_tfm/model/ (use build_model): {calls}"
+
+
+def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (tmp_path / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pkg" / name).write_text(text)
+    return tmp_path / "pkg"
+
+
+def test_the_checks_see_planted_violations(tmp_path):
+    """The two checks above find what they are for: a cycle closed by an import inside a function, and a
+    constructor called outside the model layer (by name, through its module, and as ``from_config``)."""
+    package = _plant(tmp_path, {
+        "__init__.py": "from .sub import a\n",  # a package importing its own submodule: no cycle
+        "sub/__init__.py": "",
+        "sub/a.py": "from . import b\n",
+        "sub/b.py": "def f():\n    from .c import g\n",
+        "sub/c.py": "from ..sub.a import x\n",
+        "model/m.py": "class Net: ...\nnet = Net()\n",
+        "training/t.py": "from ..model import m\nfrom ..model.m import Net as N\n"
+                         "def f(cfg):\n    return m.Net(), N.from_config(cfg), N.count(cfg)\n"})
+    (cycle,) = _cycles(package)
+    assert cycle == "pkg.sub.a -> pkg.sub.b -> pkg.sub.c -> pkg.sub.a (pkg/sub/a.py:1, pkg/sub/b.py:2, pkg/sub/c.py:1)"
+    calls = _constructor_calls(package, {"Net"})
+    assert [c.split(": ")[1] for c in calls] == ["m.Net(...)", "N.from_config(...)"]
+    (package / "sub" / "b.py").write_text("def f():\n    pass\n")
+    assert not _cycles(package)
+
+
+def test_help_and_argument_errors_import_neither_torch_nor_optuna():
+    """``ltfm --help`` (and every argument error) stays fast: the commands' declarations import only the
+    standard library; a handler imports its modules when it runs."""
     code = ("import sys; from lightning_tfm.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in ('torch', 'optuna', 'pytorch_lightning', 'lightning_tfm.sweep')"
-            " if m in sys.modules)\nprint('heavy', heavy, file=sys.stderr)\nassert not heavy, heavy")
+            "assert main(['sweep', '--n-trials', 'x']) == 2 and main(['train']) == 2 and main(['nope']) == 2\n"
+            "heavy = sorted(m for m in ('torch', 'optuna', 'pytorch_lightning', 'numpy') if m in sys.modules)\n"
+            "print('heavy', heavy, file=sys.stderr)\nassert not heavy, heavy")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "usage: ltfm" in p.stdout
+    assert "ltfm: error: ltfm sweep: argument --n-trials: invalid int value: 'x'" in p.stderr

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lightning_tfm.model import PAD, Transformer, count_parameters, sinusoid_table
+from lightning_tfm.model import PAD, ModelConfig, Transformer, sinusoid_table
 from lightning_tfm.model.attention import reference_attention, scaled_dot_product_attention
 
 V = 50
@@ -15,8 +15,8 @@ COMBOS = list(itertools.product(["sinusoidal", "learned"], ["post", "pre"], [(1,
 
 def make(positional="sinusoidal", norm="post", heads=2, d_k=8, d_v=8, d_model=16, layers=2):
     torch.manual_seed(0)
-    return Transformer(V, layers=layers, d_model=d_model, d_ff=32, heads=heads, d_k=d_k, d_v=d_v, dropout=0.1,
-                       positional=positional, norm=norm, max_positions=64).eval()
+    return Transformer(ModelConfig(layers=layers, d_model=d_model, d_ff=32, heads=heads, d_k=d_k, d_v=d_v, dropout=0.1,
+                                   positional=positional, norm=norm, max_positions=64), V).eval()
 
 
 def batch(b=3, s=7, t=5, seed=1):
@@ -97,15 +97,37 @@ def test_embeddings_and_pre_softmax_share_one_matrix():
 def test_parameter_count_equals_the_analytic_count(norm, positional):
     cfg = dict(layers=6, d_model=512, d_ff=2048, heads=8, d_k=64, d_v=64, positional=positional, norm=norm,
                max_positions=1024)
-    m = Transformer(37000, dropout=0.1, **cfg)
-    assert m.num_parameters() == count_parameters(37000, **cfg)
+    m = Transformer(ModelConfig(dropout=0.1, **cfg), 37000)
+    assert m.num_parameters() == Transformer.count_parameters(ModelConfig(**cfg), 37000)
     # the paper's base model at a ~41k shared vocabulary: 65M (Table 3)
-    assert abs(count_parameters(41000, **{**cfg, "norm": "post", "positional": "sinusoidal"}) / 1e6 - 65) < 65 * 0.015
+    base = ModelConfig(**{**cfg, "norm": "post", "positional": "sinusoidal"})
+    assert abs(Transformer.count_parameters(base, 41000) / 1e6 - 65) < 65 * 0.015
+
+
+def test_flops_per_token_equal_torchs_count_of_the_model():
+    """The training FLOPs (forward + backward) and the cached-decoding FLOPs the model states for itself are
+    those torch's FlopCounterMode counts on the model (matmul kernel: every product is a counted matmul)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(layers=2, d_model=16, d_ff=40, heads=3, d_k=4, d_v=6, dropout=0.0, attention_kernel="matmul")
+    m, (B, S, T) = Transformer(cfg, V), (3, 6, 6)
+    src, tgt = batch(b=B, s=S, t=T)
+    with FlopCounterMode(display=False) as fc:
+        m(src, tgt).sum().backward()
+    assert fc.get_total_flops() == Transformer.train_flops_per_token(cfg, V, S, T) * B * T
+    S = 9  # decoding: the encoder and the projected memory once, then one position per step against the cache
+    src, tgt = batch(b=B, s=S, t=T)
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        enc = m.encode(src)
+        state = m.init_state(enc)
+        for i in range(T):
+            m.project(m.decode_step(tgt[:, i:i + 1], enc, state))
+    assert fc.get_total_flops() == pytest.approx(Transformer.decode_flops_per_token(cfg, V, S, T) * B * T, rel=1e-12)
 
 
 def test_rows_a_and_b_change_the_attention_size():
-    base = dict(vocab_size=41000, layers=6, d_model=512, d_ff=2048, heads=8, d_k=64, d_v=64)
-    b1 = count_parameters(**{**base, "d_k": 16})
+    b1 = Transformer.count_parameters(ModelConfig(layers=6, d_model=512, d_ff=2048, heads=8, d_k=16, d_v=64), 41000)
     assert abs(b1 / 1e6 - 58) < 58 * 0.015  # Table 3 row B1: d_k = 16 -> 58M
 
 

@@ -13,8 +13,8 @@ import contextlib
 import pytest
 import torch
 
-from lightning_tfm.training.decode import beam_search, new_cache, translate_ids
-from lightning_tfm.model import EOS, PAD, Transformer, fast
+from lightning_tfm.training.decode import beam_search, translate_ids
+from lightning_tfm.model import EOS, PAD, MemoryCache, ModelConfig, Transformer, build_model, fast
 from lightning_tfm.model.attention import reference_attention, scaled_dot_product_attention, sdpa_attention
 from lightning_tfm.model.fast import matmul_attention
 
@@ -26,9 +26,9 @@ V = 40
 def make(norm="post", positional="sinusoidal", dropout=0.0, heads=3, d_k=4, d_v=6, seed=0, scale=1.0,
          kernel="auto", fast_dropout=True):
     torch.manual_seed(seed)
-    m = Transformer(V, layers=2, d_model=16, d_ff=32, heads=heads, d_k=d_k, d_v=d_v, dropout=dropout,
-                    positional=positional, norm=norm, max_positions=64, attention_kernel=kernel,
-                    fast_dropout=fast_dropout)
+    m = Transformer(ModelConfig(layers=2, d_model=16, d_ff=32, heads=heads, d_k=d_k, d_v=d_v, dropout=dropout,
+                                positional=positional, norm=norm, max_positions=64, attention_kernel=kernel,
+                                fast_dropout=fast_dropout), V)
     with torch.no_grad():  # scale > 1: larger weights than the init, peaked distributions, distinct beams
         for p in m.parameters():
             p.mul_(scale)
@@ -114,10 +114,10 @@ def test_kernel_is_chosen_by_the_constructor_and_the_config():
         make(kernel="flash")
     base = load_config(None, ["data.path=x"])
     plain = load_config(None, ["data.path=x", "model.attention_kernel=sdpa", "model.fast_dropout=false"])
-    m = Transformer.from_config(plain.model, V)
+    m = build_model(plain.model, V)
     assert m.encoder[0].self_attn.kernel == m.decoder[-1].cross_attn.kernel == "sdpa"
     assert isinstance(m.dropout, torch.nn.Dropout) and isinstance(m.decoder[0].sub_ffn.dropout, torch.nn.Dropout)
-    assert isinstance(Transformer.from_config(base.model, V).dropout, fast.FastDropout)
+    assert isinstance(build_model(base.model, V).dropout, fast.FastDropout)
     assert config_hash(plain) == config_hash(base)  # speed paths do not change what is trained: same run
     with pytest.raises(UserError, match="attention_kernel"):
         load_config(None, ["data.path=x", "model.attention_kernel=flash"])
@@ -176,8 +176,9 @@ def test_cached_decoding_equals_full_decoding_with_each_kernel(name):
 
 
 def test_memory_shared_by_beams_equals_memory_repeated_per_beam():
-    """decode() with one memory row per sentence and K target rows each (beam search's layout,
-    decode.SharedMemoryCache), whole prefixes and incrementally, against the memory repeated per row."""
+    """decode() with one memory row per sentence and K target rows each (beam search's layout, served by
+    MemoryCache), whole prefixes and incrementally, against the memory repeated per row; and the same through
+    the incremental-decoder protocol (decode_step with and without a state)."""
     m = make()
     K = 3
     src = padded_src(b=4)
@@ -186,17 +187,27 @@ def test_memory_shared_by_beams_equals_memory_repeated_per_beam():
     with torch.no_grad():
         memory, mask = m.encode(src)
         rep_mem, rep_mask = memory.repeat_interleave(K, 0), mask.repeat_interleave(K, 0)
-        shared = m.decode(tgt, memory, mask, new_cache(m, incremental=False, shared_memory=True))
+        shared = m.decode(tgt, memory, mask, m.new_cache(None, MemoryCache))
         repeated = m.decode(tgt, rep_mem, rep_mask)
         torch.testing.assert_close(shared, repeated, rtol=1e-5, atol=1e-5)
-        c1, c2 = new_cache(m, shared_memory=True), new_cache(m, shared_memory=False)
+        c1, c2 = m.new_cache(fast.BufferedKVCache), m.new_cache(fast.BufferedKVCache)
         for i in range(tgt.shape[1]):
             a = m.decode(tgt[:, i:i + 1], memory, mask, c1, offset=i)
             b = m.decode(tgt[:, i:i + 1], rep_mem, rep_mask, c2, offset=i)
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
         assert c1[0]["cross"].k.shape[0] == 4 and c2[0]["cross"].k.shape[0] == 4 * K
         with pytest.raises(ValueError, match="whole multiple"):
-            m.decode(tgt[:5], memory, mask, new_cache(m, incremental=False, shared_memory=True))
+            m.decode(tgt[:5], memory, mask, m.new_cache(None, MemoryCache))
+        # the protocol: the encoder output once per sentence, or repeated (reorder_encoder_out); state or none
+        enc = m.encode(src)
+        rep = m.reorder_encoder_out(enc, torch.arange(4).repeat_interleave(K))
+        s1, s2 = m.init_state(enc), m.init_state(rep)
+        for i in range(tgt.shape[1]):
+            a = m.decode_step(tgt[:, i:i + 1], enc, s1)
+            b = m.decode_step(tgt[:, i:i + 1], rep, s2)
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(m.decode_step(tgt[:, :i + 1], enc, None), a, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(m.project(a), repeated[:, -1], rtol=1e-5, atol=1e-5)
 
 
 def hyps_equal(a, b, tol=1e-4):

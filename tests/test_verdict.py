@@ -12,7 +12,8 @@ from conftest import ltfm, write_sweep
 from lightning_tfm import report as rd
 from lightning_tfm.report import compare, compute, verdict
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
-from lightning_tfm.training.bench import DEFAULTS, train_flops_per_step
+from lightning_tfm.model.transformer import train_flops_per_step
+from lightning_tfm.training.bench import DEFAULTS
 from lightning_tfm.training.errors import UserError
 
 STEPS = range(100, 700, 100)  # validations at 100 .. 600: the budget is 600, its last third from step 400

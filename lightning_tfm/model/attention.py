@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from . import fast
 from .cache import KVCache, MemoryCache
+from .config import ModelConfig
 
 
 class MultiHeadAttention(nn.Module):
@@ -17,21 +18,24 @@ class MultiHeadAttention(nn.Module):
     ``heads``, ``d_k`` and ``d_v`` are independent (Table 3 rows A and B): W^Q, W^K map d_model to
     heads*d_k, W^V maps d_model to heads*d_v, and W^O maps heads*d_v back to d_model.
 
+    Its sizes are those of the model section ``cfg`` (:class:`~lightning_tfm.model.config.ModelConfig`:
+    ``d_model``, ``heads``, ``d_k``, ``d_v``, ``attention_dropout``, ``attention_kernel``).
+
     The three input projections live in one matrix ``in_proj`` (rows: Q | K | V) so that
     self-attention is a single matrix product (``fused=True``); ``fused=False`` runs the same weights
     as three products, which the tests use to check the fused path. ``kernel`` chooses how Eq. 1 is
     computed (:func:`scaled_dot_product_attention`).
     """
 
-    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, attention_dropout: float = 0.0,
-                 kernel: str = "auto"):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
+        d_model, heads, d_k, d_v, kernel = cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, cfg.attention_kernel
         if kernel not in fast.ATTENTION_KERNELS:
             raise ValueError(f"attention kernel must be one of {', '.join(fast.ATTENTION_KERNELS)}, got {kernel!r}")
         self.heads, self.d_k, self.d_v = heads, d_k, d_v
         self.in_proj = nn.Linear(d_model, heads * (2 * d_k + d_v))
         self.out_proj = nn.Linear(heads * d_v, d_model)  # W^O
-        self.attention_dropout = attention_dropout
+        self.attention_dropout = cfg.attention_dropout
         self.kernel = kernel
         self.fused = True
         # Xavier-uniform per projection, as fairseq/tensor2tensor initialise each W separately.

@@ -1,9 +1,10 @@
 """Caches for incremental decoding: each decoding step feeds only the newest target position.
 
 Not in the paper (its decoder is defined on whole sequences); tensor2tensor and fairseq decode this way.
-The decoder's outputs are those of recomputing the whole prefix (tests/test_model.py). Decoding builds
-them (``Transformer.new_cache``); :class:`~lightning_tfm.model.fast.BufferedKVCache` is the fast
-self-attention cache, and decode.py keeps the encoder memory once per sentence for its beams.
+The decoder's outputs are those of recomputing the whole prefix (tests/test_model.py). The Transformer builds
+them (``Transformer.new_cache``; its decoding state, ``Transformer.init_state``, takes
+:class:`~lightning_tfm.model.fast.BufferedKVCache`, the fast self-attention cache); :class:`MemoryCache` also
+serves a sentence's beams from one copy of its encoder memory.
 """
 from __future__ import annotations
 
@@ -49,9 +50,18 @@ class MemoryCache:
         return self.k, self.v
 
     def queries(self, query: Tensor, memory_rows: int) -> Tensor:
-        """The query rows (B, T, d_model) as attended against the ``memory_rows`` cached rows; one each
-        here (decode.py's beam layout overrides this)."""
-        return query
+        """The query rows (B, T, d_model) as attended against the ``memory_rows`` cached rows.
+
+        One query row per memory row, or k consecutive ones (beam search's K beams of a sentence sharing its
+        memory, a speed path: the memory is then never copied, reordered or projected K times): the k rows'
+        queries, (rows*k, T, d_model), are attended as the k*T positions of one row, (rows, k*T, d_model),
+        against the sentence's one copy of the memory. Encoder-decoder attention has no causal mask, so each
+        query position still sees exactly its sentence's memory (tests/test_speed_paths.py).
+        """
+        if query.shape[0] % memory_rows:
+            raise ValueError(f"query has {query.shape[0]} rows and memory {memory_rows}: "
+                             "the query's must be a whole multiple")
+        return query.reshape(memory_rows, -1, query.shape[-1])
 
     def reorder(self, index: Tensor) -> None:
         """Keep rows ``index`` (in that order) for the next step."""

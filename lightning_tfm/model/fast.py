@@ -1,17 +1,17 @@
 """The model's CPU speed paths, in one place; none changes what the paper's model computes.
 
 Each is switched by an argument and checked against the plain path it replaces in
-tests/test_speed_paths.py (timings: README, "Performance"):
+tests/test_speed_paths.py (timings: reports/timing.md):
 
-* attention kernel (``Transformer(attention_kernel=...)``, config ``model.attention_kernel``): Eq. 1 as two
+* attention kernel (config ``model.attention_kernel``): Eq. 1 as two
   batched matrix products with the softmax in fp32 (:func:`matmul_attention`) instead of torch's fused
   SDPA, for short sequences on CPU, where SDPA's per-call overhead and its casts dominate. For long
   sequences SDPA's fused kernel avoids the (T, S) score matrix, so "auto" keeps it there;
 * SDPA's core in fp32 when training in bf16 on CPU (:func:`sdpa_in_fp32`): torch's CPU flash-attention
   backward is much slower in bf16 than in fp32 while its forward is not;
 * reused key/value buffers for incremental decoding (:class:`BufferedKVCache` instead of the plain
-  :class:`~lightning_tfm.model.cache.KVCache`; decode.py picks it);
-* a cheaper dropout mask (``Transformer(fast_dropout=...)``, config ``model.fast_dropout``):
+  :class:`~lightning_tfm.model.cache.KVCache`; ``Transformer.init_state``, beam search's state, takes it);
+* a cheaper dropout mask (config ``model.fast_dropout``):
   :class:`FastDropout` instead of ``nn.Dropout``.
 """
 from __future__ import annotations

@@ -4,14 +4,16 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
+from .config import ModelConfig
 from .fast import make_dropout
 
 
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (Sec. 3.3, Eq. 2), inner width d_ff."""
 
-    def __init__(self, d_model: int, d_ff: int):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
+        d_model, d_ff = cfg.d_model, cfg.d_ff
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         for w in (self.w_1, self.w_2):
@@ -29,11 +31,11 @@ class Residual(nn.Module):
     norm="pre" (Wang et al., 2019; fairseq's normalize_before): x + Dropout(Sublayer(LayerNorm(x))).
     """
 
-    def __init__(self, d_model: int, dropout: float, norm: str, fast_dropout: bool = True):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.dropout = make_dropout(dropout, fast_dropout)
-        self.pre = norm == "pre"
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = make_dropout(cfg.dropout, cfg.fast_dropout)
+        self.pre = cfg.norm == "pre"
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
         if self.pre:
@@ -44,13 +46,12 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each a residual sublayer (Sec. 3.1, "Encoder")."""
 
-    def __init__(self, d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout=0.0, kernel="auto",
-                 fast_dropout=True):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout, kernel)
-        self.ffn = FeedForward(d_model, d_ff)
-        self.sub_attn = Residual(d_model, dropout, norm, fast_dropout)
-        self.sub_ffn = Residual(d_model, dropout, norm, fast_dropout)
+        self.self_attn = MultiHeadAttention(cfg)
+        self.ffn = FeedForward(cfg)
+        self.sub_attn = Residual(cfg)
+        self.sub_ffn = Residual(cfg)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         x = self.sub_attn(x, lambda y: self.self_attn(y, mask=src_mask))
@@ -60,15 +61,14 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, feed-forward (Sec. 3.1, "Decoder")."""
 
-    def __init__(self, d_model, d_ff, heads, d_k, d_v, dropout, norm, attention_dropout=0.0, kernel="auto",
-                 fast_dropout=True):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout, kernel)
-        self.cross_attn = MultiHeadAttention(d_model, heads, d_k, d_v, attention_dropout, kernel)
-        self.ffn = FeedForward(d_model, d_ff)
-        self.sub_self = Residual(d_model, dropout, norm, fast_dropout)
-        self.sub_cross = Residual(d_model, dropout, norm, fast_dropout)
-        self.sub_ffn = Residual(d_model, dropout, norm, fast_dropout)
+        self.self_attn = MultiHeadAttention(cfg)
+        self.cross_attn = MultiHeadAttention(cfg)
+        self.ffn = FeedForward(cfg)
+        self.sub_self = Residual(cfg)
+        self.sub_cross = Residual(cfg)
+        self.sub_ffn = Residual(cfg)
 
     def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor, cache: dict | None = None) -> Tensor:
         """``cache`` (incremental decoding, model/cache.py): {"self": KVCache or None, "cross": MemoryCache}."""

@@ -4,6 +4,7 @@ One job per module; imports point one way (model <- training <- sweep <- report:
 sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the sweep never imports it):
 
 - :mod:`.records`: a sweep's runs as :class:`RunRecord` lists: local run folders, the Optuna study, W&B;
+- :mod:`.sources`: :func:`load_report_data`: the records of a sweep from its results, W&B or an export;
 - :mod:`.budget`: a run read at its own sweep's budget when another sweep trained its folder on;
 - :mod:`.paper`: the paper's Table 3 numbers (a package resource) and its row order;
 - :mod:`.table`: the Table 3 replica beside the paper's (:func:`build_table`): rows, statuses, order, knobs,
@@ -13,6 +14,7 @@ sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the swee
 - :mod:`.compute`: training FLOPs per step of a row and its dev PPL at the base's compute (equal-compute Δ);
 - :mod:`.export`: the records a report is built from as one JSON file, and the report rebuilt from it;
 - :mod:`.compare`: two Table 3 replicas side by side (``ltfm report A --against B``): transfers, flips;
+- :mod:`.columns`: the table's typed row and its columns, declared once (every view reads them);
 - :mod:`.render`: the Table 3 replica as text: headline, markdown tables, CSV, :func:`write_table`;
 - :mod:`.search`: the search report: one row per trial, Optuna's plots;
 - :mod:`.figures`: the Table 3 figures (matplotlib);
@@ -29,25 +31,40 @@ import warnings
 # tqdm.auto (imported by optuna and datasets) warns in a kernel without ipywidgets; a report has no progress bars.
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-from .compare import comparison_markdown, compare_tables, plot_comparison, write_comparison  # noqa: E402
-from .compute import interpolate  # noqa: E402
-from .export import read_export, write_export  # noqa: E402
-from .figures import plot_bleu_vs_params, plot_dev_ppl_by_family, plot_norm_curves, plot_ppl_vs_flops  # noqa: E402
-from .records import (ReportData, RunRecord, latest_per_key, load_report_data, planned_configs,  # noqa: E402
-                      wandb_record)
-from .search import (plot_intermediate_values, plot_optimization_history, plot_param_importances,  # noqa: E402
-                     search_markdown, search_rows, search_study, write_search)
-from .render import (bleu_markdown, config_markdown, curves_markdown, headline_markdown, notes_markdown,  # noqa: E402
-                     ppl_markdown, table_markdown, write_table)
-from .stats import NOISE_RULE, bleu_significant, dev_references, noise_verdict, paired_test  # noqa: E402
-from .table import build_table, learning_curves  # noqa: E402
-from .verdict import curve_verdict, verdict_rule  # noqa: E402
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
 
-__all__ = ["NOISE_RULE", "ReportData", "RunRecord", "bleu_markdown", "bleu_significant", "build_table",
-           "compare_tables", "comparison_markdown", "config_markdown", "curve_verdict", "curves_markdown",
-           "interpolate", "plot_comparison", "plot_ppl_vs_flops", "read_export", "verdict_rule", "write_comparison",
-           "write_export", "dev_references", "learning_curves", "headline_markdown", "latest_per_key", "load_report_data",
-           "noise_verdict", "notes_markdown", "paired_test", "planned_configs", "plot_bleu_vs_params",
-           "plot_dev_ppl_by_family", "plot_intermediate_values", "plot_norm_curves", "plot_optimization_history",
-           "plot_param_importances", "ppl_markdown", "search_markdown", "search_rows", "search_study",
-           "table_markdown", "wandb_record", "write_search", "write_table"]
+# The package's names, imported on first use (PEP 562): ``ltfm --help`` imports this package for the report
+# command's declaration (:mod:`.commands`) and must not import torch or Optuna. A name and its module:
+_HOMES = {
+    "compare": ("comparison_markdown", "compare_tables", "plot_comparison", "write_comparison"),
+    "compute": ("interpolate",),
+    "export": ("read_export", "write_export"),
+    "figures": ("plot_bleu_vs_params", "plot_dev_ppl_by_family", "plot_norm_curves", "plot_ppl_vs_flops"),
+    "records": ("ReportData", "RunRecord", "latest_per_key", "planned_configs", "wandb_record"),
+    "sources": ("load_report_data",),
+    "search": ("plot_intermediate_values", "plot_optimization_history", "plot_param_importances", "search_markdown",
+               "search_rows", "search_study", "write_search"),
+    "render": ("bleu_markdown", "config_markdown", "curves_markdown", "headline_markdown", "notes_markdown",
+               "ppl_markdown", "table_markdown", "write_table"),
+    "stats": ("NOISE_RULE", "bleu_significant", "dev_references", "noise_verdict", "paired_test"),
+    "table": ("build_table", "learning_curves"),
+    "verdict": ("curve_verdict", "verdict_rule"),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a submodule not imported yet: ``report.render``
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 from ..training.atomic import write_text
+from .columns import COMPARE, COMPARE_ROW, SIDE, Shown, columns, shown
 from .stats import finite
-from .text import fmt, md_cell, md_code, md_text
+from .text import md_cell, md_code, md_text
 from .verdict import FINDING, WITHIN
 
 TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"
@@ -56,15 +58,11 @@ def side_label(table: dict) -> str:
     return f"{table['sweep']} at {budget} steps" if budget else table["sweep"]
 
 
-SIDE_KEYS = ("dev_ppl", "delta_ppl", "delta_ppl_rel", "delta_ppl_equal_flops", "equal_flops_note", "ppl_noise",
-             "ppl_verdict", "ppl_verdict_why", "ppl_agrees")
-COLUMNS = ("variant", "family", "in_paper", "paper_delta_ppl", *[f"a_{k}" for k in SIDE_KEYS],
-           *[f"b_{k}" for k in SIDE_KEYS], "status")
-
-
 def compare_tables(a: dict, b: dict) -> dict:
     """Side A and side B row by row (A's rows in its order, then B's others): ``{"rows", "summary", "labels",
-    "tables"}``; the base row is left out (it is each side's reference)."""
+    "tables"}``; the base row is left out (it is each side's reference). A row: the columns of
+    :data:`~.columns.COMPARE_ROW` (``"either"``: the side's table row they come from), ``"a"`` and ``"b"`` (each
+    side's table row, None where the side lacks it) and ``"status"``."""
     rows_a = {r["variant"]: r for r in a["rows"]}
     rows_b = {r["variant"]: r for r in b["rows"]}
     order = [v for v in rows_a] + [v for v in rows_b if v not in rows_a]
@@ -74,20 +72,16 @@ def compare_tables(a: dict, b: dict) -> dict:
             continue
         ra, rb = rows_a.get(v), rows_b.get(v)
         any_row = ra or rb
-        row = {"variant": v, "family": any_row.get("family"), "in_paper": any_row.get("in_paper"),
-               "paper_delta_ppl": any_row.get("paper_delta_ppl")}
-        for side, r in (("a", ra), ("b", rb)):
-            for key in SIDE_KEYS:
-                row[f"{side}_{key}"] = r.get(key) if r else None
-        row["status"] = status(ra, rb)
+        row = {c.key: c.of(any_row) for c in columns(COMPARE_ROW)}
+        row.update(either=any_row, a=ra, b=rb, status=status(ra, rb))
         rows.append(row)
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in (TRANSFERS, FLIPS, UNSETTLED)}
     one_side = {s: [r["variant"] for r in rows if r["status"] == s] for s in (ONLY_A, ONLY_B)}
     # each side's agreement with the paper over the rows both sides have (with a direction in the paper): the two
     # sides' own counts above may be over different rows
     both = [r for r in rows if r["status"] not in (ONLY_A, ONLY_B)
-            and r["a_ppl_agrees"] is not None and r["b_ppl_agrees"] is not None]
-    shared = {side: (sum(1 for r in both if r[f"{side}_ppl_agrees"]), len(both)) for side in ("a", "b")}
+            and r["a"].ppl_agrees is not None and r["b"].ppl_agrees is not None]
+    shared = {side: (sum(1 for r in both if r[side].ppl_agrees), len(both)) for side in ("a", "b")}
     agreement = {}
     for side, t in (("a", a), ("b", b)):
         s = t["summary"]
@@ -124,18 +118,18 @@ def headline_lines(cmp: dict) -> list[str]:
     return lines
 
 
-def _delta(x: float | None, rel: float | None) -> str:
-    if x is None:
-        return ""
-    return fmt(x, 2, sign=True) + (f" ({100 * rel:+.0f}%)" if rel is not None else "")
+def _md_columns() -> list[tuple[str, str, Shown | None]]:
+    """compare.md's columns as (header, whose: "either", "a", "b" or "status", how it shows): the row's own, each
+    side's, the status."""
+    own = [(s.title, "either", s) for s in shown(COMPARE, COMPARE_ROW)]
+    sides = [(s.title.format(side=side.upper()), side, s) for side in ("a", "b") for s in shown(COMPARE, SIDE)]
+    return own + sides + [("status", "status", None)]
 
 
-def _yes(x) -> str:
-    return "" if x is None else ("yes" if x else "no")
-
-
-MD_COLUMNS = ("row", "ΔPPL paper", "ΔPPL A", "ΔPPL A at base FLOPs", "verdict A", "agrees A", "ΔPPL B",
-              "ΔPPL B at base FLOPs", "verdict B", "agrees B", "status")
+def _md_cell(cmp: dict, r: dict, whose: str, s: Shown | None) -> str:
+    if s is None:
+        return md_text(r[whose])
+    return "" if r[whose] is None else s.cell(r[whose], cmp["tables"].get(whose) or {})
 
 
 def comparison_markdown(cmp: dict) -> str:
@@ -145,18 +139,13 @@ def comparison_markdown(cmp: dict) -> str:
     lines = [f"# Table 3 side by side: A {md_code(ta['sweep'])}, B {md_code(tb['sweep'])}", "",
              f"A: {md_text(lab['a'])} ({md_text(ta['source'])}). B: {md_text(lab['b'])} ({md_text(tb['source'])}). "
              "Each side's Δ is against its own base.",
-             "", *[f"- {md_text(ln)}" for ln in headline_lines(cmp)], "", "## Rows", "",
-             "| " + " | ".join(MD_COLUMNS) + " |",
-             "|" + "|".join("---" if c in ("row", "verdict A", "verdict B", "agrees A", "agrees B", "status")
-                            else "--:" for c in MD_COLUMNS) + "|"]
+             "", *[f"- {md_text(ln)}" for ln in headline_lines(cmp)], "", "## Rows", ""]
+    cols = _md_columns()
+    lines += ["| " + " | ".join(title for title, _, _ in cols) + " |",
+              "|" + "|".join("---" if s is None or s.left else "--:" for _, _, s in cols) + "|"]
     for r in cmp["rows"]:
-        cells = [r["variant"], fmt(r["paper_delta_ppl"], 2, sign=True)]
-        for side in ("a", "b"):
-            cells += [_delta(r[f"{side}_delta_ppl"], r[f"{side}_delta_ppl_rel"]),
-                      fmt(r[f"{side}_delta_ppl_equal_flops"], 2, sign=True) or (r[f"{side}_equal_flops_note"] or ""),
-                      r[f"{side}_ppl_verdict"] or "", _yes(r[f"{side}_ppl_agrees"])]
-        cells.append(r["status"])
-        lines.append("| " + " | ".join(md_cell(md_text(c)) for c in cells) + " |")
+        cells = [_md_cell(cmp, r, whose, s) for _, whose, s in cols]
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")  # the cells are markdown (md_text)
     from .verdict import verdict_rule
     lines += ["", "## Notes", "", f"- Status: {STATUS_RULE}.", f"- A: {verdict_rule(ta.get('report_settings'))}",
               f"- B: {verdict_rule(tb.get('report_settings'))}"]
@@ -164,18 +153,31 @@ def comparison_markdown(cmp: dict) -> str:
 
 
 def comparison_csv(cmp: dict) -> str:
+    """compare.csv: the row's own columns, each side's (``a_<key>``, ``b_<key>``), the status."""
+    own, side_cols = columns(COMPARE_ROW), columns(SIDE)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
+    w.writerow([c.key for c in own] + [f"{side}_{c.key}" for side in ("a", "b") for c in side_cols] + ["status"])
     for r in cmp["rows"]:
-        w.writerow(["" if r[c] is None else (f"{r[c]:.6g}" if isinstance(r[c], float) else r[c]) for c in COLUMNS])
+        w.writerow([c.csv_text(r["either"]) for c in own]
+                   + ["" if r[side] is None else c.csv_text(r[side]) for side in ("a", "b") for c in side_cols]
+                   + [r["status"]])
     return buf.getvalue()
 
 
 def write_comparison(cmp: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    """compare.md, compare.csv and compare.json (the headline and the counts as data: what ``ltfm report
+    --against`` prints when the notebook is done, so nothing reads the markdown back)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    summary = {"labels": cmp["labels"], "headline": headline_lines(cmp), "counts": cmp["summary"]["counts"]}
+    write_text(out / "compare.json", json.dumps(summary, indent=1, default=str) + "\n")
     return (write_text(out / "compare.md", comparison_markdown(cmp)), write_text(out / "compare.csv", comparison_csv(cmp)))
+
+
+def read_headline(out_dir: str | Path) -> list[str]:
+    """The headline lines :func:`write_comparison` saved in compare.json."""
+    return json.loads((Path(out_dir) / "compare.json").read_text())["headline"]
 
 
 STATUS_COLORS = {TRANSFERS: "C2", FLIPS: "C3", UNSETTLED: "C7"}
@@ -189,7 +191,7 @@ def plot_comparison(cmp: dict, path: str | Path) -> str:
     fig, axes = new_figure(1, 1, 6.5, 5.5)
     ax = axes[0][0]
     for r in cmp["rows"]:
-        x, y = r["a_delta_ppl_rel"], r["b_delta_ppl_rel"]
+        x, y = (r[side] and r[side].delta_ppl_rel for side in ("a", "b"))
         if x is None or y is None:
             continue
         ax.plot([100 * x], [100 * y], "o", color=STATUS_COLORS[r["status"]])

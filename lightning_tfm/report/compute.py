@@ -3,9 +3,9 @@
 A Table 3 row trains as many steps as the base, but a step of a wider or deeper row costs more: at equal steps
 the table compares rows that spent different compute. Here:
 
-- a row's training FLOPs per step (:func:`flops_per_step`) is the count ``ltfm bench`` uses for MFU
-  (:func:`lightning_tfm.training.bench.train_flops_per_step`) at the row's shapes (N, d_model, d_ff, h, d_k, d_v,
-  its vocabulary) and its tokens: target tokens per step = the run's token budget a step (its effective batch,
+- a row's training FLOPs per step (:func:`flops_per_step`) is the count ``ltfm bench`` uses for MFU, the
+  Transformer's own (:func:`lightning_tfm.model.transformer.train_flops_per_step`), at the row's shapes (N,
+  d_model, d_ff, h, d_k, d_v, its vocabulary) and its tokens: target tokens per step = the run's token budget a step (its effective batch,
   else what it trained: ``train_tokens / steps``), sentences as long as the prepared training corpus's mean
   source and target lengths (else ``ltfm bench``'s default lengths, said in the notes); the mean over the row's
   completed seeds;
@@ -69,8 +69,8 @@ def _tokens_per_step(rec: RunRecord) -> float | None:
 
 
 def row_shapes(rec: RunRecord) -> tuple[dict | None, bool]:
-    """(the shapes :func:`~lightning_tfm.training.bench.train_flops_per_step` takes, whether the sentence lengths
-    were measured on the run's corpus) of a run; (None, False) when its config lacks a shape or its tokens."""
+    """(the shapes :func:`~lightning_tfm.model.transformer.train_flops_per_step` takes, whether the sentence
+    lengths were measured on the run's corpus) of a run; (None, False) when its config lacks a shape or its tokens."""
     from ..training.bench import DEFAULTS
 
     shapes = {k: rec.config.get(key) for k, key in SHAPE_KEYS.items()}
@@ -85,7 +85,7 @@ def row_shapes(rec: RunRecord) -> tuple[dict | None, bool]:
 
 def flops_per_step(records: list[RunRecord]) -> tuple[float | None, bool]:
     """(training FLOPs per step, lengths measured) of a row: the mean over its completed runs."""
-    from ..training.bench import train_flops_per_step
+    from ..model.transformer import train_flops_per_step
 
     counts, measured = [], True
     for rec in records:

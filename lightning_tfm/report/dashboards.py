@@ -4,12 +4,12 @@
 W&B: ONE run of job type ``report`` in the sweep's group, id ``report-<sweep>-table3`` (stable, with
 ``resume="allow"``: a re-run writes the same run again rather than a second one). It holds:
 
-- ``table3/dev_ppl`` and ``table3/dev_bleu``: ``wandb.Table``\\ s, one row per row of ``table3.csv``, the CSV's
-  own columns and values (:data:`PPL_COLUMNS`, :data:`BLEU_COLUMNS`: ours, the paper's, both changes,
-  agreement, the noise verdict, status);
+- ``table3/dev_ppl`` and ``table3/dev_bleu``: ``wandb.Table``\\ s, one row per row of the table, the columns of
+  :data:`~.columns.WANDB_PPL` and :data:`~.columns.WANDB_BLEU` (:mod:`.columns`: ours, the paper's, both
+  changes, agreement, the noise verdict, status) with the values ``table3.csv`` gives them (:func:`wandb_tables`);
 - the summary: the headline numbers (:func:`headline_numbers`: direction agreement over all rows and over the
   rows beyond seed noise and over the budget verdict's findings, rows beyond noise, rows of each verdict, the
-  sweep's wall time), counted from ``table3.csv`` with the report's own
+  sweep's wall time), counted from the table's rows with the report's own
   :func:`~lightning_tfm.report.stats.agreement_summary` and :func:`~lightning_tfm.report.verdict.verdict_summary`;
 - ``figures/<name>``: every ``*.png`` of the report as a ``wandb.Image``;
 - the artifact ``table3-<sweep>`` (type ``report``): ``table3.md``, ``table3.csv``, ``table3.html``.
@@ -30,7 +30,7 @@ never touched. Strings of the runs go into plotly's text (which it reads as HTML
 
 optuna-dashboard (only when the report read an Optuna storage and ``optuna_dashboard`` and ``plotly`` are
 importable; else nothing): the study's note gets the headline and the dev-perplexity table of ``table3.md``
-(:func:`note_text`; a note a person wrote is kept below it), and the study's custom plots get two plotly
+(:func:`note_text`, the columns of :data:`~.columns.NOTE`; a note a person wrote is kept below it), and the study's custom plots get two plotly
 figures drawn from the same data as the matplotlib ones: dev perplexity per row family
 (:func:`plotly_dev_ppl_by_family`) and every row's learning curve (:func:`plotly_learning_curves`), under
 the stable ids of :data:`GRAPH_IDS` (a re-run replaces them).
@@ -38,16 +38,15 @@ the stable ids of :data:`GRAPH_IDS` (a re-run replaces them).
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
 import inspect
-import io
 import re
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from .columns import NOTE, WANDB_BLEU, WANDB_PPL, columns
 from .records import REPORT_JOB_TYPE as JOB_TYPE
 from .text import environment, first_line, html_text, md_code, waiting_lock
 
@@ -55,11 +54,7 @@ KIND = "table3"
 WANDB_DIR = "wandb-report"   # below the sweep's results folder
 LOCK = ".publish.lock"       # in WANDB_DIR: one report at a time publishes a sweep's results folder
 ARTIFACT_FILES = ("table3.md", "table3.csv", "table3.html")
-PPL_COLUMNS = ("variant", "family", "dev_ppl", "dev_ppl_std", "paper_dev_ppl", "delta_ppl", "delta_ppl_rel",
-               "paper_delta_ppl", "paper_delta_ppl_rel", "ppl_agrees", "ppl_noise", "status")
-BLEU_COLUMNS = ("variant", "family", "dev_bleu", "dev_bleu_std", "paper_dev_bleu", "delta_bleu", "delta_bleu_rel",
-                "paper_delta_bleu", "paper_delta_bleu_rel", "bleu_agrees", "bleu_noise", "bleu_p_value",
-                "bleu_significant", "status")
+WANDB_TABLES = {"table3/dev_ppl": WANDB_PPL, "table3/dev_bleu": WANDB_BLEU}   # W&B table -> its view (.columns)
 GRAPH_IDS = {"family": "ltfm-table3-dev-ppl-by-family", "curves": "ltfm-table3-learning-curves"}
 # The note's own block (markdown link-reference "comments": not rendered), so a person's note survives.
 NOTE_BEGIN, NOTE_END = "[//]: # (ltfm report table3: begin)", "[//]: # (ltfm report table3: end)"
@@ -69,43 +64,25 @@ def _warn(message: str) -> None:
     print(f"ltfm: warning: {message}", file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# table3.csv: the source of truth
-# ---------------------------------------------------------------------------------------------------------
-_BOOLS = {"True": True, "False": False}
-_TEXT = {"variant", "family", "ppl_noise", "bleu_noise", "status", "positional", "norm"}
-
-
-def csv_value(column: str, text: str) -> Any:
-    """A cell of table3.csv as a value: empty -> None, True/False -> bool, numbers -> float (text columns stay
-    text)."""
-    if text == "":
-        return None
-    if text in _BOOLS:
-        return _BOOLS[text]
-    if column in _TEXT:
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def read_csv_rows(path: str | Path) -> list[dict]:
-    """table3.csv as typed rows (:func:`csv_value`), in the file's order."""
-    reader = csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8")))
-    return [{k: csv_value(k, v) for k, v in row.items()} for row in reader]
+def wandb_tables(table: dict) -> dict[str, tuple[list[str], list[list]]]:
+    """Each W&B table of the report (:data:`WANDB_TABLES`) as (its columns, a list of cells per row of the
+    table)."""
+    out = {}
+    for name, view in WANDB_TABLES.items():
+        cols = columns(view)
+        out[name] = ([c.key for c in cols], [[c.data(row) for c in cols] for row in table["rows"]])
+    return out
 
 
 def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
     """The headline as numbers for a W&B summary: per metric (``dev_ppl``, ``dev_bleu``) the rows whose
     direction agrees with the paper and the rows compared, over all rows and over the rows beyond seed noise
     (with the fractions), the rows beyond/within noise or unknown; dev PPL's agreement over the findings and the
-    rows of each budget verdict; the sweep's wall time. ``rows`` are :func:`read_csv_rows`; the counting is the
+    rows of each budget verdict; the sweep's wall time. ``rows``: the table's; the counting is the
     report's own (:func:`~.stats.agreement_summary`, :func:`~.verdict.verdict_summary`)."""
     from .stats import agreement_summary
 
-    s = agreement_summary([{**r, "seeds_completed": int(r.get("seeds_completed") or 0)} for r in rows])
+    s = agreement_summary(rows)
     out: dict[str, Any] = {}
     for metric in ("ppl", "bleu"):
         key = f"dev_{metric}"
@@ -118,7 +95,7 @@ def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
             out[f"{key}/rows_{verdict}_noise" if verdict != "unknown" else f"{key}/rows_noise_unknown"] = count
     out["both/agree_rows"], out["both/compared_rows"] = s["both"]
     from .verdict import verdict_summary
-    v = verdict_summary(rows)  # the budget verdicts (table3.csv's ppl_verdict), when the CSV has them
+    v = verdict_summary(rows)  # the budget verdicts (the rows' ppl_verdict)
     out["dev_ppl/agree_rows_findings"], out["dev_ppl/compared_rows_findings"] = v["ppl_findings"]
     for verdict, count in v["verdicts"].items():
         out[f"dev_ppl/verdict_{verdict.replace(' ', '_')}"] = count
@@ -167,10 +144,6 @@ def wandb_target(sweep, wandb_path: str | None = None) -> dict:
     return target
 
 
-def table_data(rows: list[dict], columns: tuple) -> list[list]:
-    return [[r.get(c) for c in columns] for r in rows]
-
-
 def run_folders(wandb_dir: Path, run_id: str, offline_only: bool = False) -> list[Path]:
     """wandb's folders of run ``run_id`` in ``wandb_dir``: ``offline-run-<time>-<id>`` (and, unless
     ``offline_only``, ``run-<time>-<id>``; wandb adds ``-<n>`` to a second run started in the same second),
@@ -187,20 +160,19 @@ def superseded_folders(wandb_dir: Path, run_id: str, keep: Path | None) -> list[
             if keep is None or p.resolve() != keep.resolve()]
 
 
-def log_wandb_report(sweep, out: Path, results_dir: Path, summary: dict, target: dict,
+def log_wandb_report(sweep, out: Path, results_dir: Path, table: dict, target: dict,
                      pipeline_check: bool = False) -> dict | None:
-    """The report folder ``out`` as the sweep's W&B report run (see the module docstring); None when W&B is
-    disabled. Raises whatever wandb raises (:func:`publish` turns it into a warning). Call it holding
+    """The report folder ``out`` and its ``table`` (:func:`~.export.rebuilt_table`) as the sweep's W&B report run
+    (see the module docstring); None when W&B is disabled. Raises whatever wandb raises (:func:`publish` turns it into a warning). Call it holding
     :func:`publish_lock` (:func:`publish` does): it removes the run's older offline folders."""
     if target["mode"] == "disabled":
         return None
-    rows = read_csv_rows(out / "table3.csv")
     root = Path(results_dir) / WANDB_DIR
     root.mkdir(parents=True, exist_ok=True)
     run_id = report_run_id(sweep.name, pipeline_check=pipeline_check)
     before = set(run_folders(root / "wandb", run_id))
     try:
-        return _log_run(sweep, out, rows, summary, target, root, run_id, pipeline_check)
+        return _log_run(sweep, out, table, target, root, run_id, pipeline_check)
     except BaseException:
         # a failed start leaves an empty online run folder (as in tracking.py), a failed write an incomplete
         # offline one: `wandb sync` would upload them as attempts of this run; the earlier, complete run stays
@@ -209,7 +181,7 @@ def log_wandb_report(sweep, out: Path, results_dir: Path, summary: dict, target:
         raise
 
 
-def _log_run(sweep, out: Path, rows: list[dict], summary: dict, target: dict, root: Path, run_id: str,
+def _log_run(sweep, out: Path, table: dict, target: dict, root: Path, run_id: str,
              pipeline_check: bool = False) -> dict:
     import wandb
 
@@ -229,7 +201,7 @@ def _log_run(sweep, out: Path, rows: list[dict], summary: dict, target: dict, ro
     folder = Path(run.dir).parent
     try:
         with _staging_in(folder):
-            _log_report(run, out, rows, summary, sweep.name + (f"-{PIPELINE_CHECK}" if pipeline_check else ""))
+            _log_report(run, out, table, sweep.name + (f"-{PIPELINE_CHECK}" if pipeline_check else ""))
     except BaseException:
         run.finish(exit_code=1)
         wandb.teardown()
@@ -254,11 +226,11 @@ def _staging_in(folder: Path):
         yield
 
 
-def _log_report(run, out: Path, rows: list[dict], summary: dict, sweep_name: str) -> None:
+def _log_report(run, out: Path, table: dict, sweep_name: str) -> None:
     import wandb
 
-    logged = {"table3/dev_ppl": wandb.Table(columns=list(PPL_COLUMNS), data=table_data(rows, PPL_COLUMNS)),
-              "table3/dev_bleu": wandb.Table(columns=list(BLEU_COLUMNS), data=table_data(rows, BLEU_COLUMNS))}
+    summary = headline_numbers(table["rows"], table["run_info"])
+    logged = {name: wandb.Table(columns=cols, data=data) for name, (cols, data) in wandb_tables(table).items()}
     for png in sorted(out.glob("*.png")):
         logged[f"figures/{png.stem}"] = wandb.Image(str(png), caption=png.name)
     run.log(logged)
@@ -272,12 +244,12 @@ def _log_report(run, out: Path, rows: list[dict], summary: dict, sweep_name: str
 # ---------------------------------------------------------------------------------------------------------
 # optuna-dashboard
 # ---------------------------------------------------------------------------------------------------------
-def note_text(md: str, where: str | None = None) -> str:
-    """The study note: table3.md's headline and its dev-perplexity section, between the markers of this
-    report's block."""
-    head = md.split("\n## ", 1)[0].rstrip()
-    ppl = md.split("\n## Dev perplexity\n", 1)
-    section = ("## Dev perplexity\n" + ppl[1].split("\n## ", 1)[0]).rstrip() if len(ppl) == 2 else ""
+def note_text(table: dict, where: str | None = None) -> str:
+    """The study note: the table's headline and dev-perplexity section as table3.md has them (the section's
+    columns: :data:`~.columns.NOTE`), between the markers of this report's block."""
+    from .render import headline_markdown, ppl_markdown
+
+    head, section = headline_markdown(table).rstrip(), ppl_markdown(table, NOTE).rstrip()
     tail = [f"_Written by `ltfm report`; the whole report: {md_code(where)}._"] if where else []
     return "\n\n".join([NOTE_BEGIN, head, section, *tail, NOTE_END]) + "\n"
 
@@ -403,13 +375,12 @@ def _current_note(study) -> str:
     return get_note(study)
 
 
-def write_dashboard(data, out: Path) -> dict:
-    """The study's note and custom plots (see the module docstring)."""
+def write_dashboard(data, table: dict, out: Path) -> dict:
+    """The study's note (of ``table``) and custom plots (see the module docstring)."""
     from optuna_dashboard import save_note
 
     study = data.study
-    save_note(study, merge_note(_current_note(study), note_text((out / "table3.md").read_text(encoding="utf-8"),
-                                                             str(out / "table3.html"))))
+    save_note(study, merge_note(_current_note(study), note_text(table, str(out / "table3.html"))))
     ids = [save_plot(study, plotly_dev_ppl_by_family(data), GRAPH_IDS["family"]),
            save_plot(study, plotly_learning_curves(data), GRAPH_IDS["curves"])]
     return {"study": study.study_name, "plots": ids}
@@ -418,11 +389,13 @@ def write_dashboard(data, out: Path) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 # After ltfm report
 # ---------------------------------------------------------------------------------------------------------
-def publish(sweep, parameters: dict, out: Path) -> list[str]:
-    """After the report folder ``out`` is written: the W&B report run and the optuna-dashboard note and plots.
-    Returns the lines to print; every failure here is a one-line warning, never the report's failure."""
+def publish(sweep, parameters: dict, out: Path, table: dict | None = None) -> list[str]:
+    """After the report folder ``out`` is written: the W&B report run and the optuna-dashboard note and plots of
+    ``table`` (default: rebuilt from the folder's export). Returns the lines to print; every failure here is a
+    one-line warning, never the report's failure."""
     from ..training.redact import scrub
-    from .records import default_results_dir, load_report_data
+    from .records import default_results_dir
+    from .sources import load_report_data
 
     lines: list[str] = []
     urls = [parameters.get("storage") or ""]  # its password masked in a warning, however the message quotes it
@@ -440,18 +413,23 @@ def publish(sweep, parameters: dict, out: Path) -> list[str]:
         _warn(f"report not sent to W&B or optuna-dashboard: cannot write {results / WANDB_DIR} ({e.strerror})")
         return lines
     with waiting_lock(publish_lock(results), f"sweep {sweep.name}'s W&B report run ({results / WANDB_DIR})"):
-        return _publish(sweep, parameters, out, data, results, lines, urls)
+        return _publish(sweep, parameters, out, data, results, lines, urls, table)
 
 
-def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: list[str], urls: list[str]) -> list[str]:
+def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: list[str], urls: list[str],
+             table: dict | None) -> list[str]:
     from ..training.redact import scrub
-    from .render import is_pipeline_check
-    from .table import sweep_run_info
+    from .export import rebuilt_table
 
     try:
+        table = table if table is not None else rebuilt_table(sweep, out)
+    except Exception as e:  # noqa: BLE001 - the report is written; only its copies here are lost
+        _warn(f"report not sent to W&B or optuna-dashboard: cannot read its export back ({e.__class__.__name__}: "
+              f"{first_line(scrub(str(e), urls))})")
+        return lines
+    try:
         target = wandb_target(sweep, parameters.get("wandb_path"))
-        summary = headline_numbers(read_csv_rows(out / "table3.csv"), sweep_run_info(data))
-        info = log_wandb_report(sweep, out, results, summary, target, is_pipeline_check(data.records))
+        info = log_wandb_report(sweep, out, results, table, target, table["pipeline_check"])
         if info is not None:
             where = (f"offline in {info['folder']} (upload: wandb sync {info['folder']})"
                      if info["mode"] == "offline" else f"project {info['project']}")
@@ -466,7 +444,7 @@ def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: lis
             pass
     if data.study is not None and not parameters.get("wandb_path") and dashboard_available():
         try:
-            d = write_dashboard(data, out)
+            d = write_dashboard(data, table, out)
             lines.append(f"  optuna-dashboard: note and {len(d['plots'])} plots on study {d['study']}")
         except Exception as e:  # noqa: BLE001 - nor the dashboard
             _warn(f"report not written to optuna-dashboard ({e.__class__.__name__}: {first_line(scrub(str(e), urls))})")

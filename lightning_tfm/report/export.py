@@ -3,7 +3,7 @@
 ``ltfm report`` writes ``<out>/export/<sweep name>.json`` (:func:`write_export`) beside the report; committed
 with it, it rebuilds the same tables without the results folder, the Optuna storage or W&B:
 ``ltfm report SWEEP.yaml --from-export DIR`` (:func:`read_export`, through
-:func:`lightning_tfm.report.records.load_report_data`).
+:func:`lightning_tfm.report.sources.load_report_data`).
 
 The file holds:
 
@@ -111,6 +111,19 @@ def read_export(sweep, path: str | Path, option: str = "--from-export") -> Repor
         notes += [n for n in [budget_note(records)] if n]
     return ReportData(sweep, records, f"export {f.name} (of {tree.get('source')})", dict(tree.get("planned") or {}),
                       None, notes, bootstrap=bootstrap, run_info=tree.get("run_info"))
+
+
+def rebuilt_table(sweep, report_dir: str | Path) -> dict:
+    """The table of the report folder ``report_dir`` rebuilt from the export it holds (``export/<sweep>.json``):
+    the rows the notebook wrote ``table3.md`` and ``table3.csv`` from, for what ``ltfm report`` does after it (the
+    terminal's headline, W&B, optuna-dashboard)."""
+    from .render import is_pipeline_check
+    from .table import build_table
+
+    data = read_export(sweep, Path(report_dir) / "export")
+    table = build_table(data)
+    table["pipeline_check"] = is_pipeline_check(data.records)
+    return table
 
 
 # ------------------------------------------------------------------------------------------------ the checks

@@ -72,7 +72,7 @@ EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "ppl_
                        "norm_curves.png", "export"),
             "search": ("search.md", "search.csv", "optimization_history.png", "param_importances.png",
                        "intermediate_values.png"),
-            "compare": ("compare.md", "compare.csv", "compare_deltas.png", "a_ppl_vs_flops.png",
+            "compare": ("compare.md", "compare.csv", "compare.json", "compare_deltas.png", "a_ppl_vs_flops.png",
                         "b_ppl_vs_flops.png")}
 
 
@@ -340,47 +340,6 @@ def _check_sources(args) -> None:
         raise UserError("--against-export reads side B from an export: drop --against-results/--against-storage")
 
 
-def report_cli(args) -> int:
-    """``ltfm report SWEEP.yaml [--storage URL] [--results DIR] [--out DIR] [--from-wandb ENTITY/PROJECT]
-    [--from-export DIR] [--against SWEEP_B.yaml [--against-results DIR] [--against-storage URL]
-    [--against-export DIR]]``"""
-    from ..sweep import load_sweep
-
-    sweep = load_sweep(args.sweep_file)
-    _check_sources(args)
-    if args.against:
-        return compare_cli(args, sweep)
-    name = NOTEBOOKS[sweep.mode]
-    if args.from_export and name != "table3":
-        raise UserError("--from-export rebuilds a Table 3 report (a sweep with variants), not a search report")
-    out = Path(args.out or Path("reports") / "build" / sweep.name).absolute()
-    _check_out(out)
-    parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
-    notebook = notebook_path(name)
-    print(f"report of sweep {sweep.name}: executing {notebook.name}", flush=True)
-
-    def published() -> int:  # the report folder is in place (its lock held): say so, then W&B and optuna-dashboard
-        md = out / f"{name}.md"
-        if name == "table3":
-            print(_agreement_from_md(md.read_text()), end="")
-        pngs = sorted(p.name for p in out.glob("*.png"))
-        print(f"report: {md}\n  html: {out / (name + '.html')}\n  notebook: {out / (name + '.ipynb')}\n"
-              f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}", flush=True)
-        if name == "table3":
-            print(f"  export: {out / 'export' / (sweep.name + '.json')}")
-        if name == "table3" and args.from_export:
-            print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
-        elif name == "table3":  # the same report in W&B and optuna-dashboard; a failure there is a warning
-            from .dashboards import publish
-            for line in publish(sweep, parameters, out):
-                print(line, flush=True)
-        return 0
-
-    with stopped_by_signals(out) as stopped:
-        return execute(notebook, parameters, out, name, then=published)
-    return stopped["code"]
-
-
 def compare_cli(args, sweep) -> int:
     """``ltfm report A.yaml --against B.yaml``: the comparison notebook (``compare.ipynb``), side A read as
     ``ltfm report A.yaml`` reads it, side B from ``--against-results``/``--against-storage`` or
@@ -400,7 +359,8 @@ def compare_cli(args, sweep) -> int:
     print(f"comparison of sweep {sweep.name} with {other.name}: executing {notebook.name}", flush=True)
 
     def published() -> int:
-        print(_agreement_from_md((out / "compare.md").read_text()), end="")
+        from .compare import read_headline
+        print("".join(f"{line}\n" for line in read_headline(out)), end="")
         pngs = sorted(p.name for p in out.glob("*.png"))
         print(f"report: {out / 'compare.md'}\n  html: {out / 'compare.html'}\n  notebook: {out / 'compare.ipynb'}\n"
               f"  csv: {out / 'compare.csv'}\n  figures: {', '.join(pngs)}", flush=True)
@@ -409,9 +369,3 @@ def compare_cli(args, sweep) -> int:
     with stopped_by_signals(out) as stopped:
         return execute(notebook, parameters, out, "compare", then=published)
     return stopped["code"]
-
-
-def _agreement_from_md(text: str) -> str:
-    """The headline of table3.md (its list before the first table section), for the terminal."""
-    head = text.split("\n## ", 1)[0]
-    return "".join(ln[2:] + "\n" for ln in head.splitlines() if ln.startswith("- "))

@@ -1,4 +1,5 @@
-"""Reading a sweep's runs into :class:`RunRecord` lists, whatever the source (:func:`load_report_data`).
+"""A sweep's runs as :class:`RunRecord` lists, whatever the source, and the readers' parts (a W&B run, the planned
+configs, the local source's folders); :func:`lightning_tfm.report.sources.load_report_data` puts them together:
 
 - local (default): the sweep's Optuna storage (``--storage``, else ``<results_dir>/<sweep name>.db`` when it
   exists) says which trials exist and their state; each trial's run folder (``summary.json``, the metric
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS, storage_in_results
+from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from ..training.errors import UserError
 from .text import first_line
 
@@ -130,38 +131,6 @@ def mark_diverged(rec: RunRecord, raw: dict) -> RunRecord:
 def _flatten(cfg: dict) -> dict:
     from ..training.config import flatten
     return flatten({k: v for k, v in (cfg or {}).items() if isinstance(v, dict)})
-
-
-def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> RunRecord:
-    """A run folder's ``summary.json`` (+ its metric history and dev hypotheses when ``run_dir`` is given)."""
-    from ..training.results import read_metrics
-    from .compute import corpus_lengths
-
-    cfg = summary.get("config") or {}
-    run_cfg = cfg.get("run") or {}
-    flat = _flatten(cfg)
-    rec = RunRecord(variant=str(run_cfg.get("variant") or summary.get("run_id") or Path(run_dir or "?").name),
-                    family=run_cfg.get("family"), seed=_int(run_cfg.get("seed")),
-                    status=str(summary.get("status") or "unknown"), config=flat,
-                    params=_int(summary.get("params")), dev_loss=_num(summary.get("dev_loss")),
-                    dev_ppl=_num(summary.get("dev_ppl")), dev_bleu=_num(summary.get("dev_bleu")),
-                    steps=_int(summary.get("steps")), run=str(run_dir) if run_dir else summary.get("run_id"),
-                    note=summary.get("error"), bleu_signature=summary.get("bleu_signature"),
-                    wall_time_s=_num(summary.get("wall_time_s")), started_at=summary.get("started_at"),
-                    finished_at=summary.get("finished_at"), host=summary.get("host"),
-                    precision=summary.get("precision"),
-                    train_tokens=_num(summary.get("train_tokens")), vocab_size=_int(summary.get("vocab_size")),
-                    effective_batch_tokens=_int(summary.get("effective_batch_tokens")))
-    rec.src_len, rec.tgt_len = corpus_lengths(summary.get("data_cache"))
-    mark_diverged(rec, summary)
-    if run_dir is not None:  # a curve keeps its finite values (a diverged validation's inf is no point of it)
-        rec.history = [{k: v for k, v in row.items() if k == "step" or (k in HISTORY_KEYS and _num(v) is not None)}
-                       for row in read_metrics(run_dir)]
-        tgt = (cfg.get("data") or {}).get("tgt_lang")
-        hyps = Path(run_dir) / "hyps" / f"dev.{tgt}.txt"
-        if tgt and hyps.is_file():
-            rec.hyps = str(hyps)
-    return rec
 
 
 def wandb_record(config: dict, summary: dict, *, name: str | None = None, job_type: str | None = None,
@@ -289,28 +258,6 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None,
     return results, (url if has_db else None)
 
 
-def load_report_data(sweep_file: str | Path, results_dir: str | Path | None = None, storage: str | None = None,
-                     wandb_path: str | None = None, export_dir: str | Path | None = None) -> ReportData:
-    """Everything the notebooks show, from the local results (+ Optuna storage), from W&B, or from an export
-    a report wrote (``export_dir``: :func:`lightning_tfm.report.export.read_export`)."""
-    from ..sweep import load_sweep, quiet_optuna
-
-    quiet_optuna()
-    sweep = load_sweep(sweep_file)
-    if export_dir:
-        from .export import read_export
-        return read_export(sweep, export_dir)
-    if wandb_path:
-        from .budget import budget_note, of_other_studies
-        check_wandb_access(wandb_path)
-        records = latest_per_key(fetch_wandb_records(wandb_path, sweep.name))
-        of_other_studies(sweep, records)
-        return ReportData(sweep, records, f"W&B {wandb_path}, group {sweep.name}", planned_configs(sweep, records),
-                          notes=[n for n in [budget_note(records)] if n])
-    results, url = resolve_local(sweep, results_dir, storage)
-    return collect_local(sweep, results, url)
-
-
 def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, dict]:
     """variant -> the flat config of its trial, for rows without a run: the sweep's own trial config
     (:func:`lightning_tfm.sweep.trial_config`), and when a base run completed, the variant's trial overrides on
@@ -336,126 +283,6 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
             flat = {**flat, **trial_overrides(sweep, dataclasses.replace(entry, budget=relative), base.config, steps)}
         out[name] = flat
     return out
-
-
-_TRIAL_STATUS = {"COMPLETE": DONE, "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running",
-                 "WAITING": "waiting"}
-
-
-def record_from_trial(trial, results_dir: Path, study: str | None = None) -> RunRecord:
-    """An Optuna trial of ``ltfm sweep``: state from the trial, numbers from its run folder (or, when the
-    folder is elsewhere, from the results the worker recorded in the trial's user attributes). A folder trained
-    on after the trial (another sweep ``study`` shares it) is read at the trial's budget (:mod:`.budget`)."""
-    from .budget import read_at_budget
-
-    a = trial.user_attrs
-    status = _TRIAL_STATUS.get(trial.state.name, trial.state.name.lower())
-    note = a.get("reason") or a.get("error")
-    if a.get("skip") == "unbuildable":
-        status = "skipped"
-    run_dir = None
-    for candidate in (a.get("run_dir"), results_dir / a["run_id"] if a.get("run_id") else None):
-        if candidate and (Path(candidate) / "summary.json").is_file():
-            run_dir = Path(candidate)
-            break
-    summary = None
-    if run_dir is not None:
-        from ..training.results import read_summary
-        summary = read_summary(run_dir)
-    if summary is not None:
-        rec = record_from_summary(summary, run_dir)
-        read_at_budget(rec, _int(a.get("max_steps")), study or str(a.get("study") or ""), summary.get("attempts"))
-    else:
-        rec = RunRecord(variant=str(a.get("variant")), params=_int(a.get("params") or a.get("planned_params")),
-                        dev_loss=_num(a.get("dev_loss")), dev_ppl=_num(a.get("dev_ppl")),
-                        dev_bleu=_num(a.get("dev_bleu")), steps=_int(a.get("steps")), run=a.get("run_dir"),
-                        wall_time_s=_num(a.get("wall_time_s")), train_tokens=_num(a.get("train_tokens")))
-    rec.host = rec.host or a.get("host")
-    rec.variant = str(a.get("variant") or rec.variant)
-    rec.family = a.get("family") or rec.family
-    rec.seed = _int(a.get("seed")) if a.get("seed") is not None else rec.seed
-    if a.get("max_steps") is not None:
-        rec.config.setdefault("train.max_steps", a["max_steps"])
-    for key, value in (trial.params or {}).items():  # a search trial's sampled values
-        rec.config.setdefault(key, value)
-    if status == DONE and rec.status not in (DONE, "unknown"):
-        status = rec.status  # the trial says complete but its folder says otherwise: show the folder's word
-    rec.status, rec.trial = status, trial.number
-    rec.note = note or (rec.note if status != DONE else None)
-    return mark_diverged(rec, a) if summary is None else rec
-
-
-def of_this_file(sweep, trials: list) -> tuple[list, list]:
-    """(the trials whose row this sweep file defines as they were trained, the trials of rows trained under
-    another definition). A trial's ``grid_key`` ends with the hash of its row's overrides and budget; a study
-    name shared by two sweep files (or a file edited since) must not lend one file's row to the other's table.
-    Rows the file does not list pass (the table shows them as rows the file no longer lists)."""
-    if sweep.mode != "variants":
-        return trials, []
-    defined = {e.name: e.definition_hash() for e in sweep.entries()}
-    kept, others = [], []
-    for t in trials:
-        variant, key = t.user_attrs.get("variant"), t.user_attrs.get("grid_key") or ""
-        if variant in defined and key and key.rsplit("/", 1)[-1] != defined[variant]:
-            others.append(t)
-        else:
-            kept.append(t)
-    return kept, others
-
-
-def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportData:
-    from ..training.results import read_summary
-    from ..sweep import open_storage, open_study
-
-    records: list[RunRecord] = []
-    study = None
-    notes = []
-    other_dirs: set[str] = set()
-    if storage_url:
-        study = open_study(sweep, open_storage(storage_url, create=False), create=False)
-        trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("skip") != "duplicate"
-                  and t.user_attrs.get("variant")]
-        trials, others = of_this_file(sweep, trials)
-        other_dirs = {str(Path(t.user_attrs["run_dir"]).resolve()) for t in others if t.user_attrs.get("run_dir")}
-        if others:
-            rows = sorted({t.user_attrs["variant"] for t in others})
-            notes.append(f"{len(others)} trial(s) in the storage define rows {', '.join(rows)} otherwise "
-                         f"than {sweep.path.name} does (another sweep file named {sweep.name}, or this file before an "
-                         "edit): left out")
-        trials.sort(key=lambda t: t.number)
-        by_key: dict[tuple, Any] = {}
-        for t in trials:  # the latest trial of each (variant, seed) stands for it
-            by_key[(t.user_attrs["variant"], _int(t.user_attrs.get("seed")))] = t
-        records = [record_from_trial(t, results_dir, sweep.name)
-                   for t in sorted(by_key.values(), key=lambda t: t.number)]
-    known = {(r.variant, r.seed) for r in records}
-    known_dirs = {str(Path(r.run).resolve()) for r in records if r.run and Path(r.run).is_dir()}
-    known_dirs |= other_dirs if study is not None else set()  # another definition's runs are not this file's
-    extra = []
-    if results_dir.is_dir():
-        for d in sorted(results_dir.iterdir()):
-            summary = read_summary(d) if d.is_dir() else None
-            if not isinstance(summary, dict) or str(d.resolve()) in known_dirs:
-                continue
-            run_cfg = (summary.get("config") or {}).get("run") or {}
-            if run_cfg.get("study") != sweep.name:
-                continue
-            extra.append((str(summary.get("started_at") or ""), d.name, record_from_summary(summary, d)))
-    extra.sort(key=lambda x: (x[0], x[1]))
-    chosen: dict[tuple, RunRecord] = {}
-    for _, _, rec in extra:  # without a trial: the latest run of each (variant, seed)
-        if (rec.variant, rec.seed) not in known:
-            chosen[(rec.variant, rec.seed)] = rec
-    if chosen and study is not None:
-        notes.append(f"{len(chosen)} run folder(s) of study {sweep.name} have no trial in the storage; shown from "
-                     "their summary.json")
-    records += list(chosen.values())
-    from .budget import budget_note
-    notes += [n for n in [budget_note(records)] if n]
-    source = f"results folder {Path(results_dir).name}/" + (
-        f", Optuna storage {storage_in_results(storage_url, results_dir)}" if storage_url else
-        " (no Optuna storage found: run folders only)")
-    return ReportData(sweep, records, source, planned_configs(sweep, records), study, notes)
 
 
 def latest_per_key(records: list[RunRecord]) -> list[RunRecord]:

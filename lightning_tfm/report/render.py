@@ -19,104 +19,19 @@ from pathlib import Path
 
 from ..training.atomic import write_text
 from .compute import COMPUTE_RULE
+from .columns import BLEU, CONFIG, CSV, PPL, columns, shown
 from .stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
-from .table import CSV_KNOBS, KNOBS
-from .text import fmt, fmt_knob, md_cell, md_code, md_text
+from .text import fmt, md_cell, md_code, md_text
 from .verdict import FINDING, MOVING, UNKNOWN, WITHIN, base_trend, verdict_rule
 
 
-def _params_m(n: int | None) -> str:
-    if n is None:
-        return ""
-    m = n / 1e6
-    return f"{m:.2f}" if m < 10 else f"{m:.1f}"
-
-
-def _mstd(mean, sd, digits) -> str:
-    if mean is None:
-        return ""
-    return fmt(mean, digits) + (f" ± {sd:.{digits}f}" if sd is not None else "")
-
-
-def _yes(x: bool | None) -> str:
-    return "" if x is None else ("yes" if x else "no")
-
-
-def _delta(delta: float | None, rel: float | None, digits: int) -> str:
-    """A change with its relative size: ``+1.10 (+22%)``."""
-    if delta is None:
-        return ""
-    return fmt(delta, digits, sign=True) + (f" ({100 * rel:+.0f}%)" if rel is not None else "")
-
-
-def _noise_cell(row: dict, metric: str, base_std: float | None) -> str:
-    if row["variant"] == "base":
-        return f"noise: {NOISE_K:g}σ = {NOISE_K * base_std:.2f}" if base_std is not None else "noise unknown (1 seed)"
-    return {"beyond": "yes", "within": "no", "unknown": "unknown"}.get(row[f"{metric}_noise"], "")
-
-
-def _test_cell(row: dict) -> str:
-    if row["bleu_p_value"] is None:
-        return ""
-    n, of = row["bleu_differing"], row["bleu_sentences"]
-    if n == 0:
-        return f"identical outputs ({of} sentences)"
-    if not row["bleu_tested"]:
-        why = "equal BLEU" if row["delta_bleu"] is not None and round(row["delta_bleu"], 2) == 0 else \
-            f"both BLEU < {BLEU_FLOOR:g}"
-        return f"not tested: {why} ({n}/{of} sentences differ)"
-    p = row["bleu_p_value"]
-    return f"p = {p:.3f}, {n}/{of} sentences differ" if p >= 0.001 else f"p < 0.001, {n}/{of} sentences differ"
-
-
-PPL_COLUMNS = ("row", "dev PPL ours", "dev PPL paper", "ΔPPL ours", "ΔPPL ours at base FLOPs", "ΔPPL paper",
-               "PPL agrees", "PPL beyond noise", "budget verdict")
-
-
-BLEU_COLUMNS = ("row", "dev BLEU ours", "dev BLEU paper", "ΔBLEU ours", "ΔBLEU paper", "BLEU agrees",
-                "BLEU beyond noise", "paired bootstrap")
-
-
-CONFIG_COLUMNS = ("row", *[h for h, _ in KNOBS], "params ours (M)", "params paper (M)", "status")
-
-
-def _flops_cell(row: dict, table: dict) -> str:
-    """The change at the base's training compute, or why there is none; the base: its compute."""
-    if row["variant"] == "base":
-        flops = (table.get("compute") or {}).get("base_flops")
-        return f"budget {flops:.3g} FLOPs" if flops else ""
-    if row.get("delta_ppl_equal_flops") is not None:
-        return _delta(row["delta_ppl_equal_flops"], row["delta_ppl_equal_flops_rel"], 2)
-    return row.get("equal_flops_note") or ""
-
-
-def ppl_cells(row: dict, table: dict) -> list[str]:
-    return [md_text(row["variant"]), _mstd(row["dev_ppl"], row["dev_ppl_std"], 2), fmt(row["paper_dev_ppl"], 2),
-            _delta(row["delta_ppl"], row["delta_ppl_rel"], 2), _flops_cell(row, table),
-            _delta(row["paper_delta_ppl"], row["paper_delta_ppl_rel"], 2), _yes(row["ppl_agrees"]),
-            _noise_cell(row, "ppl", table["base_std"]["ppl"]),
-            row["ppl_verdict"] + (f" ({row['ppl_verdict_why']})" if row["ppl_verdict"] in (MOVING, UNKNOWN) else "")
-            if row.get("ppl_verdict") else ""]
-
-
-def bleu_cells(row: dict, table: dict) -> list[str]:
-    sig = "*" if row["bleu_significant"] else ""
-    return [md_text(row["variant"]), _mstd(row["dev_bleu"], row["dev_bleu_std"], 2), fmt(row["paper_dev_bleu"], 1),
-            _delta(row["delta_bleu"], row["delta_bleu_rel"], 2) + sig,
-            _delta(row["paper_delta_bleu"], row["paper_delta_bleu_rel"], 1), _yes(row["bleu_agrees"]),
-            _noise_cell(row, "bleu", table["base_std"]["bleu"]), _test_cell(row)]
-
-
-def config_cells(row: dict, table: dict) -> list[str]:  # noqa: ARG001 - same signature as the others
-    return [md_text(row["variant"]), *[md_text(fmt_knob(row[key])) for _, key in KNOBS], _params_m(row["params"]),
-            ("" if row["paper_params_m"] is None else f"{row['paper_params_m']:g}"), md_text(row["status"])]
-
-
-def _md_table(table: dict, columns: tuple, cells, left: tuple = ()) -> list[str]:
-    lines = ["| " + " | ".join(columns) + " |",
-             "|" + "|".join("---" if i == 0 or c in left else "--:" for i, c in enumerate(columns)) + "|"]
+def _md_table(table: dict, view: str) -> list[str]:
+    """The markdown table of ``view`` (:mod:`.columns`): a header, the alignments, a line per row."""
+    cols = shown(view)
+    lines = ["| " + " | ".join(c.title for c in cols) + " |",
+             "|" + "|".join("---" if i == 0 or c.left else "--:" for i, c in enumerate(cols)) + "|"]
     for row in table["rows"]:
-        lines.append("| " + " | ".join(md_cell(c) for c in cells(row, table)) + " |")
+        lines.append("| " + " | ".join(md_cell(c.cell(row, table)) for c in cols) + " |")
     return lines
 
 
@@ -217,15 +132,15 @@ def headline_markdown(table: dict) -> str:
     return "\n".join(head + [f"- {ln}" for ln in headline_lines(table)]) + "\n"
 
 
-def ppl_markdown(table: dict) -> str:
+def ppl_markdown(table: dict, view: str = PPL) -> str:
+    """The dev-perplexity section; ``view``: :data:`~.columns.NOTE` gives the optuna-dashboard note's table."""
     lines = ["## Dev perplexity", "",
              "Ours " + ("(mean ± std over the completed seeds) " if _several_seeds(table) else "")
              + "beside the paper's; Δ = change against the same side's base row, with its size relative to that "
                "base, at equal steps and at the base's training FLOPs; \"agrees\" = our change has the paper's "
                "sign; \"beyond noise\": " + NOISE_RULE + "; \"budget verdict\": finding, still moving or within "
                "noise, from the learning curves (the rule is in the notes).", ""]
-    return "\n".join(lines + _md_table(table, PPL_COLUMNS, ppl_cells,
-                                       left=("PPL agrees", "PPL beyond noise", "budget verdict"))) + "\n"
+    return "\n".join(lines + _md_table(table, view)) + "\n"
 
 
 def bleu_markdown(table: dict) -> str:
@@ -237,8 +152,7 @@ def bleu_markdown(table: dict) -> str:
              + (", and beyond seed noise" if _several_seeds(table) else "") + "; identical outputs or equal BLEU "
              f"are never significant, nor are two outputs that both score below {BLEU_FLOOR:g} BLEU (no 4-gram to speak "
              "of: the score is set by smoothing).", ""]
-    return "\n".join(lines + _md_table(table, BLEU_COLUMNS, bleu_cells,
-                                       left=("BLEU agrees", "BLEU beyond noise", "paired bootstrap"))) + "\n"
+    return "\n".join(lines + _md_table(table, BLEU)) + "\n"
 
 
 def _several_seeds(table: dict) -> bool:
@@ -268,7 +182,7 @@ def curves_markdown(table: dict) -> str:
 def config_markdown(table: dict) -> str:
     lines = ["## Configuration", "", "Each row's Table 3 knobs (ours), its parameter count beside the paper's, and "
              "its status; missing, failed, skipped and pruned rows keep their row.", ""]
-    return "\n".join(lines + _md_table(table, CONFIG_COLUMNS, config_cells, left=("positional", "norm", "status"))) + "\n"
+    return "\n".join(lines + _md_table(table, CONFIG)) + "\n"
 
 
 def notes_markdown(table: dict) -> str:
@@ -303,29 +217,19 @@ def table_markdown(table: dict) -> str:
                                               config_markdown, notes_markdown))
 
 
-CSV_COLUMNS = ("variant", "family", "in_paper", *CSV_KNOBS.values(), "seeds_completed", "seeds_total",
-               "dev_ppl", "dev_ppl_std", "paper_dev_ppl", "delta_ppl", "delta_ppl_equal_flops", "paper_delta_ppl",
-               "delta_ppl_rel", "delta_ppl_equal_flops_rel", "paper_delta_ppl_rel", "ppl_agrees", "ppl_noise",
-               "ppl_verdict", "ppl_verdict_why", "flops_per_step", "train_flops", "dev_ppl_equal_flops",
-               "equal_flops_note",
-               "dev_bleu", "dev_bleu_std", "paper_dev_bleu", "delta_bleu", "paper_delta_bleu", "delta_bleu_rel",
-               "paper_delta_bleu_rel", "bleu_agrees", "bleu_noise", "bleu_tested", "bleu_p_value", "bleu_differing",
-               "bleu_sentences", "bleu_significant", "params", "paper_params_m", "status")
-
-
 def table_csv(table: dict) -> str:
+    cols = columns(CSV)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
+    w.writerow([c.key for c in cols])
     for row in table["rows"]:
-        out = []
-        for col in CSV_COLUMNS:
-            value = row[{v: k for k, v in CSV_KNOBS.items()}.get(col, col)]
-            if isinstance(value, float):
-                value = f"{value:.6g}"
-            out.append("" if value is None else value)
-        w.writerow(out)
+        w.writerow([c.csv_text(row) for c in cols])
     return buf.getvalue()
+
+
+def headline_text(table: dict) -> str:
+    """The headline for the terminal (``ltfm report`` prints it), a line per fact."""
+    return "".join(f"{ln}\n" for ln in headline_lines(table))
 
 
 def write_table(table: dict, out_dir: str | Path) -> tuple[Path, Path]:

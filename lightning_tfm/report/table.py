@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any
 
 from ..training import results
 from ..training.config import TABLE3_KNOBS
 from .paper import PAPER_ORDER, load_paper
+from .columns import Row
 from .records import DONE, ReportData, RunRecord, _nonfinite, mark_diverged
 from .compute import add_equal_compute
 from .stats import (agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict, paired_bootstrap,
@@ -82,8 +82,17 @@ def as_shown(r: RunRecord) -> RunRecord:
     return r
 
 
+def _change(mean, base_mean, base_sd, p: dict | None, pbase: dict, key: str, is_base: bool) -> tuple:
+    """One metric's (Δ ours, Δ paper, their sizes relative to their bases, agreement, noise verdict) of a row
+    (``base_mean``, ``base_sd``: our base row's, None without one)."""
+    d = mean - base_mean if not is_base and mean is not None and base_mean is not None else None
+    pd = p[key] - pbase[key] if p and not is_base else None
+    return (d, pd, relative(d, base_mean), relative(pd, pbase[key]), agrees(d, pd),
+            noise_verdict(d, base_sd) if d is not None else None)
+
+
 def build_table(data: ReportData, bootstrap: bool = True) -> dict:
-    """The Table 3 replica as ``{"rows": [...], "summary": {...}, "notes": [...], "run_info": {...}}`` (see the
+    """The Table 3 replica as ``{"rows": [Row, ...], "summary": {...}, "notes": [...], "run_info": {...}}`` (see the
     module docstring)."""
     paper = load_paper()
     pbase = paper["base"]
@@ -114,38 +123,26 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
         a = agg(v)
         cfg = {**data.planned.get(v, {}), **next((r.config for r in recs if r.config), {})}
         p = paper.get(v)
-        row: dict[str, Any] = {"variant": v, "family": next((r.family for r in recs if r.family), None)
-                               or ((sweep.variants or {}).get(v) or {}).get("family"),
-                               "in_paper": p is not None}
-        for _, key in KNOBS:
-            row[key] = cfg.get(key)
         vseeds = own_seeds.get(v, seeds)  # a row's own seeds (the base at three, for the noise), else the sweep's
-        row.update(seeds_completed=a["n_done"], seeds_total=max(len(vseeds), len(recs)),
-                   dev_ppl=a["ppl"], dev_ppl_std=a["ppl_sd"], dev_bleu=a["bleu"], dev_bleu_std=a["bleu_sd"],
-                   params=a["params"],
-                   paper_dev_ppl=p["dev_ppl"] if p else None, paper_dev_bleu=p["dev_bleu"] if p else None,
-                   paper_params_m=p["params_m"] if p else None)
+        row = Row(variant=v, family=next((r.family for r in recs if r.family), None)
+                  or ((sweep.variants or {}).get(v) or {}).get("family"), in_paper=p is not None,
+                  knobs={key: cfg.get(key) for _, key in KNOBS},
+                  seeds_completed=a["n_done"], seeds_total=max(len(vseeds), len(recs)),
+                  dev_ppl=a["ppl"], dev_ppl_std=a["ppl_sd"], dev_bleu=a["bleu"], dev_bleu_std=a["bleu_sd"],
+                  params=a["params"], paper_dev_ppl=p["dev_ppl"] if p else None,
+                  paper_dev_bleu=p["dev_bleu"] if p else None, paper_params_m=p["params_m"] if p else None)
         is_base = v == "base"
-        for metric, mean in (("ppl", a["ppl"]), ("bleu", a["bleu"])):
-            ours_base = base[metric] if base else None
-            paper_key = f"dev_{metric}"
-            delta = (mean - ours_base) if (not is_base and mean is not None and ours_base is not None) else None
-            pdelta = (p[paper_key] - pbase[paper_key]) if (p and not is_base) else None
-            row[f"delta_{metric}"] = delta
-            row[f"paper_delta_{metric}"] = pdelta
-            row[f"delta_{metric}_rel"] = relative(delta, ours_base)
-            row[f"paper_delta_{metric}_rel"] = relative(pdelta, pbase[paper_key])
-            row[f"{metric}_agrees"] = agrees(delta, pdelta)
-            row[f"{metric}_noise"] = (noise_verdict(delta, base[f"{metric}_sd"] if base else None)
-                                      if delta is not None else None)
+        (row.delta_ppl, row.paper_delta_ppl, row.delta_ppl_rel, row.paper_delta_ppl_rel, row.ppl_agrees,
+         row.ppl_noise) = _change(a["ppl"], base and base["ppl"], base and base["ppl_sd"], p, pbase, "dev_ppl", is_base)
+        (row.delta_bleu, row.paper_delta_bleu, row.delta_bleu_rel, row.paper_delta_bleu_rel, row.bleu_agrees,
+         row.bleu_noise) = _change(a["bleu"], base and base["bleu"], base and base["bleu_sd"], p, pbase, "dev_bleu",
+                                   is_base)
         t = tests.get(v)
-        row["bleu_p_value"] = t["p_value"] if t else None
-        row["bleu_tested"] = t["tested"] if t else None
-        row["bleu_differing"] = t["differing"] if t else None
-        row["bleu_sentences"] = t["sentences"] if t else None
-        row["bleu_test_seeds"] = t["seeds"] if t else None
-        row["bleu_significant"] = bleu_significant(t, row["delta_bleu"], row["bleu_noise"]) if t else None
-        row["status"] = _status(v, recs, vseeds)
+        if t:
+            row.bleu_p_value, row.bleu_tested, row.bleu_differing = t["p_value"], t["tested"], t["differing"]
+            row.bleu_sentences, row.bleu_test_seeds = t["sentences"], t["seeds"]
+            row.bleu_significant = bleu_significant(t, row.delta_bleu, row.bleu_noise)
+        row.status = _status(v, recs, vseeds)
         rows.append(row)
     curves = learning_curves(data, variants, by_variant)
     compute = add_equal_compute(rows, curves, by_variant)

@@ -5,7 +5,8 @@ A trial's config is the experiment < the sweep file's ``overrides`` < the comman
 bookkeeping (seed, variant, family, study). :func:`trial_overrides` says it as overrides and
 :func:`trial_config` as the typed :class:`~lightning_tfm.training.config.Config`. Overrides stay plain
 ``{"dotted.key": value}`` dicts (they are what Optuna's user attributes and the sweep file hold); the worker (:class:`Plan`), the dry run and the reports
-(:mod:`lightning_tfm.report.records`) all go through them.
+(:mod:`lightning_tfm.report.records`) all go through them. Every config is built from the experiment YAML the
+sweep read once (:meth:`~.spec.Sweep.experiment_tree`), and a trial's config is validated once, when built.
 """
 from __future__ import annotations
 
@@ -51,23 +52,30 @@ def trial_overrides(sweep: Sweep, entry: Entry, base: dict, base_steps: int | fl
     return ov
 
 
+def experiment_config(sweep: Sweep, overrides: dict, checked: bool = True, data: bool = True) -> config.Config:
+    """The sweep's experiment with ``overrides`` (``config.load_config`` on the YAML the sweep read once)."""
+    return config.load_config(sweep.experiment, overrides, checked=checked, data=data, tree=sweep.experiment_tree())
+
+
 def trial_config(sweep: Sweep, entry: Entry | None = None, cli_overrides: dict | None = None,
-                 checked: bool = True, results_dir: Path | None = None, data: bool = True) -> dict:
-    """The nested config of one trial (without ``entry``: the sweep's base): the experiment with
+                 checked: bool = True, results_dir: Path | None = None, data: bool = True) -> config.Config:
+    """The config of one trial (without ``entry``: the sweep's base): the experiment with
     :func:`trial_overrides`. ``cli_overrides`` come after the sweep file's; ``results_dir`` is the worker's.
     ``checked=False`` (not validated) is for the reports: they show rows that cannot be built and need no data.path;
-    ``data=False`` validates all but the data source (the dry run and the status table read no data)."""
+    ``data=False`` validates all but the data source (the dry run and the status table read no data). Only the
+    config returned is validated (with ``entry``, the base gives its train.max_steps alone)."""
     base = {**sweep.overrides, **(cli_overrides or {})}
-    cfg = config.load_config(sweep.experiment, base, checked=checked, data=data)
+    cfg = experiment_config(sweep, base, checked=checked and entry is None, data=data)
     if entry is None:
         return cfg
-    return config.load_config(sweep.experiment, trial_overrides(sweep, entry, base, cfg.train.max_steps, results_dir),
-                              checked=checked, data=data)
+    return experiment_config(sweep, trial_overrides(sweep, entry, base, cfg.train.max_steps, results_dir),
+                             checked=checked, data=data)
 
 
 class Plan:
     """A worker's resolved sweep: the base overrides (the sweep file's, then the command line's) and, per row,
-    the overrides its ``ltfm train`` gets and the config they give (:func:`trial_config`). ``data=False``: a plan
+    the overrides its ``ltfm train`` gets and the config they give (:func:`trial_config`'s, built once from the
+    experiment the sweep read once, and validated once). ``data=False``: a plan
     that trains nothing (the dry run, the status table) needs no data source; without one (:attr:`has_data`),
     its run ids are not those of the trained rows (data.path is part of them)."""
 
@@ -80,12 +88,25 @@ class Plan:
         self.base_cfg = trial_config(sweep, cli_overrides=self.cli, data=data)  # the user's base must be valid: exit 2
         self.has_data = config.has_data(self.base_cfg)
         self.results_dir = Path(self.base_cfg.run.results_dir).absolute()
+        if sweep.mode == "variants":
+            self._check_architectures()
+
+    def _check_architectures(self) -> None:
+        """A variant giving a knob its architecture does not have (``model.heads`` on ``model.arch: rnn``) is a
+        mistake in the sweep file, not a combination that cannot be built: one line, exit 2, before any trial."""
+        from ..model import registry
+
+        for entry in {e.name: e for e in self.sweep.entries()}.values():
+            cfg = experiment_config(self.sweep, self.trial_overrides(entry), checked=False, data=False)
+            why = registry.check(cfg.model)
+            if why is not None:
+                raise UserError(f"{self.sweep.path}: variant {entry.name}: {why}")
 
     def trial_overrides(self, entry: Entry) -> dict:
         return trial_overrides(self.sweep, entry, self.base, self.base_cfg.train.max_steps, self.results_dir)
 
-    def config(self, entry: Entry) -> dict:
-        return trial_config(self.sweep, entry, self.cli, results_dir=self.results_dir, data=self.data)
+    def config(self, entry: Entry) -> config.Config:
+        return experiment_config(self.sweep, self.trial_overrides(entry), data=self.data)
 
     def max_steps(self, entry: Entry) -> int:
         ov = self.trial_overrides(entry)
@@ -101,16 +122,17 @@ class Plan:
 
 
 def build_model_params(cfg: config.Config) -> int:
-    """Build the trial's model (on the meta device: no memory, no time) and count its parameters.
+    """Build the trial's model (on the meta device: no memory, no time; the constructor's own checks) and count
+    its parameters (the architecture's own count, model/registry.py).
 
     The vocabulary is ``data.vocab_size``; a trained BPE vocabulary may come out slightly smaller.
     """
     import torch  # here, not at the top: `ltfm sweep --status` and the reports never build a model
 
-    from ..model import Transformer
+    from ..model import registry
     with torch.device("meta"):
-        model = Transformer.from_config(cfg.model, cfg.data.vocab_size)
-    return model.num_parameters()
+        registry.build_model(cfg.model, cfg.data.vocab_size)
+    return registry.count_parameters(cfg.model, cfg.data.vocab_size)
 
 
 def check_buildable(plan: Plan, entry: Entry) -> tuple[dict | None, int | None, str | None]:

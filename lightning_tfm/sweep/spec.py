@@ -1,4 +1,9 @@
-"""The sweep file: its checks (:func:`load_sweep`), its rows (:class:`Entry`) and its search space.
+"""The sweep file: its loading and one validation (:func:`load_sweep`), its rows (:class:`Entry`) and its
+search space.
+
+The schema it is checked against is :mod:`.schema` (a dataclass per section, help beside each field:
+``ltfm sweep --keys``); the loaded :class:`Sweep` keeps each section as the plain dict that Optuna's attributes
+and the reports hold, and reads its base experiment once for every trial's config (:meth:`Sweep.experiment_tree`).
 
 Everything here reads the file alone: no storage, no training. The sampler and pruner specs are turned into
 Optuna objects here too (:func:`build_sampler`, :func:`build_pruner`), because checking a file means building
@@ -7,6 +12,8 @@ them; the space spec is decoded in one place (:func:`distributions`), which the 
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import json
 import math
@@ -22,27 +29,9 @@ import yaml
 from ..training import config
 from ..training.errors import UserError
 from ..training.inputs import load_yaml, read_yaml_text, shown
-from ..training.results import OBJECTIVES
-
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-TOP_KEYS = ("name", "description", "experiment", "metric", "direction", "sampler", "pruner", "seeds",
-            "overrides", "heartbeat", "n_trials", "variants", "space", "report")
-# The summary.json keys a sweep may optimise, and the direction that is better (results.OBJECTIVES).
-METRICS = {key: direction for key, (_, direction) in OBJECTIVES.items()}
-# Keys a sweep sets itself: a sweep file or the command line may not.
-RESERVED = ("run.seed", "run.id", "run.variant", "run.family", "run.study")
-VARIANT_META = ("family", "budget", "seeds")
-SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "gp": "GPSampler",
-            "qmc": "QMCSampler"}
-PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "PercentilePruner",
-           "hyperband": "HyperbandPruner", "successive_halving": "SuccessiveHalvingPruner",
-           "threshold": "ThresholdPruner"}
-HEARTBEAT_DEFAULTS = {"interval": 30, "grace": 120, "max_retry": 3}
-# The sweep file's ``report:`` section: the thresholds of the report's budget verdict
-# (lightning_tfm.report.verdict, where the rule is written out). last_fraction: the share of the budget, at its
-# end, over which a finding keeps its sign and its gap is extrapolated; horizon: a closing gap that would cross
-# within this many budgets makes the row "still moving"; min_points: the validations that window needs at least.
-REPORT_DEFAULTS = {"last_fraction": 1 / 3, "horizon": 2.0, "min_points": 2}
+from .schema import (HEARTBEAT_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS, RESERVED, SAMPLERS,  # noqa: F401
+                     TOP_KEYS, DistributionSpec, HeartbeatSpec, PrunerSpec, ReportSpec, SamplerSpec,
+                     SweepFile, VariantSpec, describe_keys, err, parse)
 
 
 @dataclass
@@ -62,6 +51,7 @@ class Entry:
 
 @dataclass
 class Sweep:
+    """A checked sweep file, each section as a plain dict (what Optuna's attributes and the reports hold)."""
     path: Path
     name: str
     experiment: Path
@@ -73,9 +63,10 @@ class Sweep:
     overrides: dict
     heartbeat: dict
     n_trials: int | None
-    variants: dict[str, dict] | None = None    # name -> {"family", "budget", "overrides"}
+    variants: dict[str, dict] | None = None    # name -> {"family", "budget", "overrides", "seeds"}
     space: dict[str, dict] | None = None       # dotted key -> distribution spec
     report: dict = field(default_factory=lambda: dict(REPORT_DEFAULTS))  # the report's verdict thresholds
+    _tree: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def mode(self) -> str:
@@ -86,22 +77,25 @@ class Sweep:
         return [Entry(name, v["family"], seed, v["overrides"], v["budget"])
                 for name, v in self.variants.items() for seed in (v.get("seeds") or self.seeds)]
 
-
-def _err(path, msg: str) -> UserError:
-    return UserError(f"sweep file {str(path)!r}: {msg}")
+    def experiment_tree(self) -> dict:
+        """The base experiment's YAML, read once per sweep: every trial's config is derived from it (a copy each
+        time, so that no config shares a list with another)."""
+        if self._tree is None:
+            self._tree = config.read_yaml(self.experiment)
+        return copy.deepcopy(self._tree)
 
 
 def _check_override(path, where: str, key: str, value: Any) -> Any:
     """A dotted key of the config schema with a value of its type (cross-key checks come per trial)."""
     if not isinstance(key, str) or "." not in key:
-        raise _err(path, f"{where}: {shown(key)} is not a dotted config key such as model.heads")
+        raise err(path, f"{where}: {shown(key)} is not a dotted config key such as model.heads")
     if key in RESERVED or key.startswith("sweep."):
-        raise _err(path, f"{where}: {key} is set by ltfm sweep (use seeds: for run.seed)")
+        raise err(path, f"{where}: {key} is set by ltfm sweep (use seeds: for run.seed)")
     try:
         scratch = config.Config()
         config.set_dotted(scratch, key, value)
     except UserError as e:
-        raise _err(path, f"{where}: {e}") from None
+        raise err(path, f"{where}: {e}") from None
     return config.get_dotted(scratch, key)
 
 
@@ -109,36 +103,23 @@ def _mapping(path, where: str, value: Any) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _err(path, f"{where} must be a mapping of dotted.key: value")
+        raise err(path, f"{where} must be a mapping of dotted.key: value")
     return value
 
 
-def _plugin_spec(path, what: str, value: Any, table: dict, default: str) -> dict:
-    if value is None:
-        value = {"type": default}
-    if isinstance(value, str):
-        value = {"type": value}
-    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-        raise _err(path, f"{what} must be a name or a mapping with type: one of {', '.join(table)}")
-    spec = dict(value)
-    spec["type"] = spec["type"].lower()
-    if spec["type"] not in table:
-        raise _err(path, f"{what} type {shown(value['type'])} is not one of {', '.join(table)}")
+def _plugin_spec(path, what: str, value: Any, cls) -> dict:
+    """``sampler:`` or ``pruner:`` (a name, or a mapping with type and the class's arguments) as a dict, the type
+    in lower case; the arguments are checked by building the Optuna object (:func:`_check_plugin`)."""
+    table = SAMPLERS if cls is SamplerSpec else PRUNERS
+    value = {"type": value} if isinstance(value, str) else ({} if value is None else value)
+    if not isinstance(value, dict) or not isinstance(value.get("type", ""), str):
+        raise err(path, f"{what} must be a name or a mapping with type: one of {', '.join(table)}")
+    spec = {**value, "type": value.get("type", cls.type).lower()}
     for k, v in spec.items():  # Optuna takes NaN and infinity silently (a NaN threshold never prunes)
         if isinstance(v, float) and not math.isfinite(v):
-            raise _err(path, f"{what} {spec['type']}: {k}={v} is not a finite number")
-    if "seed" in spec and spec["seed"] is not None and not _is_seed(spec["seed"]):
-        raise _err(path, f"{what} {spec['type']}: seed must be an integer from 0 to 2**32 - 1, not {shown(spec['seed'])}")
+            raise err(path, f"{what} {spec['type']}: {k}={v} is not a finite number")
+    parse(path, cls, spec, what, f"{what} ")
     return spec
-
-
-def _is_seed(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** 32
-
-
-def _seed_list(v: Any) -> bool:
-    """A non-empty list of distinct seeds (integers from 0 to 2**32 - 1, as Lightning's seeding takes them)."""
-    return isinstance(v, list) and bool(v) and all(map(_is_seed, v)) and len(set(v)) == len(v)
 
 
 def build_sampler(spec: dict | None):
@@ -172,7 +153,7 @@ def _check_plugin(path, what: str, spec: dict, builder) -> None:
             warnings.simplefilter("ignore")
             builder(spec)
     except (TypeError, ValueError, OverflowError) as e:
-        raise _err(path, f"{what} {spec['type']}: {str(e).splitlines()[0] if str(e) else e.__class__.__name__}") from None
+        raise err(path, f"{what} {spec['type']}: {str(e).splitlines()[0] if str(e) else e.__class__.__name__}") from None
 
 
 def _number(path, where: str, name: str, v: Any, integer: bool) -> int | float:
@@ -184,9 +165,9 @@ def _number(path, where: str, name: str, v: Any, integer: bool) -> int | float:
         except ValueError:
             pass
     if integer and (not isinstance(v, int) or isinstance(v, bool)):
-        raise _err(path, f"{where}: {name} must be an integer, not {shown(v)}")
+        raise err(path, f"{where}: {name} must be an integer, not {shown(v)}")
     if not integer and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
-        raise _err(path, f"{where}: {name} must be a finite number, not {shown(v)}")
+        raise err(path, f"{where}: {name} must be a finite number, not {shown(v)}")
     return v
 
 
@@ -195,19 +176,19 @@ def _check_distribution(path, key: str, spec: Any) -> dict:
     step positive and dividing high - low; choices distinct plain values of the key's type), so that Optuna
     never refuses it later."""
     if not isinstance(key, str) or "." not in key:
-        raise _err(path, f"space: {shown(key)} is not a dotted config key such as model.heads")
+        raise err(path, f"space: {shown(key)} is not a dotted config key such as model.heads")
     where = f"space {key}"
     if key in RESERVED or key.startswith("sweep."):
-        raise _err(path, f"{where}: {key} is set by ltfm sweep")
+        raise err(path, f"{where}: {key} is set by ltfm sweep")
     if not isinstance(spec, dict) or spec.get("type") not in ("categorical", "int", "float"):
-        raise _err(path, f"{where} must be a mapping with type: categorical | int | float")
+        raise err(path, f"{where} must be a mapping with type: categorical | int | float")
     spec = dict(spec)
     kind = spec["type"]
-    allowed = {"categorical": {"type", "choices"}, "int": {"type", "low", "high", "step", "log"},
-               "float": {"type", "low", "high", "step", "log"}}[kind]
+    fields = {f.name for f in dataclasses.fields(DistributionSpec)}  # a range takes all but choices
+    allowed = {"type", "choices"} if kind == "categorical" else fields - {"choices"}
     unknown = sorted(map(str, set(spec) - allowed))
     if unknown:
-        raise _err(path, f"{where}: unknown field {shown(unknown[0])}: a {kind} takes {', '.join(sorted(allowed))}")
+        raise err(path, f"{where}: unknown field {shown(unknown[0])}: a {kind} takes {', '.join(sorted(allowed))}")
     sec, _, name = key.partition(".")
     if name not in config.SCHEMA.get(sec, {}):
         _check_override(path, where, key, None)  # an unknown key: its one line
@@ -216,71 +197,49 @@ def _check_distribution(path, key: str, spec: Any) -> dict:
     if kind == "categorical":
         choices = spec.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise _err(path, f"{where}: choices must be a non-empty list")
+            raise err(path, f"{where}: choices must be a non-empty list")
         odd = [c for c in choices if c is not None and not isinstance(c, (bool, int, float, str))]
         if odd:
-            raise _err(path, f"{where}: choice {shown(odd[0])} is not a plain value (number, string, bool, null)")
+            raise err(path, f"{where}: choice {shown(odd[0])} is not a plain value (number, string, bool, null)")
         spec["choices"] = [_check_override(path, where, key, c) for c in choices]
         if len(set(map(repr, spec["choices"]))) != len(spec["choices"]):
-            raise _err(path, f"{where}: choices repeat a value: list each once")
+            raise err(path, f"{where}: choices repeat a value: list each once")
         return spec
     if base not in (int, float) or (kind == "float" and base is int):
         want = "type: int or categorical" if base is int else "type: categorical with choices"
         kind_text = "an int" if kind == "int" else "a float"
-        raise _err(path, f"{where}: {key} takes {config.describe(base)} values, not {kind_text} range: use {want}")
+        raise err(path, f"{where}: {key} takes {config.describe(base)} values, not {kind_text} range: use {want}")
     integer = kind == "int"
     for bound in ("low", "high"):
         if bound not in spec:
-            raise _err(path, f"{where}: {bound} is missing")
+            raise err(path, f"{where}: {bound} is missing")
         spec[bound] = _number(path, where, bound, spec[bound], integer)
         _check_override(path, where, key, spec[bound])
     low, high = spec["low"], spec["high"]
     if low >= high:
-        raise _err(path, f"{where}: low {low} must be below high {high} (one value: set it in overrides)")
+        raise err(path, f"{where}: low {low} must be below high {high} (one value: set it in overrides)")
     log = spec.get("log", False)
     if not isinstance(log, bool):
-        raise _err(path, f"{where}: log must be true or false, not {shown(log)}")
+        raise err(path, f"{where}: log must be true or false, not {shown(log)}")
     if log and low <= 0:
-        raise _err(path, f"{where}: log: true needs low > 0, not {low}: raise low or drop log")
+        raise err(path, f"{where}: log: true needs low > 0, not {low}: raise low or drop log")
     step = spec.get("step")
     if step is not None:
         step = spec["step"] = _number(path, where, "step", step, integer)
         if step <= 0:
-            raise _err(path, f"{where}: step must be positive, not {step}")
+            raise err(path, f"{where}: step must be positive, not {step}")
         if log and (kind == "float" or step != 1):
-            raise _err(path, f"{where}: a log range takes no step: drop step or log")
+            raise err(path, f"{where}: a log range takes no step: drop step or log")
         from decimal import Decimal
         if (Decimal(str(high)) - Decimal(str(low))) % Decimal(str(step)):
-            raise _err(path, f"{where}: high - low ({high} - {low}) is not a multiple of step {step}: "
+            raise err(path, f"{where}: high - low ({high} - {low}) is not a multiple of step {step}: "
                              "adjust high or step")
     return spec
 
 
-def _check_report(path, value: Any) -> dict:
-    """The ``report:`` section: known keys, each in its range (see :data:`REPORT_DEFAULTS`)."""
-    if value is None:
-        return dict(REPORT_DEFAULTS)
-    if not isinstance(value, dict):
-        raise _err(path, f"report must be a mapping with {', '.join(REPORT_DEFAULTS)}")
-    unknown = [k for k in value if k not in REPORT_DEFAULTS]
-    if unknown:
-        raise _err(path, f"report: unknown key {shown(unknown[0])}: report takes {', '.join(REPORT_DEFAULTS)}")
-    out = {**REPORT_DEFAULTS, **value}
-    for k, v in out.items():
-        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        if k == "last_fraction" and not (number and 0 < v <= 1):
-            raise _err(path, f"report.last_fraction must be a number in (0, 1], the share of the budget at its end, "
-                             f"not {shown(v)}")
-        if k == "horizon" and not (number and v >= 1):
-            raise _err(path, f"report.horizon must be a number >= 1 (budgets), not {shown(v)}")
-        if k == "min_points" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 2):
-            raise _err(path, f"report.min_points must be an integer >= 2 (validations), not {shown(v)}")
-    return {"last_fraction": float(out["last_fraction"]), "horizon": float(out["horizon"]),
-            "min_points": out["min_points"]}
-
-
 def load_sweep(path: str | os.PathLike) -> Sweep:
-    """Read and validate a sweep file; every problem is one UserError line naming the file and key."""
+    """Read and validate a sweep file against its schema (:class:`SweepFile` and its sections); every problem is
+    one UserError line naming the file and key."""
     p = Path(path)
     if not p.is_file():
         raise UserError(f"sweep file {str(path)!r} not found: give a YAML file such as sweeps/table3-cpu.yaml")
@@ -289,87 +248,62 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise _err(path, f"not valid YAML{where}: fix the syntax") from None
-    if not isinstance(tree, dict):
-        raise _err(path, "must hold a mapping with name, experiment, metric, ... and variants or space")
-    unknown = [k for k in tree if k not in TOP_KEYS]
-    if unknown:
-        raise _err(path, f"unknown key {shown(unknown[0])}: a sweep file has {', '.join(TOP_KEYS)}")
-    name = tree.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise _err(path, "name must be set to letters, digits, '.', '_' or '-' (it names the Optuna study)")
-    exp = tree.get("experiment")
-    if not isinstance(exp, str):
-        raise _err(path, "experiment must name the base experiment YAML (relative to the sweep file)")
-    experiment = (p.parent / exp).resolve()
+        raise err(path, f"not valid YAML{where}: fix the syntax") from None
+    if isinstance(tree, dict) and isinstance(tree.get("seeds"), int) and not isinstance(tree["seeds"], bool):
+        tree = {**tree, "seeds": [tree["seeds"]]}  # one seed
+    top, _ = parse(path, SweepFile, tree, "a sweep file", "",
+                   "a mapping with name, experiment, metric, ... and variants or space")
+    experiment = (p.parent / top["experiment"]).resolve()
     if not experiment.is_file():
-        raise _err(path, f"experiment {shown(exp)} not found (looked for {experiment})")
-    metric = tree.get("metric", "dev_loss")
-    if not isinstance(metric, str) or metric not in METRICS:
-        raise _err(path, f"metric {shown(metric)} is not one of {', '.join(METRICS)}")
-    direction = tree.get("direction", METRICS[metric])
-    if direction not in ("minimize", "maximize"):
-        raise _err(path, f"direction {shown(direction)} must be minimize or maximize")
+        raise err(path, f"experiment {shown(top['experiment'])} not found (looked for {experiment})")
+    metric = top.get("metric", SweepFile.metric)
+    direction = top.get("direction") or METRICS[metric]
     if direction != METRICS[metric]:
-        raise _err(path, f"direction {direction} does not fit metric {metric}: it is {METRICS[metric]}d")
-    sampler = _plugin_spec(path, "sampler", tree.get("sampler"), SAMPLERS, "tpe")
+        raise err(path, f"direction {direction} does not fit metric {metric}: it is {METRICS[metric]}d")
+    sampler = _plugin_spec(path, "sampler", tree.get("sampler"), SamplerSpec)
     _check_plugin(path, "sampler", sampler, build_sampler)
-    pruner = _plugin_spec(path, "pruner", tree.get("pruner"), PRUNERS, "none")
+    pruner = _plugin_spec(path, "pruner", tree.get("pruner"), PrunerSpec)
     _check_plugin(path, "pruner", pruner, build_pruner)
-    seeds = tree.get("seeds", [1])
-    seeds = [seeds] if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
-    if not _seed_list(seeds):
-        raise _err(path, "seeds must be a non-empty list of distinct integers (0 to 2**32 - 1), e.g. [1, 2, 3]")
+    seeds = top.get("seeds") or SweepFile().seeds
     overrides = {k: _check_override(path, "overrides", k, v)
                  for k, v in _mapping(path, "overrides", tree.get("overrides")).items()}
-    hb = tree.get("heartbeat") or {}
-    if not isinstance(hb, dict) or set(hb) - set(HEARTBEAT_DEFAULTS):
-        raise _err(path, f"heartbeat must be a mapping with {', '.join(HEARTBEAT_DEFAULTS)}")
-    heartbeat = {**HEARTBEAT_DEFAULTS, **hb}
-    for k, v in heartbeat.items():  # seconds (at most a day), and retries
-        if not isinstance(v, int) or isinstance(v, bool) or not (0 if k == "max_retry" else 1) <= v <= 86400:
-            raise _err(path, f"heartbeat.{k} must be a {'non-negative' if k == 'max_retry' else 'positive'} integer "
-                             "(at most 86400)")
-    if heartbeat["grace"] <= heartbeat["interval"]:
-        raise _err(path, "heartbeat.grace must be longer than heartbeat.interval")
+    heartbeat = HeartbeatSpec(**parse(path, HeartbeatSpec, tree.get("heartbeat"), "heartbeat", "heartbeat.")[0])
+    if heartbeat.grace <= heartbeat.interval:
+        raise err(path, "heartbeat.grace must be longer than heartbeat.interval")
     has_v, has_s = "variants" in tree, "space" in tree
     if has_v == has_s:
-        raise _err(path, "give either variants (named rows) or space (distributions), not both or neither")
-    n_trials = tree.get("n_trials")
-    if n_trials is not None and (not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1):
-        raise _err(path, "n_trials must be a positive integer")
-    sweep = Sweep(p, name, experiment, metric, direction, sampler, pruner, seeds, overrides, heartbeat, n_trials)
-    sweep.report = _check_report(path, tree.get("report"))
+        raise err(path, "give either variants (named rows) or space (distributions), not both or neither")
+    report = ReportSpec(**parse(path, ReportSpec, tree.get("report"), "report", "report.")[0])
+    sweep = Sweep(p, top["name"], experiment, metric, direction, sampler, pruner, seeds, overrides,
+                  dataclasses.asdict(heartbeat), top.get("n_trials"), report=dataclasses.asdict(report))
     if has_v:
         variants = tree["variants"]
         if not isinstance(variants, dict) or not variants:
-            raise _err(path, "variants must be a non-empty mapping of name: {dotted.key: value}")
-        sweep.variants = {}
-        for vname, body in variants.items():
-            if not isinstance(vname, str) or not NAME_RE.match(vname):
-                raise _err(path, f"variant name {shown(vname)} must use letters, digits, '.', '_' or '-'")
-            body = _mapping(path, f"variant {vname}", body)
-            family = body.get("family", re.sub(r"\d+$", "", vname))
-            if not isinstance(family, str) or not family:
-                raise _err(path, f"variant {vname}: family must be a name such as A or norm")
-            budget = body.get("budget", 1)
-            if not isinstance(budget, (int, float)) or isinstance(budget, bool) or not 0 < budget <= 1000:
-                raise _err(path, f"variant {vname}: budget must be a positive factor on train.max_steps (at most 1000)")
-            vseeds = body.get("seeds")  # a row's own seeds (e.g. the base at 3 seeds for the noise), else the sweep's
-            if vseeds is not None and not _seed_list(vseeds):
-                raise _err(path, f"variant {vname}: seeds must be a non-empty list of distinct integers (0 to 2**32 - 1), "
-                                 "e.g. [1, 2, 3]")
-            ov = {k: _check_override(path, f"variant {vname}", k, v) for k, v in body.items() if k not in VARIANT_META}
-            sweep.variants[vname] = {"family": family, "budget": float(budget), "overrides": ov, "seeds": vseeds}
+            raise err(path, "variants must be a non-empty mapping of name: {dotted.key: value}")
+        sweep.variants = {vname: _variant(path, vname, body) for vname, body in variants.items()}
     else:
         space = tree["space"]
         if not isinstance(space, dict) or not space:
-            raise _err(path, "space must be a non-empty mapping of dotted.key: {type: ...}")
+            raise err(path, "space must be a non-empty mapping of dotted.key: {type: ...}")
         sweep.space = {k: _check_distribution(path, k, v) for k, v in space.items()}
         if len(seeds) != 1:
-            raise _err(path, "a space sweep takes one seed (each sampled point is one trial)")
-        sweep.n_trials = n_trials or 20
+            raise err(path, "a space sweep takes one seed (each sampled point is one trial)")
+        sweep.n_trials = sweep.n_trials or 20
     return sweep
+
+
+def _variant(path, vname: Any, body: Any) -> dict:
+    """One row of ``variants:`` (:class:`VariantSpec` and its dotted config keys) as the dict a :class:`Sweep` holds."""
+    if not isinstance(vname, str) or not NAME_RE.match(vname):
+        raise err(path, f"variant name {shown(vname)} must use letters, digits, '.', '_' or '-'")
+    where = f"variant {vname}"
+    known, rest = parse(path, VariantSpec, body, where, f"{where}: ", "a mapping of dotted.key: value")
+    family = known.get("family") or re.sub(r"\d+$", "", vname)
+    if not family:
+        raise err(path, f"{where}: family must be a name such as A or norm")
+    # a row's own seeds (e.g. the base at 3 seeds for the noise), else the sweep's
+    return {"family": family, "budget": known.get("budget", VariantSpec.budget),
+            "overrides": {k: _check_override(path, where, k, v) for k, v in rest.items()}, "seeds": known.get("seeds")}
 
 
 def distributions(space: dict) -> dict:

@@ -16,8 +16,8 @@ and dtype:
 * ``peak_memory_mb``: on CUDA the allocator's peak (``torch.cuda.max_memory_allocated``) over the
   measurement; on CPU the largest growth of the process's resident memory, after free pages are returned
   to the OS (sampled every 2 ms);
-* ``mfu``: model FLOPs per second of training (6 x matmul parameters x tokens, plus attention) over the
-  device's measured matrix-multiply peak in that dtype.
+* ``mfu``: model FLOPs per second of training (6 x matmul parameters x tokens, plus attention: the model's
+  ``train_flops_per_token``, model/transformer.py) over the device's measured matrix-multiply peak in that dtype.
 
 ``--device`` (default: cuda when torch sees a GPU, else cpu) puts both models, the batches and the peak
 measurement on that device; on CUDA every timed region ends with a synchronize.
@@ -32,6 +32,7 @@ import time
 
 import torch
 
+from ..model import DEFAULT_ARCH, ModelConfig, build_model
 from .errors import UserError
 
 DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
@@ -121,34 +122,17 @@ def matmul_peak_flops(dtype: torch.dtype, n: int | None = None, reps: int = 10, 
     return 2 * n**3 / best
 
 
-def train_flops_per_step(s: dict) -> float:
-    """Model FLOPs of one training step: 6 x (matmul parameters) x tokens for the projections, the feed-forward
-    layers and the softmax layer, plus the attention products QK^T and AV (forward x 3 for training).
-
-    ``s``: ``layers``, ``d_model``, ``d_ff``, ``vocab``, ``batch`` (sentences), ``src_len``, ``tgt_len`` (tokens
-    a sentence); optionally ``heads`` with ``d_k`` and ``d_v`` (a head's key and value sizes: Table 3's rows
-    where ``heads * d_k`` is not ``d_model``), else the concatenated heads are ``d_model`` wide. ``ltfm bench``
-    counts its MFU with it, the report its rows' training compute
-    (:func:`lightning_tfm.report.compute.flops_per_step`)."""
-    d, f, N, V = s["d_model"], s["d_ff"], s["layers"], s["vocab"]
-    B, S, T = s["batch"], s["src_len"], s["tgt_len"]
-    hk = s["heads"] * s["d_k"] if s.get("d_k") and s.get("heads") else d  # queries and keys, all heads
-    hv = s["heads"] * s["d_v"] if s.get("d_v") and s.get("heads") else d  # values and the output projection
-    attn_params = 2 * d * hk + 2 * d * hv  # W_Q, W_K (d x hk), W_V (d x hv), W_O (hv x d)
-    enc = N * (attn_params + 2 * d * f)
-    dec = N * (2 * attn_params + 2 * d * f)  # self- and cross-attention
-    dense = 6 * (enc * B * S + dec * B * T + d * V * B * T)
-    attn = 6 * (hk + hv) * B * N * (S * S + T * T + T * S)  # QK^T and AV, forward x3 for training
-    return dense + attn
-
-
 # -------------------------------------------------------------------------------------------- the models
-def build_ours(s: dict):
-    from ..model import Transformer
+def model_config(s: dict) -> ModelConfig:
+    """Our model at the settings' shapes: heads of d_model / heads, the paper's other defaults."""
+    head = s["d_model"] // s["heads"]
+    return ModelConfig(layers=s["layers"], d_model=s["d_model"], d_ff=s["d_ff"], heads=s["heads"], d_k=head, d_v=head,
+                       dropout=0.1)
 
+
+def build_ours(s: dict):
     torch.manual_seed(0)
-    return Transformer(s["vocab"], s["layers"], s["d_model"], s["d_ff"], s["heads"], s["d_model"] // s["heads"],
-                       s["d_model"] // s["heads"], dropout=0.1)
+    return build_model(model_config(s), s["vocab"])
 
 
 def build_marian(s: dict):
@@ -280,7 +264,9 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
     if vs == "marian":
         models["marian"] = build_marian(s).to(device)
     peaks = {dt: matmul_peak_flops(torch.float32 if dt == "fp32" else torch.bfloat16, device=device) for dt in dtypes}
-    flops = train_flops_per_step(s)
+    # the model's own count (model/transformer.py), per target token -> per step
+    flops = type(models["ours"]).train_flops_per_token(model_config(s), s["vocab"], s["src_len"], s["tgt_len"]) \
+        * s["batch"] * s["tgt_len"]
     res = {k: {dt: {"train": [], "decode": [], "train_mem": [], "decode_mem": []} for dt in dtypes} for k in kinds}
     for rep in range(s["reps"]):
         for dt in dtypes:
@@ -350,6 +336,9 @@ def bench_cli(args) -> int:
         cfg = load_config(args.config, [o for o in args.overrides if not o.startswith("bench.")] + (
             [] if any(o.startswith("data.path") for o in args.overrides) else ["data.path=unused"]))
         m = cfg.model
+        if m.arch != DEFAULT_ARCH:
+            raise UserError(f"ltfm bench measures the transformer (beside Marian); {args.config} sets "
+                            f"model.arch={m.arch}: give a transformer experiment")
         settings.update(layers=m.layers, d_model=m.d_model, d_ff=m.d_ff, heads=m.heads,
                         vocab=cfg.data.vocab_size)
     for o in args.overrides:

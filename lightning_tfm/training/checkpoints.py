@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..model import Transformer
+from ..model import build_model
 from . import atomic
 from . import config
 from .errors import UserError
@@ -221,17 +221,17 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     if cfg is None:
         raise UserError(f"{path} holds no config and {cfg_path} is missing: give a run folder written by `ltfm train`")
     state = {k[len("model."):]: v for k, v in ck["state_dict"].items() if k.startswith("model.")}
-    if "embed.weight" not in state:
-        raise UserError(f"{path} is not a lightning_tfm checkpoint (no model.embed.weight)")
+    if not state:
+        raise UserError(f"{path} is not a lightning_tfm checkpoint (no model.* weights)")
     tokenizer = load_tokenizer(run_dir)
-    vocab = int(hp.get("vocab_size") or state["embed.weight"].shape[0])
-    if vocab != tokenizer.get_vocab_size() or state["embed.weight"].shape[0] != vocab:
+    vocab = int(hp.get("vocab_size") or tokenizer.get_vocab_size())
+    if vocab != tokenizer.get_vocab_size():
         raise UserError(f"checkpoint {path} has a vocabulary of {vocab} entries but {run_dir / 'tokenizer.json'} has "
                         f"{tokenizer.get_vocab_size()}: it belongs to another run; give a checkpoint of this run")
-    model = Transformer.from_config(cfg.model, vocab)
     try:
+        model = build_model(cfg.model, vocab)  # ValueError: an architecture this version does not register
         model.load_state_dict(state)
-    except RuntimeError as e:
+    except (RuntimeError, ValueError) as e:
         raise UserError(f"checkpoint {path} does not fit its model config ({str(e).splitlines()[0]})") from None
     return model.eval(), cfg, tokenizer
 

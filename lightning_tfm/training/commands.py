@@ -1,22 +1,97 @@
-"""The handlers of ``ltfm evaluate``, ``ltfm translate`` and ``ltfm average``: arguments in, one line per
-user error (:class:`UserError`), the library functions of :mod:`.evaluate` and :mod:`.checkpoints` underneath.
+"""The training layer's commands, each declared once beside its handler: ``ltfm config``, ``evaluate``,
+``translate``, ``average``, ``runs`` and ``bench``; and :class:`Command`, what every layer's ``commands.py``
+declares (``train``, ``prepare`` and ``sweep`` are in :mod:`lightning_tfm.sweep.commands`, ``report`` in
+:mod:`lightning_tfm.report.commands`; :mod:`lightning_tfm.cli` lists them and builds the parser from them).
+
+A module that declares commands imports only the standard library at the top (and :mod:`.errors`): ``ltfm
+--help`` and every argument error build the whole parser, and must not import torch, Lightning or Optuna. A
+handler imports what it needs when it runs.
 """
 from __future__ import annotations
 
+import argparse
 import copy
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-from . import config
-from .atomic import write_text
-from .checkpoints import load_model, write_average
 from .errors import UserError
-from .evaluate import decode_dtype, evaluate_texts, format_bleu, translate_lines
+
+if TYPE_CHECKING:
+    from .config import Config
+
+#: The help of the ``dotted.key=value`` arguments of the commands that read an experiment file.
+OVERRIDES = "dotted.key=value settings on top of the file (ltfm config --keys lists every key)"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``ltfm`` subcommand, declared once: its name, the one line of ``ltfm --help`` (``help``), the
+    paragraph of ``ltfm NAME --help`` (``description``), the function that adds its arguments to its parser,
+    and the handler, called with the parsed arguments, that returns the exit code."""
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+    description: str | None = None
+
+
+def print_keys(rows: list[tuple[str, str, str, str]]) -> None:
+    """``--keys``: one line a key (key, type, default, meaning), in aligned columns."""
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    for key, kind, default, help in rows:
+        print(f"{key:<{w[0]}}  {kind:<{w[1]}}  default {default:<{w[2]}}  {help}")
+
+
+def _config_arguments(c: argparse.ArgumentParser) -> None:
+    c.add_argument("config", nargs="?", help="experiment YAML (not with --keys)")
+    c.add_argument("--keys", nargs="?", const="", metavar="PREFIX", help="list every key (or those starting "
+                   "with PREFIX, e.g. train or model.d_)")
+    c.add_argument("overrides", nargs="*", help=OVERRIDES)
+
+
+def config_cli(args) -> int:
+    """``ltfm config CONFIG.yaml [k=v ...]``: the resolved config as the run saves it (``config.yaml``), under a
+    comment with its run id; ``ltfm config --keys [PREFIX]``: every key of the schema with its type, default,
+    allowed values and meaning (the schema validation uses, so nothing here can fall out of date)."""
+    from . import config
+
+    if args.keys is not None:
+        if args.config or args.overrides:
+            raise UserError("--keys lists the schema: give no config file or overrides with it")
+        rows = [(f"{sec}.{name}", config.describe(spec), "null" if default is None else str(default), help)
+                for sec, keys in config.SCHEMA.items() for name, (spec, default, help) in keys.items()
+                if f"{sec}.{name}".startswith(args.keys)]
+        if not rows:
+            raise UserError(f"no config key starts with {args.keys!r}: sections are {', '.join(config.SCHEMA)}")
+        print_keys(rows)
+        return 0
+    if not args.config:
+        raise UserError("give an experiment file (ltfm config experiments/multi30k-smoke.yaml [k=v ...]) or --keys")
+    cfg = config.load_config(args.config, args.overrides)
+    print(f"# run id: {config.run_id(cfg)} (its folder: {cfg.run.results_dir}/{config.run_id(cfg)})")
+    print(config.saved_yaml(cfg), end="")
+    return 0
+
+
+CONFIG = Command("config", "the resolved config of an experiment, or every config key", _config_arguments,
+                 config_cli, "Print the config a run would save (YAML, with its run id), or with --keys every key "
+                 "with its type, default, allowed values and meaning.")
+
+
+def _average_arguments(a: argparse.ArgumentParser) -> None:
+    a.add_argument("run_dir", help="a run folder written by ltfm train")
+    a.add_argument("--last", type=int, default=5, metavar="N", help="how many step checkpoints (default 5)")
+    a.add_argument("--out", metavar="FILE", help="the averaged checkpoint (default checkpoints/average.ckpt)")
 
 
 def average_cli(args) -> int:
     """``ltfm average RUN_DIR [--last N] [--out PATH]``."""
+    from .checkpoints import write_average
+
     check_out_file(args.out)
     out, chosen = write_average(args.run_dir, args.last, args.out)
     note = "" if len(chosen) == args.last else f" (only {len(chosen)} available, {args.last} asked)"
@@ -24,8 +99,14 @@ def average_cli(args) -> int:
     return 0
 
 
-def apply_overrides(cfg: config.Config, overrides: list[str] | None) -> config.Config:
+AVERAGE = Command("average", "average the last N checkpoints of a run into one file", _average_arguments,
+                  average_cli)
+
+
+def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
     """``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides."""
+    from . import config
+
     cfg = copy.deepcopy(cfg)
     for text in overrides or []:
         key, value = config.parse_override(text)
@@ -40,6 +121,8 @@ def apply_overrides(cfg: config.Config, overrides: list[str] | None) -> config.C
 
 
 def _average_last_override(overrides: list[str] | None) -> int | None:
+    from . import config
+
     for text in overrides or []:
         key, value = config.parse_override(text)
         if key == "decode.average_last":
@@ -51,6 +134,8 @@ def _average_last_override(overrides: list[str] | None) -> int | None:
 
 
 def _write_lines_atomic(path: Path, lines: list[str]) -> None:
+    from .atomic import write_text
+
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, "".join(line + "\n" for line in lines))
 
@@ -73,12 +158,25 @@ def check_out_file(out: str | None) -> None:
         raise UserError(f"--out {out}: the folder {probe} is not writable: give a path you can write")
 
 
+def _evaluate_arguments(e: argparse.ArgumentParser) -> None:
+    e.add_argument("run_dir", help="a run folder written by ltfm train")
+    e.add_argument("--split", metavar="NAME", help="a split of the run's data, e.g. test_2016_flickr (default: "
+                   "its test split, else its dev split)")
+    e.add_argument("--src", metavar="FILE", help="source sentences, one per line (with --ref)")
+    e.add_argument("--ref", metavar="FILE", help="reference translations, line-aligned with --src")
+    e.add_argument("--checkpoint", default="last", help="last | best | average | PATH (default last)")
+    e.add_argument("--out", metavar="FILE", help="hypotheses file (default: in the run folder)")
+    e.add_argument("overrides", nargs="*", help="decode.* (and data.*) overrides, e.g. decode.beam_size=1")
+
+
 def evaluate_cli(args) -> int:
     """``ltfm evaluate RUN_DIR [--split NAME | --src FILE --ref FILE] [--checkpoint ...] [--out FILE] [decode.k=v]``.
 
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
+    from .checkpoints import load_model
     from .data import load_split, read_lines
+    from .evaluate import decode_dtype, evaluate_texts, format_bleu
 
     if args.split and (args.src or args.ref):
         raise UserError("give either --split NAME or --src FILE --ref FILE, not both")
@@ -117,12 +215,25 @@ def evaluate_cli(args) -> int:
     return 0
 
 
+EVALUATE = Command("evaluate", "BLEU of a run's checkpoint on a split or on any files", _evaluate_arguments,
+                   evaluate_cli)
+
+
+def _translate_arguments(tr: argparse.ArgumentParser) -> None:
+    tr.add_argument("run_dir", help="a run folder written by ltfm train")
+    tr.add_argument("--checkpoint", default="last", help="last | best | average | PATH (default last)")
+    tr.add_argument("overrides", nargs="*", help="decode.* overrides, e.g. decode.beam_size=1")
+
+
 def translate_cli(args) -> int:
     """``ltfm translate RUN_DIR [--checkpoint ...] [decode.k=v]``: stdin -> stdout, one line per line.
 
     Reads and translates in chunks (line by line when stdin is a terminal); an empty or blank input line
     gives an empty output line, so the line count is kept exactly. Empty stdin is an error.
     """
+    from .checkpoints import load_model
+    from .evaluate import decode_dtype, translate_lines
+
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, _average_last_override(args.overrides))
     cfg = apply_overrides(cfg, args.overrides)
     dtype = decode_dtype(cfg)
@@ -145,3 +256,63 @@ def translate_cli(args) -> int:
     if total == 0:
         raise UserError("no input on stdin: pipe source sentences, one per line (e.g. ltfm translate RUN < file.en)")
     return 0
+
+
+TRANSLATE = Command("translate", "translate stdin to stdout with a run's checkpoint", _translate_arguments,
+                    translate_cli)
+
+
+def _runs_arguments(r: argparse.ArgumentParser) -> None:
+    r.add_argument("results_dir", nargs="?", default="results", help="results folder (default: results)")
+    r.add_argument("--json", action="store_true", help="JSON instead of a table")
+    r.add_argument("--sort", metavar="[-]FIELD", help="sort by a column, descending with a leading '-' "
+                   "(e.g. -dev_bleu, dev_ppl, params)")
+
+
+def runs_cli(args) -> int:
+    """``ltfm runs [RESULTS_DIR] [--json] [--sort KEY]``."""
+    import json
+
+    from .runs import format_table, list_runs, sort_rows
+
+    rows = sort_rows(list_runs(args.results_dir), args.sort)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    elif not rows:
+        print(f"no runs in {args.results_dir}", file=sys.stderr)
+    else:
+        print(format_table(rows))
+    return 0
+
+
+RUNS = Command("runs", "table of the runs in a results folder", _runs_arguments, runs_cli)
+
+
+def _bench_arguments(b: argparse.ArgumentParser) -> None:
+    b.add_argument("--config", metavar="CONFIG.yaml", help="take the model's shapes from an experiment")
+    b.add_argument("--vs", choices=["marian", "none"], default="none", help="also measure Hugging Face's "
+                   "MarianMTModel at the same shapes (pip install -e '.[bench]')")
+    b.add_argument("--json", action="store_true", help="JSON instead of a table")
+    b.add_argument("--dtypes", help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the device has it)")
+    b.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where both models run (auto: cuda when torch sees a GPU, else cpu)")
+    b.add_argument("--data", type=int, metavar="N", help="instead: benchmark the data pipeline on a generated "
+                   "corpus of N pairs (prepare time, second trial's time to its first step, RSS, cache size)")
+    b.add_argument("overrides", nargs="*", help="bench.KEY=N shapes (bench.batch=256, bench.d_model=512, ...) "
+                   "and, with --config, config overrides")
+
+
+def bench_cli(args) -> int:
+    """``ltfm bench``: training and decoding speed (:mod:`.bench`); with ``--data N``, the data pipeline's
+    instead (:mod:`.bench_pipeline`)."""
+    if args.data is not None:
+        from .bench_pipeline import bench_data_cli
+        return bench_data_cli(args)
+    from . import bench
+    return bench.bench_cli(args)
+
+
+BENCH = Command("bench", "training and decoding speed, ours against MarianMTModel", _bench_arguments, bench_cli)
+
+#: This layer's commands (:mod:`lightning_tfm.cli` sets the order of ``ltfm --help``).
+COMMANDS = (CONFIG, EVALUATE, TRANSLATE, AVERAGE, RUNS, BENCH)

@@ -3,7 +3,8 @@
 One schema: the dataclasses below (:class:`RunConfig`, :class:`DataConfig`, :class:`TrainConfig`,
 :class:`DecodeConfig`, :class:`WandbConfig`, :class:`SweepConfig`, and the model's
 :class:`~lightning_tfm.model.config.ModelConfig`), gathered in :class:`Config` (``cfg.model.d_model``,
-``cfg.train.warmup``). Each field has its type (``Literal[...]`` for choices, ``X | None`` for optional keys),
+``cfg.train.warmup``); a registered architecture other than the transformer adds its own section (``cfg.toy``,
+model/registry.py). Each field has its type (``Literal[...]`` for choices, ``X | None`` for optional keys),
 its default and a help string in ``metadata["help"]``. Coercion, unknown-key errors, overrides, :func:`flatten`,
 the run id hash and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated
 ``{section: {key: (type spec, default, help)}}`` view of them, never edited by hand. A typo or a wrong type
@@ -24,7 +25,6 @@ import json
 import math
 import os
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,13 +32,10 @@ from typing import Any, Literal
 
 import yaml
 
-from ..model.config import ModelConfig
+from ..model import registry
+from ..model.config import OPT, ModelConfig
 from .errors import UserError
 from .inputs import load_yaml, override_value, read_yaml_text, shown
-
-# A type spec (generated from a field's annotation): int, float, str, bool, list, ("choice", a, b, ...)
-# or ("optional", spec).
-OPT = "optional"
 
 
 def _f(default: Any, help: str, factory=None):
@@ -163,9 +160,14 @@ class Config:
     wandb: WandbConfig = field(default_factory=WandbConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
+    def __getattr__(self, name: str):
+        """``cfg.toy``: the section of a registered architecture (model/registry.py), kept with ``cfg.model``."""
+        return registry.section_of(self.__dict__.get("model"), name)
+
     def to_dict(self) -> dict:
-        """Plain nested dict (a copy), sections and keys in declaration order: config.yaml, summaries, checkpoints."""
-        return dataclasses.asdict(self)
+        """Plain nested dict (a copy), sections and keys in declaration order: config.yaml, summaries, checkpoints
+        (the chosen architecture's section after the model's: :func:`~lightning_tfm.model.registry.saved_tree`)."""
+        return registry.saved_tree(dataclasses.asdict(self), self.model)
 
     @classmethod
     def from_dict(cls, tree: dict, checked: bool = True) -> "Config":
@@ -178,28 +180,10 @@ class Config:
         return cfg
 
 
-def _spec(hint) -> Any:
-    """A field annotation as a type spec."""
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return ("choice",) + typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return (OPT, _spec(inner))
-    if origin is list:
-        return list
-    return hint
-
-
-def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
-
-
-# {section: {key: (type spec, default, help)}}: a view generated from the dataclasses (the one schema).
-SCHEMA: dict[str, dict[str, tuple]] = {
-    sec.name: {f.name: (_spec(typing.get_type_hints(kind)[f.name]), _default(f), f.metadata["help"])
-               for f in dataclasses.fields(kind)}
-    for sec in dataclasses.fields(Config) for kind in [typing.get_type_hints(Config)[sec.name]]}
+# {section: {key: (type spec, default, help)}}: a view generated from the dataclasses (the one schema; type specs:
+# model/config.py), Config's sections then those of the registered architectures (model/registry.py).
+SCHEMA: typing.Mapping[str, dict[str, tuple]] = registry.Sections(
+    {sec.name: typing.get_type_hints(Config)[sec.name] for sec in dataclasses.fields(Config)})
 
 # The knobs of the paper's Table 3 (plus positions and norm, and the training budget): (paper column, dotted
 # config key, CSV column). The report's table columns and the sweep dashboard's Optuna params derive from it.
@@ -317,13 +301,13 @@ def read_yaml(path: str | os.PathLike) -> dict:
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | dict | None = None,
-                checked: bool = True, data: bool = True) -> Config:
+                checked: bool = True, data: bool = True, tree: dict | None = None) -> Config:
     """Defaults <- YAML file <- overrides; validated unless ``checked=False`` (a report reading configs it
     need not run), the data source too unless ``data=False`` (a dry run or a status table, which read no data).
-    ``overrides`` is a list of "k=v" or a {dotted: value} dict."""
+    ``overrides`` is a list of "k=v" or a {dotted: value} dict; ``tree``: the file, read before (once a sweep)."""
     cfg = Config()
     if path is not None:
-        tree = read_yaml(path)
+        tree = read_yaml(path) if tree is None else tree
         merge(cfg, tree)
         if "run" not in tree or "name" not in (tree.get("run") or {}):
             cfg.run.name = Path(path).stem
@@ -380,8 +364,14 @@ def validate(cfg: Config, data: bool = True) -> None:
 
     Every key's range is checked here, not where it is first used: a value that only fails inside
     Lightning, the DataLoader or the decoder after training would cost the whole run (and leave a half
-    written run folder)."""
+    written run folder). A config is validated once: unchanged since it passed, it is not checked again."""
+    sections = cfg.model.__dict__.get("_sections", {})  # the architectures' own sections (model/registry.py)
+    state = (dataclasses.astuple(cfg), repr([(n, s, sorted(s.given())) for n, s in sorted(sections.items())]))
+    if getattr(cfg, "_validated", None) in ((state, True), (state, data)):  # e.g. ltfm train's, then train()'s
+        return
     _check_finite(cfg)
+    if (why := registry.check(cfg.model)) is not None:  # model.arch, and knobs of another architecture
+        raise UserError(why)
     m, t, d, dec = cfg.model, cfg.train, cfg.data, cfg.decode
     check_run_id(run_id(cfg))
     if not 0 <= cfg.run.seed < 2 ** 32:  # Lightning's seeding takes no other (and would fail inside the run)
@@ -396,7 +386,8 @@ def validate(cfg: Config, data: bool = True) -> None:
             raise UserError(f"model.{key}={getattr(m, key)} must be in [0, 1)")
     if not 0.0 <= t.label_smoothing < 1.0:
         raise UserError(f"train.label_smoothing={t.label_smoothing} must be in [0, 1)")
-    for key in ("batch_tokens", "max_steps", "warmup", "accumulate", "val_every_steps", "checkpoint_every_steps"):
+    for key in ("batch_tokens", "max_steps", "warmup", "accumulate", "val_every_steps", "checkpoint_every_steps",
+                "num_nodes", "log_every_steps"):
         if getattr(t, key) < 1:
             raise UserError(f"train.{key}={getattr(t, key)} must be a positive integer")
     if t.batch_tokens_total is not None and t.batch_tokens_total < t.batch_tokens:
@@ -428,9 +419,6 @@ def validate(cfg: Config, data: bool = True) -> None:
     if t.checkpoint_every_seconds is not None and t.checkpoint_every_seconds < 0:
         raise UserError(f"train.checkpoint_every_seconds={t.checkpoint_every_seconds} must be 0 (after every step), "
                         "positive, or null (the step interval alone)")
-    for key in ("num_nodes", "log_every_steps"):
-        if getattr(t, key) < 1:
-            raise UserError(f"train.{key}={getattr(t, key)} must be a positive integer")
     for key in ("keep_checkpoints", "num_workers"):
         if getattr(t, key) < 0:
             raise UserError(f"train.{key}={getattr(t, key)} must be 0 or more")
@@ -444,10 +432,9 @@ def validate(cfg: Config, data: bool = True) -> None:
     for key in ("max_train_pairs", "max_dev_pairs", "max_test_pairs"):
         if getattr(d, key) is not None and getattr(d, key) < 1:
             raise UserError(f"data.{key}={getattr(d, key)} must be a positive count (or null for all)")
-    if dec.beam_size < 1:
-        raise UserError(f"decode.beam_size={dec.beam_size} must be at least 1")
-    if dec.batch_sentences < 1:
-        raise UserError(f"decode.batch_sentences={dec.batch_sentences} must be at least 1")
+    for key in ("beam_size", "batch_sentences"):
+        if getattr(dec, key) < 1:
+            raise UserError(f"decode.{key}={getattr(dec, key)} must be at least 1")
     if dec.max_len_a < 0 or dec.max_len_b < 0 or dec.max_len_a == 0 and dec.max_len_b == 0:
         raise UserError(f"decode.max_len_a={dec.max_len_a} and decode.max_len_b={dec.max_len_b} must be 0 "
                         "or more and allow at least one token (the paper: a=1, b=50)")
@@ -463,6 +450,7 @@ def validate(cfg: Config, data: bool = True) -> None:
         raise UserError(f"wandb.tags={shown(cfg.wandb.tags)} must be a list of strings")
     if cfg.sweep.trial is not None and cfg.sweep.trial < 0:
         raise UserError(f"sweep.trial={cfg.sweep.trial} must be 0 or more")
+    cfg._validated = (state, data)
 
 
 def has_data(cfg: Config) -> bool:

@@ -487,13 +487,3 @@ class Corpus:
         elif write:
             atomic.write_bytes(path, ours)
 
-
-def prepare_cli(cfg: Config, rebuild: bool = False) -> int:
-    """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of ``cfg`` (an
-    experiment's, or a sweep's base experiment with the sweep's own overrides: the command line reads which)."""
-    folder, manifest = prepare(cfg, progress=True, rebuild=rebuild)
-    counts = ", ".join(f"{role} {c['pairs']:,} pairs" + (f" ({c['skipped_pairs']:,} skipped)" if c.get('skipped_pairs')
-                                                          else "") for role, c in manifest["splits"].items())
-    print(f"{folder}\n  vocabulary {manifest['vocab_size']} ({manifest['dtype']}), {counts}, "
-          f"{folder_size(folder) / 2**20:.1f} MiB")
-    return 0

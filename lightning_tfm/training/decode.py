@@ -4,15 +4,17 @@ The paper: "beam search with a beam size of 4 and length penalty alpha = 0.6 [..
 output length during inference to input length + 50, but terminate early when possible."
 The procedure follows tensor2tensor's ``beam_search.py`` (the paper's code):
 
-* every step expands all alive beams of all sentences in ONE decoder call on (sentences x beams) rows,
-  with incremental decoding: each layer caches the keys/values of earlier target positions and the
-  projected encoder memory, so only the newest position is fed (``use_cache=False`` recomputes the
-  whole prefix instead; the tests compare the two). A speed path (tests/test_speed_paths.py checks it
-  against the plain one, ``shared_memory=False``): the encoder memory is kept once per sentence, not
-  once per beam, and the K beams' queries attend to it together (:class:`SharedMemoryCache`), so it is
+* the model is any architecture of the registry: beam search talks to it only through the
+  incremental-decoder protocol (model/incremental.py: encode once, one decoder step with a state,
+  reorder the state and the encoder output);
+* every step expands all alive beams of all sentences in ONE decoder step on (sentences x beams) rows,
+  with incremental decoding: the decoder state (the Transformer's: each layer's keys/values of earlier
+  target positions and its projected encoder memory) holds the prefix, so only the newest position is
+  fed (``use_cache=False`` recomputes the whole prefix instead; the tests compare the two). A speed path
+  (tests/test_speed_paths.py checks it against the plain one, ``shared_memory=False``): for a model that
+  ``shares_encoder_rows``, the encoder output is kept once per sentence, not once per beam, so it is
   never copied, reordered or projected K times; at the first step, where a sentence's K beams are one
-  and the same BOS, one row per sentence is decoded. The self-attention keys/values live in reused
-  buffers (model/fast.py's BufferedKVCache);
+  and the same BOS, one row per sentence is decoded;
 * the top 2K candidates of each sentence are taken over its K beams x vocabulary; candidates ending in
   EOS become finished hypotheses scored log P(y) / lp(|y|), the best 2K-candidates that do not end in
   EOS stay alive (2K guarantees K of them, since each beam contributes at most one EOS candidate);
@@ -47,8 +49,7 @@ import torch
 from torch import Tensor
 
 from .data import pad
-from ..model import BOS, EOS, PAD, MemoryCache, Transformer
-from ..model.fast import BufferedKVCache
+from ..model import BOS, EOS, PAD, EncoderDecoder
 
 
 @dataclass
@@ -69,54 +70,11 @@ def length_penalty(length, alpha: float):
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def max_positions(model: Transformer) -> int:
-    """Longest sequence the model's positional encodings cover."""
-    table = model.positions.table
-    return table.num_embeddings if isinstance(table, torch.nn.Embedding) else table.shape[0]
-
-
-def _max_lengths(src: Tensor, max_len_a: float, max_len_b: int, model: Transformer) -> Tensor:
+def _max_lengths(src: Tensor, max_len_a: float, max_len_b: int, model: EncoderDecoder) -> Tensor:
     """Per sentence: a * (non-pad source tokens) + b, capped so BOS + tokens fit the model's positions."""
     src_len = (src != PAD).sum(1)
     ml = (max_len_a * src_len.double()).floor().long() + int(max_len_b)
-    return ml.clamp(min=1, max=max_positions(model) - 1)
-
-
-class SharedMemoryCache(MemoryCache):
-    """Encoder-decoder keys/values kept once per sentence for its K beams (beam search's layout).
-
-    The decoder has K consecutive rows per sentence (its beams) and the memory one: the K rows' queries,
-    (rows*K, T, d_model), are attended as the K*T positions of one row, (rows, K*T, d_model), against the
-    sentence's one copy of the memory. Encoder-decoder attention has no causal mask, so each query
-    position still sees exactly its sentence's memory (tests/test_speed_paths.py).
-    """
-
-    def queries(self, query: Tensor, memory_rows: int) -> Tensor:
-        if query.shape[0] % memory_rows:
-            raise ValueError(f"query has {query.shape[0]} rows and memory {memory_rows}: "
-                             "the query's must be a whole multiple")
-        return query.reshape(memory_rows, -1, query.shape[-1])
-
-
-def new_cache(model: Transformer, incremental: bool = True, shared_memory: bool = True) -> list[dict] | None:
-    """The decoder's per-layer caches for one batch of beams (model/cache.py).
-
-    ``incremental``: keys/values of earlier target positions are kept in reused buffers, so only the
-    newest position is fed; else the whole prefix is fed every step, and with ``shared_memory`` a fresh
-    cache per step only tells encoder-decoder attention which beams share a memory row (None without)."""
-    memory_cache = SharedMemoryCache if shared_memory else MemoryCache
-    if incremental:
-        return model.new_cache(BufferedKVCache, memory_cache)
-    return model.new_cache(None, memory_cache) if shared_memory else None
-
-
-def reorder_cache(cache: list[dict], index: Tensor, memory_index: Tensor | None = None) -> None:
-    """Keep rows ``index`` of every layer's self-attention cache (beam search re-ranks its hypotheses),
-    and rows ``memory_index`` of its encoder-decoder cache (None: leave it)."""
-    for layer in cache:
-        layer["self"].reorder(index)
-        if memory_index is not None:
-            layer["cross"].reorder(memory_index)
+    return ml.clamp(min=1, max=model.max_positions - 1)
 
 
 def topk_rows(x: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
@@ -173,14 +131,14 @@ class _VocabBuffers:
 # torch.no_grad rather than torch.inference_mode: under inference mode autocast does not cache its bf16
 # copies of the weights, and recasts every weight (the 8000 x 256 embedding too) at every decoding step.
 @torch.no_grad()
-def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
+def beam_search(model: EncoderDecoder, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
                 max_len_b: int = 50, use_cache: bool = True, min_len: int = 0,
                 shared_memory: bool = True) -> list[Hypothesis]:
     """Best hypothesis per sentence of ``src`` (B, S) (right-padded ids, EOS-terminated as in training).
 
     Runs under ``torch.no_grad()``; the model should be in eval mode (``translate_ids`` sees to it).
-    ``shared_memory=False`` (encoder memory repeated for every beam) is the plain path the shared memory
-    is tested against.
+    ``shared_memory=False`` (the encoder output repeated for every beam) is the plain path the shared one is
+    tested against; a model that does not ``shares_encoder_rows`` always takes it.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -191,9 +149,10 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     ml_min, ml_max = torch.stack([ml.min(), ml.max()]).tolist()
     width = ml_max + 2  # BOS + up to max length tokens + EOS
 
-    memory, src_mask = model.encode(src)  # once per sentence; its K beams share it (rows: sentence-major)
+    shared_memory = shared_memory and model.shares_encoder_rows
+    encoder_out = model.encode(src)  # once per sentence; its K beams share it (rows: sentence-major)
     if not shared_memory:
-        memory, src_mask = memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)
+        encoder_out = model.reorder_encoder_out(encoder_out, torch.arange(B, device=device).repeat_interleave(K))
     neg_inf = torch.tensor(float("-inf"), device=device)
 
     # Per original sentence: the best finished hypothesis so far.
@@ -208,21 +167,19 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     tokens[:, 0] = BOS
     alive_lp = torch.full((B, K), float("-inf"), device=device)
     alive_lp[:, 0] = 0.0  # only the first beam is live at the start (tensor2tensor's initial_log_probs)
-    cache = new_cache(model, True, shared_memory) if use_cache else None
+    state = model.init_state(encoder_out) if use_cache else None
     # The pre-softmax projection in the decoding dtype (autocast's, else the model's), into reused buffers.
-    compute = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else memory.dtype
-    vocab = _VocabBuffers(B * K, model.output_weight.to(compute))
+    weight = model.output_weight
+    compute = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else weight.dtype
+    vocab = _VocabBuffers(B * K, weight.to(compute))
 
     for t in range(width - 1):  # t = tokens generated so far by every alive hypothesis
         n = orig.shape[0]
         # Rows fed per sentence: at the first step its K beams are the same BOS with only the first alive,
-        # so (with the shared memory) one row per sentence is decoded and the cache grows to K rows after.
+        # so (with the shared encoder output) one row per sentence is decoded; the state grows to K rows after.
         rk = 1 if (t == 0 and shared_memory and n_row >= n_cand) else K
         fed = tokens if rk == K else tokens[::K]
-        if use_cache:
-            states = model.decode_states(fed[:, t:t + 1], memory, src_mask, cache=cache, offset=t)[:, -1]
-        else:
-            states = model.decode_states(fed[:, :t + 1], memory, src_mask, new_cache(model, False, shared_memory))[:, -1]
+        states = model.decode_step(fed[:, t:t + 1] if use_cache else fed[:, :t + 1], encoder_out, state)
         # Candidates: each row's top n_cand tokens first (the sentence's best n_cand over K x V are among
         # them), so no K x V table is built. Log-probabilities are normalised over the whole vocabulary
         # in fp32 before PAD/BOS are banned, like fairseq's lprobs[:, pad] = -inf.
@@ -279,15 +236,15 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             new_tok, index, cache_index = new_tok[keep], index[keep], cache_index[keep]
             flat = index.view(-1)
             mem_rows = keep if shared_memory else flat
-            memory, src_mask = memory.index_select(0, mem_rows), src_mask.index_select(0, mem_rows)
-            if use_cache:  # rows of dropped sentences go away, from the encoder-decoder part too
-                reorder_cache(cache, cache_index.view(-1), memory_index=mem_rows)
+            encoder_out = model.reorder_encoder_out(encoder_out, mem_rows)
+            if use_cache:  # rows of dropped sentences go away, from the parts derived from the encoder too
+                model.reorder_state(state, cache_index.view(-1), encoder_index=mem_rows)
         else:
             flat = index.view(-1)
             if use_cache:
-                # Beams are only re-ranked within their sentence: the encoder-decoder part stays (with
-                # shared_memory=False its rows are identical within a sentence, so it may stay too).
-                reorder_cache(cache, cache_index.view(-1))
+                # Beams are only re-ranked within their sentence: the parts derived from the encoder stay
+                # (with shared_memory=False its rows are identical within a sentence, so they may stay too).
+                model.reorder_state(state, cache_index.view(-1))
         tokens = tokens.index_select(0, flat)
         tokens[:, t + 1] = new_tok.view(-1)
 
@@ -296,7 +253,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
     return [Hypothesis(out_tokens[b][1:lens[b] + 1], scores[b], lps[b]) for b in range(B)]
 
 
-def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50,
+def greedy_decode(model: EncoderDecoder, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50,
                   alpha: float = 0.6) -> list[Hypothesis]:
     """Greedy decoding written out plainly (one sentence at a time, whole prefix recomputed each step).
 
@@ -304,14 +261,15 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
     maximum length, same score definition.
     """
     out = []
-    limit = max_positions(model) - 1
+    limit = model.max_positions - 1
     for row in src:
         s = row[row != PAD].unsqueeze(0)
         max_len = min(int(math.floor(max_len_a * s.shape[1])) + int(max_len_b), limit)
-        memory, mask = model.encode(s)
+        encoder_out = model.encode(s)
         ys, log_prob = [BOS], 0.0
         while True:
-            lprobs = model.decode(torch.tensor([ys], device=src.device), memory, mask)[0, -1].float().log_softmax(-1)
+            states = model.decode_step(torch.tensor([ys], device=src.device), encoder_out, None)
+            lprobs = model.project(states)[0].float().log_softmax(-1)
             lprobs[PAD] = lprobs[BOS] = float("-inf")
             if len(ys) - 1 >= max_len:
                 nxt = EOS
@@ -325,7 +283,7 @@ def greedy_decode(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_l
     return out
 
 
-def translate_ids(model: Transformer, src_ids: list[list[int]], beam_size: int = 4, alpha: float = 0.6,
+def translate_ids(model: EncoderDecoder, src_ids: list[list[int]], beam_size: int = 4, alpha: float = 0.6,
                   max_len_a: float = 1.0, max_len_b: int = 50, batch_sentences: int = 128, device="cpu",
                   dtype: torch.dtype | None = torch.bfloat16, use_cache: bool = True, min_len: int = 0
                   ) -> list[Hypothesis]:
@@ -337,7 +295,7 @@ def translate_ids(model: Transformer, src_ids: list[list[int]], beam_size: int =
     autocast (scores and log-softmax stay in fp32); None decodes in the model's own precision.
     """
     results: list[Hypothesis | None] = [None] * len(src_ids)
-    limit = max_positions(model)
+    limit = model.max_positions
     todo = []
     for i, ids in enumerate(src_ids):
         if len(ids) == 0:

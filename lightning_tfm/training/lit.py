@@ -1,4 +1,4 @@
-"""Lightning glue: the LightningModule and LightningDataModule around the pure-PyTorch Transformer."""
+"""Lightning glue: the LightningModule and LightningDataModule around a pure-PyTorch model (model/registry.py)."""
 from __future__ import annotations
 
 import math
@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from .checkpoints import RESUME_ONLY
 from .corpus import MappedPairs
 from .data import Batch, TokenBatchSampler, collate
-from ..model import PAD, Transformer
+from ..model import PAD, build_model
 from . import results
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
@@ -19,7 +19,8 @@ from .config import Config
 
 
 class TransformerModule(pl.LightningModule):
-    """Trains :class:`Transformer` with label-smoothed cross-entropy, Adam and the paper's schedule."""
+    """Trains the model ``config.model.arch`` names (the Transformer by default) with label-smoothed
+    cross-entropy, Adam and the paper's schedule."""
 
     def __init__(self, config: Config, vocab_size: int):
         super().__init__()
@@ -28,7 +29,7 @@ class TransformerModule(pl.LightningModule):
         # config (as a plain nested dict, secrets masked) and vocab_size go into every checkpoint
         self.save_hyperparameters({"config": scrub(config.to_dict()), "vocab_size": vocab_size})
         self.config = config
-        self.model = Transformer.from_config(config.model, vocab_size)
+        self.model = build_model(config.model, vocab_size)
         compile_ = config.train.compile
         self._forward = torch.compile(self.model) if compile_ else self.model
         self._features = torch.compile(self.model.features) if compile_ else self.model.features
@@ -98,7 +99,7 @@ class TransformerModule(pl.LightningModule):
         self.log(results.DEV_SMOOTHED_LOSS, loss, sync_dist=True)
 
     def configure_optimizers(self):
-        opt, sched = make_optimizer(self.model.parameters(), self.config.train, self.config.model.d_model)
+        opt, sched = make_optimizer(self.model.parameters(), self.config.train, self.model.d_model)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint):

@@ -1,7 +1,7 @@
 """``train.precision: auto``: bf16 where the hardware multiplies bf16 matrices natively, fp32 elsewhere.
 
 On a CPU without AVX-512 bf16 or AMX, oneDNN does not run bf16 and torch falls back to a scalar kernel many
-times slower than fp32 (README, "Precision", has the measured ratios), hence ``auto`` rather than a fixed bf16.
+times slower than fp32 (reports/timing.md has the measured ratio), hence ``auto`` rather than a fixed bf16.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``ltfm runs``: the local results store as a terminal table (for users who are not at the dashboard).
+"""The local results store as a terminal table, for ``ltfm runs`` (:mod:`.commands`; for users who are not at
+the dashboard).
 
 The results folder is the source of truth; each run folder's ``summary.json`` is read as it is.
 
@@ -15,11 +16,9 @@ Status: the summary's ``status`` (``completed`` | ``failed`` | ``running``), wit
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -173,15 +172,3 @@ def format_table(rows: list[dict], sort: str | None = None) -> str:
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
 
-
-def runs_cli(args) -> int:
-    """``ltfm runs [RESULTS_DIR] [--json] [--sort KEY]``."""
-    rows = list_runs(args.results_dir)
-    rows = sort_rows(rows, getattr(args, "sort", None))
-    if getattr(args, "json", False):
-        print(json.dumps(rows, indent=2, default=str))
-    elif not rows:
-        print(f"no runs in {args.results_dir}", file=sys.stderr)
-    else:
-        print(format_table(rows))
-    return 0

@@ -1,0 +1,305 @@
+"""The Table 3 replica's row and its columns, declared once.
+
+:class:`Row` is one row of the table (:func:`~lightning_tfm.report.table.build_table` makes them): one typed field
+per value. :data:`COLUMNS` is the one list of the table's columns, in the CSV's order; each :class:`Column` says
+what it means, its value (a field of the row by default), and where it appears:
+
+- ``views``: :data:`CSV` (``table3.csv``, header = the key), :data:`WANDB_PPL` / :data:`WANDB_BLEU` (the report
+  run's W&B tables ``table3/dev_ppl`` and ``table3/dev_bleu``), :data:`NOTE` (the optuna-dashboard note's
+  dev-perplexity table, as the :data:`PPL` table shows it), :data:`COMPARE_ROW` (a comparison row's own columns);
+- ``shown``: the markdown tables it is a column of (:data:`PPL`, :data:`BLEU`, :data:`CONFIG` of ``table3.md`` and
+  so of the HTML page, :data:`COMPARE` of ``compare.md``), each with its header and how its cell prints;
+- ``compare_at``: its place among each side's columns of a comparison (:data:`SIDE`; ``compare.csv``: ``a_<key>``,
+  ``b_<key>``).
+
+Every view reads this list: :mod:`.render` (markdown, CSV), :mod:`.dashboards` (W&B tables, the note),
+:mod:`.compare`. A new column is one more entry of :data:`COLUMNS` (and a field of :class:`Row`, or a ``value``
+computed from the row).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from ..training.config import TABLE3_KNOBS, choices
+from .stats import BLEU_FLOOR, NOISE_K
+from .text import fmt, fmt_knob, md_text
+from .verdict import MOVING, UNKNOWN
+
+
+@dataclass
+class Row:
+    """One row of the Table 3 replica: a variant beside the paper's, its numbers and their changes against the
+    base (``None``: not known). Also read as a mapping (``row["dev_ppl"]``; a knob by its config key,
+    ``row["model.heads"]``)."""
+    variant: str
+    family: str | None = None
+    in_paper: bool = False
+    knobs: dict[str, Any] = field(default_factory=dict)   # flat config key -> value, of TABLE3_KNOBS
+    seeds_completed: int = 0
+    seeds_total: int = 0
+    dev_ppl: float | None = None
+    dev_ppl_std: float | None = None
+    paper_dev_ppl: float | None = None
+    delta_ppl: float | None = None
+    paper_delta_ppl: float | None = None
+    delta_ppl_rel: float | None = None
+    paper_delta_ppl_rel: float | None = None
+    ppl_agrees: bool | None = None
+    ppl_noise: str | None = None             # beyond | within | unknown
+    ppl_verdict: str | None = None           # .verdict: finding | still moving | within noise | unknown
+    ppl_verdict_why: str | None = None
+    flops_per_step: float | None = None      # .compute
+    train_flops: float | None = None
+    dev_ppl_equal_flops: float | None = None
+    delta_ppl_equal_flops: float | None = None
+    delta_ppl_equal_flops_rel: float | None = None
+    equal_flops_note: str | None = None
+    dev_bleu: float | None = None
+    dev_bleu_std: float | None = None
+    paper_dev_bleu: float | None = None
+    delta_bleu: float | None = None
+    paper_delta_bleu: float | None = None
+    delta_bleu_rel: float | None = None
+    paper_delta_bleu_rel: float | None = None
+    bleu_agrees: bool | None = None
+    bleu_noise: str | None = None
+    bleu_tested: bool | None = None          # the paired bootstrap (.stats)
+    bleu_p_value: float | None = None
+    bleu_differing: int | None = None
+    bleu_sentences: int | None = None
+    bleu_test_seeds: list[int] | None = None
+    bleu_significant: bool | None = None
+    params: int | None = None
+    paper_params_m: float | None = None
+    status: str = ""
+
+    def __getitem__(self, key: str) -> Any:
+        if key in _FIELDS:
+            return getattr(self, key)
+        return self.knobs[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in _FIELDS:
+            raise KeyError(f"{key!r} is no field of a table row")
+        setattr(self, key, value)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Row)}
+
+# The views (see the module docstring)
+CSV, WANDB_PPL, WANDB_BLEU, NOTE, COMPARE_ROW = "csv", "wandb.dev_ppl", "wandb.dev_bleu", "note", "compare.row"
+PPL, BLEU, CONFIG, COMPARE = "md.ppl", "md.bleu", "md.config", "md.compare"
+Cell = Callable[[Row, dict], str]   # (row, table) -> the markdown cell
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A column in one markdown table: its header (``{side}``: A or B in a comparison), how its cell prints,
+    whether it is left-aligned."""
+    title: str
+    cell: Cell
+    left: bool = False
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str                                   # the CSV's and the W&B tables' header
+    help: str                                  # what it means
+    views: frozenset = frozenset({CSV})
+    shown: Mapping[str, Shown] = field(default_factory=dict)
+    value: Callable[[Row], Any] | None = None  # default: the row's field ``key``
+    compare_at: int | None = None              # its place among a comparison side's columns; None: not there
+
+    def of(self, row: Row) -> Any:
+        return self.value(row) if self.value is not None else getattr(row, self.key)
+
+    def csv_text(self, row: Row) -> Any:
+        """Its cell of table3.csv: empty for None, a float to 6 significant digits."""
+        v = self.of(row)
+        return "" if v is None else f"{v:.6g}" if isinstance(v, float) else v
+
+    def data(self, row: Row) -> Any:
+        """Its value in a W&B table: the CSV's (a float to 6 significant digits)."""
+        v = self.of(row)
+        return float(f"{v:.6g}") if isinstance(v, float) else v
+
+
+# ------------------------------------------------------------------------------------------- how cells print
+def params_m(n: int | None) -> str:
+    if n is None:
+        return ""
+    m = n / 1e6
+    return f"{m:.2f}" if m < 10 else f"{m:.1f}"
+
+
+def mean_std(mean, sd, digits) -> str:
+    if mean is None:
+        return ""
+    return fmt(mean, digits) + (f" ± {sd:.{digits}f}" if sd is not None else "")
+
+
+def yes(x: bool | None) -> str:
+    return "" if x is None else ("yes" if x else "no")
+
+
+def delta(d: float | None, rel: float | None, digits: int) -> str:
+    """A change with its relative size: ``+1.10 (+22%)``."""
+    if d is None:
+        return ""
+    return fmt(d, digits, sign=True) + (f" ({100 * rel:+.0f}%)" if rel is not None else "")
+
+
+def _noise(metric: str) -> Cell:
+    def cell(row: Row, table: dict) -> str:
+        if row.variant == "base":
+            sd = table["base_std"][metric]
+            return f"noise: {NOISE_K:g}σ = {NOISE_K * sd:.2f}" if sd is not None else "noise unknown (1 seed)"
+        return {"beyond": "yes", "within": "no", "unknown": "unknown"}.get(row[f"{metric}_noise"], "")
+    return cell
+
+
+def _test(row: Row, table: dict) -> str:  # noqa: ARG001
+    if row.bleu_p_value is None:
+        return ""
+    n, of = row.bleu_differing, row.bleu_sentences
+    if n == 0:
+        return f"identical outputs ({of} sentences)"
+    if not row.bleu_tested:
+        why = "equal BLEU" if row.delta_bleu is not None and round(row.delta_bleu, 2) == 0 else \
+            f"both BLEU < {BLEU_FLOOR:g}"
+        return f"not tested: {why} ({n}/{of} sentences differ)"
+    p = row.bleu_p_value
+    return f"p = {p:.3f}, {n}/{of} sentences differ" if p >= 0.001 else f"p < 0.001, {n}/{of} sentences differ"
+
+
+def _flops(row: Row, table: dict) -> str:
+    """The change at the base's training compute, or why there is none; the base: its compute."""
+    if row.variant == "base":
+        flops = (table.get("compute") or {}).get("base_flops")
+        return f"budget {flops:.3g} FLOPs" if flops else ""
+    if row.delta_ppl_equal_flops is not None:
+        return delta(row.delta_ppl_equal_flops, row.delta_ppl_equal_flops_rel, 2)
+    return row.equal_flops_note or ""
+
+
+def _verdict(row: Row, table: dict) -> str:  # noqa: ARG001
+    if not row.ppl_verdict:
+        return ""
+    return row.ppl_verdict + (f" ({row.ppl_verdict_why})" if row.ppl_verdict in (MOVING, UNKNOWN) else "")
+
+
+def _name(row: Row, table: dict) -> str:  # noqa: ARG001
+    return md_text(row.variant)
+
+
+ROW = Shown("row", _name, left=True)
+
+
+def _knob(title: str, key: str, csv_name: str) -> Column:
+    return Column(csv_name, f"Table 3 knob {title} (config key {key})", frozenset({CSV}),
+                  {CONFIG: Shown(title, lambda r, t: md_text(fmt_knob(r.knobs.get(key))), left=choices(key) is not None)},
+                  value=lambda r: r.knobs.get(key))
+
+
+C = Column
+S = Shown
+_T = frozenset({CSV, WANDB_PPL, WANDB_BLEU})
+_P = frozenset({CSV, WANDB_PPL, NOTE})
+_B = frozenset({CSV, WANDB_BLEU})
+
+COLUMNS: list[Column] = [
+    C("variant", "the row's name (the sweep file's variant)", _T | {NOTE, COMPARE_ROW},
+      {PPL: ROW, BLEU: ROW, CONFIG: ROW, COMPARE: ROW}),
+    C("family", "the row's family (A-E, big, or the sweep's own)", _T | {COMPARE_ROW}),
+    C("in_paper", "the paper's Table 3 has this row", frozenset({CSV, COMPARE_ROW})),
+    *[_knob(title, key, csv_name) for title, key, csv_name in TABLE3_KNOBS],
+    C("seeds_completed", "completed seeds of the row"),
+    C("seeds_total", "seeds the row has or plans"),
+    C("dev_ppl", "our dev perplexity, the mean over the completed seeds", _P,
+      {PPL: S("dev PPL ours", lambda r, t: mean_std(r.dev_ppl, r.dev_ppl_std, 2))}, compare_at=0),
+    C("dev_ppl_std", "its sample standard deviation over the seeds", frozenset({CSV, WANDB_PPL})),
+    C("paper_dev_ppl", "the paper's dev perplexity (newstest2013)", _P,
+      {PPL: S("dev PPL paper", lambda r, t: fmt(r.paper_dev_ppl, 2))}),
+    C("delta_ppl", "our dev PPL minus our base's, at equal steps", _P,
+      {PPL: S("ΔPPL ours", lambda r, t: delta(r.delta_ppl, r.delta_ppl_rel, 2)),
+       COMPARE: S("ΔPPL {side}", lambda r, t: delta(r.delta_ppl, r.delta_ppl_rel, 2))}, compare_at=1),
+    C("delta_ppl_equal_flops", "our dev PPL minus our base's, at the base's training FLOPs (.compute)",
+      frozenset({CSV, NOTE}),
+      {PPL: S("ΔPPL ours at base FLOPs", _flops),
+       COMPARE: S("ΔPPL {side} at base FLOPs",
+                  lambda r, t: fmt(r.delta_ppl_equal_flops, 2, sign=True) or (r.equal_flops_note or ""))},
+      compare_at=3),
+    C("paper_delta_ppl", "the paper's dev PPL minus the paper's base's", _P | {COMPARE_ROW},
+      {PPL: S("ΔPPL paper", lambda r, t: delta(r.paper_delta_ppl, r.paper_delta_ppl_rel, 2)),
+       COMPARE: S("ΔPPL paper", lambda r, t: fmt(r.paper_delta_ppl, 2, sign=True))}),
+    C("delta_ppl_rel", "delta_ppl relative to our base's dev PPL", frozenset({CSV, WANDB_PPL}), compare_at=2),
+    C("delta_ppl_equal_flops_rel", "delta_ppl_equal_flops relative to our base's dev PPL"),
+    C("paper_delta_ppl_rel", "paper_delta_ppl relative to the paper's base", frozenset({CSV, WANDB_PPL})),
+    C("ppl_agrees", "our change of dev PPL has the paper's sign", _P,
+      {PPL: S("PPL agrees", lambda r, t: yes(r.ppl_agrees), left=True),
+       COMPARE: S("agrees {side}", lambda r, t: yes(r.ppl_agrees), left=True)}, compare_at=8),
+    C("ppl_noise", "the change of dev PPL against seed noise: beyond, within, unknown (.stats)", _P,
+      {PPL: S("PPL beyond noise", _noise("ppl"), left=True)}, compare_at=5),
+    C("ppl_verdict", "the budget verdict from the learning curves: finding, still moving, within noise, unknown "
+      "(.verdict)", frozenset({CSV, NOTE}),
+      {PPL: S("budget verdict", _verdict, left=True),
+       COMPARE: S("verdict {side}", lambda r, t: r.ppl_verdict or "", left=True)}, compare_at=6),
+    C("ppl_verdict_why", "why the budget verdict", compare_at=7),
+    C("flops_per_step", "training FLOPs per step at the row's shapes (as `ltfm bench` counts them)"),
+    C("train_flops", "training FLOPs at the row's last validation"),
+    C("dev_ppl_equal_flops", "our dev PPL at the base's training FLOPs"),
+    C("equal_flops_note", "why there is no dev PPL at the base's training FLOPs", compare_at=4),
+    C("dev_bleu", "our dev BLEU, the mean over the completed seeds", _B,
+      {BLEU: S("dev BLEU ours", lambda r, t: mean_std(r.dev_bleu, r.dev_bleu_std, 2))}),
+    C("dev_bleu_std", "its sample standard deviation over the seeds", _B),
+    C("paper_dev_bleu", "the paper's dev BLEU (newstest2013)", _B,
+      {BLEU: S("dev BLEU paper", lambda r, t: fmt(r.paper_dev_bleu, 1))}),
+    C("delta_bleu", "our dev BLEU minus our base's", _B,
+      {BLEU: S("ΔBLEU ours", lambda r, t: delta(r.delta_bleu, r.delta_bleu_rel, 2) + ("*" if r.bleu_significant else ""))}),
+    C("paper_delta_bleu", "the paper's dev BLEU minus the paper's base's", _B,
+      {BLEU: S("ΔBLEU paper", lambda r, t: delta(r.paper_delta_bleu, r.paper_delta_bleu_rel, 1))}),
+    C("delta_bleu_rel", "delta_bleu relative to our base's dev BLEU", _B),
+    C("paper_delta_bleu_rel", "paper_delta_bleu relative to the paper's base", _B),
+    C("bleu_agrees", "our change of dev BLEU has the paper's sign", _B,
+      {BLEU: S("BLEU agrees", lambda r, t: yes(r.bleu_agrees), left=True)}),
+    C("bleu_noise", "the change of dev BLEU against seed noise: beyond, within, unknown", _B,
+      {BLEU: S("BLEU beyond noise", _noise("bleu"), left=True)}),
+    C("bleu_tested", "the paired bootstrap tested the row against the base"),
+    C("bleu_p_value", "the paired bootstrap's p-value", _B, {BLEU: S("paired bootstrap", _test, left=True)}),
+    C("bleu_differing", "dev sentences whose hypotheses differ from the base's"),
+    C("bleu_sentences", "dev sentences the paired bootstrap compared"),
+    C("bleu_significant", "the change of dev BLEU is significant (and beyond seed noise, with several seeds)", _B),
+    C("params", "our parameter count", frozenset({CSV}),
+      {CONFIG: S("params ours (M)", lambda r, t: params_m(r.params))}),
+    C("paper_params_m", "the paper's parameter count, millions", frozenset({CSV}),
+      {CONFIG: S("params paper (M)", lambda r, t: "" if r.paper_params_m is None else f"{r.paper_params_m:g}")}),
+    C("status", "completed, missing, failed, skipped, pruned, diverged, continued, with why", _T,
+      {CONFIG: S("status", lambda r, t: md_text(r.status), left=True)}),
+]
+del C, S
+
+
+SIDE = "compare.side"   # a comparison side's columns: those with a compare_at, in its order
+
+
+def columns(view: str) -> list[Column]:
+    """The columns of ``view`` in their order: the list's, or :data:`SIDE`'s (by ``compare_at``)."""
+    if view == SIDE:
+        return sorted((c for c in COLUMNS if c.compare_at is not None), key=lambda c: c.compare_at)
+    return [c for c in COLUMNS if view in c.views or view in c.shown]
+
+
+def shown(view: str, among: str | None = None) -> list[Shown]:
+    """The markdown columns of ``view`` (:data:`PPL`, :data:`BLEU`, :data:`CONFIG`, :data:`COMPARE`) among the
+    columns of ``among`` (default: ``view``'s own); the note (:data:`NOTE`) shows its columns as :data:`PPL` does."""
+    if view == NOTE:
+        view, among = PPL, NOTE
+    return [c.shown[view] for c in columns(among or view) if view in c.shown]

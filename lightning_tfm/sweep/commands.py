@@ -1,0 +1,290 @@
+"""The sweep layer's commands, each declared once beside its handler: ``ltfm train``, ``ltfm prepare`` and
+``ltfm sweep`` (what a :class:`~lightning_tfm.training.commands.Command` is: that module).
+
+``train`` and ``prepare`` are declared here, not in the training layer, because each reaches into a sweep: a
+sweep trial is an ``ltfm train`` process that reports to its study through :mod:`.pruning`, and ``prepare``
+takes a sweep file too; the training layer imports nothing of the sweep.
+
+Only the standard library is imported at the top (``ltfm --help`` builds every command's parser): each handler
+imports what it needs when it runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from typing import TYPE_CHECKING
+
+from ..training.commands import OVERRIDES, Command, print_keys
+from ..training.errors import UserError
+
+if TYPE_CHECKING:
+    from ..training.config import Config
+    from .plan import Plan
+
+
+def _train_arguments(t: argparse.ArgumentParser) -> None:
+    t.add_argument("config", help="experiment YAML, e.g. experiments/multi30k-smoke.yaml")
+    t.add_argument("overrides", nargs="*", help=OVERRIDES)
+
+
+def train_cli(args) -> int:
+    """``ltfm train CONFIG.yaml [k=v ...]``. A sweep trial (``sweep.trial`` set; the worker starts this very
+    command, so it reads the same in a trial's log as by hand) reports to its Optuna study through the sweep's
+    pruning callback: training itself knows nothing of sweeps. The config is read once and validated once, by
+    :func:`~lightning_tfm.training.train.train`."""
+    import signal
+
+    from ..training.config import load_config
+    from ..training.train import Abandoned, stop_reason, train
+
+    cfg = load_config(args.config, args.overrides, checked=False)  # train() validates it
+    callbacks = []
+    if cfg.sweep.trial is not None:
+        from .pruning import OptunaPruning
+        callbacks.append(OptunaPruning(cfg))
+    if "SLURM_JOB_ID" not in os.environ:  # SLURM's requeue warning outside SLURM: stop as on SIGTERM (in SLURM,
+        # Lightning's SLURM environment handles SIGUSR1 itself and requeues the job)
+        signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    _stop_on_sigterm_outside_fit()
+    try:
+        summary = train(cfg, callbacks=callbacks)
+    except Abandoned as e:  # stopped short of its budget, recorded as failed in summary.json
+        print(f"ltfm: {e}", file=sys.stderr)
+        return 1
+    except SystemExit as e:
+        stopped = stop_reason(e)
+        if stopped is None:
+            raise
+        print(f"ltfm: {stopped[0]}", file=sys.stderr)
+        return stopped[1]
+    return 0 if summary.get("status") in ("completed", "pruned") else 1
+
+
+def _stop_on_sigterm_outside_fit() -> None:
+    """SIGTERM before or after ``Trainer.fit`` (building the corpus and the model; the final evaluation) stops the
+    run as Lightning does during fit: its ``SIGTERMException``, which the run records as "stopped by SIGTERM" in
+    summary.json (not a summary left "running" by a process the signal ended at once) and which exits 143.
+    During fit Lightning's own handler calls this one too, and handles the signal itself."""
+    import signal
+
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    def stop(signum, frame):  # noqa: ARG001
+        if signal.getsignal(signal.SIGTERM) is stop:  # not inside fit
+            raise SIGTERMException
+    signal.signal(signal.SIGTERM, stop)
+
+
+TRAIN = Command("train", "train (or resume) one model", _train_arguments, train_cli,
+                "Train one model from an experiment file; the same command resumes it. Every key: ltfm config "
+                "--keys; the resolved config and run id: ltfm config CONFIG.yaml [k=v ...].")
+
+
+def _prepare_arguments(pr: argparse.ArgumentParser) -> None:
+    pr.add_argument("config", help="experiment or sweep YAML")
+    pr.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
+    pr.add_argument("overrides", nargs="*", help=OVERRIDES)
+
+
+def prepare_cli(args) -> int:
+    """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of an experiment,
+    or of a sweep's base experiment with the sweep's own overrides (what its trials use)."""
+    from ..training.config import load_config, read_yaml
+    from ..training.corpus import folder_size, prepare
+
+    if "experiment" in read_yaml(args.config):  # a sweep file
+        from .plan import Plan
+        from .spec import load_sweep
+        cfg = Plan(load_sweep(args.config), args.overrides).base_cfg
+    else:
+        cfg = load_config(args.config, args.overrides)
+    folder, manifest = prepare(cfg, progress=True, rebuild=args.rebuild)
+    counts = ", ".join(f"{role} {c['pairs']:,} pairs" + (f" ({c['skipped_pairs']:,} skipped)" if c.get('skipped_pairs')
+                                                          else "") for role, c in manifest["splits"].items())
+    print(f"{folder}\n  vocabulary {manifest['vocab_size']} ({manifest['dtype']}), {counts}, "
+          f"{folder_size(folder) / 2**20:.1f} MiB")
+    return 0
+
+
+PREPARE = Command("prepare", "build a config's prepared corpus (vocabulary + token ids) once", _prepare_arguments,
+                  prepare_cli)
+
+
+def _sweep_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("sweep_file", nargs="?", help="sweep YAML, e.g. sweeps/table3-cpu.yaml (not with --keys)")
+    s.add_argument("--keys", nargs="?", const="", metavar="PREFIX", help="list every key of a sweep file (or "
+                   "those starting with PREFIX, e.g. sampler or report.)")
+    s.add_argument("--storage", metavar="URL", help="Optuna storage shared by workers (default: SQLite "
+                   "<results>/<sweep>.db; postgresql://user@host/db with the password in PGPASSWORD or ~/.pgpass)")
+    s.add_argument("--n-trials", type=int, metavar="N", help="this worker stops after N trials (default: when "
+                   "the study is done)")
+    s.add_argument("--dry-run", action="store_true", help="list the trials (rows, overrides, parameters, steps) "
+                   "without training")
+    s.add_argument("--json", action="store_true", help="with --dry-run or --status: JSON instead of a table")
+    s.add_argument("--status", action="store_true", help="the study's trials: state, value, duration, run folder")
+    s.add_argument("--workers", metavar="K|auto", help="start K workers of this study here and show one progress "
+                   "line (auto: --workers-per-gpu on every CUDA device, else one per CPU core)")
+    s.add_argument("--workers-per-gpu", type=int, default=None, metavar="K", help="with --workers auto on CUDA: "
+                   "workers sharing each GPU (default 4: a Table 3 row leaves most of a large GPU idle)")
+    s.add_argument("--every", type=float, default=30.0, metavar="SECONDS", help="with --workers: seconds between "
+                   "progress lines (default 30)")
+    s.add_argument("--storage-from-env", action="store_true", help=argparse.SUPPRESS)
+    s.add_argument("overrides", nargs="*", help="dotted.key=value applied to every trial's base experiment")
+
+
+def _check_local_data(cfg: Config) -> None:
+    d = cfg.data
+    if d.source != "local":
+        return
+    from ..training.data import split_file  # here: data imports torch, which a worker (it trains nothing itself) never needs
+    for split in (d.train_split, d.dev_split, d.test_split):
+        if split:
+            for lang in (d.src_lang, d.tgt_lang):
+                split_file(d.path, split, lang)
+
+
+def _corpus_line(cfg: Config) -> str:
+    from ..training.config import has_data
+    from ..training.corpus import status as corpus_status
+
+    if not has_data(cfg):
+        return ("prepared corpus and run folders: not shown without the data (data.path=FOLDER, or data.hub_name "
+                "on the Hub, which the run ids include)")
+    try:
+        folder, ready = corpus_status(cfg)
+    except UserError as e:
+        return f"prepared corpus: cannot tell ({e})"
+    return (f"prepared corpus: {folder} " + ("exists (every trial maps it)" if ready else
+            "does not exist yet (built once before the first trial, or now with `ltfm prepare`)"))
+
+
+def _join(sweep, plan: Plan, url: str, given: bool):
+    """Check the inputs, build the prepared corpus once, open the storage and the study: (storage, study).
+
+    A given ``--storage`` is checked first (fails fast, writes nothing here); the default SQLite file is only
+    created once the data and the results folder are known to be fine."""
+    from ..training.corpus import prepare
+    from .storage import open_storage, open_study, retry
+
+    storage = open_storage(url, heartbeat=sweep.heartbeat) if given else None
+    _check_local_data(plan.base_cfg)
+    try:
+        (plan.results_dir / "sweep-logs").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        raise UserError(f"results folder {str(plan.results_dir)!r} is not writable: set run.results_dir to a "
+                        "folder you can write") from None
+    prepare(plan.base_cfg)  # one vocabulary and one set of ids for every trial, built before any trial starts
+    storage = storage or open_storage(url, heartbeat=sweep.heartbeat)
+    return storage, retry(open_study, sweep, storage)
+
+
+def status_command(args) -> str:
+    """``ltfm sweep FILE --status`` as this command's user would type it to find the same study: with the
+    results folder it was given (the default storage lives there) and its storage URL, password masked."""
+    from ..training.redact import mask_url
+
+    words = ["ltfm", "sweep", args.sweep_file, "--status"]
+    words += [o for o in args.overrides if o.split("=", 1)[0].strip() == "run.results_dir"]
+    if args.storage:
+        words += ["--storage", mask_url(args.storage)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _keys(args) -> int:
+    """``ltfm sweep --keys [PREFIX]``: every key of a sweep file with its type, default and meaning."""
+    from .spec import describe_keys
+
+    if args.sweep_file or args.overrides:
+        raise UserError("--keys lists the sweep file's keys: give no sweep file or overrides with it")
+    print_keys(describe_keys(args.keys))
+    return 0
+
+
+def _dry_run(args, sweep, plan: Plan) -> int:
+    from .plan import format_overrides
+    from .status import dry_run
+
+    rows = dry_run(sweep, plan, args.n_trials)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(_corpus_line(plan.base_cfg))
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        what = f"{r['params']:>12,} params" if r["params"] is not None else f"skipped: {r['skipped']}"
+        done, steps = r["trained_steps"], f"steps {r['max_steps']}"
+        if done and done >= r["max_steps"]:
+            steps += f" (trained: {r['run_id']})"
+        elif done:  # a larger budget than the run folder holds: the run continues
+            steps += f" (continues {r['run_id']} from step {done})"
+        print(f"{r['name']:<{width}}  seed {r['seed']}  {what}  {steps}  {format_overrides(r['overrides'])}")
+    return 0
+
+
+def sweep_cli(args) -> int:
+    """``ltfm sweep SWEEP.yaml [--storage URL] [--n-trials N] [--dry-run] [--json] [--status] [k=v ...]``;
+    ``ltfm sweep --keys [PREFIX]``."""
+    if args.keys is not None:
+        return _keys(args)
+    if not args.sweep_file:
+        raise UserError("give a sweep file (ltfm sweep sweeps/table3-cpu.yaml [k=v ...]) or --keys")
+    if args.n_trials is not None and args.n_trials < 1:
+        raise UserError(f"--n-trials {args.n_trials} must be at least 1")
+    from ..training.redact import mask_url
+    from .plan import Plan
+    from .spec import load_sweep
+    from .status import format_status, status_rows
+    from .storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
+
+    sweep = load_sweep(args.sweep_file)
+    plan = Plan(sweep, args.overrides, data=not (args.dry_run or args.status))  # neither reads the data
+    if args.dry_run:
+        return _dry_run(args, sweep, plan)
+    quiet_optuna()
+    url = args.storage or default_storage(sweep, plan.results_dir)
+    if getattr(args, "storage_from_env", False) and os.environ.get(STORAGE_ENV):
+        url = os.environ[STORAGE_ENV]  # a worker started by --workers: the URL (maybe with a password) off argv
+    workers = getattr(args, "workers", None)
+    if workers is not None and not args.status:
+        if workers != "auto" and not (workers.isdigit() and int(workers) >= 1):
+            raise UserError(f"--workers {workers!r} must be a count of at least 1 or 'auto'")
+        if args.n_trials is not None:
+            raise UserError("--workers and --n-trials do not go together: each worker runs until the study is done")
+        if args.every <= 0:
+            raise UserError(f"--every {args.every} must be a positive number of seconds")
+    per_gpu = getattr(args, "workers_per_gpu", None)
+    if per_gpu is not None and (workers is None or per_gpu < 1):
+        raise UserError(f"--workers-per-gpu {per_gpu} must be at least 1 and goes with --workers" if per_gpu < 1
+                        else "--workers-per-gpu goes with --workers auto (or K): add --workers auto")
+    if args.status:
+        storage = open_storage(url, create=False)
+        study = open_study(sweep, storage, create=False)
+        rows = status_rows(study)
+        print(json.dumps(rows, indent=1, default=str) if args.json else format_status(sweep, rows, url, plan.results_dir))
+        return 0
+    storage, study = _join(sweep, plan, url, given=bool(args.storage))
+    if workers is not None:
+        # The rows are queued here, once, before any worker starts (workers started together would each queue
+        # every row: duplicates, closed untrained, but noise in --status).
+        from .launch import WORKERS_PER_GPU, launch
+        from .queue import enqueue_missing
+        if sweep.mode == "variants":
+            retry(enqueue_missing, study, plan)
+        return launch(args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every,
+                      per_gpu=per_gpu or WORKERS_PER_GPU, status_hint=status_command(args))
+    from .worker import Worker, stop_on_sigterm
+    retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)
+    retry(study.set_user_attr, "ltfm.metric", sweep.metric)
+    stop_on_sigterm()
+    worker = Worker(sweep, plan, url, storage, study)
+    worker.say(f"study {sweep.name} in {mask_url(url)}; results in {plan.results_dir}")
+    return worker.run(args.n_trials)
+
+
+SWEEP = Command("sweep", "run (or join) an Optuna sweep: Table 3 rows or a search", _sweep_arguments, sweep_cli)
+
+#: This layer's commands (:mod:`lightning_tfm.cli` sets the order of ``ltfm --help``).
+COMMANDS = (TRAIN, PREPARE, SWEEP)

@@ -1,0 +1,104 @@
+"""A report column is one entry of one list (lightning_tfm/report/columns.py): a column added there alone, computed
+from the typed row, shows in table3.md, table3.csv, the report's W&B table (read back from the offline run's files)
+and the study's optuna-dashboard note. The report is rebuilt in-process from the committed CPU reference's export."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+
+import pytest
+
+from conftest import ROOT
+from wandb_offline import read_runs
+from lightning_tfm import report as rd
+from lightning_tfm.report import columns, dashboards
+from lightning_tfm.report.columns import CSV, NOTE, PPL, WANDB_PPL, Column, Row, Shown
+from lightning_tfm.report.render import table_csv, write_table
+from lightning_tfm.sweep import load_sweep
+
+SWEEP = ROOT / "sweeps" / "table3-cpu.yaml"
+EXPORT = ROOT / "reports" / "reference" / "table3-cpu" / "export"
+
+
+def ppl_per_mparam(row: Row) -> float | None:
+    return None if row.dev_ppl is None or not row.params else row.dev_ppl / (row.params / 1e6)
+
+
+# What a contributor writes: one entry, appended to columns.COLUMNS
+NEW = Column("ppl_per_mparam", "dev PPL per million parameters", frozenset({CSV, WANDB_PPL, NOTE}),
+             {PPL: Shown("PPL per M params", lambda r, t: "" if (v := ppl_per_mparam(r)) is None else f"{v:.3f}")},
+             value=ppl_per_mparam)
+
+
+@pytest.fixture
+def table(monkeypatch):
+    monkeypatch.setattr(columns, "COLUMNS", [*columns.COLUMNS, NEW])
+    return rd.build_table(rd.load_report_data(SWEEP, export_dir=EXPORT))
+
+
+def _ppl_section(md: str) -> list[str]:
+    return [ln for ln in md.split("\n## Dev perplexity\n", 1)[1].split("\n## ", 1)[0].splitlines() if ln.startswith("|")]
+
+
+def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dashboard_note(table, tmp_path):
+    base = next(r for r in table["rows"] if r.variant == "base")
+    value = ppl_per_mparam(base)
+    assert value and NEW.key not in {f.name for f in dataclasses.fields(Row)}  # no field: computed
+
+    # table3.md: the PPL table's last column, its header and the base's cell
+    lines = _ppl_section(rd.table_markdown(table))
+    assert lines[0].endswith("| PPL per M params |") and lines[1].endswith("|--:|")
+    assert lines[2].startswith("| base |") and lines[2].endswith(f"| {value:.3f} |")
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines)
+
+    # table3.csv: a column of its own, every row's value to 6 significant digits
+    rows = list(csv.DictReader(io.StringIO(table_csv(table))))
+    assert list(rows[0])[-1] == NEW.key and rows[0]["variant"] == "base" and rows[0][NEW.key] == f"{value:.6g}"
+    assert [r[NEW.key] for r in rows] == ["" if (v := ppl_per_mparam(r)) is None else f"{v:.6g}" for r in table["rows"]]
+
+    # the report's W&B run, offline: its table3/dev_ppl table has the column, read back from the run's files
+    out, results = tmp_path / "build", tmp_path / "results"
+    write_table(table, out)
+    (out / "table3.html").write_text("<html></html>")
+    target = {"mode": "offline", "project": "lightning_tfm", "entity": None}
+    info = dashboards.log_wandb_report(load_sweep(SWEEP), out, results, table, target)
+    assert info is not None and info["mode"] == "offline"
+    (run,) = read_runs(results / dashboards.WANDB_DIR)
+    (logged,) = run.tables["table3/dev_ppl"]
+    assert logged["columns"][-1] == NEW.key and "ppl_per_mparam" not in run.tables["table3/dev_bleu"][0]["columns"]
+    cells = dict(zip(logged["columns"], logged["data"][0]))
+    assert cells["variant"] == "base" and cells[NEW.key] == pytest.approx(value, rel=1e-5)
+
+    # the study's optuna-dashboard note: written and read back through optuna-dashboard
+    optuna = pytest.importorskip("optuna")
+    od = pytest.importorskip("optuna_dashboard")
+    study = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
+    od.save_note(study, dashboards.merge_note("", dashboards.note_text(table, str(out / "table3.html"))))
+    note = _ppl_section(od.get_note(optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")))
+    assert note[0].endswith("| PPL per M params |") and note[2].endswith(f"| {value:.3f} |")
+
+
+def test_without_the_entry_no_view_has_it():
+    table = rd.build_table(rd.load_report_data(SWEEP, export_dir=EXPORT))
+    md, text = rd.table_markdown(table), table_csv(table)
+    assert "PPL per M params" not in md and NEW.key not in text
+    assert all(NEW.key not in cols for cols, _ in dashboards.wandb_tables(table).values())
+    assert "PPL per M params" not in dashboards.note_text(table)
+
+
+def test_every_column_is_declared_whole():
+    """Each column: a unique key, its meaning, a value (a field of the row or its own), a markdown view only with
+    its header and cell; the note's columns show in the PPL table."""
+    keys = [c.key for c in columns.COLUMNS]
+    assert len(keys) == len(set(keys))
+    fields = {f.name for f in dataclasses.fields(Row)}
+    for c in columns.COLUMNS:
+        assert c.help and (c.value is not None or c.key in fields), c.key
+        assert set(c.shown) <= {columns.PPL, columns.BLEU, columns.CONFIG, columns.COMPARE}, c.key
+        assert NOTE not in c.views or PPL in c.shown, c.key
+    # the committed reports' column order: the CSV's, the markdown tables' headers
+    assert keys[:3] == ["variant", "family", "in_paper"] and keys[-1] == "status"
+    assert [s.title for s in columns.shown(PPL)] == ["row", "dev PPL ours", "dev PPL paper", "ΔPPL ours",
+                                                     "ΔPPL ours at base FLOPs", "ΔPPL paper", "PPL agrees",
+                                                     "PPL beyond noise", "budget verdict"]
