@@ -41,11 +41,20 @@ COMMANDS: tuple[Command, ...] = (sweep_commands.TRAIN, training_commands.CONFIG,
                                  training_commands.BENCH)
 
 
+def description(command: Command) -> str:
+    """The paragraph under ``ltfm NAME --help``'s usage: the command's ``description``, else its one line of
+    ``ltfm --help`` as a sentence."""
+    if command.description:
+        return command.description
+    text = command.help.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ltfm", description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
     for command in COMMANDS:
-        command.arguments(sub.add_parser(command.name, help=command.help, description=command.description))
+        command.arguments(sub.add_parser(command.name, help=command.help, description=description(command)))
     return p
 
 

@@ -18,6 +18,16 @@ DATA = Path(os.environ.get("LTFM_DATA", ROOT.parent / "shared" / "data" / "multi
 SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"
 
 
+def default_signals() -> None:
+    """A child's ``preexec_fn``: SIGINT, SIGHUP and SIGTERM as a terminal delivers them (their default action), so a
+    test that signals a command tests its handlers even when the suite itself runs with them ignored (``nohup``,
+    a background job of a non-interactive shell: the command then keeps them ignored, as it should)."""
+    import signal
+
+    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def ltfm(*args, env=None, input=None, timeout=600, cwd=None):
     """Run the real CLI in a subprocess; returns CompletedProcess (text)."""
     e = dict(os.environ)

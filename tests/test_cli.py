@@ -159,3 +159,53 @@ def test_train_reads_and_validates_its_config_once(monkeypatch, tmp_path, data_d
         for s, h in handlers.items():
             signal.signal(s, h)
     assert calls == {"read_yaml": 1, "validate": 1}
+
+
+def test_every_command_help_has_a_description_line():
+    """``ltfm NAME --help`` says what the command does under its usage line: the command's description, else its
+    line of ``ltfm --help`` as a sentence."""
+    subs = {p.prog.split()[-1]: p for p in list(_parsers(build_parser()))[1:]}
+    assert set(subs) == {c.name for c in cli.COMMANDS}
+    for command in cli.COMMANDS:
+        text = subs[command.name].description
+        assert text and text[0].isupper() and text.endswith("."), command.name
+        assert text == (command.description or command.help[0].upper() + command.help[1:] + "."), command.name
+    assert subs["average"].description == "Average the last N checkpoints of a run into one file."
+    p = ltfm("sweep", "--help")
+    assert p.returncode == 0
+    usage, description = p.stdout.split("\n\n")[:2]
+    assert usage.startswith("usage: ltfm sweep") and " ".join(description.split()).startswith(
+        "Run (or join) the Optuna study of a sweep file")
+
+
+@pytest.mark.parametrize("where, key, guess", [("override", "model.head", "model.heads"),
+                                               ("override", "modle.heads", "model.heads"),
+                                               ("override", "train.warmupp", "train.warmup"),
+                                               ("yaml", "model.head", "model.heads"),
+                                               ("override", "model.foo", None),   # nothing close
+                                               ("override", "model.d", None)])    # d_k, d_v, d_ff: as close
+def test_an_unknown_config_key_gets_a_did_you_mean(where, key, guess, tmp_path, capsys):
+    """``ltfm train exp.yaml model.head=4`` (or ``head: 4`` in the file): the one-line error names the closest
+    key of the schema, when one is closest."""
+    args = [str(SMOKE), f"{key}=4"]
+    if where == "yaml":
+        sec, name = key.split(".")
+        exp = tmp_path / "exp.yaml"
+        exp.write_text(f"{sec}:\n  {name}: 4\n")
+        args = [str(exp)]
+    assert cli.main(["train", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert err.startswith(f"ltfm: error: unknown config key '{key}': ")
+    if guess:
+        assert f": did you mean {guess}? " in err
+    else:
+        assert "did you mean" not in err
+
+
+def test_an_unknown_section_in_a_file_gets_a_did_you_mean(tmp_path, capsys):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("modle:\n  heads: 4\n")
+    assert cli.main(["config", str(exp)]) == 2
+    assert capsys.readouterr().err.strip() == ("ltfm: error: unknown config section 'modle': did you mean model? use "
+                                              f"one of {', '.join(config.SCHEMA)}")

@@ -24,7 +24,8 @@ from lightning_tfm.sweep import load_sweep
 
 RUN_ID = "report-rep-table3"
 PPL_COLUMNS, BLEU_COLUMNS = ([c.key for c in columns(view)] for view in (WANDB_PPL, WANDB_BLEU))
-PNGS = ("bleu_vs_params.png", "dev_ppl_by_family.png", "norm_curves.png", "ppl_vs_flops.png")
+PNGS = ("bleu_vs_params.png", "changes.png", "dev_ppl_by_family.png", "norm_curves.png", "positional.png",
+        "ppl_vs_flops.png")
 
 
 def copy_db(src: Path, dest: Path) -> None:
@@ -133,7 +134,7 @@ def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(
                    and r.artifact.type == "report"]
     assert artifact.name == "table3-rep" and list(artifact.aliases) == ["latest"]
     files = {c.path: Path(c.local_path) for c in artifact.manifest.contents}
-    assert sorted(files) == ["table3.csv", "table3.html", "table3.md"]
+    assert sorted(files) == ["table3-standalone.tex", "table3.csv", "table3.html", "table3.md", "table3.tex"]
     for name, staged in files.items():
         assert folder in staged.parents and staged.read_bytes() == (out / name).read_bytes(), name
     assert json.loads(artifact.metadata)["dev_ppl/compared_rows"] == 1
@@ -279,3 +280,31 @@ def test_a_runs_folders_include_the_one_wandb_starts_in_the_same_second(tmp_path
                                                                                    names[3]]
     assert [p.name for p in dashboards.superseded_folders(tmp_path, "report-x-table3", tmp_path / names[3])] == \
         [names[1], names[0]]
+
+
+def test_the_family_plot_shows_the_base_as_one_mean_curve_with_its_seeds_range_shaded():
+    """As the PNG: the base at three seeds is one legend entry (the mean at each step) over a band from the lowest
+    to the highest seed, in every family's view; a row's own curve beside it."""
+    from lightning_tfm.report.records import ReportData, RunRecord
+
+    sweep = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml")
+    curve = lambda scale: [{"step": s, "dev/ppl": scale * 100 / s} for s in range(10, 110, 10)]  # noqa: E731
+    records = [RunRecord("base", family="base", seed=s, status="completed", history=curve(1 + s / 10))
+               for s in (1, 2, 3)]
+    records += [RunRecord("A1", family="A", seed=1, status="completed", history=curve(1.5)),
+                RunRecord("D1", family="D", seed=1, status="completed", history=curve(0.8))]
+    fig = dashboards.plotly_dev_ppl_by_family(ReportData(sweep=sweep, records=records, source="synthetic", planned={}))
+    (menu,) = fig.layout.updatemenus
+    for button in menu.buttons:
+        shown = [t for t, v in zip(fig.data, button.args[0]["visible"]) if v]
+        legend = [t.name for t in shown if t.showlegend is not False]
+        assert [n for n in legend if n.startswith("base")] == ["base (mean of 3 seeds, their range shaded)"], legend
+        mean = next(t for t in shown if t.name.startswith("base (mean"))
+        high, low = (next(t for t in shown if t.name == f"base, {b} of 3 seeds") for b in ("highest", "lowest"))
+        assert list(mean.x) == list(low.x) == list(high.x) == list(range(10, 110, 10))
+        assert list(mean.y) == pytest.approx([1.2 * 100 / s for s in mean.x])
+        assert list(low.y) == pytest.approx([1.1 * 100 / s for s in mean.x]) and low.fill == "tonexty"
+        assert list(high.y) == pytest.approx([1.3 * 100 / s for s in mean.x]) and high.fill is None
+    views = {b.label: [t.name for t, v in zip(fig.data, b.args[0]["visible"]) if v and t.showlegend is not False]
+             for b in menu.buttons}
+    assert views["A"] == ["base (mean of 3 seeds, their range shaded)", "A1"] and views["D"][-1] == "D1"

@@ -203,7 +203,7 @@ def test_sweep_dry_run_and_status_need_no_data(tmp_path, data_dir):
     rows = json.loads(p.stdout)
     assert rows and all(r["params"] and r["run_id"] is None for r in rows), rows  # the ids need data.path
     p = ltfm("sweep", "sweeps/smoke.yaml", "--dry-run", "--json", f"data.path={data_dir}")
-    assert all(r["run_id"].startswith("multi30k-smoke-") for r in json.loads(p.stdout))
+    assert all(r["run_id"].startswith(f"smoke-{r['name']}-s{r['seed']}-") for r in json.loads(p.stdout))
 
     results = tmp_path / "results"
     results.mkdir()

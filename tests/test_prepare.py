@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, SMOKE, ltfm
+from conftest import ROOT, SMOKE, default_signals, ltfm
 from lightning_tfm.training import corpus as K
 from lightning_tfm.training.config import load_config, run_id
 from lightning_tfm.training.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
@@ -287,7 +287,7 @@ def test_a_prepare_stopped_by_a_signal_leaves_no_temporary_folder(tmp_path, sig)
     data = small_corpus(tmp_path / "data")
     p = subprocess.run([sys.executable, "-c", SIGNALLED_BUILD.replace("{sig}", sig), "prepare", str(SMOKE),
                         f"data.path={data}", f"data.cache_dir={tmp_path / 'cache'}"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=300)
+                       cwd=ROOT, timeout=300, preexec_fn=default_signals)
     number = getattr(signal, sig)
     assert p.returncode in (-number, 128 + number), (p.returncode, p.stderr[-2000:])  # ended as the signal ends it
     assert "Traceback" not in p.stderr, p.stderr

@@ -32,7 +32,6 @@ class ToyConfig(Section):
         return f"toy.hidden={self.hidden} must be a positive width" if self.hidden < 1 else None
 
 
-@register("toy", ToyConfig)
 class Toy(EncoderDecoder):
     """A bag of embeddings as the encoder (the mean of the source's), a one-layer GRU decoder fed each target
     embedding beside it and started from it; the pre-softmax projection is the embedding matrix. Its decoder
@@ -75,6 +74,15 @@ class Toy(EncoderDecoder):
 
     def reorder_state(self, state, index, encoder_index=None):
         state["h"] = state["h"].index_select(1, index)
+
+
+@pytest.fixture(autouse=True)
+def toy_registered():
+    """``model.arch: toy`` for this file's tests only: registered as an architecture file does it, and removed
+    afterwards (the other test files of this process see the registry as shipped)."""
+    register("toy", ToyConfig)(Toy)
+    yield
+    registry.ARCHITECTURES.pop("toy", None)
 
 
 def toy_experiment(tmp_path, data_dir, study="toys") -> str:
@@ -168,7 +176,7 @@ def test_the_transformer_keeps_its_run_ids_and_saved_config(tmp_path):
     ({"model": {"arch": "toy"}}, ["model.d_k=4", "model.norm=pre"], ["model.d_k, model.norm do not apply"]),
     ({}, ["toy.hidden=8"], ["toy.hidden does not apply to model.arch=transformer", "set model.arch=toy"]),
     ({"toy": {"hidden": 8}}, [], ["toy.hidden does not apply to model.arch=transformer"]),
-    ({}, ["model.arch=NOPE"], ["model.arch='NOPE' is not a registered architecture: use one of transformer, toy"]),
+    ({}, ["model.arch=NOPE"], ["model.arch='NOPE' is not a registered architecture: use one of transformer, rnn, toy"]),
     ({"model": {"arch": "toy"}}, ["toy.hidden=0"], ["toy.hidden=0 must be a positive width"]),
 ])
 def test_a_knob_of_another_architecture_is_a_one_line_error(tmp_path, capsys, experiment, overrides, words):
@@ -194,9 +202,11 @@ def test_the_real_command_line_names_the_registered_architectures():
     p = ltfm("config", SMOKE, "data.path=/data/multi30k", "model.arch=NOPE")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     (line,) = p.stderr.strip().splitlines()
-    assert line.startswith("ltfm: error: model.arch='NOPE' is not a registered architecture: use one of transformer")
+    assert line.startswith("ltfm: error: model.arch='NOPE' is not a registered architecture: use one of "
+                           "transformer, rnn")  # every file of model/ registers itself (a subprocess has no toy)
     p = ltfm("train", SMOKE, "data.path=/data/multi30k", "model.arch=rnn")
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "model.arch='rnn'" in p.stderr
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "do not apply to model.arch=rnn" in p.stderr and "rnn.*" in p.stderr
 
 
 def test_registering_needs_a_section_dataclass():

@@ -29,7 +29,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 # The sweep of these tests (`swept`, `write_sweep`: tests/conftest.py, shared with tests/test_dashboards.py).
 ORDER = ["base", "A1", "D1", "prenorm", "odd", "crash"]     # paper order, then the file's other rows
-PNGS = ("dev_ppl_by_family.png", "ppl_vs_flops.png", "bleu_vs_params.png", "norm_curves.png")
+PNGS = ("changes.png", "dev_ppl_by_family.png", "ppl_vs_flops.png", "bleu_vs_params.png", "norm_curves.png",
+        "positional.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -68,8 +69,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     p = ltfm(*args)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert f"report: {out / 'table3.md'}" in p.stdout and "Direction agrees with the paper" in p.stdout
-    assert {f.name for f in out.iterdir()} == {"table3.md", "table3.csv", "table3.html", "table3.ipynb", *PNGS,
-                                               "export", ".ltfm-report"}
+    assert {f.name for f in out.iterdir()} == {"table3.md", "table3.csv", "table3.tex", "table3-standalone.tex",
+                                               "table3.html", "table3.ipynb", *PNGS, "export", ".ltfm-report"}
     assert [f.name for f in (out / "export").iterdir()] == ["rep.json"] and f"export: {out / 'export' / 'rep.json'}" in p.stdout
 
     # table3.md: one row per variant of the sweep file, in the paper's order, ours beside the paper's
@@ -85,7 +86,7 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
                                "moving, 0 within noise, 2 unknown; direction agrees with the paper on the findings")
     assert re.search(r"^- Sweep: 3 completed run\(s\) of 5; wall time [\d.]+ (s|min) \(first start", facts[3]), facts[3]
     assert re.search(r"^- Machine: .+, \d+ cores \(", facts[4]), facts[4]  # CPU model, recorded by the sweep
-    assert re.search(r"; trained in (32|bf16-mixed)\.$", facts[4]), facts[4]  # what train.precision auto became
+    assert re.search(r"; trained in (fp32|bf16 \(mixed\))\.$", facts[4]), facts[4]  # what train.precision auto became
     assert [ln[2:] for ln in facts] == p.stdout.split("report: ")[0].strip().splitlines()[-len(facts):]
     # three tables that fit a screen: PPL, BLEU, the configuration
     tables = {sec: md_rows(md, sec) for sec in ("Dev perplexity", "Dev BLEU", "Configuration")}
@@ -143,6 +144,11 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert float(by["A1"]["delta_ppl_equal_flops"]) == pytest.approx(float(by["A1"]["delta_ppl"]), rel=1e-4)
     assert float(by["prenorm"]["train_flops"]) > 0 and by["D1"]["flops_per_step"] == ""
 
+    # table3.tex: the same rows (tests/test_latex.py: its columns, escaping, pdflatex)
+    tex = (out / "table3.tex").read_text()
+    assert r"\label{tab:rep}" in tex and r"\input{table3}" in (out / "table3-standalone.tex").read_text()
+    assert [ln.split(" ")[0] for ln in tex.splitlines() if re.match(r"[\w-]+( \(.*\))? &", ln)] == ORDER
+
     # figures: valid PNG files
     for name in PNGS:
         data = (out / name).read_bytes()
@@ -155,6 +161,7 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     # the HTML export is for readers: no code, the headline first, the three tables, every figure embedded
     html = (out / "table3.html").read_text(encoding="utf-8")
     soup = BeautifulSoup(html, "html.parser")
+    assert soup.title.string == "Table 3 replica: sweep rep"  # the report's heading, not the notebook's name
     assert not soup.select(".jp-CodeCell .jp-InputArea, .jp-InputPrompt, .jp-Editor, .highlight") and "rd.build_table" not in html
     assert "kernel python" not in html and "sweep_file" not in html  # hidden cells (parameters, setup, loading)
     text = soup.get_text(" ", strip=True)
@@ -238,6 +245,83 @@ def test_missing_results_are_a_one_line_error(tmp_path):
     sweep = write_sweep(tmp_path / "never.yaml", "never", {"base": {}})
     p = ltfm("report", sweep, cwd=tmp_path)  # default results folder: <cwd>/results, which does not exist
     assert "no results for sweep 'never'" in one_line_error(p)
+
+
+REFERENCE = ROOT / "sweeps" / "table3-cpu.yaml", ROOT / "reports" / "reference" / "table3-cpu" / "export"
+
+
+def test_a_report_of_no_completed_run_is_one_line_and_writes_nothing(tmp_path):
+    """An empty results folder, one of failed runs only, an export without a completed run, a search without a
+    completed trial, an empty side B: one line naming the sweep, where it looked and the way out (`ltfm sweep`),
+    exit 2, before any kernel starts: no report folder, no staging folder, no W&B report run."""
+    sweep_file = write_sweep(tmp_path / "never.yaml", "never", {"base": {}, "A1": {}})
+    sweep = load_sweep(sweep_file)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "build"
+    line = one_line_error(ltfm("report", sweep_file, "--results", empty, "--out", out))
+    assert line == (f"ltfm: error: no completed run of sweep never in {empty}: run `ltfm sweep {sweep_file}` first, "
+                    "or pass --results DIR (the folder it wrote its runs to)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "never.yaml"]  # no report, staging or lock
+    assert not list(empty.iterdir())  # no W&B report run, no study written
+
+    # runs that all failed: what was found is named
+    run = empty / "never-base"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"status": "failed", "error": "boom", "config": {
+        "run": {"study": "never", "variant": "base", "seed": 1}}}))
+    with pytest.raises(UserError, match=r"^no completed run of sweep never in .+ \(1 found: 1 failed\): run `ltfm sweep"):
+        notebooks.report_parameters(sweep, str(empty), None, None)
+
+    # an export without a completed run (its records emptied)
+    sweep3, export = REFERENCE
+    tree = json.loads((export / "table3-cpu.json").read_text())
+    tree["records"] = [r for r in tree["records"] if r["status"] != "completed"]
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "table3-cpu.json").write_text(json.dumps(tree))
+    with pytest.raises(UserError, match=r"^no completed run of sweep table3-cpu in the export .+table3-cpu\.json: "
+                                        r"write it again from the runs \(`ltfm report .+table3-cpu\.yaml`\)$"):
+        notebooks.report_parameters(load_sweep(sweep3), None, None, None, str(tmp_path / "export"))
+    # the same export with its runs is a report (the check passes)
+    assert notebooks.report_parameters(load_sweep(sweep3), None, None, None, str(export))["export_dir"]
+
+    # --against: an empty side B is named by its own option
+    p = ltfm("report", sweep3, "--from-export", export, "--against", sweep3, "--against-results", empty,
+             "--out", out)
+    assert "no completed run of sweep table3-cpu in " in one_line_error(p) and "--against-results DIR" in p.stderr
+    assert not out.exists() and not list(tmp_path.glob(".build*"))
+
+
+def test_a_search_without_a_completed_trial_is_refused(tmp_path):
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    path = tmp_path / "srch.yaml"
+    path.write_text(yaml.safe_dump({"name": "srch", "experiment": str(SMOKE), "metric": "dev_loss", "n_trials": 2,
+                                    "space": {"model.heads": {"type": "categorical", "choices": [1, 2]}}}))
+    study = optuna.create_study(study_name="srch", storage=f"sqlite:///{tmp_path / 'srch.db'}")
+    dists = {"model.heads": CategoricalDistribution([1, 2])}
+    for i, state in enumerate((TrialState.FAIL, TrialState.PRUNED)):
+        study.add_trial(create_trial(state=state, params={"model.heads": 1 + i}, distributions=dists,
+                                     intermediate_values={10: 5.0} if state == TrialState.PRUNED else {},
+                                     user_attrs={"variant": f"search-{i:04d}", "seed": 1}))
+    with pytest.raises(UserError, match=r"^no completed trial of sweep srch in .+ \(2 found: 1 fail, 1 pruned\)"):
+        notebooks.report_parameters(load_sweep(path), str(tmp_path), None, None)
+
+
+def test_the_machine_line_names_the_precision_as_a_reader_does(tmp_path):
+    """summary.json records Lightning's precision string ("32", "bf16-mixed"); the headline says fp32, bf16 (mixed)."""
+    from lightning_tfm.report.render import headline_lines, precision_name
+
+    assert [precision_name(p) for p in ("32", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "64", "odd-9")] == \
+        ["fp32", "fp32", "bf16 (mixed)", "fp16 (mixed)", "bf16", "fp64", "odd-9"]
+    sweep = load_sweep(write_sweep(tmp_path / "p.yaml", "p", {"base": {}}))
+    recs = [rd.RunRecord(variant="base", seed=1, status="completed", dev_ppl=20.0, dev_bleu=10.0, host="h",
+                         precision="32")]
+    machine = headline_lines(rd.build_table(rd.ReportData(sweep, recs, "test", {}), bootstrap=False))[-1]
+    assert machine.endswith("; trained in fp32."), machine
+    table = rd.build_table(rd.load_report_data(REFERENCE[0], export_dir=REFERENCE[1]))
+    assert headline_lines(table)[-1].endswith("; trained in bf16 (mixed).")
 
 
 # ------------------------------------------------------------------------------------------------------------

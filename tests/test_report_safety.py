@@ -21,7 +21,7 @@ import optuna
 import pytest
 from bs4 import BeautifulSoup
 
-from conftest import ROOT, ltfm, write_sweep
+from conftest import ROOT, default_signals, ltfm, write_sweep
 from pg import postgres  # noqa: F401  (fixture)
 from wandb_offline import read_runs
 from lightning_tfm import report as rd
@@ -255,7 +255,7 @@ def test_a_signal_mid_notebook_leaves_nothing_behind(swept, tmp_path, sig, code)
     env = {**os.environ, "WANDB_MODE": "offline", "TMPDIR": str(tmp)}
     proc = subprocess.Popen([sys.executable, "-m", "lightning_tfm", "report", str(swept["sweep"]), "--results",
                              str(swept["results"]), "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, preexec_fn=default_signals)
     executed = tmp_path / f".build.tmp-{proc.pid}" / "table3.ipynb"
     mark = f"kernel python: {sys.executable}"
     try:
@@ -326,4 +326,58 @@ def test_a_pipeline_check_is_its_own_group_and_report_run_and_says_so(tmp_path, 
     assert train.group == "rep-pipeline-check" and "pipeline-check" in train.tags
     assert report_run.run_id == "report-rep-pipeline-check-table3" != RUN_ID
     assert report_run.group == "rep-pipeline-check" and "pipeline-check" in report_run.tags
+    assert report_run.name == "rep table3 (pipeline-check)"
     assert "W&B: report run report-rep-pipeline-check-table3, offline in" in r.stdout
+    # the page (its title and first heading), the LaTeX table's caption and the study's note say it too
+    soup = BeautifulSoup((out / "table3.html").read_text(encoding="utf-8"), "html.parser")
+    assert soup.title.string == soup.find("h1").get_text().rstrip("¶") == "Pipeline check, not a result: sweep rep"
+    assert r"\caption{Pipeline check, not a result" in (out / "table3.tex").read_text()
+    od = pytest.importorskip("optuna_dashboard")
+    note = od.get_note(optuna.load_study(study_name="rep", storage=f"sqlite:///{results / 'rep.db'}"))
+    assert "# Pipeline check, not a result: sweep `rep`" in note and first in note
+
+
+def test_a_pipeline_checks_report_says_so_in_every_title_headline_and_tag(tmp_path):
+    """The committed reference's export with its runs tagged ``pipeline-check`` (as ``make ablation QUICK=1`` tags
+    them), rebuilt as ``ltfm report`` rebuilds a report folder's table (no training, no kernel): table3.md's title
+    and first line, the terminal's headline, table3.tex's caption, the HTML page's title, the optuna-dashboard note
+    and the W&B report run's name, group and tags all say "pipeline check"."""
+    from lightning_tfm.report import notebooks
+    from lightning_tfm.report.export import rebuilt_table
+    from lightning_tfm.report.latex import table_latex
+    from lightning_tfm.report.render import headline_text, write_table
+    from lightning_tfm.sweep import load_sweep
+
+    sweep = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml")
+    tree = json.loads((ROOT / "reports" / "reference" / "table3-cpu" / "export" / "table3-cpu.json").read_text())
+    for rec in tree["records"]:
+        rec["config"]["wandb.tags"] = ["pipeline-check"]
+    out = tmp_path / "quick-table3-cpu"
+    (out / "export").mkdir(parents=True)
+    (out / "export" / "table3-cpu.json").write_text(json.dumps(tree))
+    table = rebuilt_table(sweep, out)
+    assert table["pipeline_check"] is True
+    write_table(table, out)
+    md = (out / "table3.md").read_text()
+    assert md.startswith("# Pipeline check, not a result: sweep `table3-cpu`\n")
+    said = "Pipeline check (runs tagged `pipeline-check`): its numbers say nothing about the paper's claims"
+    assert next(ln for ln in md.splitlines() if ln.startswith("- ")) == "- " + rd.render.PIPELINE_CHECK_LINE
+    assert headline_text(table).startswith(said)
+    assert r"\caption{Pipeline check, not a result (runs tagged pipeline-check)" in table_latex(table)
+    assert dashboards.note_text(table).split("\n\n")[1].startswith("# Pipeline check, not a result")
+    # the HTML page: its <title> is the report's heading
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output(
+        "display_data", data={"text/markdown": md.split("\n## ")[0]})])])
+    nbformat.write(nb, out / "table3.ipynb")
+    notebooks.export_html(out / "table3.ipynb", out / "table3.html", notebooks.heading(out / "table3.md"))
+    soup = BeautifulSoup((out / "table3.html").read_text(encoding="utf-8"), "html.parser")
+    assert soup.title.string == "Pipeline check, not a result: sweep table3-cpu"
+    # the W&B report run (offline, read back from its files): its own id, group, name and tag
+    results = tmp_path / "results"
+    info = dashboards.log_wandb_report(sweep, out, results, table, {"mode": "offline", "project": "p", "entity": None},
+                                       table["pipeline_check"])
+    assert info["run_id"] == "report-table3-cpu-pipeline-check-table3"
+    (run,) = read_runs(results / dashboards.WANDB_DIR)
+    assert run.name == "table3-cpu table3 (pipeline-check)" and "pipeline-check" in run.tags
+    assert run.group == "table3-cpu-pipeline-check" and run.config.get("report.pipeline_check") is True

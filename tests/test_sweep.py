@@ -175,7 +175,8 @@ def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir):
 
 def test_the_continued_rows_resume_the_protocols_run_folders(data_dir):
     """sweeps/table3-cpu-continued.yaml trains rows of the CPU protocol longer: each of its rows is the protocol's
-    row (the same run id, so it continues that run folder) with a larger budget, the base at its three seeds."""
+    row (the same config hash at the end of its run id, so it continues that run folder: tests/test_run_names.py
+    trains it) with a larger budget, the base at its three seeds. Each sweep names its folders after its rows."""
     def dry(sweep_file):
         p = ltfm("sweep", sweep_file, f"data.path={data_dir}", "--dry-run", "--json")
         assert p.returncode == 0, p.stderr[-2000:]
@@ -184,9 +185,11 @@ def test_the_continued_rows_resume_the_protocols_run_folders(data_dir):
     protocol, continued = dry("sweeps/table3-cpu.yaml"), dry("sweeps/table3-cpu-continued.yaml")
     assert set(continued) <= set(protocol) and len({n for n, _ in continued}) > 1
     assert sorted(s for n, s in continued if n == "base") == [1, 2, 3]  # the seed noise at the longer budget too
-    for key, row in continued.items():
-        assert row["run_id"] == protocol[key]["run_id"], key
-        assert row["max_steps"] > protocol[key]["max_steps"], key
+    for (name, seed), row in continued.items():
+        digest = protocol[name, seed]["run_id"].rsplit("-", 1)[1]
+        assert protocol[name, seed]["run_id"] == f"table3-cpu-{name}-s{seed}-{digest}"
+        assert row["run_id"] == f"table3-cpu-continued-{name}-s{seed}-{digest}"
+        assert row["max_steps"] > protocol[name, seed]["max_steps"], (name, seed)
 
 
 def test_search_dry_run_samples_the_space(data_dir):

@@ -92,7 +92,8 @@ def test_a_bad_sweep_file_stops_the_command_with_exit_2(tmp_path):
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "sweeps").glob("*.yaml")))
 def test_dry_run_ids_of_the_committed_sweeps_are_those_of_ltfm_config(name, data_dir):
     """Each row's run id (what resumes its run folder) is `ltfm config` on the base experiment with the sweep's
-    overrides, the row's and its seed: computed here without the plan's code."""
+    overrides, the row's, its seed and its name in the study (``<sweep>-<row>-s<seed>-<hash>``): computed here
+    without the plan's code."""
     sweep = load_sweep(ROOT / "sweeps" / f"{name}.yaml")
     plan = Plan(sweep, [f"data.path={data_dir}"], data=False)
     rows = dry_run(sweep, plan, 4)
@@ -100,15 +101,18 @@ def test_dry_run_ids_of_the_committed_sweeps_are_those_of_ltfm_config(name, data
     for row in rows:
         if row["skipped"]:
             continue
-        ov = {**sweep.overrides, "data.path": str(data_dir), **row["overrides"], "run.seed": row["seed"]}
-        assert row["run_id"] == config.run_id(config.load_config(sweep.experiment, ov)), row
+        ov = {**sweep.overrides, "data.path": str(data_dir), **row["overrides"], "run.seed": row["seed"],
+              "run.study": sweep.name, "run.variant": row["name"]}
+        assert row["run_id"] == config.run_id(config.load_config(row["experiment"], ov)), row
+        assert row["run_id"].startswith(f"{sweep.name}-{row['name']}-s{row['seed']}-"), row
 
 
 def test_smoke_sweep_dry_run_id_on_the_command_line(data_dir):
     p = ltfm("sweep", "sweeps/smoke.yaml", "--dry-run", "--json", f"data.path={data_dir}")
     base = next(r for r in json.loads(p.stdout) if r["name"] == "base")
     overrides = [f"{k}={'null' if v is None else v}" for k, v in load_sweep(ROOT / "sweeps/smoke.yaml").overrides.items()]
-    c = ltfm("config", SMOKE, *overrides, f"data.path={data_dir}")
+    c = ltfm("config", SMOKE, *overrides, f"data.path={data_dir}", "run.study=smoke", "run.variant=base",
+             f"run.seed={base['seed']}")
     assert c.stdout.startswith(f"# run id: {base['run_id']} "), (c.stdout[:200], base)
 
 

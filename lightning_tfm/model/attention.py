@@ -25,6 +25,11 @@ class MultiHeadAttention(nn.Module):
     self-attention is a single matrix product (``fused=True``); ``fused=False`` runs the same weights
     as three products, which the tests use to check the fused path. ``kernel`` chooses how Eq. 1 is
     computed (:func:`scaled_dot_product_attention`).
+
+    ``keep_weights`` (False by default) makes it keep its attention probabilities softmax(Q K^T / sqrt(d_k)),
+    (B, h, T, S) in fp32, in ``attention_weights``: Eq. 1 then takes the plain matmul path
+    (:func:`attention_with_weights`; the fused kernels give no weights). ``Transformer.features(...,
+    need_attention=True)`` sets it on one layer for one call.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -38,6 +43,8 @@ class MultiHeadAttention(nn.Module):
         self.attention_dropout = cfg.attention_dropout
         self.kernel = kernel
         self.fused = True
+        self.keep_weights = False
+        self.attention_weights: Tensor | None = None
         # Xavier-uniform per projection, as fairseq/tensor2tensor initialise each W separately.
         for start, size in self._slices():
             nn.init.xavier_uniform_(self.in_proj.weight[start:start + size])
@@ -103,8 +110,12 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.keys_values(self, memory)
                 rows = cache.queries(query, k.shape[0])
             q = self._split_heads(self._project(rows, slice(0, hk)), self.d_k)
-        out = scaled_dot_product_attention(q, k, v, mask, causal, self.attention_dropout if self.training else 0.0,
-                                           self.kernel)
+        dropout = self.attention_dropout if self.training else 0.0
+        if self.keep_weights:
+            out, self.attention_weights = attention_with_weights(q, k, v, causal_mask(q, k, mask) if causal else mask,
+                                                                 dropout)
+        else:
+            out = scaled_dot_product_attention(q, k, v, mask, causal, dropout, self.kernel)
         out = out.transpose(1, 2).reshape(query.shape[0], query.shape[1], self.heads * self.d_v)
         return self.out_proj(out)
 
@@ -120,6 +131,19 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     if fast.use_matmul(kernel, q, k):
         return fast.matmul_attention(q, k, v, causal_mask(q, k, mask) if causal else mask, dropout)
     return sdpa_attention(q, k, v, mask, dropout, causal)
+
+
+def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0
+                           ) -> tuple[Tensor, Tensor]:
+    """Eq. 1 as :func:`~lightning_tfm.model.fast.matmul_attention` computes it (the same products, so the same
+    output), and its probabilities softmax(Q K^T / sqrt(d_k)) (B, h, T, S) in fp32, before attention dropout:
+    0 where ``mask`` is False, each unmasked row summing to 1."""
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(scores, -1, dtype=torch.float32)
+    kept = p.to(v.dtype)
+    return (fast.fast_dropout(kept, dropout) if dropout > 0.0 else kept) @ v, p
 
 
 def causal_mask(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:

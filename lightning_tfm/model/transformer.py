@@ -102,10 +102,22 @@ class Transformer(EncoderDecoder):
         """The (vocab, d_model) matrix of :meth:`project` (for the fused loss, training/loss.py)."""
         return self.embed.weight
 
-    def features(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Decoder output states (B, T, d_model) for teacher-forced ``tgt_in``: ``forward`` without ``project``."""
+    def features(self, src: Tensor, tgt_in: Tensor, need_attention: bool = False):
+        """Decoder output states (B, T, d_model) for teacher-forced ``tgt_in``: ``forward`` without ``project``.
+
+        With ``need_attention``: (states, the last decoder layer's encoder-decoder attention probabilities
+        (B, heads, T, S), 0 at padded source positions), as the RNN's ``features`` (report/attention.py draws them);
+        that one attention then takes the plain matmul path (``MultiHeadAttention.keep_weights``), the states are
+        the same."""
         memory, src_mask = self.encode(src)
-        return self.decode_states(tgt_in, memory, src_mask)
+        if not need_attention:
+            return self.decode_states(tgt_in, memory, src_mask)
+        cross = self.decoder[-1].cross_attn
+        cross.keep_weights = True
+        try:
+            return self.decode_states(tgt_in, memory, src_mask), cross.attention_weights
+        finally:
+            cross.keep_weights, cross.attention_weights = False, None
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.project(self.features(src, tgt_in))

@@ -13,11 +13,16 @@ sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the swee
 - :mod:`.verdict`: the budget verdict of a row (finding, still moving, within noise) from the learning curves;
 - :mod:`.compute`: training FLOPs per step of a row and its dev PPL at the base's compute (equal-compute Δ);
 - :mod:`.export`: the records a report is built from as one JSON file, and the report rebuilt from it;
+- :mod:`.table2`: the paper's Table 2 at small scale (a sweep whose rows are of more than one architecture): each
+  row's BLEU, FLOPs, time and parameters beside the paper's rows, and the claim checked at equal training FLOPs;
 - :mod:`.compare`: two Table 3 replicas side by side (``ltfm report A --against B``): transfers, flips;
 - :mod:`.columns`: the table's typed row and its columns, declared once (every view reads them);
 - :mod:`.render`: the Table 3 replica as text: headline, markdown tables, CSV, :func:`write_table`;
 - :mod:`.search`: the search report: one row per trial, Optuna's plots;
-- :mod:`.figures`: the Table 3 figures (matplotlib);
+- :mod:`.figures`: the Table 3 figures (matplotlib), in PNG and, with ``--formats``, SVG and PDF;
+- :mod:`.lead`: the report's lead figure: every row's change against the base beside the paper's;
+- :mod:`.latex`: the replica as a booktabs table (``table3.tex``);
+- :mod:`.attention`: cross-attention alignments of a run (either architecture) and the positional encodings;
 - :mod:`.text`: cell formatting: numbers, knobs, markdown cells, one-line error messages;
 - :mod:`.notebooks`: ``ltfm report``: papermill execution of the packaged notebooks
   (``lightning_tfm/resources/notebooks/``), HTML export, publishing the report folder;
@@ -40,6 +45,9 @@ _HOMES = {
     "compare": ("comparison_markdown", "compare_tables", "plot_comparison", "write_comparison"),
     "compute": ("interpolate",),
     "export": ("read_export", "write_export"),
+    "attention": ("alignment_figure", "positional_figure"),
+    "lead": ("changes_markdown", "plot_changes"),
+    "latex": ("write_latex",),
     "figures": ("plot_bleu_vs_params", "plot_dev_ppl_by_family", "plot_norm_curves", "plot_ppl_vs_flops"),
     "records": ("ReportData", "RunRecord", "latest_per_key", "planned_configs", "wandb_record"),
     "sources": ("load_report_data",),

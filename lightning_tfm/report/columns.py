@@ -10,10 +10,13 @@ what it means, its value (a field of the row by default), and where it appears:
 - ``shown``: the markdown tables it is a column of (:data:`PPL`, :data:`BLEU`, :data:`CONFIG` of ``table3.md`` and
   so of the HTML page, :data:`COMPARE` of ``compare.md``), each with its header and how its cell prints;
 - ``compare_at``: its place among each side's columns of a comparison (:data:`SIDE`; ``compare.csv``: ``a_<key>``,
-  ``b_<key>``).
+  ``b_<key>``);
+- ``latex``: its column of ``table3.tex`` (:data:`LATEX`, :mod:`.latex`: the paper's columns, ours beside the
+  paper's): a header in LaTeX, a cell as text (:mod:`.latex` escapes it), and ``group``, the header spanning it and
+  its neighbours of the same group (``PPL (dev)`` over ``ours`` and ``paper``).
 
-Every view reads this list: :mod:`.render` (markdown, CSV), :mod:`.dashboards` (W&B tables, the note),
-:mod:`.compare`. A new column is one more entry of :data:`COLUMNS` (and a field of :class:`Row`, or a ``value``
+Every view reads this list: :mod:`.render` (markdown, CSV), :mod:`.latex` (LaTeX), :mod:`.dashboards` (W&B
+tables, the note), :mod:`.compare`. A new column is one more entry of :data:`COLUMNS` (and a field of :class:`Row`, or a ``value``
 computed from the row).
 """
 from __future__ import annotations
@@ -97,16 +100,18 @@ _FIELDS = {f.name for f in dataclasses.fields(Row)}
 # The views (see the module docstring)
 CSV, WANDB_PPL, WANDB_BLEU, NOTE, COMPARE_ROW = "csv", "wandb.dev_ppl", "wandb.dev_bleu", "note", "compare.row"
 PPL, BLEU, CONFIG, COMPARE = "md.ppl", "md.bleu", "md.config", "md.compare"
+LATEX = "tex.table3"   # table3.tex: the columns with a ``latex`` view
 Cell = Callable[[Row, dict], str]   # (row, table) -> the markdown cell
 
 
 @dataclass(frozen=True)
 class Shown:
-    """A column in one markdown table: its header (``{side}``: A or B in a comparison), how its cell prints,
-    whether it is left-aligned."""
+    """A column in one table: its header (``{side}``: A or B in a comparison), how its cell prints, whether it is
+    left-aligned; in table3.tex, the header of its group (over it and its neighbours of the same group)."""
     title: str
     cell: Cell
     left: bool = False
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,7 @@ class Column:
     shown: Mapping[str, Shown] = field(default_factory=dict)
     value: Callable[[Row], Any] | None = None  # default: the row's field ``key``
     compare_at: int | None = None              # its place among a comparison side's columns; None: not there
+    latex: Shown | None = None                 # its column of table3.tex (LATEX); None: not there
 
     def of(self, row: Row) -> Any:
         return self.value(row) if self.value is not None else getattr(row, self.key)
@@ -200,13 +206,67 @@ def _name(row: Row, table: dict) -> str:  # noqa: ARG001
     return md_text(row.variant)
 
 
+def _ppl_ours(row: Row, table: dict) -> str:  # noqa: ARG001
+    return mean_std(row.dev_ppl, row.dev_ppl_std, 2)
+
+
+def _ppl_paper(row: Row, table: dict) -> str:  # noqa: ARG001
+    return fmt(row.paper_dev_ppl, 2)
+
+
+def _bleu_ours(row: Row, table: dict) -> str:  # noqa: ARG001
+    return mean_std(row.dev_bleu, row.dev_bleu_std, 2)
+
+
+def _bleu_paper(row: Row, table: dict) -> str:  # noqa: ARG001
+    return fmt(row.paper_dev_bleu, 1)
+
+
+def _params_ours(row: Row, table: dict) -> str:  # noqa: ARG001
+    return params_m(row.params)
+
+
+def _params_paper(row: Row, table: dict) -> str:  # noqa: ARG001
+    return "" if row.paper_params_m is None else f"{row.paper_params_m:g}"
+
+
+# table3.tex: the paper's Table 3 columns among the knobs, with the paper's headers (positional and norm are none of
+# them: a row that changes one says so beside its name, as the paper's row E does)
+TEX_KNOBS = {"model.layers": "$N$", "model.d_model": r"$d_{\mathrm{model}}$", "model.d_ff": r"$d_{\mathrm{ff}}$",
+             "model.heads": "$h$", "model.d_k": "$d_k$", "model.d_v": "$d_v$", "model.dropout": r"$P_{\mathrm{drop}}$",
+             "train.label_smoothing": r"$\epsilon_{\mathrm{ls}}$", "train.max_steps": "train steps"}
+
+
+def _base(table: dict) -> Row | None:
+    return next((r for r in table["rows"] if r.variant == "base"), None)
+
+
+def _tex_knob(key: str) -> Cell:
+    """A knob as the paper prints it: the base row's value, and in another row only a value that differs from it."""
+    def cell(row: Row, table: dict) -> str:
+        base = _base(table)
+        if base is not None and row is not base and row.knobs.get(key) == base.knobs.get(key):
+            return ""
+        return fmt_knob(row.knobs.get(key))
+    return cell
+
+
+def _tex_name(row: Row, table: dict) -> str:
+    """The row's name, with the knobs it changes that are not among the paper's columns (``prenorm (norm pre)``)."""
+    base = _base(table)
+    changed = [f"{title} {fmt_knob(row.knobs.get(key))}" for title, key, _ in TABLE3_KNOBS if key not in TEX_KNOBS
+               and base is not None and row is not base and row.knobs.get(key) != base.knobs.get(key)]
+    return row.variant + (f" ({', '.join(changed)})" if changed else "")
+
+
 ROW = Shown("row", _name, left=True)
 
 
 def _knob(title: str, key: str, csv_name: str) -> Column:
     return Column(csv_name, f"Table 3 knob {title} (config key {key})", frozenset({CSV}),
                   {CONFIG: Shown(title, lambda r, t: md_text(fmt_knob(r.knobs.get(key))), left=choices(key) is not None)},
-                  value=lambda r: r.knobs.get(key))
+                  value=lambda r: r.knobs.get(key),
+                  latex=Shown(TEX_KNOBS[key], _tex_knob(key)) if key in TEX_KNOBS else None)
 
 
 C = Column
@@ -217,17 +277,17 @@ _B = frozenset({CSV, WANDB_BLEU})
 
 COLUMNS: list[Column] = [
     C("variant", "the row's name (the sweep file's variant)", _T | {NOTE, COMPARE_ROW},
-      {PPL: ROW, BLEU: ROW, CONFIG: ROW, COMPARE: ROW}),
+      {PPL: ROW, BLEU: ROW, CONFIG: ROW, COMPARE: ROW}, latex=S("", _tex_name, left=True)),
     C("family", "the row's family (A-E, big, or the sweep's own)", _T | {COMPARE_ROW}),
     C("in_paper", "the paper's Table 3 has this row", frozenset({CSV, COMPARE_ROW})),
     *[_knob(title, key, csv_name) for title, key, csv_name in TABLE3_KNOBS],
     C("seeds_completed", "completed seeds of the row"),
     C("seeds_total", "seeds the row has or plans"),
     C("dev_ppl", "our dev perplexity, the mean over the completed seeds", _P,
-      {PPL: S("dev PPL ours", lambda r, t: mean_std(r.dev_ppl, r.dev_ppl_std, 2))}, compare_at=0),
+      {PPL: S("dev PPL ours", _ppl_ours)}, compare_at=0, latex=S("ours", _ppl_ours, group="PPL (dev)")),
     C("dev_ppl_std", "its sample standard deviation over the seeds", frozenset({CSV, WANDB_PPL})),
     C("paper_dev_ppl", "the paper's dev perplexity (newstest2013)", _P,
-      {PPL: S("dev PPL paper", lambda r, t: fmt(r.paper_dev_ppl, 2))}),
+      {PPL: S("dev PPL paper", _ppl_paper)}, latex=S("paper", _ppl_paper, group="PPL (dev)")),
     C("delta_ppl", "our dev PPL minus our base's, at equal steps", _P,
       {PPL: S("ΔPPL ours", lambda r, t: delta(r.delta_ppl, r.delta_ppl_rel, 2)),
        COMPARE: S("ΔPPL {side}", lambda r, t: delta(r.delta_ppl, r.delta_ppl_rel, 2))}, compare_at=1),
@@ -258,10 +318,10 @@ COLUMNS: list[Column] = [
     C("dev_ppl_equal_flops", "our dev PPL at the base's training FLOPs"),
     C("equal_flops_note", "why there is no dev PPL at the base's training FLOPs", compare_at=4),
     C("dev_bleu", "our dev BLEU, the mean over the completed seeds", _B,
-      {BLEU: S("dev BLEU ours", lambda r, t: mean_std(r.dev_bleu, r.dev_bleu_std, 2))}),
+      {BLEU: S("dev BLEU ours", _bleu_ours)}, latex=S("ours", _bleu_ours, group="BLEU (dev)")),
     C("dev_bleu_std", "its sample standard deviation over the seeds", _B),
     C("paper_dev_bleu", "the paper's dev BLEU (newstest2013)", _B,
-      {BLEU: S("dev BLEU paper", lambda r, t: fmt(r.paper_dev_bleu, 1))}),
+      {BLEU: S("dev BLEU paper", _bleu_paper)}, latex=S("paper", _bleu_paper, group="BLEU (dev)")),
     C("delta_bleu", "our dev BLEU minus our base's", _B,
       {BLEU: S("ΔBLEU ours", lambda r, t: delta(r.delta_bleu, r.delta_bleu_rel, 2) + ("*" if r.bleu_significant else ""))}),
     C("paper_delta_bleu", "the paper's dev BLEU minus the paper's base's", _B,
@@ -278,9 +338,10 @@ COLUMNS: list[Column] = [
     C("bleu_sentences", "dev sentences the paired bootstrap compared"),
     C("bleu_significant", "the change of dev BLEU is significant (and beyond seed noise, with several seeds)", _B),
     C("params", "our parameter count", frozenset({CSV}),
-      {CONFIG: S("params ours (M)", lambda r, t: params_m(r.params))}),
+      {CONFIG: S("params ours (M)", _params_ours)}, latex=S("ours", _params_ours, group=r"params $\times 10^6$")),
     C("paper_params_m", "the paper's parameter count, millions", frozenset({CSV}),
-      {CONFIG: S("params paper (M)", lambda r, t: "" if r.paper_params_m is None else f"{r.paper_params_m:g}")}),
+      {CONFIG: S("params paper (M)", _params_paper)},
+      latex=S("paper", _params_paper, group=r"params $\times 10^6$")),
     C("status", "completed, missing, failed, skipped, pruned, diverged, continued, with why", _T,
       {CONFIG: S("status", lambda r, t: md_text(r.status), left=True)}),
 ]
@@ -291,9 +352,12 @@ SIDE = "compare.side"   # a comparison side's columns: those with a compare_at, 
 
 
 def columns(view: str) -> list[Column]:
-    """The columns of ``view`` in their order: the list's, or :data:`SIDE`'s (by ``compare_at``)."""
+    """The columns of ``view`` in their order: the list's, or :data:`SIDE`'s (by ``compare_at``); :data:`LATEX`:
+    those with a ``latex`` view."""
     if view == SIDE:
         return sorted((c for c in COLUMNS if c.compare_at is not None), key=lambda c: c.compare_at)
+    if view == LATEX:
+        return [c for c in COLUMNS if c.latex is not None]
     return [c for c in COLUMNS if view in c.views or view in c.shown]
 
 

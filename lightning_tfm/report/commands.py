@@ -34,6 +34,9 @@ def _report_arguments(rp: argparse.ArgumentParser) -> None:
                     "(default: <its results>/<its sweep>.db)")
     rp.add_argument("--against-export", metavar="DIR", help="with --against: read side B from an export "
                     "instead of its results")
+    rp.add_argument("--formats", metavar="LIST", help="a Table 3 or Table 2 report's figure formats, comma-"
+                    "separated, of png, svg, pdf (default: png): each figure is also written as .svg/.pdf beside "
+                    "its .png, which the markdown and the HTML embed")
 
 
 def report_cli(args) -> int:
@@ -41,19 +44,26 @@ def report_cli(args) -> int:
     [--from-export DIR] [--against SWEEP_B.yaml [--against-results DIR] [--against-storage URL]
     [--against-export DIR]]``"""
     from ..sweep import load_sweep
-    from .notebooks import (NOTEBOOKS, _check_out, _check_sources, compare_cli, execute, notebook_path,
+    from .notebooks import (_check_out, _check_sources, compare_cli, execute, notebook_name, notebook_path,
                             report_parameters, stopped_by_signals)
 
     sweep = load_sweep(args.sweep_file)
     _check_sources(args)
+    formats = _formats(args, sweep)
     if args.against:
         return compare_cli(args, sweep)
-    name = NOTEBOOKS[sweep.mode]
+    name = notebook_name(sweep)
     if args.from_export and name != "table3":
-        raise UserError("--from-export rebuilds a Table 3 report (a sweep with variants), not a search report")
+        kind = "a Table 2 report (rows of several architectures)" if name == "table2" else "a search report"
+        raise UserError(f"--from-export rebuilds a Table 3 report (a sweep with variants), not {kind}: drop "
+                        "--from-export and read the runs")
     out = Path(args.out or Path("reports") / "build" / sweep.name).absolute()
     _check_out(out)
     parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
+    if name in ("table2", "table3"):
+        parameters["formats"] = list(formats)
+    if name == "table2":
+        parameters.pop("export_dir")  # its notebook reads the runs only
     notebook = notebook_path(name)
     print(f"report of sweep {sweep.name}: executing {notebook.name}", flush=True)
 
@@ -65,12 +75,19 @@ def report_cli(args) -> int:
             table = rebuilt_table(sweep, out)
             print(headline_text(table), end="")
         pngs = sorted(p.name for p in out.glob("*.png"))
+        also = f" (each also as {', '.join(formats[1:])})" if len(formats) > 1 else ""
         print(f"report: {md}\n  html: {out / (name + '.html')}\n  notebook: {out / (name + '.ipynb')}\n"
-              f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}", flush=True)
+              f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}{also}", flush=True)
+        if (out / f"{name}.tex").exists():
+            print(f"  latex: {out / (name + '.tex')} (pdflatex {name}-standalone.tex compiles it alone)")
         if name == "table3":
             print(f"  export: {out / 'export' / (sweep.name + '.json')}")
         if name == "table3" and args.from_export:
             print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
+        elif name == "table2":
+            from .table2 import read_claims
+            print("".join(f"  {line}\n" for line in read_claims(md)) + "  W&B, optuna-dashboard: not published (a "
+                  "Table 2 report is the folder alone)", flush=True)
         elif name == "table3":  # the same report in W&B and optuna-dashboard; a failure there is a warning
             from .dashboards import publish
             for line in publish(sweep, parameters, out, table):
@@ -80,6 +97,19 @@ def report_cli(args) -> int:
     with stopped_by_signals(out) as stopped:
         return execute(notebook, parameters, out, name, then=published)
     return stopped["code"]
+
+
+def _formats(args, sweep) -> tuple[str, ...]:
+    """The figures' formats: ``--formats``, else PNG alone; other formats than PNG only for a Table 3 report (the
+    search and comparison figures are PNG)."""
+    from .figures import parse_formats
+
+    formats = parse_formats(args.formats, "--formats")
+    if formats != ("png",) and (args.against or sweep.mode != "variants"):
+        kind = "a comparison (--against)" if args.against else "a search report"
+        raise UserError(f"--formats {','.join(formats)}: {kind} writes its figures as PNG only; drop --formats (a "
+                        "Table 3 report of one sweep takes it)")
+    return formats
 
 
 REPORT = Command("report", "regenerate a sweep's report (Table 3 beside the paper's)", _report_arguments,

@@ -3,9 +3,11 @@
 A Table 3 row trains as many steps as the base, but a step of a wider or deeper row costs more: at equal steps
 the table compares rows that spent different compute. Here:
 
-- a row's training FLOPs per step (:func:`flops_per_step`) is the count ``ltfm bench`` uses for MFU, the
-  Transformer's own (:func:`lightning_tfm.model.transformer.train_flops_per_step`), at the row's shapes (N,
-  d_model, d_ff, h, d_k, d_v, its vocabulary) and its tokens: target tokens per step = the run's token budget a step (its effective batch,
+- a row's training FLOPs per step (:func:`flops_per_step`, a run's: :func:`step_flops`) is the count ``ltfm bench``
+  uses for MFU: its architecture's own (``train_flops_per_token`` of the class ``model.arch`` names in the model
+  registry; the Transformer's: :func:`lightning_tfm.model.transformer.train_flops_per_step`), at the config the run
+  was built from (:func:`model_config`: the Transformer's N, d_model, d_ff, h, d_k, d_v; another architecture's
+  section), its vocabulary and its tokens: target tokens per step = the run's token budget a step (its effective batch,
   else what it trained: ``train_tokens / steps``), sentences as long as the prepared training corpus's mean
   source and target lengths (else ``ltfm bench``'s default lengths, said in the notes); the mean over the row's
   completed seeds;
@@ -83,17 +85,57 @@ def row_shapes(rec: RunRecord) -> tuple[dict | None, bool]:
     return {**shapes, "batch": tokens / tgt_len, "src_len": src_len, "tgt_len": tgt_len}, measured
 
 
-def flops_per_step(records: list[RunRecord]) -> tuple[float | None, bool]:
-    """(training FLOPs per step, lengths measured) of a row: the mean over its completed runs."""
-    from ..model.transformer import train_flops_per_step
+def model_config(rec: RunRecord) -> tuple[type, object] | None:
+    """(the architecture's class, the config it is built from) of a run, through the model registry: ``model.arch``
+    (a saved transformer config leaves it out), then the keys of its section the run's config holds (the
+    Transformer's: ``model.*``, every one of :data:`SHAPE_KEYS` needed, :func:`row_shapes`; another architecture's:
+    ``<arch>.*`` over the section's defaults). None for an architecture not registered here or a transformer run
+    without its shapes."""
+    import dataclasses
 
+    from ..model import ARCHITECTURES, DEFAULT_ARCH, ModelConfig
+    from ..model.registry import section
+
+    arch = rec.config.get("model.arch") or DEFAULT_ARCH
+    if arch not in ARCHITECTURES:
+        return None
+    own = ARCHITECTURES[arch].section is not None
+    if not own and row_shapes(rec)[0] is None:
+        return None
+    cfg = section(ModelConfig(arch=arch), arch)
+    prefix = arch if own else "model"
+    for f in dataclasses.fields(cfg):
+        value = rec.config.get(f"{prefix}.{f.name}")
+        if value is not None and f.name != "arch":
+            setattr(cfg, f.name, value)
+    return ARCHITECTURES[arch].cls, cfg
+
+
+def step_flops(rec: RunRecord) -> tuple[float | None, bool]:
+    """(training FLOPs of one optimizer step of a run, whether its sentence lengths were measured on its corpus): its
+    architecture's ``train_flops_per_token`` (:func:`model_config`) x its target tokens a step; (None, False) without
+    a registered architecture, the Transformer's shapes, a vocabulary or the tokens."""
+    from ..training.bench import DEFAULTS
+
+    built, tokens = model_config(rec), _tokens_per_step(rec)
+    vocab = rec.vocab_size or rec.config.get("data.vocab_size")
+    if built is None or tokens is None or not (isinstance(vocab, (int, float)) and vocab > 0):
+        return None, False
+    measured = bool(rec.src_len and rec.tgt_len)
+    src_len, tgt_len = (rec.src_len, rec.tgt_len) if measured else (DEFAULTS["src_len"], DEFAULTS["tgt_len"])
+    cls, cfg = built
+    return cls.train_flops_per_token(cfg, int(vocab), src_len, tgt_len) * tokens, measured
+
+
+def flops_per_step(records: list[RunRecord]) -> tuple[float | None, bool]:
+    """(training FLOPs per step, lengths measured) of a row: the mean over its completed runs (:func:`step_flops`)."""
     counts, measured = [], True
     for rec in records:
         if not rec.completed:
             continue
-        shapes, m = row_shapes(rec)
-        if shapes is not None:
-            counts.append(train_flops_per_step(shapes))
+        f, m = step_flops(rec)
+        if f is not None:
+            counts.append(f)
             measured = measured and m
     return (sum(counts) / len(counts), measured) if counts else (None, False)
 
@@ -157,6 +199,7 @@ def add_equal_compute(rows: list[dict], curves: dict, by_variant: dict[str, list
 
 COMPUTE_RULE = ("ΔPPL at base FLOPs: the row's dev PPL at the base's training compute (its last validation step × "
                 "its FLOPs per step) minus the base's, log PPL linear in log FLOPs between the row's validations; "
-                "FLOPs per step as `ltfm bench` counts them for MFU (6 × matmul parameters × tokens + attention) at "
-                "the row's shapes, vocabulary and target-token budget per step; \"beyond its "
+                "FLOPs per step as `ltfm bench` counts them for MFU (the architecture's own count; the Transformer's: "
+                "6 × matmul parameters × tokens + attention) at the row's shapes, vocabulary and target-token budget "
+                "per step; \"beyond its "
                 "curve\" when the row never reached that compute or never spent that little")

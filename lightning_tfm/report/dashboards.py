@@ -32,7 +32,8 @@ optuna-dashboard (only when the report read an Optuna storage and ``optuna_dashb
 importable; else nothing): the study's note gets the headline and the dev-perplexity table of ``table3.md``
 (:func:`note_text`, the columns of :data:`~.columns.NOTE`; a note a person wrote is kept below it), and the study's custom plots get two plotly
 figures drawn from the same data as the matplotlib ones: dev perplexity per row family
-(:func:`plotly_dev_ppl_by_family`) and every row's learning curve (:func:`plotly_learning_curves`), under
+(:func:`plotly_dev_ppl_by_family`; the base as one curve, the mean over its seeds with their range shaded, as in
+the PNG) and every row's learning curve (:func:`plotly_learning_curves`), under
 the stable ids of :data:`GRAPH_IDS` (a re-run replaces them).
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ from .text import environment, first_line, html_text, md_code, waiting_lock
 KIND = "table3"
 WANDB_DIR = "wandb-report"   # below the sweep's results folder
 LOCK = ".publish.lock"       # in WANDB_DIR: one report at a time publishes a sweep's results folder
-ARTIFACT_FILES = ("table3.md", "table3.csv", "table3.html")
+ARTIFACT_FILES = ("table3.md", "table3.csv", "table3.html", "table3.tex", "table3-standalone.tex")
 WANDB_TABLES = {"table3/dev_ppl": WANDB_PPL, "table3/dev_bleu": WANDB_BLEU}   # W&B table -> its view (.columns)
 GRAPH_IDS = {"family": "ltfm-table3-dev-ppl-by-family", "curves": "ltfm-table3-learning-curves"}
 # The note's own block (markdown link-reference "comments": not rendered), so a person's note survives.
@@ -294,11 +295,16 @@ def plotly_dev_ppl_by_family(data):
         members = ["base"] + [v for v in variants if _panel_of(data, v) == panel]
         traces, ys_all = [], []
         for j, v in enumerate(members):
+            if v == "base":  # as the PNG: one curve, the mean over the seeds, their range shaded
+                added = _add_base(fig, [r for r, (xs, _) in curves[v] if xs], DEV_PPL, visible=k == 0)
+                traces += added
+                ys_all += [y for i in added for y in fig.data[i].y]
+                continue
             for r, (xs, ys) in curves[v]:
                 if xs:
                     fig.add_scatter(x=xs, y=ys, mode="lines+markers",
                                     name=html_text(f"{v} s{r.seed}" if many else v),
-                                    visible=k == 0, line={"color": "black" if v == "base" else _TAB10[j % 10]})
+                                    visible=k == 0, line={"color": _TAB10[j % 10]})
                     traces.append(len(fig.data) - 1)
                     ys_all += ys
         # as the PNG: the rows without a curve are named with their status
@@ -321,6 +327,25 @@ def plotly_dev_ppl_by_family(data):
                                     "y": 0.33, "yanchor": "top", "xref": "paper", "yref": "paper"}]
                       if len(panels) > 1 else [])
     return fig
+
+
+def _add_base(fig, recs: list, key: str, visible: bool) -> list[int]:
+    """The base row's traces: its curve (the mean over its seeds, :func:`~.figures.seed_band`) and, with several
+    seeds, their range as a shaded band (two bound traces outside the legend); the indices of the traces added."""
+    from .figures import base_label, seed_band
+
+    if not recs:
+        return []
+    steps, mean, lo, hi = seed_band(recs, key)
+    first = len(fig.data)
+    if len(recs) > 1:
+        for bound, ys, fill in (("highest", hi, None), ("lowest", lo, "tonexty")):
+            fig.add_scatter(x=steps, y=ys, mode="lines", line={"width": 0, "color": "black"}, fill=fill,
+                            fillcolor="rgba(0,0,0,0.15)", showlegend=False, visible=visible,
+                            name=f"base, {bound} of {len(recs)} seeds", hoverinfo="x+y+name")
+    fig.add_scatter(x=steps, y=mean, mode="lines+markers", name=html_text(base_label(len(recs))), visible=visible,
+                    line={"color": "black", "width": 2})
+    return list(range(first, len(fig.data)))
 
 
 def plotly_learning_curves(data):

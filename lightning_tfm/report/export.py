@@ -181,8 +181,11 @@ def _text(field: str, v: Any, limit: int = 1000, optional: bool = True, free: bo
 
 
 def _name(field: str, v: Any) -> None:
-    if not isinstance(v, str) or len(v) > 100 or not NAME.match(v):
-        _refuse(field, v, "not a row name (letters, digits, '.', '_' or '-', as a sweep file's variants)")
+    """A row's name: one line of at most 100 characters. A sweep file's variants are plain names (:data:`NAME`),
+    but a run trained by hand may carry any ``run.variant``: the report shows it as text, so its export holds it."""
+    if not isinstance(v, str) or not v.strip():
+        _refuse(field, v, "not a row name (a non-empty text)")
+    _text(field, v, 100, optional=False)
 
 
 def _list(field: str, v: Any, limit: int = 100_000) -> list:

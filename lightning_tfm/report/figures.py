@@ -1,6 +1,10 @@
 """The Table 3 report's figures (matplotlib's object API: no pyplot, no display needed): dev perplexity per
 row family, dev BLEU against model size, pre- against post-norm training curves, dev perplexity against training
-compute."""
+compute (the lead figure, each row's change beside the paper's, is :mod:`.lead`).
+
+Every figure is written as PNG (what the markdown and the HTML embed) and, on request, also as SVG and PDF beside
+it (:data:`FORMATS`, :func:`parse_formats`: ``ltfm report --formats png,svg,pdf``; :func:`save_figure`). A panel
+left without anything drawn in it says "no data" (:func:`mark_empty`)."""
 from __future__ import annotations
 
 import math
@@ -20,28 +24,82 @@ def new_figure(nrows: int, ncols: int, width: float, height: float):
 
 def literal_text(fig) -> None:
     """Every text of ``fig`` drawn as it is: a row's name, a family or a status from an export holding "$" would
-    otherwise be read as mathtext (and one that does not parse fails the figure)."""
+    otherwise be read as mathtext (and one that does not parse fails the figure). Tick labels that matplotlib's
+    number formatters write (a log axis's ``10^2`` is mathtext) stay theirs; tick labels set as strings (row
+    names) are literal."""
+    from matplotlib import ticker
     from matplotlib.text import Text
 
+    numeric = (ticker.ScalarFormatter, ticker.LogFormatter, ticker.EngFormatter, ticker.PercentFormatter,
+               ticker.NullFormatter)
+    numbers = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for ticks, formatter in ((axis.get_major_ticks(), axis.get_major_formatter()),
+                                     (axis.get_minor_ticks(), axis.get_minor_formatter())):
+                if isinstance(formatter, numeric):
+                    numbers.update(id(label) for tick in ticks for label in (tick.label1, tick.label2))
     for text in fig.findobj(Text):
-        text.set_parse_math(False)
+        if id(text) not in numbers:
+            text.set_parse_math(False)
 
 
-def save_figure(fig, path: str | Path) -> str:
+# The figures' file formats: PNG always (the markdown and the HTML embed it), SVG and PDF on request.
+FORMATS = ("png", "svg", "pdf")
+# No date or tool version in the files, so a figure of the same data is the same bytes.
+_METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None},
+             "pdf": {"CreationDate": None, "Creator": None, "Producer": None}}
+# PDF fonts as TrueType (Type 42), not Type 3: what journals' and conferences' PDF checks ask for; a fixed SVG id salt.
+_RC = {"pdf.fonttype": 42, "svg.hashsalt": "lightning_tfm"}
+
+
+def parse_formats(text: str | list | tuple | None, option: str = "--formats") -> tuple[str, ...]:
+    """``"png,svg,pdf"`` (or a list of them) as the formats to write, PNG first and always among them; an unknown
+    or empty one is a :class:`~lightning_tfm.training.errors.UserError` naming the ones there are."""
+    from ..training.errors import UserError
+
+    items = text.split(",") if isinstance(text, str) else list(text or ["png"])
+    names = [str(x).strip().lower().lstrip(".") for x in items]
+    bad = [n for n in names if n not in FORMATS]
+    if bad or not names:
+        what = f"unknown format {bad[0]!r}" if bad and bad[0] else "an empty format"
+        raise UserError(f"{option} {','.join(map(str, items))!r}: {what}; choose from {', '.join(FORMATS)}, "
+                        "comma-separated (PNG is always written: the markdown and the HTML embed it)")
+    return tuple(f for f in FORMATS if f == "png" or f in names)
+
+
+def mark_empty(fig, message: str = "no data") -> None:
+    """Every visible panel of ``fig`` with nothing drawn in it (no line, bar, band, image or text) says
+    ``message`` in its middle, instead of being blank."""
+    for ax in fig.axes:
+        drawn = any(len(line.get_xdata()) for line in ax.lines) or ax.collections or ax.patches or ax.images
+        if ax.get_visible() and ax.axison and not (drawn or ax.texts):
+            ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="dimgray",
+                    fontsize=10)
+
+
+def save_figure(fig, path: str | Path, formats=("png",)) -> str:
+    """``fig`` as ``path`` (PNG) and as each other of ``formats`` beside it (``changes.svg``, ``changes.pdf``);
+    returns the PNG's path."""
+    import matplotlib
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     literal_text(fig)
-    fig.savefig(path, format="png", metadata={"Software": None})
+    mark_empty(fig)
+    with matplotlib.rc_context(_RC):
+        for fmt in parse_formats(formats):
+            fig.savefig(path if fmt == "png" else path.with_suffix(f".{fmt}"), format=fmt, metadata=_METADATA[fmt])
     return str(path)
 
 
-def placeholder(path: str | Path, title: str, message: str) -> str:
+def placeholder(path: str | Path, title: str, message: str, formats=("png",)) -> str:
     fig, axes = new_figure(1, 1, 6, 3.5)
     ax = axes[0][0]
     ax.set_title(title, fontsize=10)
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats)
 
 
 def _series(rec: RunRecord, key: str) -> tuple[list[int], list[float]]:
@@ -71,6 +129,11 @@ def seed_band(recs: list[RunRecord], key: str) -> tuple[list[int], list[float], 
     return steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values]
 
 
+def base_label(seeds: int) -> str:
+    """The base row's legend entry: one curve, the mean over its seeds when it has several (their range shaded)."""
+    return "base" if seeds == 1 else f"base (mean of {seeds} seeds, their range shaded)"
+
+
 def _plot_base(ax, recs: list[RunRecord], key: str, smooth: bool = False, **style) -> bool:
     """The base row as one legend entry: its curve (the mean over its seeds) with the seeds' range shaded.
     ``smooth``: each seed's curve smoothed by :func:`ema` first, the raw points drawn faint."""
@@ -86,8 +149,7 @@ def _plot_base(ax, recs: list[RunRecord], key: str, smooth: bool = False, **styl
                       for r in with_curve]
     steps, mean, lo, hi = seed_band(with_curve, key)
     n = len(with_curve)
-    label = "base" if n == 1 else f"base (mean of {n} seeds, their range shaded)"
-    ax.plot(steps, mean, color="black", label=label, linewidth=1.4, **style)
+    ax.plot(steps, mean, color="black", label=base_label(n), linewidth=1.4, **style)
     if n > 1:
         ax.fill_between(steps, lo, hi, color="black", alpha=0.15, linewidth=0)
     return True
@@ -107,7 +169,8 @@ OTHER = "other rows"
 FAMILY_TITLES = {"A": "(A) number of heads h, with h·d_k fixed", "B": "(B) smaller key size d_k",
                  "C": "(C) model size: N, d_model, d_ff", "D": "(D) dropout P_drop and label smoothing ε_ls",
                  "E": "(E) learned instead of sinusoidal positions", "big": "big model (3× the steps)",
-                 "base": "base", OTHER: OTHER}
+                 "norm": "norm: layer norm before the sublayers", "base": "base",
+                 OTHER: OTHER}
 
 
 def _variant_family(data: ReportData, v: str) -> str | None:
@@ -143,7 +206,7 @@ def family_panels(data: ReportData) -> tuple[list[str], list[str]]:
     return variants, panels or ["base"]
 
 
-def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
+def plot_dev_ppl_by_family(data: ReportData, path: str | Path, formats=("png",)) -> str:
     """Dev perplexity against step, one panel per row family (A-E, big, then other rows), with the base in
     every panel; rows without a curve are named in their panel's title with their status."""
     variants, panels = family_panels(data)
@@ -176,6 +239,10 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
         if no_curve:
             import textwrap
             title += "\n" + textwrap.fill("no curve: " + ", ".join(no_curve), 62)
+        if len(members) > 1 and len(no_curve) == len(members) - 1:  # the base alone: the family has nothing yet
+            ax.text(0.5, 0.5, "no data: no row of this family has a curve", ha="center", va="center",
+                    transform=ax.transAxes, color="dimgray", fontsize=9,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
         ax.set_title(title, fontsize=8)
         if ax.lines:
             ax.legend(fontsize=7)
@@ -184,10 +251,10 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path) -> str:
         axes[k // ncols][k % ncols].set_visible(False)
     fig.suptitle(f"Dev perplexity during training, each row family against the base (black); sweep "
                  f"{data.sweep.name}", fontsize=10)
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats)
 
 
-def plot_bleu_vs_params(table: dict, path: str | Path) -> str:
+def plot_bleu_vs_params(table: dict, path: str | Path, formats=("png",)) -> str:
     """Dev BLEU against parameter count, ours and the paper's (rows of this sweep)."""
     fig, axes = new_figure(1, 2, 10, 4)
     ours, paper = axes[0]
@@ -216,10 +283,10 @@ def plot_bleu_vs_params(table: dict, path: str | Path) -> str:
         ours.text(0.5, 0.5, "no completed run", ha="center", va="center", transform=ours.transAxes)
     if not paper.lines:
         paper.text(0.5, 0.5, "no row of the paper in this sweep", ha="center", va="center", transform=paper.transAxes)
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats)
 
 
-def plot_norm_curves(data: ReportData, path: str | Path) -> str:
+def plot_norm_curves(data: ReportData, path: str | Path, formats=("png",)) -> str:
     """Pre-norm against post-norm: train loss (all steps and the first steps) and dev perplexity."""
     post = [r for r in data.records if r.variant == "base"]
     pre = [r for r in data.records if r.config.get("model.norm") == "pre" and r.variant != "base"]
@@ -271,10 +338,10 @@ def plot_norm_curves(data: ReportData, path: str | Path) -> str:
     fig.suptitle("Layer norm before (pre-norm) or after (post-norm, the paper's) each sublayer: training curves"
                  + (f" ({'; '.join(missing)})" if missing else ""),
                  fontsize=10)
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats)
 
 
-def plot_ppl_vs_flops(table: dict, path: str | Path) -> str:
+def plot_ppl_vs_flops(table: dict, path: str | Path, formats=("png",)) -> str:
     """Each row's dev perplexity (mean over its seeds) against its training compute (validation step x its
     FLOPs per step, :mod:`.compute`), log-log, the base in black with its budget marked: where a row's curve
     crosses that line is its dev PPL at equal compute."""
@@ -308,4 +375,4 @@ def plot_ppl_vs_flops(table: dict, path: str | Path) -> str:
     ax.set_title(f"Dev perplexity against training compute; sweep {table['sweep']}"
                  + (f" (no FLOP count: {', '.join(missing)})" if missing else ""), fontsize=9)
     ax.grid(True, alpha=0.3)
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats)

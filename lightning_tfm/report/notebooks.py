@@ -6,16 +6,21 @@
     ltfm report sweeps/table3-cpu.yaml --from-export reports/reference/table3-cpu/export   # from an export alone
     ltfm report A.yaml --results R1 --against B.yaml --against-results R2       # two tables side by side
 
-A sweep with ``variants`` gets ``table3.ipynb``, a sweep with a ``space`` gets ``search.ipynb``. The command
+A sweep with ``variants`` gets ``table3.ipynb``, or ``table2.ipynb`` when its rows build more than one architecture
+(:func:`notebook_name`); a sweep with a ``space`` gets ``search.ipynb``. The command
 runs the notebook with papermill (its ``parameters`` cell: ``sweep_file``, ``results_dir``, ``storage``,
-``out_dir``, ``wandb_path``, ``export_dir``; the comparison's also ``against_file``, ``against_results``,
+``out_dir``, ``wandb_path``, ``export_dir``, and table3's ``formats``: ``--formats png,svg,pdf`` writes each figure
+also as SVG and PDF beside its PNG; the comparison's also ``against_file``, ``against_results``,
 ``against_storage``, ``against_export``), exports it to HTML with nbconvert (without the code: :func:`export_html`), and
 writes into ``reports/build/<sweep
 name>/`` (or ``--out``):
 
-- table3: ``table3.ipynb`` (executed), ``table3.html``, ``table3.md``, ``table3.csv``,
-  ``dev_ppl_by_family.png``, ``ppl_vs_flops.png``, ``bleu_vs_params.png``, ``norm_curves.png``, and
-  ``export/<sweep name>.json`` (:mod:`.export`: what ``--from-export`` rebuilds the tables from);
+- table3: ``table3.ipynb`` (executed), ``table3.html``, ``table3.md``, ``table3.csv``, ``table3.tex`` (booktabs;
+  ``table3-standalone.tex`` compiles it on its own: :mod:`.latex`), ``changes.png`` (the lead
+  figure, :mod:`.lead`), ``dev_ppl_by_family.png``, ``ppl_vs_flops.png``, ``bleu_vs_params.png``,
+  ``norm_curves.png``, ``positional.png`` (the positional encodings: :mod:`.attention`) (each also as ``.svg``/``.pdf`` with ``--formats``), and ``export/<sweep name>.json`` (:mod:`.export`: what ``--from-export`` rebuilds the tables from);
+- table2 (:mod:`.table2`): ``table2.ipynb``, ``table2.html``, ``table2.md``, ``table2.csv``, ``table2_curves.png``
+  (no export, W&B run or optuna-dashboard note);
 - compare (``--against``): ``compare.ipynb``, ``compare.html``, ``compare.md``, ``compare.csv``,
   ``compare_deltas.png``, ``a_ppl_vs_flops.png``, ``b_ppl_vs_flops.png`` (:mod:`.compare`);
 - search: ``search.ipynb``, ``search.html``, ``search.md``, ``search.csv``, ``optimization_history.png``,
@@ -36,6 +41,10 @@ the sweep's publishing lock (:func:`.dashboards.publish_lock`), one report after
 
 SIGINT or SIGTERM: the kernel is killed, the staging folder and the temporary kernelspec removed, one line, exit
 130 or 143 (:func:`stopped_by_signals`).
+
+A report of nothing is refused before any kernel starts (:func:`require_completed`): a source (results, storage,
+W&B group, export) without one completed run (a search: one completed trial) is one line naming where it looked
+and the way out (run ``ltfm sweep`` first), exit 2, no report folder and no W&B run.
 
 Nothing half-written: the notebook runs into a staging folder beside the output folder, which replaces the
 output folder only when every cell succeeded. A cell that raises ``UserError`` (no such study, no API key,
@@ -68,12 +77,22 @@ from ..training.errors import UserError
 from .text import environment, first_line, waiting_lock
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
-EXPECTED = {"table3": ("table3.md", "table3.csv", "dev_ppl_by_family.png", "ppl_vs_flops.png", "bleu_vs_params.png",
-                       "norm_curves.png", "export"),
+EXPECTED = {"table2": ("table2.md", "table2.csv", "table2_curves.png"),
+            "table3": ("table3.md", "table3.csv", "table3.tex", "table3-standalone.tex", "changes.png",
+                       "dev_ppl_by_family.png", "ppl_vs_flops.png", "bleu_vs_params.png", "norm_curves.png",
+                       "positional.png", "export"),
             "search": ("search.md", "search.csv", "optimization_history.png", "param_importances.png",
                        "intermediate_values.png"),
             "compare": ("compare.md", "compare.csv", "compare.json", "compare_deltas.png", "a_ppl_vs_flops.png",
                         "b_ppl_vs_flops.png")}
+
+
+def notebook_name(sweep) -> str:
+    """The report notebook of a sweep: ``table2`` for variants of more than one architecture
+    (:func:`.table2.is_table2`), else :data:`NOTEBOOKS` by its mode."""
+    from .table2 import is_table2
+
+    return "table2" if is_table2(sweep) else NOTEBOOKS[sweep.mode]
 
 
 def notebook_path(name: str) -> Path:
@@ -202,7 +221,7 @@ def execute(notebook: Path, parameters: dict, out: Path, name: str, then=None) -
             print(f"ltfm: error: notebook {notebook.name} ran but wrote no {missing[0]}: the notebook was edited "
                   "into something else; restore it from the repository", file=sys.stderr)
             return 1
-        export_html(executed, staging / f"{name}.html")
+        export_html(executed, staging / f"{name}.html", heading(staging / f"{name}.md"))
         with out_lock(out):
             _replace_dir(staging, out)
             return then() if then is not None else 0
@@ -274,10 +293,27 @@ def stopped_by_signals(out: Path):
 HIDE_TAG = "report-hide"
 
 
-def export_html(notebook: Path, html: Path) -> Path:
+def heading(markdown: Path) -> str | None:
+    """The first heading of a report's markdown as plain text (``Pipeline check, not a result: sweep rep``), or
+    None without one: the HTML page's title."""
+    import html
+    import re
+
+    try:
+        first = next((ln for ln in markdown.read_text(encoding="utf-8").splitlines() if ln.startswith("# ")), None)
+    except OSError:
+        return None
+    if first is None:
+        return None
+    text = re.sub(r"\\(.)", r"\1", re.sub(r"(?<!\\)`+", "", first[2:]))  # code fences and markdown escapes
+    return html.unescape(text).strip() or None
+
+
+def export_html(notebook: Path, html: Path, title: str | None = None) -> Path:
     """The executed notebook as a page for readers: no code (nbconvert's no-input export), no prompts, cells
     tagged ``report-hide`` (parameters, setup, loading) left out entirely; figures stay embedded as base64 PNG
-    (the page can be mailed on its own). The executed notebook beside it keeps the code."""
+    (the page can be mailed on its own). The executed notebook beside it keeps the code. ``title``: the page's
+    ``<title>`` (the report's first heading; default: the notebook's name)."""
     import logging
 
     import nbformat
@@ -295,6 +331,8 @@ def export_html(notebook: Path, html: Path) -> Path:
     exporter.register_preprocessor(TagRemovePreprocessor(config=c), enabled=True)
     exporter.log.setLevel(logging.ERROR)  # "alternative text is missing on N image(s)"
     nb = nbformat.read(str(notebook), as_version=4)
+    if title:
+        nb.metadata["title"] = title
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
     html.write_text(body, encoding="utf-8")
     return html
@@ -312,17 +350,52 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
               "wandb_path": None, "export_dir": None}
     if export:
         from .export import export_file, read_export
-        read_export(sweep, export, option)  # a wrong or malformed export stops here, before a kernel starts
+        data = read_export(sweep, export, option)  # a wrong or malformed export stops here, before a kernel starts
         params["export_dir"] = str(export_file(sweep, export, option).absolute())
+        require_completed(data, f"the export {params['export_dir']}",
+                          f"write it again from the runs (`ltfm report {sweep.path}`)")
         return params
+    url = None
     if wandb_path:
         check_wandb_access(wandb_path)
         params["wandb_path"] = wandb_path
-        return params
-    results_dir, url = resolve_local(sweep, results, storage, local)
-    params["results_dir"] = str(results_dir)
-    params["storage"] = storage  # None: the notebook uses <results_dir>/<name>.db when it exists
+    else:
+        results_dir, url = resolve_local(sweep, results, storage, local)
+        params["results_dir"] = str(results_dir)
+        params["storage"] = storage  # None: the notebook uses <results_dir>/<name>.db when it exists
+    from ..training.redact import mask_url
+    from .sources import load_report_data
+
+    data = load_report_data(params["sweep_file"], results_dir=params["results_dir"], storage=storage,
+                            wandb_path=wandb_path)
+    where = (f"W&B {wandb_path} (group {sweep.name})" if wandb_path else
+             f"{params['results_dir']}" + (f" or {mask_url(url)}" if url else ""))
+    require_completed(data, where, f"run `ltfm sweep {sweep.path}` first" + (
+        "" if wandb_path else f", or pass {local[0]} DIR (the folder it wrote its runs to)"))
     return params
+
+
+def require_completed(data, where: str, way_out: str) -> None:
+    """A report needs one completed run (a search: one completed trial): else one line naming the sweep, where
+    it looked, what it found there and ``way_out``; exit 2 before any kernel starts, nothing written."""
+    import collections
+
+    from .records import DONE
+    from .table import as_shown
+
+    if data.sweep.mode == "space" and data.study is not None:
+        states = collections.Counter(t.state.name.lower() for t in data.study.get_trials(deepcopy=False))
+        if states["complete"]:
+            return
+        what = "completed trial"
+    else:
+        states = collections.Counter(as_shown(r).status for r in data.records)
+        if states[DONE]:
+            return
+        what = "completed run"
+    found = (f" ({sum(states.values())} found: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")"
+             if states else "")
+    raise UserError(f"no {what} of sweep {data.sweep.name} in {where}{found}: {way_out}")
 
 
 def _check_sources(args) -> None:

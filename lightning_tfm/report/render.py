@@ -1,5 +1,6 @@
 """The Table 3 replica as text: the markdown (``table3.md``) and the CSV (``table3.csv``) of the table that
-:func:`lightning_tfm.report.table.build_table` gives, and :func:`write_table`, which writes both.
+:func:`lightning_tfm.report.table.build_table` gives, and :func:`write_table`, which writes both and the LaTeX
+table (``table3.tex``, :mod:`.latex`).
 
 The markdown (and the HTML) put the headline first (direction agreement, rows beyond noise, the budget verdicts
 and the agreement over the findings, the sweep's wall time, the machines), then a PPL table (with the change at
@@ -91,6 +92,18 @@ def is_pipeline_check(records) -> bool:
     return any(PIPELINE_CHECK in tags(r) for r in records)
 
 
+# Lightning's precision strings (what train.precision resolved to, in summary.json) as a reader names them
+PRECISIONS = {"32": "fp32", "32-true": "fp32", "64": "fp64", "64-true": "fp64", "16": "fp16 (mixed)",
+              "16-mixed": "fp16 (mixed)", "16-true": "fp16", "bf16": "bf16 (mixed)", "bf16-mixed": "bf16 (mixed)",
+              "bf16-true": "bf16", "transformer-engine": "fp8 (Transformer Engine)",
+              "transformer-engine-float16": "fp8 (Transformer Engine, fp16)"}
+
+
+def precision_name(precision) -> str:
+    """``"32"`` -> ``"fp32"``, ``"bf16-mixed"`` -> ``"bf16 (mixed)"``; a string Lightning may add later, as it is."""
+    return PRECISIONS.get(str(precision), str(precision))
+
+
 def headline_lines(table: dict) -> list[str]:
     """The facts a reader wants first, one per line (``ltfm report`` prints them too)."""
     s, info, std = table["summary"], table["run_info"], table["base_std"]
@@ -113,8 +126,8 @@ def headline_lines(table: dict) -> list[str]:
                  f"{_duration(info['train_s'])}.")
     precisions = info.get("precisions")  # an export written before they were recorded has none
     lines.append("Machine: " + ("; ".join(map(md_text, info["machines"])) if info["machines"] else "not recorded")
-                 + "; trained in " + (", ".join(map(md_text, precisions)) if precisions else "a precision not recorded")
-                 + ".")
+                 + "; trained in " + (", ".join(md_text(precision_name(p)) for p in precisions) if precisions
+                                      else "a precision not recorded") + ".")
     return lines
 
 
@@ -211,10 +224,13 @@ def notes_markdown(table: dict) -> str:
 
 
 def table_markdown(table: dict) -> str:
-    """table3.md: the headline, the PPL table, the BLEU table, the learning curves, the configuration table, notes (what the HTML
-    shows, in the same order); one fact per line, so it diffs well in the repository."""
-    return "\n".join(part(table) for part in (headline_markdown, ppl_markdown, bleu_markdown, curves_markdown,
-                                              config_markdown, notes_markdown))
+    """table3.md: the headline, the lead figure, the PPL table, the BLEU table, the learning curves, the
+    configuration table, notes (what the HTML shows, in the same order); one fact per line, so it diffs well in the
+    repository."""
+    from .lead import changes_markdown  # matplotlib's figure module: only where a page is written
+
+    return "\n".join(part(table) for part in (headline_markdown, changes_markdown, ppl_markdown, bleu_markdown,
+                                              curves_markdown, config_markdown, notes_markdown))
 
 
 def table_csv(table: dict) -> str:
@@ -233,6 +249,10 @@ def headline_text(table: dict) -> str:
 
 
 def write_table(table: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    """table3.md and table3.csv (returned), and table3.tex with table3-standalone.tex (:mod:`.latex`)."""
+    from .latex import write_latex
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    write_latex(table, out)
     return (write_text(out / "table3.md", table_markdown(table)), write_text(out / "table3.csv", table_csv(table)))

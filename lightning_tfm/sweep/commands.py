@@ -220,6 +220,9 @@ def _dry_run(args, sweep, plan: Plan) -> int:
             steps += f" (trained: {r['run_id']})"
         elif done:  # a larger budget than the run folder holds: the run continues
             steps += f" (continues {r['run_id']} from step {done})"
+        if r.get("arch") and r["arch"] != "transformer" or r.get("train_flops"):  # a Table 2 sweep: what it compares
+            what += f"  {r.get('arch') or 'transformer'}" + (f", {r['train_flops']:.3g} training FLOPs"
+                                                            if r.get("train_flops") else "")
         print(f"{r['name']:<{width}}  seed {r['seed']}  {what}  {steps}  {format_overrides(r['overrides'])}")
     return 0
 
@@ -284,7 +287,11 @@ def sweep_cli(args) -> int:
     return worker.run(args.n_trials)
 
 
-SWEEP = Command("sweep", "run (or join) an Optuna sweep: Table 3 rows or a search", _sweep_arguments, sweep_cli)
+SWEEP = Command("sweep", "run (or join) an Optuna sweep: Table 3 rows or a search", _sweep_arguments, sweep_cli,
+                "Run (or join) the Optuna study of a sweep file: its Table 3 rows (one trial per variant and seed) "
+                "or its search space, each trial an ltfm train of its own run folder; the same command resumes it "
+                "and, on other machines with a shared --storage, joins it. The file's keys: ltfm sweep --keys; its "
+                "rows: --dry-run; its progress: --status.")
 
 #: This layer's commands (:mod:`lightning_tfm.cli` sets the order of ``ltfm --help``).
 COMMANDS = (TRAIN, PREPARE, SWEEP)

@@ -1,15 +1,18 @@
 """Trial configurations: what each row of a sweep trains, in one path.
 
-A trial's config is the experiment < the sweep file's ``overrides`` < the command line's ``dotted.key=value``
-< the variant's (or sampled) values < the variant's ``budget`` factor on train.max_steps < the run.*
-bookkeeping (seed, variant, family, study). :func:`trial_overrides` says it as overrides and
+A trial's config is the experiment (the sweep's, or the variant's own: a row of another architecture) < the sweep
+file's ``overrides`` < the command line's ``dotted.key=value`` < the variant's (or sampled) values < its budget
+(the variant's ``budget`` factor on train.max_steps; with the file's ``budget: {equal: flops}``, the sweep
+experiment's steps x its training FLOPs per step over the row's, :func:`step_flops`) < the run.* bookkeeping
+(seed, variant, family, study). :func:`trial_overrides` says it as overrides and
 :func:`trial_config` as the typed :class:`~lightning_tfm.training.config.Config`. Overrides stay plain
 ``{"dotted.key": value}`` dicts (they are what Optuna's user attributes and the sweep file hold); the worker (:class:`Plan`), the dry run and the reports
-(:mod:`lightning_tfm.report.records`) all go through them. Every config is built from the experiment YAML the
+(:mod:`lightning_tfm.report.records`) all go through them. Every config is built from an experiment YAML the
 sweep read once (:meth:`~.spec.Sweep.experiment_tree`), and a trial's config is validated once, when built.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import yaml
 
 from ..training import config
 from ..training.errors import UserError
+from ..training.inputs import shown
 from .spec import RESERVED, Entry, Sweep
 
 #: What a worker adds under the command line (a sweep file may set it otherwise): a trial's output goes to
@@ -36,13 +40,17 @@ def parse_cli_overrides(overrides: list[str] | None) -> dict:
 
 
 def trial_overrides(sweep: Sweep, entry: Entry, base: dict, base_steps: int | float,
-                    results_dir: Path | None = None) -> dict:
+                    results_dir: Path | None = None, flops: tuple[float, float] | None = None) -> dict:
     """A trial's overrides of its experiment: ``base`` (the sweep file's, then the command line's), the
-    entry's, its budget as a factor on train.max_steps (``base_steps`` = the experiment's with ``base``),
-    the run.* bookkeeping (seed, variant, family, study), and last the worker's absolute ``results_dir``."""
+    entry's, its budget as a factor on train.max_steps (``base_steps`` = its experiment's with ``base``; equal
+    FLOPs: the sweep experiment's, times ``flops`` = (its FLOPs per step, the row's), :func:`step_flops` when not
+    given), the run.* bookkeeping (seed, variant, family, study), and last the worker's absolute ``results_dir``."""
     ov = {**base, **entry.overrides}
     if entry.max_steps is not None:
         ov["train.max_steps"] = entry.max_steps
+    elif sweep.budget.get("equal") == "flops":
+        base_fps, row_fps = flops or step_flops(sweep, entry, base)
+        ov["train.max_steps"] = max(1, int(round(base_steps * entry.budget * base_fps / row_fps)))
     elif entry.budget != 1.0:
         ov["train.max_steps"] = max(1, int(round(ov.get("train.max_steps", base_steps) * entry.budget)))
     ov.update({"run.seed": entry.seed, "run.variant": entry.name, "run.family": entry.family,
@@ -52,9 +60,70 @@ def trial_overrides(sweep: Sweep, entry: Entry, base: dict, base_steps: int | fl
     return ov
 
 
-def experiment_config(sweep: Sweep, overrides: dict, checked: bool = True, data: bool = True) -> config.Config:
-    """The sweep's experiment with ``overrides`` (``config.load_config`` on the YAML the sweep read once)."""
-    return config.load_config(sweep.experiment, overrides, checked=checked, data=data, tree=sweep.experiment_tree())
+def experiment_config(sweep: Sweep, overrides: dict, checked: bool = True, data: bool = True,
+                      experiment: Path | None = None) -> config.Config:
+    """The sweep's experiment (or a row's own, ``experiment``) with ``overrides`` (``config.load_config`` on the
+    YAML the sweep read once)."""
+    path = experiment or sweep.experiment
+    return config.load_config(path, overrides, checked=checked, data=data, tree=sweep.experiment_tree(path))
+
+
+def sentence_lengths(sweep: Sweep) -> tuple[float, float]:
+    """(source, target) mean sentence length in tokens that training FLOPs are counted at: the sweep file's
+    ``budget.src_len`` and ``budget.tgt_len`` (a prepared corpus's means), else ``ltfm bench``'s, the report's
+    default too (one home: training/bench.py)."""
+    from ..training.bench import DEFAULTS
+
+    return (sweep.budget.get("src_len") or float(DEFAULTS["src_len"]),
+            sweep.budget.get("tgt_len") or float(DEFAULTS["tgt_len"]))
+
+
+def tokens_per_step(cfg: config.Config) -> float:
+    """Target tokens of one optimizer step: train.batch_tokens_total, else train.batch_tokens x devices (a count
+    or a list; auto: 1) x train.accumulate."""
+    t = cfg.train
+    if t.batch_tokens_total:
+        return float(t.batch_tokens_total)
+    devices = str(t.devices)
+    n = int(devices) if devices.isdigit() else len(devices.split(",")) if "," in devices else 1
+    return float(t.batch_tokens * max(n, 1) * t.accumulate)
+
+
+def flops_per_step(cfg: config.Config, lengths: tuple[float, float]) -> float:
+    """Training FLOPs of one optimizer step: model.arch's own ``train_flops_per_token`` (at the config's shapes, its
+    data.vocab_size and ``lengths``) x :func:`tokens_per_step`."""
+    from ..model import registry
+
+    arch = registry.entry(cfg.model)
+    per_token = arch.cls.train_flops_per_token(registry.arch_config(cfg.model), cfg.data.vocab_size, *lengths)
+    return per_token * tokens_per_step(cfg)
+
+
+def step_flops(sweep: Sweep, entry: Entry, base: dict) -> tuple[float, float]:
+    """(the sweep experiment's training FLOPs per step, the row's), both with ``base`` (the sweep file's and the
+    command line's overrides), at :func:`sentence_lengths`. A row whose architecture cannot be told is one line."""
+    from ..model import registry
+
+    lengths = sentence_lengths(sweep)
+    row = experiment_config(sweep, {**base, **entry.overrides}, checked=False, data=False,
+                            experiment=sweep.experiment_of(entry.name))
+    out = []
+    for who, cfg in (("the sweep's experiment", experiment_config(sweep, base, checked=False, data=False)),
+                     (f"variant {entry.name}", row)):
+        why = registry.check(cfg.model)
+        if why is not None:
+            raise UserError(f"{sweep.path}: {who}: {why}")
+        out.append(flops_per_step(cfg, lengths))
+    return out[0], out[1]
+
+
+def row_base_steps(sweep: Sweep, entry: Entry, base: dict, base_cfg: config.Config) -> int:
+    """The train.max_steps a row's budget applies to: the sweep experiment's with ``base`` (``base_cfg``'s), but
+    for a row of its own experiment without equal FLOPs, that experiment's with ``base``."""
+    own = sweep.experiment_of(entry.name)
+    if own == sweep.experiment or sweep.budget.get("equal") == "flops":
+        return base_cfg.train.max_steps
+    return experiment_config(sweep, base, checked=False, data=False, experiment=own).train.max_steps
 
 
 def trial_config(sweep: Sweep, entry: Entry | None = None, cli_overrides: dict | None = None,
@@ -68,8 +137,8 @@ def trial_config(sweep: Sweep, entry: Entry | None = None, cli_overrides: dict |
     cfg = experiment_config(sweep, base, checked=checked and entry is None, data=data)
     if entry is None:
         return cfg
-    return experiment_config(sweep, trial_overrides(sweep, entry, base, cfg.train.max_steps, results_dir),
-                             checked=checked, data=data)
+    ov = trial_overrides(sweep, entry, base, row_base_steps(sweep, entry, base, cfg), results_dir)
+    return experiment_config(sweep, ov, checked=checked, data=data, experiment=sweep.experiment_of(entry.name))
 
 
 class Plan:
@@ -88,29 +157,52 @@ class Plan:
         self.base_cfg = trial_config(sweep, cli_overrides=self.cli, data=data)  # the user's base must be valid: exit 2
         self.has_data = config.has_data(self.base_cfg)
         self.results_dir = Path(self.base_cfg.run.results_dir).absolute()
+        self._rows: dict[tuple[str, str], tuple[int, tuple[float, float] | None]] = {}
         if sweep.mode == "variants":
             self._check_architectures()
 
     def _check_architectures(self) -> None:
         """A variant giving a knob its architecture does not have (``model.heads`` on ``model.arch: rnn``) is a
-        mistake in the sweep file, not a combination that cannot be built: one line, exit 2, before any trial."""
+        mistake in the sweep file, not a combination that cannot be built: one line, exit 2, before any trial.
+        So is a row of its own experiment reading other data than the sweep's (a data.* key it does not set
+        itself): the rows of a sweep train on one prepared corpus and BPE vocabulary."""
         from ..model import registry
 
+        base_data = {k: v for k, v in config.flatten(self.base_cfg).items() if k.startswith("data.")}
         for entry in {e.name: e for e in self.sweep.entries()}.values():
-            cfg = experiment_config(self.sweep, self.trial_overrides(entry), checked=False, data=False)
+            own = self.sweep.experiment_of(entry.name)
+            cfg = experiment_config(self.sweep, self.trial_overrides(entry), checked=False, data=False, experiment=own)
             why = registry.check(cfg.model)
             if why is not None:
                 raise UserError(f"{self.sweep.path}: variant {entry.name}: {why}")
+            if own == self.sweep.experiment:
+                continue
+            for k, v in config.flatten(cfg).items():
+                if k.startswith("data.") and k not in entry.overrides and v != base_data.get(k):
+                    raise UserError(f"{self.sweep.path}: variant {entry.name}: its experiment's {k} ({shown(v)}) is "
+                                    f"not the sweep experiment's ({shown(base_data.get(k))}): the rows of a sweep "
+                                    f"train on one corpus and BPE vocabulary; set it alike in {own.name} (or in the "
+                                    "variant)")
+
+    def _row(self, entry: Entry) -> tuple[int, tuple[float, float] | None]:
+        """(the steps the row's budget applies to, its equal-FLOPs pair or None), computed once per row."""
+        key = (entry.name, json.dumps(entry.overrides, sort_keys=True, default=str))
+        if key not in self._rows:
+            flops = step_flops(self.sweep, entry, self.base) if self.sweep.budget.get("equal") == "flops" else None
+            self._rows[key] = (row_base_steps(self.sweep, entry, self.base, self.base_cfg), flops)
+        return self._rows[key]
 
     def trial_overrides(self, entry: Entry) -> dict:
-        return trial_overrides(self.sweep, entry, self.base, self.base_cfg.train.max_steps, self.results_dir)
+        steps, flops = self._row(entry)
+        return trial_overrides(self.sweep, entry, self.base, steps, self.results_dir, flops)
 
     def config(self, entry: Entry) -> config.Config:
-        return experiment_config(self.sweep, self.trial_overrides(entry), data=self.data)
+        return experiment_config(self.sweep, self.trial_overrides(entry), data=self.data,
+                                 experiment=self.sweep.experiment_of(entry.name))
 
     def max_steps(self, entry: Entry) -> int:
         ov = self.trial_overrides(entry)
-        return int(ov.get("train.max_steps", self.base_cfg.train.max_steps))
+        return int(ov.get("train.max_steps", self._row(entry)[0]))
 
     def grid_key(self, entry: Entry) -> str:
         return f"{entry.name}/seed{entry.seed}/steps{self.max_steps(entry)}/{entry.definition_hash()}"

@@ -1,11 +1,11 @@
 """The sweep file's schema: a dataclass per section, with help beside each field, as the experiment config has.
 
 :class:`SweepFile` (the top level) with :class:`SamplerSpec`, :class:`PrunerSpec`, :class:`HeartbeatSpec`,
-:class:`ReportSpec`, :class:`VariantSpec` (each row of ``variants:``) and :class:`DistributionSpec` (each key of
-``space:``). A field's annotation is its type, ``metadata["help"]`` its meaning, ``metadata["want"]`` and
-``metadata["ok"]`` its range. :func:`parse` is the one check of a section's values against them (the sweep file's
-loader, :func:`lightning_tfm.sweep.spec.load_sweep`, calls it for each), and :func:`describe_keys` lists them
-(``ltfm sweep --keys``).
+:class:`ReportSpec`, :class:`BudgetSpec` (what every row gets the same of), :class:`VariantSpec` (each row of
+``variants:``) and :class:`DistributionSpec` (each key of ``space:``). A field's annotation is its type,
+``metadata["help"]`` its meaning, ``metadata["want"]`` and ``metadata["ok"]`` its range. :func:`parse` is the one
+check of a section's values against them (the sweep file's loader, :func:`lightning_tfm.sweep.spec.load_sweep`,
+calls it for each), and :func:`describe_keys` lists them (``ltfm sweep --keys``).
 """
 from __future__ import annotations
 
@@ -119,7 +119,28 @@ class VariantSpec:
                        "a positive factor on train.max_steps (at most 1000)", lambda v: 0 < v <= 1000)
     seeds: list[int] | None = _f(None, "the row's own seeds (default: the sweep's): the base at [1, 2, 3] measures "
                                        "the seed noise", SEEDS, _seed_list)
+    experiment: str | None = _f(None, "the row's own experiment YAML, relative to the sweep file (default: the "
+                                      "sweep's): a row of another architecture (model.arch), on the same data",
+                                "an experiment YAML (relative to the sweep file)", bool)
     EXTRA = ("<section.key>", "the key's type", "any config key (ltfm config --keys): the row's value of it")
+
+
+EQUAL = ("steps", "flops")
+
+
+@dataclass
+class BudgetSpec:
+    """What every row of a variants sweep gets the same of: optimizer steps, or training FLOPs."""
+    equal: Literal[EQUAL] = _f("steps", "steps: every row trains train.max_steps (times its budget factor); flops: "
+                                        "a row trains the sweep experiment's train.max_steps x its FLOPs per step "
+                                        "over the row's (model.arch's train_flops_per_token x target tokens a step), "
+                                        "times its budget factor")
+    src_len: float | None = _f(None, "flops: the mean source sentence length (tokens) FLOPs are counted at "
+                                     "(default: ltfm bench's, the report's default)", "a positive number of tokens",
+                               lambda v: v > 0)
+    tgt_len: float | None = _f(None, "flops: the mean target sentence length (tokens) FLOPs are counted at "
+                                     "(default: ltfm bench's, the report's default)", "a positive number of tokens",
+                               lambda v: v > 0)
 
 
 @dataclass
@@ -159,11 +180,13 @@ class SweepFile:
     space: dict[str, DistributionSpec] | None = _f(None, "OR Optuna distributions over dotted config keys",
                                                         section=(DistributionSpec, "space.<section.key>."))
     report: ReportSpec = _section(ReportSpec, "report.")
+    budget: BudgetSpec = _section(BudgetSpec, "budget.")
 
 
 TOP_KEYS = tuple(f.name for f in dataclasses.fields(SweepFile))
 HEARTBEAT_DEFAULTS = dataclasses.asdict(HeartbeatSpec())
 REPORT_DEFAULTS = dataclasses.asdict(ReportSpec())  # the report's verdict thresholds when a file sets none
+BUDGET_DEFAULTS = dataclasses.asdict(BudgetSpec())  # equal steps: a file without budget: trains as it always did
 
 
 def err(path, msg: str) -> UserError:

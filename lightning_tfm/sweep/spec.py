@@ -3,7 +3,8 @@ search space.
 
 The schema it is checked against is :mod:`.schema` (a dataclass per section, help beside each field:
 ``ltfm sweep --keys``); the loaded :class:`Sweep` keeps each section as the plain dict that Optuna's attributes
-and the reports hold, and reads its base experiment once for every trial's config (:meth:`Sweep.experiment_tree`).
+and the reports hold, and reads each experiment once for every trial's config (:meth:`Sweep.experiment_tree`): the
+sweep's, and a row's own (``variants.<name>.experiment``, a row of another architecture).
 
 Everything here reads the file alone: no storage, no training. The sampler and pruner specs are turned into
 Optuna objects here too (:func:`build_sampler`, :func:`build_pruner`), because checking a file means building
@@ -29,9 +30,9 @@ import yaml
 from ..training import config
 from ..training.errors import UserError
 from ..training.inputs import load_yaml, read_yaml_text, shown
-from .schema import (HEARTBEAT_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS, RESERVED, SAMPLERS,  # noqa: F401
-                     TOP_KEYS, DistributionSpec, HeartbeatSpec, PrunerSpec, ReportSpec, SamplerSpec,
-                     SweepFile, VariantSpec, describe_keys, err, parse)
+from .schema import (BUDGET_DEFAULTS, HEARTBEAT_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS,  # noqa: F401
+                     RESERVED, SAMPLERS, TOP_KEYS, BudgetSpec, DistributionSpec, HeartbeatSpec, PrunerSpec, ReportSpec,
+                     SamplerSpec, SweepFile, VariantSpec, describe_keys, err, parse)
 
 
 @dataclass
@@ -63,10 +64,11 @@ class Sweep:
     overrides: dict
     heartbeat: dict
     n_trials: int | None
-    variants: dict[str, dict] | None = None    # name -> {"family", "budget", "overrides", "seeds"}
+    variants: dict[str, dict] | None = None    # name -> {"family", "budget", "overrides", "seeds", "experiment"}
     space: dict[str, dict] | None = None       # dotted key -> distribution spec
     report: dict = field(default_factory=lambda: dict(REPORT_DEFAULTS))  # the report's verdict thresholds
-    _tree: dict | None = field(default=None, init=False, repr=False, compare=False)
+    budget: dict = field(default_factory=lambda: dict(BUDGET_DEFAULTS))  # equal steps or FLOPs (BudgetSpec)
+    _trees: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def mode(self) -> str:
@@ -77,12 +79,19 @@ class Sweep:
         return [Entry(name, v["family"], seed, v["overrides"], v["budget"])
                 for name, v in self.variants.items() for seed in (v.get("seeds") or self.seeds)]
 
-    def experiment_tree(self) -> dict:
-        """The base experiment's YAML, read once per sweep: every trial's config is derived from it (a copy each
-        time, so that no config shares a list with another)."""
-        if self._tree is None:
-            self._tree = config.read_yaml(self.experiment)
-        return copy.deepcopy(self._tree)
+    def experiment_of(self, name: str | None) -> Path:
+        """The experiment YAML row ``name`` is built from: its own (``variants.<name>.experiment``), else the
+        sweep's (a search point's too)."""
+        own = ((self.variants or {}).get(name) or {}).get("experiment") if name is not None else None
+        return own or self.experiment
+
+    def experiment_tree(self, path: Path | None = None) -> dict:
+        """An experiment's YAML (the sweep's, or a row's own ``path``), read once per sweep: every trial's config
+        is derived from it (a copy each time, so that no config shares a list with another)."""
+        path = path or self.experiment
+        if path not in self._trees:
+            self._trees[path] = config.read_yaml(path)
+        return copy.deepcopy(self._trees[path])
 
 
 def _check_override(path, where: str, key: str, value: Any) -> Any:
@@ -274,14 +283,19 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     if has_v == has_s:
         raise err(path, "give either variants (named rows) or space (distributions), not both or neither")
     report = ReportSpec(**parse(path, ReportSpec, tree.get("report"), "report", "report.")[0])
+    budget = BudgetSpec(**parse(path, BudgetSpec, tree.get("budget"), "budget", "budget.")[0])
     sweep = Sweep(p, top["name"], experiment, metric, direction, sampler, pruner, seeds, overrides,
-                  dataclasses.asdict(heartbeat), top.get("n_trials"), report=dataclasses.asdict(report))
+                  dataclasses.asdict(heartbeat), top.get("n_trials"), report=dataclasses.asdict(report),
+                  budget=dataclasses.asdict(budget))
     if has_v:
         variants = tree["variants"]
         if not isinstance(variants, dict) or not variants:
             raise err(path, "variants must be a non-empty mapping of name: {dotted.key: value}")
-        sweep.variants = {vname: _variant(path, vname, body) for vname, body in variants.items()}
+        sweep.variants = {vname: _variant(path, vname, body, budget.equal) for vname, body in variants.items()}
     else:
+        if budget.equal != "steps":
+            raise err(path, f"budget.equal: {budget.equal} is for variants sweeps (a space sweep's points train "
+                            "train.max_steps each): drop it")
         space = tree["space"]
         if not isinstance(space, dict) or not space:
             raise err(path, "space must be a non-empty mapping of dotted.key: {type: ...}")
@@ -292,8 +306,9 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     return sweep
 
 
-def _variant(path, vname: Any, body: Any) -> dict:
-    """One row of ``variants:`` (:class:`VariantSpec` and its dotted config keys) as the dict a :class:`Sweep` holds."""
+def _variant(path, vname: Any, body: Any, equal: str = "steps") -> dict:
+    """One row of ``variants:`` (:class:`VariantSpec` and its dotted config keys) as the dict a :class:`Sweep` holds;
+    its own experiment (if it names one) as an absolute path, relative to the sweep file as the sweep's is."""
     if not isinstance(vname, str) or not NAME_RE.match(vname):
         raise err(path, f"variant name {shown(vname)} must use letters, digits, '.', '_' or '-'")
     where = f"variant {vname}"
@@ -301,9 +316,18 @@ def _variant(path, vname: Any, body: Any) -> dict:
     family = known.get("family") or re.sub(r"\d+$", "", vname)
     if not family:
         raise err(path, f"{where}: family must be a name such as A or norm")
+    experiment = None
+    if known.get("experiment") is not None:
+        experiment = (Path(path).parent / known["experiment"]).resolve()
+        if not experiment.is_file():
+            raise err(path, f"{where}: experiment {shown(known['experiment'])} not found (looked for {experiment})")
+    if equal == "flops" and "train.max_steps" in rest:
+        raise err(path, f"{where}: train.max_steps is set by budget.equal: flops (the sweep experiment's steps x "
+                        "its FLOPs per step over the row's): drop it, or give the row a budget factor")
     # a row's own seeds (e.g. the base at 3 seeds for the noise), else the sweep's
     return {"family": family, "budget": known.get("budget", VariantSpec.budget),
-            "overrides": {k: _check_override(path, where, k, v) for k, v in rest.items()}, "seeds": known.get("seeds")}
+            "overrides": {k: _check_override(path, where, k, v) for k, v in rest.items()}, "seeds": known.get("seeds"),
+            "experiment": experiment}
 
 
 def distributions(space: dict) -> dict:

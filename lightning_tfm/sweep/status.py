@@ -1,18 +1,20 @@
-"""What a sweep would do and what it did: the dry run (every trial's overrides and parameter count, without
-training or storage) and the status table of a study."""
+"""What a sweep would do and what it did: the dry run (every trial's experiment, architecture, overrides, parameter
+count, steps and training FLOPs, without training or storage) and the status table of a study."""
 from __future__ import annotations
 
 import datetime as _dt
 
-from ..training.config import run_id
+from ..training.run_folder import existing_run_id
 from ..training.results import in_results, read_summary, storage_in_results
-from .plan import Plan, check_buildable
+from .plan import Plan, check_buildable, flops_per_step, sentence_lengths
 from .spec import Entry, Sweep, suggest
 from .storage import quiet_optuna
 
 
 def dry_run(sweep: Sweep, plan: Plan, n_trials: int | None) -> list[dict]:
-    """Every trial's name, overrides and parameter count, without training or touching any storage."""
+    """Every trial's name, experiment, architecture, overrides, parameter count, steps and training FLOPs (its
+    steps x its FLOPs per step, :func:`~.plan.flops_per_step` at the sweep's sentence lengths), without training or
+    touching any storage."""
     rows = []
     if sweep.mode == "variants":
         entries = sweep.entries()
@@ -26,12 +28,18 @@ def dry_run(sweep: Sweep, plan: Plan, n_trials: int | None) -> list[dict]:
             trial = study.ask()
             params = suggest(trial, sweep.space)
             entries.append(Entry(f"search-{i:04d}", "search", sweep.seeds[0], params))
+    lengths = sentence_lengths(sweep)
     for entry in entries:
         cfg, params, reason = check_buildable(plan, entry)
-        rid = run_id(cfg) if cfg is not None and plan.has_data else None  # data.path is part of a run id
+        # data.path is part of a run id; a row trains on in a folder of its config under another name
+        rid = existing_run_id(cfg) if cfg is not None and plan.has_data else None
+        steps = plan.max_steps(entry)
+        fps = flops_per_step(cfg, lengths) if cfg is not None else None
         rows.append({"name": entry.name, "family": entry.family, "seed": entry.seed, "overrides": entry.overrides,
-                     "max_steps": plan.max_steps(entry), "params": params, "skipped": reason, "run_id": rid,
-                     "trained_steps": _trained_steps(plan.results_dir / rid) if rid else None})
+                     "max_steps": steps, "params": params, "skipped": reason, "run_id": rid,
+                     "trained_steps": _trained_steps(plan.results_dir / rid) if rid else None,
+                     "experiment": str(sweep.experiment_of(entry.name)), "arch": cfg.model.arch if cfg else None,
+                     "flops_per_step": fps, "train_flops": fps * steps if fps is not None else None})
     return rows
 
 

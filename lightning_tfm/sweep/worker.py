@@ -330,7 +330,11 @@ class Worker:
 
         from ..training.checkpoints import newest_step
 
-        rid = config.run_id(cfg)
+        # The run folder is named after the row (<sweep>-<variant>-s<seed>-<hash>); a run of this config under
+        # another name (<run.name>-<hash>, another sweep's same row) is trained on in its folder: run.id names it.
+        rid = run_folder.existing_run_id(cfg)
+        if rid != config.run_id(cfg):
+            cfg.run.id = rid
         run_dir = self.plan.results_dir / rid
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"trial-{trial.number:04d}-{entry.name}-s{entry.seed}.log"

@@ -263,29 +263,50 @@ TRANSLATE = Command("translate", "translate stdin to stdout with a run's checkpo
 
 
 def _runs_arguments(r: argparse.ArgumentParser) -> None:
-    r.add_argument("results_dir", nargs="?", default="results", help="results folder (default: results)")
+    r.add_argument("folder", nargs="?", metavar="RESULTS|RUN", help="the results folder (default: results); with "
+                   "--wandb, a run folder or the id of a run in the results folder")
     r.add_argument("--json", action="store_true", help="JSON instead of a table")
     r.add_argument("--sort", metavar="[-]FIELD", help="sort by a column, descending with a leading '-' "
                    "(e.g. -dev_bleu, dev_ppl, params)")
+    r.add_argument("--wandb", action="store_true", help="show one run's W&B run, read from its offline files "
+                   "(no server): config, summary, and each history key with its steps and last value")
 
 
 def runs_cli(args) -> int:
-    """``ltfm runs [RESULTS_DIR] [--json] [--sort KEY]``."""
+    """``ltfm runs [RESULTS_DIR] [--json] [--sort KEY]``; ``ltfm runs RUN --wandb [--json]``."""
     import json
 
-    from .runs import format_table, list_runs, sort_rows
+    from .runs import find_run, format_table, list_runs, results_hint, sort_key, sort_rows
 
-    rows = sort_rows(list_runs(args.results_dir), args.sort)
+    if args.wandb:
+        if args.sort:
+            raise UserError("--sort orders the table of runs; --wandb shows one run: give one or the other")
+        if not args.folder:
+            raise UserError("--wandb shows one run: ltfm runs RUN --wandb, RUN a run folder or a run id")
+        from .results import load_summary
+        from .wandb_files import describe, format_run, read_run_folder
+
+        run_dir = find_run(args.folder)
+        run = read_run_folder(run_dir, load_summary(run_dir)[0])
+        print(json.dumps(describe(run), indent=2, default=str) if args.json else format_run(run))
+        return 0
+    if args.sort:
+        sort_key(args.sort)  # a bad column is an error before the folder is read
+    folder = args.folder or "results"
+    rows = sort_rows(list_runs(folder), args.sort)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     elif not rows:
-        print(f"no runs in {args.results_dir}", file=sys.stderr)
+        hint = results_hint(folder)
+        print(f"no runs in {folder}" + (f"; {hint}" if hint else ""), file=sys.stderr)
     else:
         print(format_table(rows))
     return 0
 
 
-RUNS = Command("runs", "table of the runs in a results folder", _runs_arguments, runs_cli)
+RUNS = Command("runs", "table of the runs in a results folder, or one run's W&B run", _runs_arguments, runs_cli,
+               "Print the runs of a results folder (id, variant, status, parameters, dev perplexity, BLEU, wall "
+               "time), or with --wandb one run's offline W&B run read from its files.")
 
 
 def _bench_arguments(b: argparse.ArgumentParser) -> None:
@@ -298,13 +319,32 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
                    help="where both models run (auto: cuda when torch sees a GPU, else cpu)")
     b.add_argument("--data", type=int, metavar="N", help="instead: benchmark the data pipeline on a generated "
                    "corpus of N pairs (prepare time, second trial's time to its first step, RSS, cache size)")
+    b.add_argument("--layers", action="store_true", help="instead: the paper's Table 1 measured: one "
+                   "self-attention, GRU, LSTM and convolutional layer timed over sentence lengths (forward + "
+                   "backward, one decoding step), with fitted slopes, a table and a figure")
+    b.add_argument("--d-model", metavar="D,D", help="with --layers: comma-separated widths (default 128,256)")
+    b.add_argument("--lengths", metavar="N,N,...", help="with --layers: comma-separated sentence lengths "
+                   "(default 8,16,32,64,128,256)")
+    b.add_argument("--attention-kernel", choices=["matmul", "sdpa", "auto"], help="with --layers: how the "
+                   "self-attention computes Eq. 1 at every length (default matmul; model.attention_kernel)")
+    b.add_argument("--out", metavar="DIR", help="with --layers: folder for layers.json, .csv, .png and .svg "
+                   "(default results/bench-layers)")
     b.add_argument("overrides", nargs="*", help="bench.KEY=N shapes (bench.batch=256, bench.d_model=512, ...) "
-                   "and, with --config, config overrides")
+                   "and, with --config, config overrides; with --layers bench.batch, heads, kernel_width, "
+                   "threads, run_ms, reps")
 
 
 def bench_cli(args) -> int:
     """``ltfm bench``: training and decoding speed (:mod:`.bench`); with ``--data N``, the data pipeline's
-    instead (:mod:`.bench_pipeline`)."""
+    instead (:mod:`.bench_pipeline`); with ``--layers``, one layer of each type over sentence lengths, the paper's
+    Table 1 (:mod:`.bench_layers`)."""
+    layer_options = [o for o, v in (("--d-model", args.d_model), ("--lengths", args.lengths), ("--out", args.out),
+                                    ("--attention-kernel", args.attention_kernel)) if v is not None]
+    if args.layers:
+        from .bench_layers import bench_layers_cli
+        return bench_layers_cli(args)
+    if layer_options:
+        raise UserError(f"{layer_options[0]} goes with --layers: add --layers, or leave it out")
     if args.data is not None:
         from .bench_pipeline import bench_data_cli
         return bench_data_cli(args)
@@ -312,7 +352,8 @@ def bench_cli(args) -> int:
     return bench.bench_cli(args)
 
 
-BENCH = Command("bench", "training and decoding speed, ours against MarianMTModel", _bench_arguments, bench_cli)
+BENCH = Command("bench", "training and decoding speed, ours against MarianMTModel (--layers: Table 1's layers)",
+                _bench_arguments, bench_cli)
 
 #: This layer's commands (:mod:`lightning_tfm.cli` sets the order of ``ltfm --help``).
 COMMANDS = (CONFIG, EVALUATE, TRANSLATE, AVERAGE, RUNS, BENCH)

@@ -20,6 +20,7 @@ report's run records, sweep override dicts) keeps the dict and its flat ``"model
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
@@ -35,6 +36,7 @@ import yaml
 from ..model import registry
 from ..model.config import OPT, ModelConfig
 from .errors import UserError
+from .checks import check_data, check_decode, check_devices
 from .inputs import load_yaml, override_value, read_yaml_text, shown
 
 
@@ -48,7 +50,7 @@ def _f(default: Any, help: str, factory=None):
 @dataclass
 class RunConfig:
     name: str = _f("run", "experiment name; part of the run id")
-    id: str | None = _f(None, "run folder name; default <name>-<hash of the config>, so the same command resumes")
+    id: str | None = _f(None, "run folder; default <name>-<config hash> (a sweep trial's: <study>-<variant>-s<seed>-<hash>)")
     results_dir: str = _f("results", "where run folders are written")
     seed: int = _f(1, "random seed of initialisation, dropout and batch order")
     variant: str | None = _f(None, "Table 3 row or sweep variant this run belongs to")
@@ -89,6 +91,13 @@ class TrainConfig:
     max_time_minutes: float | None = _f(None, "stop training after this much wall time")
     warmup: int = _f(4000, "warmup_steps of the learning-rate schedule (Sec. 5.3, Eq. 3)")
     lr_scale: float = _f(1.0, "factor on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)")
+    lr_schedule: Literal["noam", "plateau"] = _f("noam", "noam: Eq. 3 (warmup, lr_scale); plateau: the recurrent "
+                                                 "recipes' constant train.lr, decayed when the dev loss stalls")
+    lr: float = _f(2e-4, "plateau: the learning rate until the first decay (joeynmt's IWSLT14 RNN: 2e-4)")
+    lr_decay_factor: float = _f(0.7, "plateau: factor on the learning rate at each decay (joeynmt: 0.7)")
+    lr_patience: int = _f(8, "plateau: stalled validations (no lower dev loss) let pass; the next decays the rate "
+                             "(joeynmt: 8)")
+    lr_min: float = _f(0.0, "plateau: the learning rate never decays below this")
     adam_beta1: float = _f(0.9, "Adam's beta_1, decay of the gradient mean (Sec. 5.3: 0.9)")
     adam_beta2: float = _f(0.98, "Adam's beta_2, decay of the squared-gradient mean (Sec. 5.3: 0.98)")
     adam_eps: float = _f(1e-9, "Adam's epsilon added to the update's denominator (Sec. 5.3: 1e-9)")
@@ -167,7 +176,10 @@ class Config:
     def to_dict(self) -> dict:
         """Plain nested dict (a copy), sections and keys in declaration order: config.yaml, summaries, checkpoints
         (the chosen architecture's section after the model's: :func:`~lightning_tfm.model.registry.saved_tree`)."""
-        return registry.saved_tree(dataclasses.asdict(self), self.model)
+        tree = dataclasses.asdict(self)
+        if self.train.lr_schedule == "noam":  # the plateau keys select nothing: neither saved nor hashed (run ids kept)
+            tree["train"] = {k: v for k, v in tree["train"].items() if k not in PLATEAU_KEYS}
+        return registry.saved_tree(tree, self.model)
 
     @classmethod
     def from_dict(cls, tree: dict, checked: bool = True) -> "Config":
@@ -192,6 +204,8 @@ TABLE3_KNOBS = (("N", "model.layers", "layers"), ("d_model", "model.d_model", "d
                 ("d_v", "model.d_v", "d_v"), ("P_drop", "model.dropout", "dropout"),
                 ("ε_ls", "train.label_smoothing", "label_smoothing"), ("positional", "model.positional", "positional"),
                 ("norm", "model.norm", "norm"), ("train steps", "train.max_steps", "train_steps"))
+
+PLATEAU_KEYS = ("lr_schedule", "lr", "lr_decay_factor", "lr_patience", "lr_min")  # train.*; Config.to_dict
 
 # Keys that do not change what is trained: excluded from the run id hash.
 # The training budget is not hashed either: re-running with a larger train.max_steps continues the run.
@@ -252,14 +266,25 @@ def coerce(key: str, value: Any, spec) -> Any:
     return value
 
 
+def did_you_mean(word: str, choices=None) -> str:
+    """``"did you mean model.heads? "``: the one of ``choices`` (default: every key) closest to ``word`` (difflib;
+    none when two are as close: ``model.d``), else the one ``word`` begins, else ""."""
+    choices = list(choices or (f"{sec}.{name}" for sec in SCHEMA for name in SCHEMA[sec]))
+    ranked = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in choices), reverse=True)
+    (r1, best), (r2, _) = (ranked + [(0.0, "")] * 2)[:2]
+    longer = [c for c in choices if c.startswith(word)]
+    best = best if r1 >= 0.75 and r1 > r2 else longer[0] if len(longer) == 1 else ""
+    return f"did you mean {best}? " if best else ""
+
+
 def set_dotted(cfg: Config, key: str, value: Any) -> None:
     parts = key.split(".")
     if len(parts) != 2 or parts[0] not in SCHEMA:
-        raise UserError(f"unknown config key {shown(key)}: keys look like section.name with section one of "
-                        f"{', '.join(SCHEMA)}")
+        raise UserError(f"unknown config key {shown(key)}: {did_you_mean(key)}keys look like section.name with "
+                        f"section one of {', '.join(SCHEMA)}")
     sec, name = parts
     if name not in SCHEMA[sec]:
-        raise UserError(f"unknown config key {shown(key)}: {sec} has {', '.join(SCHEMA[sec])}")
+        raise UserError(f"unknown config key {shown(key)}: {did_you_mean(key)}{sec} has {', '.join(SCHEMA[sec])}")
     setattr(getattr(cfg, sec), name, coerce(key, value, SCHEMA[sec][name][0]))
 
 
@@ -277,7 +302,8 @@ def parse_override(text: str) -> tuple[str, Any]:
 def merge(cfg: Config, tree: dict) -> None:
     for sec, body in tree.items():
         if sec not in SCHEMA:
-            raise UserError(f"unknown config section {shown(sec)}: use one of {', '.join(SCHEMA)}")
+            raise UserError(f"unknown config section {shown(sec)}: {did_you_mean(str(sec), SCHEMA)}use one of "
+                            f"{', '.join(SCHEMA)}")
         if not isinstance(body, dict):
             raise UserError(f"config section {shown(sec)} must be a mapping of keys to values")
         for name, value in body.items():
@@ -339,18 +365,6 @@ def _check_finite(cfg: Config) -> None:
                 raise UserError(f"{sec}.{name}={v} is not a finite number: give a real value")
 
 
-def _check_devices(devices: str) -> None:
-    """Lightning's devices syntax: a count (-1 = all), ``auto``, or a list of device indices ``0,1``."""
-    text = devices.strip()
-    if text == "auto" or re.fullmatch(r"-1|[1-9][0-9]*", text):
-        return
-    ids = [x.strip() for x in text.strip("[]").split(",") if x.strip()]
-    if ids and all(x.isdigit() for x in ids) and len(set(ids)) == len(ids) and ("," in text or text.startswith("[")):
-        return
-    raise UserError(f"train.devices={shown(devices)} is not a device count (1, 2, ... or -1 for all), 'auto' or a "
-                    "list of device indices like '0,1'")
-
-
 def check_run_id(rid: str) -> None:
     """A run id names one folder inside run.results_dir: no path separators, no '.' or '..'."""
     if not rid or rid in (".", "..") or any(c in rid for c in "/\\\0") or rid.startswith("~") or rid != rid.strip():
@@ -366,7 +380,8 @@ def validate(cfg: Config, data: bool = True) -> None:
     Lightning, the DataLoader or the decoder after training would cost the whole run (and leave a half
     written run folder). A config is validated once: unchanged since it passed, it is not checked again."""
     sections = cfg.model.__dict__.get("_sections", {})  # the architectures' own sections (model/registry.py)
-    state = (dataclasses.astuple(cfg), repr([(n, s, sorted(s.given())) for n, s in sorted(sections.items())]))
+    state = (dataclasses.astuple(cfg), repr([(n, s, sorted(s.given())) for n, s in sorted(sections.items())
+                                             if s.given() or s != type(s)()]))  # a section read at its defaults: no change
     if getattr(cfg, "_validated", None) in ((state, True), (state, data)):  # e.g. ltfm train's, then train()'s
         return
     _check_finite(cfg)
@@ -408,9 +423,15 @@ def validate(cfg: Config, data: bool = True) -> None:
     for key in ("adam_beta1", "adam_beta2"):
         if not 0.0 <= getattr(t, key) < 1.0:
             raise UserError(f"train.{key}={getattr(t, key)} must be in [0, 1) (the paper: 0.9 and 0.98)")
-    for key in ("adam_eps", "lr_scale"):
+    for key in ("adam_eps", "lr_scale", "lr"):
         if getattr(t, key) <= 0:
             raise UserError(f"train.{key}={getattr(t, key)} must be positive")
+    stray = [f"train.{k}" for k in PLATEAU_KEYS[1:] if getattr(t, k) != SCHEMA["train"][k][1]]
+    if stray and t.lr_schedule == "noam":
+        raise UserError(f"{', '.join(stray)}: only for train.lr_schedule=plateau (the default is noam, Eq. 3): "
+                        f"set it, or drop {'it' if len(stray) == 1 else 'them'}")
+    if not 0 < t.lr_decay_factor < 1:
+        raise UserError(f"train.lr_decay_factor={t.lr_decay_factor} must be in (0, 1) (joeynmt: 0.7)")
     if t.clip_norm < 0:
         raise UserError(f"train.clip_norm={t.clip_norm} must be 0 (off) or positive")
     for key in ("max_time_minutes", "checkpoint_every_minutes"):
@@ -419,33 +440,14 @@ def validate(cfg: Config, data: bool = True) -> None:
     if t.checkpoint_every_seconds is not None and t.checkpoint_every_seconds < 0:
         raise UserError(f"train.checkpoint_every_seconds={t.checkpoint_every_seconds} must be 0 (after every step), "
                         "positive, or null (the step interval alone)")
-    for key in ("keep_checkpoints", "num_workers"):
+    for key in ("keep_checkpoints", "num_workers", "lr_patience", "lr_min"):
         if getattr(t, key) < 0:
             raise UserError(f"train.{key}={getattr(t, key)} must be 0 or more")
     if t.threads is not None and t.threads < 1:
         raise UserError(f"train.threads={t.threads} must be a positive thread count (or null: torch's choice)")
-    _check_devices(t.devices)
-    if d.max_tokens_per_sentence < 1:
-        raise UserError(f"data.max_tokens_per_sentence={d.max_tokens_per_sentence} must be a positive integer")
-    if d.tokenizer_min_frequency < 0:
-        raise UserError(f"data.tokenizer_min_frequency={d.tokenizer_min_frequency} must be 0 or more")
-    for key in ("max_train_pairs", "max_dev_pairs", "max_test_pairs"):
-        if getattr(d, key) is not None and getattr(d, key) < 1:
-            raise UserError(f"data.{key}={getattr(d, key)} must be a positive count (or null for all)")
-    for key in ("beam_size", "batch_sentences"):
-        if getattr(dec, key) < 1:
-            raise UserError(f"decode.{key}={getattr(dec, key)} must be at least 1")
-    if dec.max_len_a < 0 or dec.max_len_b < 0 or dec.max_len_a == 0 and dec.max_len_b == 0:
-        raise UserError(f"decode.max_len_a={dec.max_len_a} and decode.max_len_b={dec.max_len_b} must be 0 "
-                        "or more and allow at least one token (the paper: a=1, b=50)")
-    for key in ("dev_bleu_every_steps", "samples"):
-        if getattr(dec, key) < 0:
-            raise UserError(f"decode.{key}={getattr(dec, key)} must be 0 (off) or more")
-    if dec.average_last < 0:
-        raise UserError(f"decode.average_last={dec.average_last} must be 0 (no averaging) or the number of "
-                        "last checkpoints to average, e.g. 5")
-    if dec.dev_bleu_subset is not None and dec.dev_bleu_subset < 1:
-        raise UserError(f"decode.dev_bleu_subset={dec.dev_bleu_subset} must be a positive count (or null: all)")
+    check_devices(t.devices)
+    check_data(d)
+    check_decode(dec)
     if not all(isinstance(x, str) for x in cfg.wandb.tags):
         raise UserError(f"wandb.tags={shown(cfg.wandb.tags)} must be a list of strings")
     if cfg.sweep.trial is not None and cfg.sweep.trial < 0:
@@ -471,7 +473,12 @@ def config_hash(cfg: Config) -> str:
 
 
 def run_id(cfg: Config) -> str:
-    return cfg.run.id or f"{cfg.run.name}-{config_hash(cfg)}"
+    """``run.id``; else a sweep trial's ``<study>-<variant>-s<seed>-<hash>`` (other characters than letters, digits,
+    '.', '_', '-' made '_'); else ``<run.name>-<hash>``. Same config, same hash (:func:`config_hash`), same folder."""
+    if cfg.run.id or not (cfg.run.study and cfg.run.variant):
+        return cfg.run.id or f"{cfg.run.name}-{config_hash(cfg)}"
+    study, variant = (re.sub(r"[^A-Za-z0-9._-]", "_", x).lstrip(".-") or "_" for x in (cfg.run.study, cfg.run.variant))
+    return f"{study}-{variant}-s{cfg.run.seed}-{config_hash(cfg)}"
 
 
 def saved_yaml(cfg: Config) -> str:

@@ -20,7 +20,7 @@ from .config import Config
 
 class TransformerModule(pl.LightningModule):
     """Trains the model ``config.model.arch`` names (the Transformer by default) with label-smoothed
-    cross-entropy, Adam and the paper's schedule."""
+    cross-entropy, Adam and its learning-rate schedule (``train.lr_schedule``: the paper's, or decay on a plateau)."""
 
     def __init__(self, config: Config, vocab_size: int):
         super().__init__()
@@ -38,6 +38,7 @@ class TransformerModule(pl.LightningModule):
         self.fused_loss = config.train.fused_loss and config.train.strategy not in ("fsdp", "deepspeed")
         self._tokens_since, self._time_since = 0, None
         self._dev_sums = None
+        self._plateau, self._plateau_state = None, None  # train.lr_schedule=plateau: its scheduler, a resumed state
         self.train_tokens = 0  # target tokens seen by this rank
         self.run_id = None  # set by train()
 
@@ -97,15 +98,53 @@ class TransformerModule(pl.LightningModule):
         self.log(results.DEV_LOSS, nll, sync_dist=True)  # already reduced: identical on every rank
         self.log(results.DEV_PPL, math.exp(min(nll, 50.0)), prog_bar=True, sync_dist=True)
         self.log(results.DEV_SMOOTHED_LOSS, loss, sync_dist=True)
+        if self._plateau is not None and self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+            self._step_plateau(nll)
+
+    def _plateau_behind(self) -> bool:
+        """Whether the plateau schedule has not yet seen the dev loss of every validation step so far."""
+        return self._plateau.last_epoch < self.trainer.global_step // self.config.train.val_every_steps
+
+    def _step_plateau(self, dev_loss: float) -> None:
+        """One validation's dev loss to the plateau schedule, once per validation step, while fitting (not
+        train()'s closing trainer.validate). The dev loss is the same on every rank, so is the rate."""
+        if self._plateau_behind():
+            self._plateau.step(dev_loss)
+
+    def on_train_start(self):
+        """A step checkpoint is written before its step's validation, and a run resumed from it does not run that
+        validation again: its dev loss (the same weights and dev set) is computed here for the plateau schedule,
+        which so sees every validation's dev loss, as in a run never stopped."""
+        if self._plateau is None or not self._plateau_behind():
+            return
+        self.on_validation_epoch_start()
+        was_training = self.training
+        self.eval()
+        with torch.no_grad(), self.trainer.precision_plugin.val_step_context():
+            for batch in self.trainer.datamodule.val_dataloader():
+                self.validation_step(batch.to(self.device), 0)
+        self.train(was_training)
+        sums = self.trainer.strategy.reduce(self._dev_sums, reduce_op="sum")
+        self._step_plateau((sums[1] / sums[2]).item())
 
     def configure_optimizers(self):
         opt, sched = make_optimizer(self.model.parameters(), self.config.train, self.model.d_model)
+        if self.config.train.lr_schedule == "plateau":
+            # Stepped with each validation's dev loss (on_validation_epoch_end), not by Lightning, whose "step"
+            # interval would step it at every step; its state rides in the checkpoint (on_save_checkpoint).
+            self._plateau = sched
+            if self._plateau_state is not None:
+                sched.load_state_dict(self._plateau_state)
+            return opt
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint["train_tokens"] = self.train_tokens * self.trainer.world_size
+        if self._plateau is not None:
+            checkpoint["lr_plateau"] = self._plateau.state_dict()
 
     def on_load_checkpoint(self, checkpoint):
+        self._plateau_state = checkpoint.get("lr_plateau")  # before configure_optimizers, which loads it
         self.train_tokens = int(checkpoint.get("train_tokens", 0)) // max(1, self.trainer.world_size if self._trainer else 1)
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import results
+from . import config, results
 from .errors import UserError
 from .config import Config
 
@@ -226,6 +226,48 @@ def attempts(prev: dict | None) -> list[dict]:
         return []
     earlier = [a for a in prev.get("attempts") or [] if isinstance(a, dict)]
     return earlier + [{k: v for k, v in prev.items() if k not in ("attempts", "config")}]
+
+
+def holds_run(run_dir: Path) -> bool:
+    """Whether a folder holds a run: a summary, a checkpoint, or a process training it now."""
+    try:
+        return (run_dir / "summary.json").is_file() or any((run_dir / "checkpoints").glob("*.ckpt")) or \
+            not lock_free(run_dir)
+    except OSError:
+        return False
+
+
+def _same_config(run_dir: Path, digest: str) -> bool:
+    """Whether the run in ``run_dir`` trained the config whose :func:`~.config.config_hash` is ``digest``
+    (by its ``config.yaml``; one that cannot be read is not taken for it)."""
+    try:
+        return config.config_hash(config.load_config(run_dir / "config.yaml", checked=False)) == digest
+    except (UserError, OSError, ValueError, TypeError):
+        return False
+
+
+def existing_run_id(cfg: Config) -> str:
+    """The run id a sweep trial trains under: its own (:func:`~.config.run_id`) when that folder holds a run
+    (:func:`holds_run`); else that of a folder in run.results_dir holding a run of the same config under another
+    name, the one trained furthest of several; else its own. Another name: ``<run.name>-<hash>`` (a run outside a
+    sweep, and the trial folders of versions that named trials so) or another sweep's row defined the same way
+    (``sweeps/table3-cpu-continued.yaml`` continues ``sweeps/table3-cpu.yaml``'s runs). The hash ends every name
+    (the run's bookkeeping and budget are not hashed); each candidate's ``config.yaml`` is checked against it."""
+    rid = config.run_id(cfg)
+    results_dir = Path(cfg.run.results_dir)
+    if cfg.run.id or holds_run(results_dir / rid):
+        return rid
+    digest = config.config_hash(cfg)
+    try:
+        candidates = sorted(d for d in results_dir.glob(f"*-{digest}") if d.name != rid and d.is_dir())
+    except OSError:
+        return rid
+    found = []
+    for d in candidates:
+        if holds_run(d) and _same_config(d, digest):
+            steps = (results.read_summary(d) or {}).get("steps")
+            found.append((steps if isinstance(steps, int) else -1, d.name))
+    return max(found)[1] if found else rid
 
 
 def already_done(prev: dict | None, cfg: Config) -> bool:

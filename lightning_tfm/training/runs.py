@@ -13,11 +13,17 @@ Status: the summary's ``status`` (``completed`` | ``failed`` | ``running``), wit
   was never written.
 - ``failed (completed before)``: a continuation (larger ``train.max_steps``) failed; the run's earlier
   completed results are kept in ``summary.json``'s ``attempts`` and shown in the other columns.
+
+A results folder that does not exist (``results/`` before any training, when ``make ablation QUICK=1`` wrote
+``results-quick/``) is an error that names the folders beside it that hold runs (:func:`results_folders_near`);
+``ltfm runs RUN --wandb`` finds the run folder of a run id there too (:func:`find_run`).
 """
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import shlex
 import socket
 from pathlib import Path
 from typing import Any
@@ -87,14 +93,75 @@ def _row(run_dir: Path) -> dict | None:
     return row
 
 
+def is_run_folder(path: Path) -> bool:
+    """A folder ``ltfm train`` made: it holds a ``summary.json`` or a ``config.yaml``."""
+    return (path / "summary.json").is_file() or (path / "config.yaml").is_file()
+
+
+def results_folders_near(folder: str | os.PathLike, limit: int = 200) -> list[tuple[Path, int]]:
+    """The folders beside ``folder`` (in its parent, hidden ones aside, the first ``limit`` by name) that hold
+    run folders, with their number of runs: those named ``results*`` first, then by number of runs."""
+    parent = Path(folder).parent
+    try:
+        siblings = sorted(d for d in parent.iterdir() if d.is_dir() and not d.name.startswith("."))[:limit]
+    except OSError:
+        return []
+    found = []
+    for d in siblings:
+        if d.name == Path(folder).name:
+            continue
+        try:
+            count = sum(1 for child in d.iterdir() if child.is_dir() and is_run_folder(child))
+        except OSError:
+            continue
+        if count:
+            found.append((d, count))
+    return sorted(found, key=lambda dc: (not dc[0].name.startswith("results"), -dc[1], dc[0].name))
+
+
+def results_hint(folder: str | os.PathLike) -> str:
+    """``"results-quick/ holds 21 runs: ltfm runs results-quick"`` for the folders beside ``folder`` that hold
+    runs, or "" when none does."""
+    near = results_folders_near(folder)
+    if not near:
+        return ""
+    (first, count), rest = near[0], near[1:3]
+    hint = f"{first}/ holds {count} run{'s' * (count != 1)}: ltfm runs {shlex.quote(str(first))}"
+    if rest:
+        hint += f" (also {', '.join(f'{d}/: {n}' for d, n in rest)})"
+    return hint
+
+
 def list_runs(results_dir: str | os.PathLike) -> list[dict]:
     """One row per run folder of ``results_dir`` (keys ``ROW_KEYS``), in folder-name order."""
     root = Path(results_dir)
     if not root.is_dir():
+        hint = results_hint(root)
+        if hint:
+            missing = f"no {results_dir}/ here" if len(root.parts) == 1 else f"no folder {results_dir}"
+            raise UserError(f"{missing}; {hint}")
         raise UserError(f"results folder {str(results_dir)!r} not found: pass the folder that holds the run "
                         "folders (run.results_dir, default 'results')")
     rows = [_row(d) for d in sorted(root.iterdir()) if d.is_dir()]
     return [r for r in rows if r is not None]
+
+
+def find_run(name: str, results_dir: str | os.PathLike = "results") -> Path:
+    """The folder of ``name``: a folder (a run folder, or any folder whose W&B run is in its ``wandb/``), else
+    the run ``name`` of ``results_dir``, else of a folder beside it that holds runs (``results-quick/``)."""
+    path = Path(name)
+    if path.is_dir():
+        if not is_run_folder(path) and not (path / "wandb").is_dir() and any(
+                child.is_dir() and is_run_folder(child) for child in path.iterdir()):
+            raise UserError(f"{name} is a results folder, not a run: ltfm runs {shlex.quote(name)} lists its runs; "
+                            "give one of them")
+        return path
+    if len(path.parts) == 1 and name not in (".", ".."):
+        for folder in [Path(results_dir), *(d for d, _ in results_folders_near(results_dir))]:
+            if (folder / name).is_dir():
+                return folder / name
+    raise UserError(f"no run {name!r}: give a run folder or the id of a run in {results_dir}/ "
+                    f"(ltfm runs {shlex.quote(str(results_dir))} lists them)")
 
 
 def sort_key(name: str) -> tuple[str, bool]:
@@ -104,7 +171,10 @@ def sort_key(name: str) -> tuple[str, bool]:
     key = SORT_ALIASES.get(key, key)
     if key not in ROW_KEYS or key == "path":
         keys = [k for k in ROW_KEYS if k != "path"]
-        raise UserError(f"unknown sort key {name!r}: use one of {', '.join(keys)} (prefix - for descending)")
+        close = difflib.get_close_matches(key.lower(), [*keys, *SORT_ALIASES], n=1)
+        guess = f"did you mean {SORT_ALIASES.get(close[0], close[0])}? " if close else ""
+        raise UserError(f"unknown sort column {name!r}: {guess}sortable columns are {', '.join(keys)} (a leading "
+                        "- sorts descending: --sort=-dev_bleu)")
     return key, descending
 
 

@@ -1,0 +1,434 @@
+"""The paper's Table 2 at small scale: architectures side by side in one sweep, each row beside the paper's
+(:func:`build_table2`), and its claim checked in one line each.
+
+A sweep is a Table 2 sweep (:func:`is_table2`) when its rows' configs use more than one architecture
+(``model.arch``, :mod:`lightning_tfm.model.registry`). Per row, over its completed seeds (mean ± sample sd): test
+BLEU (the runs' closing beam search, ``decode.beam_size``: 4 in the protocol), dev PPL, training FLOPs (steps x
+FLOPs per step, :func:`lightning_tfm.report.compute.step_flops`: the architecture's own count), training wall time
+(:func:`train_seconds`), training tokens/s and parameters. The paper's rows (GNMT + RL, ConvS2S, Transformer base
+and big: BLEU EN-DE and training FLOPs, ``resources/paper_table2.csv``) stand in a table of their own: WMT 2014 on
+GPUs, not our data nor our scale.
+
+The claim, for each pair (a transformer row, a row of another architecture):
+
+- (a) BLEU at equal training FLOPs: whose BLEU is higher, by how much, and whether the gap is beyond seed noise
+  (|Δ| > 2 x the larger of the two rows' seed sd); a pair whose budgets differ by more than :data:`EQUAL_TOLERANCE`
+  says so;
+- (b) the training FLOPs and wall time each needs to reach the other row's final dev BLEU, read on the dev-BLEU
+  curves when every run of the pair logged one (``decode.dev_bleu_every_steps``: BLEU of the first
+  ``decode.dev_bleu_subset`` dev sentences), else on the dev-PPL curves (the other row's final dev PPL): the first
+  crossing of the row's mean curve, linear between validations (log PPL for PPL); the wall time at a step is the
+  run's training wall time x step / steps (a constant rate).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from ..training import results
+from ..training.atomic import write_text
+from .compute import step_flops
+from .paper import PAPER2_SHOWN, load_paper2
+from .records import ReportData, RunRecord
+from .render import is_pipeline_check
+from .stats import finite, mean_std, noise_verdict
+from .table import _status, as_shown, ordered_variants
+from .text import md_cell, md_code, md_text
+
+DEFAULT_ARCH = "transformer"
+EQUAL_TOLERANCE = 0.05  # two budgets within 5% of the larger are the same budget
+CURVES = {"ppl": results.DEV_PPL, "bleu": results.DEV_BLEU}
+
+
+def arch_of(config: dict) -> str:
+    """The architecture of a flat config (a saved transformer config leaves ``model.arch`` out)."""
+    return str(config.get("model.arch") or DEFAULT_ARCH)
+
+
+def planned_archs(sweep) -> dict[str, str]:
+    """variant -> the architecture its trial config builds (the sweep's own
+    :func:`~lightning_tfm.sweep.trial_config`)."""
+    from ..training.config import flatten
+    from ..training.errors import UserError
+    from ..sweep import Entry, trial_config
+
+    out = {}
+    for name, v in (sweep.variants or {}).items():
+        try:
+            flat = flatten(trial_config(sweep, Entry(name, v["family"], sweep.seeds[0], v["overrides"], v["budget"]),
+                                        checked=False))
+        except UserError:
+            flat = {k: val for k, val in v["overrides"].items()}
+        out[name] = arch_of(flat)
+    return out
+
+
+def is_table2(sweep) -> bool:
+    """A sweep of variants whose rows build more than one architecture."""
+    return sweep.mode == "variants" and len(set(planned_archs(sweep).values())) > 1
+
+
+# ------------------------------------------------------------------------------------- a run's numbers
+def _summary(rec: RunRecord) -> dict:
+    """The run folder's summary.json (local runs), else {}."""
+    from ..training.results import read_summary
+
+    return (read_summary(Path(rec.run)) or {}) if rec.run and Path(rec.run).is_dir() else {}
+
+
+def _trial_attrs(rec: RunRecord, study) -> dict:
+    if study is None or rec.trial is None:
+        return {}
+    try:
+        return dict(study.trials[rec.trial].user_attrs)
+    except (IndexError, AttributeError):
+        return {}
+
+
+def run_value(rec: RunRecord, key: str, study=None) -> float | None:
+    """``key`` (``test_bleu``, ``tokens_per_s``) of a run: the record's own field, else its summary.json, else the
+    trial's user attributes; None for a run read at an earlier budget than its folder holds (those values are
+    of the later one)."""
+    v = getattr(rec, key, None)
+    if v is None and not rec.later_attempt:
+        v = _summary(rec).get(key)
+        if v is None:
+            v = _trial_attrs(rec, study).get(key)
+    return float(v) if finite(v) else None
+
+
+def train_seconds(rec: RunRecord, study=None) -> float | None:
+    """The run's training wall time: fitting, validations included, the closing decoding of dev and test not
+    (summary.json's ``train_time_s``), else its whole wall time."""
+    return run_value(rec, "train_time_s", study) or rec.wall_time_s
+
+
+def run_flops(rec: RunRecord) -> float | None:
+    """Training FLOPs of a run: its steps x its FLOPs per step."""
+    f, _ = step_flops(rec)
+    steps = rec.steps or max((h["step"] for h in rec.history), default=None)
+    return f * steps if f and steps else None
+
+
+def _curve(rec: RunRecord, key: str) -> dict[int, float]:
+    return {int(h["step"]): float(h[key]) for h in rec.history if finite(h.get(key))}
+
+
+# ------------------------------------------------------------------------------------------ the table
+def build_table2(data: ReportData) -> dict:
+    """``{"sweep", "rows": [dict], "paper": [dict], "claims": [str], "metric": "bleu" | "ppl", "notes", ...}``."""
+    sweep = data.sweep
+    archs = planned_archs(sweep)
+    by_variant: dict[str, list[RunRecord]] = {}
+    for r in data.records:
+        by_variant.setdefault(r.variant, []).append(as_shown(r))
+    rows, measured = [], True
+    for v in ordered_variants(sweep, data.records):
+        recs = by_variant.get(v, [])
+        done = [r for r in recs if r.completed]
+        seeds = list((sweep.variants or {}).get(v, {}).get("seeds") or sweep.seeds)
+        row = {"variant": v, "arch": next((arch_of(r.config) for r in recs if r.config), archs.get(v, DEFAULT_ARCH)),
+               "status": _status(v, recs, seeds), "seeds_completed": len(done),
+               "seeds_total": max(len(seeds), len(recs)),
+               "params": next((r.params for r in recs if r.params is not None), None),
+               "beam_size": next((r.config.get("decode.beam_size") for r in done if r.config), None)}
+        values = {"test_bleu": [run_value(r, "test_bleu", data.study) for r in done],
+                  "dev_bleu": [r.dev_bleu for r in done], "dev_ppl": [r.dev_ppl for r in done],
+                  "train_flops": [run_flops(r) for r in done],
+                  "train_time_s": [train_seconds(r, data.study) for r in done],
+                  "tokens_per_s": [run_value(r, "tokens_per_s", data.study)
+                                   or (r.train_tokens / t if r.train_tokens and (t := train_seconds(r)) else None)
+                                   for r in done]}
+        for key, vals in values.items():
+            row[key], row[f"{key}_std"] = mean_std([x for x in vals if finite(x)])
+        per_step = [step_flops(r) for r in done]
+        fs = [f for f, _ in per_step if f]
+        measured = measured and all(m for f, m in per_step if f)
+        row["flops_per_step"] = sum(fs) / len(fs) if fs else None
+        rates = [t / r.steps for r in done if (t := train_seconds(r, data.study)) and r.steps]
+        row["s_per_step"] = sum(rates) / len(rates) if rates else None
+        row["curves"] = {m: _mean_curve([_curve(r, key) for r in done]) for m, key in CURVES.items()}
+        rows.append(row)
+    metric = "bleu" if _has_bleu_curves(rows) else "ppl"
+    claims = claim_lines(rows, metric)
+    notes = []
+    if not measured:
+        notes.append("Some runs' prepared corpus was not readable here: their FLOPs per step use `ltfm bench`'s "
+                     "default sentence lengths.")
+    signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
+    return {"sweep": sweep.name, "rows": rows, "paper": paper_rows(), "claims": claims, "metric": metric,
+            "paper_claim": paper_claim(), "notes": notes + list(data.notes), "source": data.source,
+            "bleu_signatures": signatures, "pipeline_check": is_pipeline_check(data.records)}
+
+
+def _mean_curve(curves: list[dict[int, float]]) -> dict[int, tuple[float, float, float]]:
+    """{step: (mean, min, max)} over the seeds' curves, at the steps every one has."""
+    curves = [c for c in curves if c]
+    if not curves:
+        return {}
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    return {s: (sum(c[s] for c in curves) / len(curves), min(c[s] for c in curves), max(c[s] for c in curves))
+            for s in steps}
+
+
+def _has_bleu_curves(rows: list[dict]) -> bool:
+    """Every row with a completed run has a dev-BLEU curve of at least two validations."""
+    done = [r for r in rows if r["seeds_completed"]]
+    return bool(done) and all(len(r["curves"]["bleu"]) >= 2 for r in done)
+
+
+def pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(transformer row, row of another architecture), each such pair in table order."""
+    return [(t, o) for t in rows if t["arch"] == DEFAULT_ARCH for o in rows if o["arch"] != DEFAULT_ARCH]
+
+
+def reach(row: dict, metric: str, target: float) -> float | None:
+    """The step at which ``row``'s mean ``metric`` curve first reaches ``target`` (BLEU at or above, PPL at or
+    below), linear between validations (log PPL for PPL); None when it never does."""
+    curve = sorted((s, m) for s, (m, _, _) in row["curves"][metric].items())
+    better = (lambda x: x >= target) if metric == "bleu" else (lambda x: x <= target)
+    scale = (lambda x: x) if metric == "bleu" else (lambda x: math.log(max(x, 1e-12)))
+    for i, (s, m) in enumerate(curve):
+        if better(m):
+            if i == 0:
+                return float(s)
+            s0, m0 = curve[i - 1]
+            gap = scale(m) - scale(m0)
+            t = (scale(target) - scale(m0)) / gap if gap else 1.0
+            return s0 + min(1.0, max(0.0, t)) * (s - s0)
+    return None
+
+
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "?"
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.2f} h"
+
+
+def _pm(mean, sd, digits=2) -> str:
+    if mean is None:
+        return ""
+    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
+
+
+def equal_flops_line(t: dict, o: dict) -> str:
+    """Claim (a) for the pair (``t``, ``o``)."""
+    names = f"{md_text(t['variant'])} against {md_text(o['variant'])}"
+    missing = [r["variant"] for r in (t, o) if not r["seeds_completed"]]
+    if missing:
+        return f"(a) BLEU at equal training FLOPs, {names}: not checked, no completed run of {md_text(missing[0])}."
+    key = "test_bleu" if t["test_bleu"] is not None and o["test_bleu"] is not None else "dev_bleu"
+    what = "test BLEU" if key == "test_bleu" else "dev BLEU (no test BLEU recorded)"
+    if t[key] is None or o[key] is None:
+        return f"(a) BLEU at equal training FLOPs, {names}: not checked, no BLEU recorded."
+    ft, fo = t["train_flops"], o["train_flops"]
+    if ft and fo:
+        gap = abs(ft - fo) / max(ft, fo)
+        budget = (f"at {ft:.3g} and {fo:.3g} training FLOPs, the same budget within {100 * EQUAL_TOLERANCE:.0f}%"
+                  if gap <= EQUAL_TOLERANCE else
+                  f"NOT at equal training FLOPs ({ft:.3g} against {fo:.3g}, {max(ft, fo) / min(ft, fo):.2f}x)")
+    else:
+        budget = "training FLOPs unknown"
+    d = t[key] - o[key]
+    sds = [sd for sd in (t[f"{key}_std"], o[f"{key}_std"]) if sd is not None]
+    sd = max(sds) if len(sds) == 2 else None
+    noise = noise_verdict(d, sd)
+    noise_text = {"beyond": f"beyond seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
+                  "within": f"within seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
+                  "unknown": "seed noise unknown (a row with one completed seed)"}.get(noise, "")
+    winner = t if d > 0 else o
+    lead = (f"{md_text(winner['variant'])} higher by {abs(d):.2f} BLEU" if d else "the same BLEU")
+    return (f"(a) BLEU at equal training FLOPs: {md_text(t['variant'])} {_pm(t[key], t[key + '_std'])} against "
+            f"{md_text(o['variant'])} {_pm(o[key], o[key + '_std'])} {what}, {budget}: {lead}, {noise_text}.")
+
+
+def reach_line(t: dict, o: dict, metric: str) -> str:
+    """Claim (b) for the pair (``t``, ``o``): what each needs to reach ``o``'s final dev BLEU (or PPL)."""
+    what = "dev BLEU" if metric == "bleu" else "dev PPL"
+    curve = o["curves"][metric]
+    if not curve or not t["curves"][metric]:
+        return (f"(b) {md_text(t['variant'])} to reach {md_text(o['variant'])}'s final {what}: not checked, no "
+                f"{what} curve of {md_text(o['variant'] if not curve else t['variant'])}.")
+    target = curve[max(curve)][0]
+    source = ("on the dev-BLEU curves (decode.dev_bleu_every_steps; the first decode.dev_bleu_subset dev sentences)"
+              if metric == "bleu" else "on the dev-PPL curves (no dev-BLEU curve: decode.dev_bleu_every_steps is 0)")
+    parts, cost = [], {}
+    for r in (t, o):
+        step = reach(r, metric, target)
+        f, w = r["flops_per_step"], r["s_per_step"]
+        if step is None:
+            best = (max if metric == "bleu" else min)(m for m, _, _ in r["curves"][metric].values())
+            parts.append(f"{md_text(r['variant'])} does not reach it within its budget (its best {best:.2f})")
+            continue
+        cost[r["variant"]] = (step * f if f else None, step * w if w else None)
+        parts.append(f"{md_text(r['variant'])} needs {cost[r['variant']][0] or 0:.3g} FLOPs and "
+                     f"{_seconds(cost[r['variant']][1])} (step {step:.0f})")
+    ratio = ""
+    if t["variant"] in cost and o["variant"] in cost:
+        (ft, wt), (fo, wo) = cost[t["variant"]], cost[o["variant"]]
+        if ft and fo and wt and wo:
+            ratio = f": {md_text(t['variant'])} spends {fo / ft:.2f}x fewer FLOPs and {wo / wt:.2f}x less wall time"
+    return (f"(b) To reach {md_text(o['variant'])}'s final {what} ({target:.2f}), {source}: "
+            + "; ".join(parts) + ratio + ".")
+
+
+def claim_lines(rows: list[dict], metric: str) -> list[str]:
+    both = pairs(rows)
+    if not both:
+        return ["The claim is not checked: the sweep has no transformer row beside a row of another architecture."]
+    return [line for t, o in both for line in (equal_flops_line(t, o), reach_line(t, o, metric))]
+
+
+# ------------------------------------------------------------------------------------------ the paper
+def paper_rows() -> list[dict]:
+    paper = load_paper2()
+    return [paper[name] for name in PAPER2_SHOWN if name in paper]
+
+
+def paper_claim() -> str:
+    """The paper's claim in its own numbers: the Transformer (base)'s BLEU and training cost against each shown
+    recurrent and convolutional row."""
+    paper = load_paper2()
+    base = paper["Transformer (base model)"]
+    others = [p for name in PAPER2_SHOWN if (p := paper.get(name)) and p["family"] != "transformer"]
+    parts = [f"{p['model']} {p['bleu_en_de']:g} at {p['train_flops_en_de']:.2g} "
+             f"({p['train_flops_en_de'] / base['train_flops_en_de']:.1f}x the base's FLOPs)"
+             for p in others if p["bleu_en_de"] and p["train_flops_en_de"]]
+    return (f"The paper (WMT 2014 EN-DE, newstest2014): Transformer (base model) {base['bleu_en_de']:g} BLEU at "
+            f"{base['train_flops_en_de']:.2g} training FLOPs, against " + ", ".join(parts) + ".")
+
+
+# ------------------------------------------------------------------------------------------ the views
+COLUMNS = (("row", "variant"), ("arch", "arch"), ("test BLEU", "test_bleu"), ("dev BLEU", "dev_bleu"),
+           ("dev PPL", "dev_ppl"), ("training FLOPs", "train_flops"), ("training wall time", "train_time_s"),
+           ("train tokens/s", "tokens_per_s"), ("params", "params"), ("status", "status"))
+CSV_KEYS = ("source", "variant", "arch", "seeds_completed", "seeds_total", "beam_size", "test_bleu", "test_bleu_std",
+            "dev_bleu", "dev_bleu_std", "dev_ppl", "dev_ppl_std", "train_flops", "train_flops_std", "flops_per_step",
+            "train_time_s", "train_time_s_std", "tokens_per_s", "tokens_per_s_std", "params", "status")
+
+
+def _cell(row: dict, key: str) -> str:
+    v, sd = row.get(key), row.get(f"{key}_std")
+    if v is None:
+        return ""
+    if key in ("variant", "arch", "status"):
+        return md_cell(md_text(v))
+    if key == "train_flops":
+        return f"{v:.3g}" + (f" ± {sd:.2g}" if sd else "")
+    if key == "train_time_s":
+        return _seconds(v) + (f" ± {sd:.0f} s" if sd is not None else "")
+    if key == "params":
+        return f"{v / 1e6:.2f}M"
+    if key == "tokens_per_s":
+        return f"{v:,.0f}" + (f" ± {sd:,.0f}" if sd is not None else "")
+    return _pm(v, sd)
+
+
+def title(table: dict) -> str:
+    head = "Pipeline check, not a result: " if table.get("pipeline_check") else ""
+    return f"# {head}Table 2 at small scale: sweep {md_text(table['sweep'])}"
+
+
+def claims_markdown(table: dict) -> str:
+    lines = ["## The claim checked", ""] + [f"- {ln}" for ln in table["claims"] + [table["paper_claim"]]]
+    return "\n".join(lines) + "\n"
+
+
+def rows_markdown(table: dict) -> str:
+    beams = sorted({r["beam_size"] for r in table["rows"] if r["beam_size"] is not None})
+    beam = f" (beam {', '.join(map(str, beams))})" if beams else ""
+    lines = ["## Ours", "", f"Each row: mean ± sample sd over its completed seeds; test BLEU: the runs' closing beam "
+             f"search{beam}; training FLOPs = steps x the architecture's FLOPs per step.", "",
+             "| " + " | ".join(h for h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cell(r, k) for _, k in COLUMNS) + " |" for r in table["rows"]]
+    return "\n".join(lines) + "\n"
+
+
+def paper_markdown(table: dict) -> str:
+    lines = ["## The paper's Table 2 (not comparable to ours)", "",
+             "WMT 2014 English-German (newstest2014), trained on GPUs at the paper's scale: other data, other "
+             "sizes, other budgets. Beside ours for the direction of the claim only.", "",
+             "| model | family | BLEU EN-DE | training FLOPs EN-DE |", "|---|---|---|---|"]
+    lines += [f"| {p['model']} | {p['family']} | {p['bleu_en_de']:g} | {p['train_flops_en_de']:.2g} |"
+              for p in table["paper"]]
+    return "\n".join(lines) + "\n"
+
+
+def notes_markdown(table: dict) -> str:
+    lines = ["Training FLOPs per step: each architecture's own count (`train_flops_per_token` of its class, "
+             "`ltfm bench`'s) at the run's vocabulary, token budget a step and the prepared corpus's mean sentence "
+             "lengths; a row's training FLOPs: its steps x that.",
+             "Training wall time: fitting, validations included, the closing decoding of dev and test not "
+             "(summary.json's train_time_s; else the run's whole wall time); at a validation step: that x step / "
+             "steps (a constant rate). Train tokens/s: target tokens over that time.",
+             f"The claim's seed noise: |Δ| > 2 x the larger of the two rows' seed sd; equal budgets: within "
+             f"{100 * EQUAL_TOLERANCE:.0f}% of the larger."]
+    lines += [f"BLEU: sacreBLEU {md_code(s)}." for s in table["bleu_signatures"]]
+    lines += [f"Source: {md_text(table['source'])}."] + [md_text(n) for n in table["notes"]]
+    return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"
+
+
+def table2_markdown(table: dict) -> str:
+    return "\n".join([title(table) + "\n", claims_markdown(table), rows_markdown(table), paper_markdown(table),
+                      "![Dev curves against training FLOPs and wall time](table2_curves.png)\n",
+                      notes_markdown(table)])
+
+
+def table2_csv(table: dict) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_KEYS)
+    papers = [{"source": "paper", "variant": p["model"], "arch": p["family"], "test_bleu": p["bleu_en_de"],
+               "train_flops": p["train_flops_en_de"], "status": "paper: WMT 2014 EN-DE, not comparable"}
+              for p in table["paper"]]
+    for row in [{**r, "source": "ours"} for r in table["rows"]] + papers:
+        w.writerow(["" if row.get(k) is None else row[k] for k in CSV_KEYS])
+    return buf.getvalue()
+
+
+def read_claims(markdown: str | Path) -> list[str]:
+    """The claim's lines of a written table2.md (what ``ltfm report`` prints), without their markdown bullets."""
+    lines = Path(markdown).read_text(encoding="utf-8").split("\n## ")[1].splitlines()
+    return [ln[2:] for ln in lines if ln.startswith("- ")] if lines and lines[0] == "The claim checked" else []
+
+
+def write_table2(table: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    """table2.md and table2.csv."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return write_text(out / "table2.md", table2_markdown(table)), write_text(out / "table2.csv", table2_csv(table))
+
+
+def plot_curves(table: dict, path: str | Path, formats=("png",)) -> str:
+    """Dev PPL (and dev BLEU when logged) against training FLOPs and against wall time: one line per row (the
+    mean over its seeds), the seeds' range shaded."""
+    from .figures import new_figure, save_figure
+
+    metrics = ["ppl"] + (["bleu"] if any(len(r["curves"]["bleu"]) >= 2 for r in table["rows"]) else [])
+    fig, axes = new_figure(len(metrics), 2, 11, 4.2 * len(metrics))
+    for i, metric in enumerate(metrics):
+        for j, (xkey, xlabel) in enumerate((("flops_per_step", "training FLOPs"),
+                                            ("s_per_step", "training wall time (s)"))):
+            ax = axes[i][j]
+            for k, r in enumerate(table["rows"]):
+                curve, scale = r["curves"][metric], r[xkey]
+                if not curve or not scale:
+                    continue
+                steps = sorted(curve)
+                xs = [s * scale for s in steps]
+                ax.plot(xs, [curve[s][0] for s in steps], marker=".", color=f"C{k % 10}",
+                        label=f"{r['variant']} ({r['arch']})")
+                if r["seeds_completed"] > 1:
+                    ax.fill_between(xs, [curve[s][1] for s in steps], [curve[s][2] for s in steps],
+                                    color=f"C{k % 10}", alpha=0.2, linewidth=0)
+            if ax.lines:
+                ax.legend(fontsize=7)
+                if metric == "ppl":
+                    ax.set_yscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("dev BLEU (higher is better)" if metric == "bleu" else "dev perplexity (log scale)")
+            ax.grid(True, alpha=0.3)
+    fig.suptitle(f"Dev curves against training compute and wall time; sweep {table['sweep']}", fontsize=10)
+    return save_figure(fig, path, formats)

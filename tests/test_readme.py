@@ -1,0 +1,225 @@
+"""The README works as pasted: its first screen's commands run from a clean copy of the tree, and every ``ltfm``
+example in it (and in ``reports/README.md``) is parsed by the real parser, so a renamed option breaks a test.
+
+The clean copy is what ``git clone`` gives plus the files not yet committed: every file git lists (tracked, and
+new ones it does not ignore) copied into a tmp folder, with ``../shared/data/multi30k`` beside it (a symlink to
+the suite's data). ``make ablation`` and ``make test`` are checked with ``make -n`` there (an hour and the whole
+suite otherwise). The environment ``make setup`` would build is built without the network: a venv of the copy's
+own whose path reaches the suite's installed packages (torch and the rest), into which pip installs the copy
+editable, as ``make setup`` does; the README's environment block is then pasted into bash, and its ``ltfm`` and
+``import lightning_tfm`` must be the copy's, never the checkout's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from lightning_tfm import cli
+
+README = ROOT / "README.md"
+DOCS = (README, ROOT / "reports" / "README.md")
+FIRST_SCREEN = 40  # lines after the title: what a reader sees before scrolling
+CHEAP = ("--help", "--dry-run", "--keys")  # options that read no data and train nothing
+# what a clean shell keeps of the suite's environment: no MAKEFLAGS (`make test QUICK=1` would pass QUICK on to
+# the copy's make), no VENV/SWEEP/... (the Makefile's ?= variables), no VIRTUAL_ENV or PYTHONPATH
+KEEP_ENV = ("HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TERM")
+
+
+def _blocks(text: str) -> list[list[str]]:
+    """The fenced ```bash blocks of a markdown text, each as its lines."""
+    return [m.group(1).splitlines() for m in re.finditer(r"^```bash\n(.*?)^```", text, re.M | re.S)]
+
+
+def _commands(lines: list[str]) -> list[list[str]]:
+    """A shell block's simple commands as argv lists: continuations joined, comments dropped, pipelines and
+    ``&&``/``;`` lists split into their commands."""
+    out = []
+    for line in "\n".join(lines).replace("\\\n", " ").splitlines():
+        argv: list[str] = []
+        for word in shlex.split(line, comments=True) + ["|"]:
+            if word in ("|", "&&", ";", "||"):
+                out.extend([argv] if argv else [])
+                argv = []
+            else:
+                argv.append(word)
+    return out
+
+
+def _first_screen() -> str:
+    lines = README.read_text().splitlines()
+    assert lines[0].startswith("# "), "the README starts with its title"
+    return "\n".join(lines[1:1 + FIRST_SCREEN]) + "\n"
+
+
+def _section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def _examples() -> list[tuple[str, list[str]]]:
+    """Every ``ltfm`` example of the docs: the commands of their bash blocks, and the inline code spans that
+    are a whole command (synopses with ``[...]`` or ``A|B`` are not)."""
+    found = []
+    for doc in DOCS:
+        text, name = doc.read_text(), doc.relative_to(ROOT)
+        for block in _blocks(text):
+            found += [(f"{name}: {shlex.join(a)}", a[1:]) for a in _commands(block) if a[0] == "ltfm"]
+        for span in re.findall(r"`(ltfm [^`]+)`", text):
+            if not re.search(r"[\[|]", span):
+                found.append((f"{name}: {span}", shlex.split(span)[1:]))
+    return sorted(dict(found).items())
+
+
+def _clean_env() -> dict:
+    suite_bin = str(Path(sys.prefix) / "bin")
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != suite_bin]
+    env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
+    env.update(PATH=os.pathsep.join(path), WANDB_MODE="offline", WANDB_SILENT="true", OMP_NUM_THREADS="1")
+    return env
+
+
+def _bash(script: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=_clean_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _clean_copy(top: Path, data_dir: Path) -> Path:
+    """The working tree's files as a clean clone would have them, in ``top``, with ``../shared/data/multi30k``
+    beside them."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: the clean copy is made of the files git lists")
+    tree = top / "lightning_tfm"
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        src = ROOT / name
+        if src.is_file():  # a tracked file deleted in the working tree is not in the copy
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / name)
+    (top / "shared" / "data").mkdir(parents=True)
+    (top / "shared" / "data" / "multi30k").symlink_to(data_dir)
+    return tree
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory, data_dir) -> Path:
+    """A clean copy with no environment yet, as a clone is before its first ``make``."""
+    return _clean_copy(tmp_path_factory.mktemp("clone"), data_dir)
+
+
+@pytest.fixture(scope="module")
+def env_copy(tmp_path_factory, data_dir) -> Path:
+    """A clean copy with the ``.venv`` that ``make setup`` makes there: the copy's package installed editable,
+    its dependencies those of the suite's environment (reached by a ``.pth`` file: no download)."""
+    copy = _clean_copy(tmp_path_factory.mktemp("clone-env"), data_dir)
+    venv = copy / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python*/site-packages")
+    paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (site / "zz_suite_packages.pth").write_text("".join(f"{p}\n" for p in paths))
+    p = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                        "--no-deps", "--no-build-isolation", "--no-index", "--disable-pip-version-check",
+                        "-e", str(copy)], capture_output=True, text=True, env={**os.environ, "PIP_NO_CACHE_DIR": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    (venv / ".installed").touch()  # what `make setup` leaves: make sees the environment as up to date
+    return copy
+
+
+def test_the_first_screen_has_the_commands_the_report_and_its_picture():
+    screen = _first_screen()
+    commands = [shlex.join(a) for block in _blocks(screen) for a in _commands(block)]
+    for command in ("make ablation", "make test", "make ablation QUICK=1", "source .venv/bin/activate"):
+        assert command in commands, f"the README's first {FIRST_SCREEN} lines have no ```bash block with {command}"
+    assert commands.index("make ablation QUICK=1") > commands.index("make test")  # the two commands first
+    pictures = re.findall(r"!\[[^\]]+\]\(([^)]+\.png)\)", screen)
+    assert pictures, "the first screen shows a picture of the report"
+    committed = subprocess.run(["git", "ls-files", *pictures], cwd=ROOT, capture_output=True, text=True).stdout
+    for picture in pictures:
+        assert (ROOT / picture).is_file() and picture in committed.split(), f"{picture} is not a committed file"
+
+
+def test_first_screen_make_commands_are_the_makefiles_and_say_where_the_report_lands(copy):
+    """Each ``make`` line of the first screen, dry-run in the clean copy: a target the Makefile defines, setting
+    up ``.venv`` first as the README says; and the folders the README names are where its report goes."""
+    screen = _first_screen()
+    makes = [a for block in _blocks(screen) for a in _commands(block) if a[0] == "make"]
+    assert makes
+    for argv in makes + [["make", "setup"]]:
+        p = _bash(shlex.join(["make", "-n", *argv[1:]]), copy)
+        assert p.returncode == 0, f"{shlex.join(argv)}: {p.stderr}"
+        assert "-m venv" in p.stdout and " .venv" in p.stdout and "pip install -q -e '.[dev]'" in p.stdout, p.stdout
+        report = [line for line in p.stdout.splitlines() if line.startswith(".venv/bin/ltfm report ")]
+        if argv[1] == "ablation":
+            (line,) = report
+            sweep = shlex.split(line)[2]
+            out = re.search(r"--out (\S+)", line)
+            name = yaml.safe_load((copy / sweep).read_text())["name"]
+            folder = out.group(1) if out else f"reports/build/{name}"  # `ltfm report`'s default --out
+            assert f"`{folder}/" in screen, f"the first screen does not say that {shlex.join(argv)} writes {folder}/"
+            if not out:
+                assert f"`{folder}/table3.html`" in screen
+        elif argv[1] == "setup":
+            assert "ltfm" not in p.stdout  # "make setup does only that"
+
+
+def test_first_screen_environment_works_as_pasted_in_a_clean_copy(env_copy):
+    """The first screen's shell lines other than ``make``, pasted into bash in the copy after ``make setup``:
+    ``ltfm`` answers, and it is the copy's ``ltfm`` running the copy's package."""
+    screen_blocks = [b for b in _blocks(_first_screen()) if any(a[0] != "make" for a in _commands(b))]
+    assert screen_blocks, "the first screen says how to use the environment"
+    pasted = "\n".join(line for block in screen_blocks for line in block)
+    p = _bash(f"set -e\n{pasted}\necho @@@\ncommand -v ltfm\n"
+              "python -c 'import lightning_tfm; print(lightning_tfm.__file__)'", env_copy, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    out, where = p.stdout.split("@@@\n")
+    assert "start with:" in out  # `ltfm --help`
+    ltfm_path, package = where.split()
+    assert Path(ltfm_path) == env_copy / ".venv" / "bin" / "ltfm"
+    assert Path(package) == env_copy / "lightning_tfm" / "__init__.py"
+
+
+def test_run_one_model_examples_that_train_nothing_work_as_pasted(env_copy):
+    """The commands of "Run one model" that read no data and train nothing (``ltfm config``, ``ltfm runs`` on a
+    results folder with no run yet, anything with --help/--dry-run/--keys), as pasted, in the activated copy."""
+    cheap = [a for block in _blocks(_section("Run one model")) for a in _commands(block)
+             if a[0] == "ltfm" and (a[1] in ("config", "runs") or set(a) & set(CHEAP))
+             and not any("RUN" in x for x in a)]  # results/RUN: a placeholder for a run of the reader's
+    assert len(cheap) >= 3, cheap
+    (env_copy / "results").mkdir(exist_ok=True)  # the folder `make ablation` fills; empty here
+    for argv in cheap:
+        p = _bash(f"source .venv/bin/activate && {shlex.join(argv)}", env_copy, timeout=120)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, f"{shlex.join(argv)}: {p.stderr[-2000:]}"
+        assert (p.stdout + p.stderr).strip(), f"{shlex.join(argv)} printed nothing"
+        if argv[1:3] == ["config", "--keys"]:
+            assert all(line.startswith(argv[3]) for line in p.stdout.splitlines()), p.stdout[:2000]
+        elif argv[1] == "config":
+            assert p.stdout.startswith("# run id: "), p.stdout[:500]
+
+
+@pytest.mark.parametrize("example, argv", _examples(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_ltfm_example_is_accepted_by_the_parser(example, argv, monkeypatch, capsys):
+    """The real parser and ``cli.main``'s handling of overrides, the handlers replaced by a no-op."""
+    names = {c.name for c in cli.COMMANDS}
+    if len(argv) == 1 and not argv[0].startswith("-"):  # a mention of a command (`ltfm runs`): the command exists
+        assert argv[0] in names, example
+        return
+    monkeypatch.setattr(cli, "COMMANDS", tuple(dataclasses.replace(c, handler=lambda args: 0)
+                                               for c in cli.COMMANDS))
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:  # --help
+        code = e.code
+    assert code == 0, f"{example}: {capsys.readouterr().err.strip()}"

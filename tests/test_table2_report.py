@@ -1,0 +1,201 @@
+"""The Table 2 report (lightning_tfm/report/table2.py) from synthetic records (no training): a sweep of a
+transformer row and recurrent rows, the rows' numbers, the claim's two lines (BLEU at equal training FLOPs; the
+FLOPs and wall time to reach the RNN's final dev BLEU or PPL), missing rows, the paper's rows; the FLOPs of an
+rnn record (report/compute.py) are the RNN class's own count; the notebook chosen for a Table 2 sweep."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+import yaml
+
+from conftest import write_sweep
+from lightning_tfm.model.rnn import RNN, RNNConfig
+from lightning_tfm.report import compute, paper, table2
+from lightning_tfm.report.records import ReportData, RunRecord
+
+TRANSFORMER = {"model.layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.heads": 2, "model.d_k": 16,
+               "model.d_v": 16}
+RNN_KNOBS = {"rnn.emb_size": 32, "rnn.enc_hidden": 32, "rnn.dec_hidden": 64, "rnn.attention_size": 32}
+STEPS = range(100, 700, 100)  # validations at 100 .. 600
+LENGTHS = {"vocab_size": 500, "src_len": 12.0, "tgt_len": 14.0}
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """transformer, rnn (trained below) and rnn-big (never run), at two seeds, on an experiment without model knobs."""
+    from lightning_tfm.sweep import load_sweep
+
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump({"run": {"name": "t2"}, "data": {"source": "local"}}))
+    (tmp_path / "t2.yaml").write_text(yaml.safe_dump({
+        "name": "t2syn", "experiment": "exp.yaml", "metric": "dev_loss", "pruner": {"type": "none"}, "seeds": [1, 2],
+        "variants": {"transformer": TRANSFORMER, "rnn": {"model.arch": "rnn", **RNN_KNOBS},
+                     "rnn-big": {"model.arch": "rnn", **RNN_KNOBS, "rnn.dec_hidden": 128}}}, sort_keys=False))
+    return load_sweep(tmp_path / "t2.yaml")
+
+
+def record(tmp_path, variant, seed, config, ppl, bleu=None, test_bleu=None, wall=60.0, tokens=1000.0):
+    """A completed run of 600 steps: its dev PPL (and dev BLEU) curve ``ppl(step)``, a summary.json with test BLEU
+    and ``wall`` seconds of training (the run's wall time: 30 s more, its closing decoding)."""
+    run = tmp_path / f"{variant}-s{seed}"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"status": "completed", "test_bleu": test_bleu,
+                                                  "tokens_per_s": 12345.0, "train_time_s": wall}))
+    history = [{"step": s, "dev/ppl": ppl(s), **({"dev/bleu": bleu(s)} if bleu else {})} for s in STEPS]
+    return RunRecord(variant, seed=seed, status="completed", config=dict(config), steps=600, history=history,
+                     dev_ppl=ppl(600), dev_bleu=bleu(600) if bleu else 20.0, wall_time_s=wall + 30, params=10_000,
+                     effective_batch_tokens=tokens, train_tokens=600 * tokens, run=str(run), **LENGTHS)
+
+
+def rnn_tokens_for_equal_flops() -> float:
+    """Target tokens a step that make an rnn step cost a transformer step of 1,000 tokens."""
+    per_step = compute.step_flops(RunRecord("t", config=TRANSFORMER, effective_batch_tokens=1000, **LENGTHS))[0]
+    per_token = compute.step_flops(RunRecord("r", config={"model.arch": "rnn", **RNN_KNOBS},
+                                             effective_batch_tokens=1, **LENGTHS))[0]
+    return per_step / per_token
+
+
+def records(tmp_path, bleu_curves=False, rnn_tokens=None):
+    rnn_tokens = rnn_tokens or rnn_tokens_for_equal_flops()
+    rnn_cfg = {"model.arch": "rnn", **RNN_KNOBS}
+    t_bleu, r_bleu = ((lambda s: s / 20), (lambda s: s / 40)) if bleu_curves else (None, None)
+    return [record(tmp_path, "transformer", 1, TRANSFORMER, lambda s: 3600 / s, t_bleu, 30.0),
+            record(tmp_path, "transformer", 2, TRANSFORMER, lambda s: 3600 / s, t_bleu, 31.0),
+            record(tmp_path, "rnn", 1, rnn_cfg, lambda s: 6000 / s, r_bleu, 25.0, wall=120.0, tokens=rnn_tokens),
+            record(tmp_path, "rnn", 2, rnn_cfg, lambda s: 6000 / s, r_bleu, 26.0, wall=120.0, tokens=rnn_tokens)]
+
+
+def test_rnn_flops_per_step_are_the_rnn_classs_own_count():
+    rec = RunRecord("rnn", status="completed", config={"model.arch": "rnn", **RNN_KNOBS, "rnn.cell": "lstm"},
+                    effective_batch_tokens=800, **LENGTHS)
+    cfg = RNNConfig(emb_size=32, enc_hidden=32, dec_hidden=64, attention_size=32, cell="lstm")
+    own = RNN.train_flops_per_token(cfg, 500, 12.0, 14.0) * 800
+    assert compute.step_flops(rec) == (pytest.approx(own), True)
+    assert compute.flops_per_step([rec, rec]) == (pytest.approx(own), True)
+    # a GRU costs 3/4 of an LSTM's gates: the section's knobs are read, not its defaults
+    gru = RunRecord("rnn", status="completed", config={"model.arch": "rnn", **RNN_KNOBS}, effective_batch_tokens=800,
+                    **LENGTHS)
+    assert compute.step_flops(gru)[0] < own
+    # an architecture not registered here, or no tokens: no count
+    assert compute.step_flops(RunRecord("x", config={"model.arch": "nope"}, effective_batch_tokens=8)) == (None, False)
+    assert compute.step_flops(RunRecord("x", config={"model.arch": "rnn"})) == (None, False)
+
+
+def test_paper_rows_are_loaded():
+    rows = paper.load_paper2()
+    assert rows["GNMT + RL"]["bleu_en_de"] == 24.6 and rows["GNMT + RL"]["train_flops_en_de"] == 2.3e19
+    assert rows["Transformer (big)"]["bleu_en_de"] == 28.4 and rows["ByteNet"]["train_flops_en_de"] is None
+    assert [p["model"] for p in table2.paper_rows()] == ["GNMT + RL", "ConvS2S", "Transformer (base model)",
+                                                          "Transformer (big)"]
+    claim = table2.paper_claim()
+    assert "Transformer (base model) 27.3 BLEU at 3.3e+18" in claim and "GNMT + RL 24.6 at 2.3e+19 (7.0x" in claim
+
+
+def test_table_and_claims_at_equal_flops_from_ppl_curves(sweep, tmp_path):
+    table = table2.build_table2(ReportData(sweep, records(tmp_path), "synthetic", {}))
+    by = {r["variant"]: r for r in table["rows"]}
+    assert [r["variant"] for r in table["rows"]] == ["transformer", "rnn", "rnn-big"]
+    t, r, big = by["transformer"], by["rnn"], by["rnn-big"]
+    assert (t["arch"], r["arch"], big["arch"]) == ("transformer", "rnn", "rnn")
+    assert t["test_bleu"] == pytest.approx(30.5) and t["test_bleu_std"] == pytest.approx(math.sqrt(0.5))
+    assert t["dev_ppl"] == pytest.approx(6.0) and r["dev_ppl"] == pytest.approx(10.0)
+    assert t["train_time_s"] == 60.0 and t["tokens_per_s"] == 12345.0 and t["params"] == 10_000
+    assert t["train_flops"] == pytest.approx(600 * t["flops_per_step"])
+    assert r["train_flops"] == pytest.approx(t["train_flops"], rel=1e-3)  # the same budget
+    # the row never run keeps its row, without numbers
+    assert big["status"].startswith("missing") and big["test_bleu"] is None and big["seeds_completed"] == 0
+
+    assert table["metric"] == "ppl"
+    a, b, a_big, b_big = table["claims"]
+    assert a.startswith("(a) BLEU at equal training FLOPs: transformer 30.50 ± 0.71 against rnn 25.50 ± 0.71 "
+                        "test BLEU")
+    assert "the same budget within 5%" in a and "transformer higher by 5.00 BLEU, beyond seed noise (2 x the larger " \
+                                                 "seed sd, 1.41)" in a
+    # (b) on the PPL curves: the transformer reaches the rnn's final 10.0 between its validations at 300 (12.0) and
+    # 400 (9.0), log PPL linear: step 300 + 100 x log(12/10) / log(12/9)
+    step = 300 + 100 * math.log(1.2) / math.log(12 / 9)
+    assert table2.reach(t, "ppl", 10.0) == pytest.approx(step)
+    assert "(b) To reach rnn's final dev PPL (10.00), on the dev-PPL curves (no dev-BLEU curve" in b
+    assert f"transformer needs {step * t['flops_per_step']:.3g} FLOPs and {step * 0.1:.0f} s (step {step:.0f})" in b
+    assert f"{600 / step:.2f}x fewer FLOPs and {1200 / step:.2f}x less wall time" in b
+    assert "not checked, no completed run of rnn-big" in a_big and "not checked, no dev PPL curve of rnn-big" in b_big
+
+
+def test_claims_from_bleu_curves_and_unequal_budgets(sweep, tmp_path):
+    recs = records(tmp_path, bleu_curves=True, rnn_tokens=2 * rnn_tokens_for_equal_flops())
+    table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
+    by = {r["variant"]: r for r in table["rows"]}
+    assert table["metric"] == "bleu"
+    a, b = table["claims"][:2]
+    assert "NOT at equal training FLOPs" in a and "2.00x" in a
+    # the rnn's final dev BLEU 15 is the transformer's at step 300: half the steps at half the rnn's step cost
+    assert "(b) To reach rnn's final dev BLEU (15.00), on the dev-BLEU curves" in b
+    assert f"transformer needs {300 * by['transformer']['flops_per_step']:.3g} FLOPs and 30 s (step 300)" in b
+    assert "4.00x fewer FLOPs and 4.00x less wall time" in b
+    # one seed each: the noise is unknown; a sweep of one architecture has no claim
+    one = table2.build_table2(ReportData(sweep, recs[::2], "synthetic", {}))
+    assert "seed noise unknown" in one["claims"][0]
+    assert table2.claim_lines([r for r in one["rows"] if r["arch"] == "rnn"], "ppl")[0].startswith("The claim is not")
+
+
+def test_written_files_and_figure(sweep, tmp_path):
+    table = table2.build_table2(ReportData(sweep, records(tmp_path, bleu_curves=True), "synthetic", {}))
+    md_path, csv_path = table2.write_table2(table, tmp_path / "out")
+    md = md_path.read_text()
+    assert md.startswith("# Table 2 at small scale: sweep t2syn") and "## The paper's Table 2 (not comparable" in md
+    assert "| transformer | transformer | 30.50 ± 0.71 |" in md and "| GNMT + RL | recurrent | 24.6 | 2.3e+19 |" in md
+    rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
+    assert [(r["source"], r["variant"]) for r in rows][:3] == [("ours", "transformer"), ("ours", "rnn"),
+                                                              ("ours", "rnn-big")]
+    assert [r["variant"] for r in rows if r["source"] == "paper"] == [p["model"] for p in table2.paper_rows()]
+    assert float(rows[0]["test_bleu"]) == 30.5 and rows[2]["test_bleu"] == ""
+    assert table2.read_claims(md_path) == table["claims"] + [table["paper_claim"]]
+    png = table2.plot_curves(table, tmp_path / "out" / "table2_curves.png")
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_mixed_sweep_gets_the_table2_notebook(sweep, tmp_path):
+    from lightning_tfm.report.notebooks import notebook_name, notebook_path
+    from lightning_tfm.sweep import load_sweep
+
+    assert table2.is_table2(sweep) and notebook_name(sweep) == "table2"
+    assert notebook_path("table2").is_file()
+    plain = load_sweep(write_sweep(tmp_path / "s.yaml", "plain", {"base": {}, "A1": {"model.heads": 1}}))
+    assert not table2.is_table2(plain) and notebook_name(plain) == "table3"
+
+
+def test_ltfm_report_of_a_table2_sweep(tmp_path):
+    """``ltfm report sweeps/table2-smoke.yaml`` on run folders written here (each row's planned config, a summary.json
+    and a metrics.csv; no training): the Table 2 notebook runs and writes its files, and the claim is printed."""
+    from conftest import ROOT, ltfm
+    from lightning_tfm.sweep import Entry, load_sweep, trial_config
+
+    sweep = load_sweep(ROOT / "sweeps" / "table2-smoke.yaml")
+    results = tmp_path / "results"
+    numbers = {"transformer": (3000, 12.0), "rnn": (5000, 9.0)}  # dev PPL = a / step; test BLEU
+    for name, v in sweep.variants.items():
+        cfg = trial_config(sweep, Entry(name, v["family"], 1, v["overrides"], v["budget"]), checked=False)
+        steps, (a, bleu) = cfg.train.max_steps, numbers[name]
+        run = results / f"table2-smoke-{name}-s1"
+        (run / "logs" / "version_0").mkdir(parents=True)
+        validations = sorted({*range(10, steps, 10), steps})  # logged at the step before (Lightning's)
+        (run / "logs" / "version_0" / "metrics.csv").write_text(
+            "dev/ppl,step\n" + "".join(f"{a / s},{s - 1}\n" for s in validations))
+        (run / "summary.json").write_text(json.dumps({
+            "status": "completed", "config": cfg.to_dict(), "steps": steps, "params": 1000, "vocab_size": 1000,
+            "effective_batch_tokens": cfg.train.batch_tokens, "dev_ppl": a / steps, "dev_loss": math.log(a / steps),
+            "dev_bleu": bleu - 1, "test_bleu": bleu, "train_tokens": steps * cfg.train.batch_tokens,
+            "wall_time_s": 20.0, "train_time_s": 15.0, "tokens_per_s": 4000.0}))
+    out = tmp_path / "report"
+    p = ltfm("report", sweep.path, "--results", results, "--out", out)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "executing table2.ipynb" in p.stdout and "(a) BLEU at equal training FLOPs: transformer 12.00 against " \
+                                                    "rnn 9.00 test BLEU" in p.stdout, p.stdout
+    assert "unknown parameter" not in p.stdout + p.stderr
+    for f in ("table2.md", "table2.csv", "table2.html", "table2.ipynb", "table2_curves.png"):
+        assert (out / f).is_file(), f
+    assert "(b) To reach rnn's final dev PPL" in (out / "table2.md").read_text()
+    assert "GNMT + RL" in (out / "table2.html").read_text()
