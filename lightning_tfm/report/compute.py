@@ -114,7 +114,7 @@ def model_config(rec: RunRecord) -> tuple[type, object] | None:
 def step_flops(rec: RunRecord) -> tuple[float | None, bool]:
     """(training FLOPs of one optimizer step of a run, whether its sentence lengths were measured on its corpus): its
     architecture's ``train_flops_per_token`` (:func:`model_config`) x its target tokens a step; (None, False) without
-    a registered architecture, the Transformer's shapes, a vocabulary or the tokens."""
+    a registered architecture with a FLOPs count, its shapes, a vocabulary or the tokens."""
     from ..training.bench import DEFAULTS
 
     built, tokens = model_config(rec), _tokens_per_step(rec)
@@ -124,7 +124,11 @@ def step_flops(rec: RunRecord) -> tuple[float | None, bool]:
     measured = bool(rec.src_len and rec.tgt_len)
     src_len, tgt_len = (rec.src_len, rec.tgt_len) if measured else (DEFAULTS["src_len"], DEFAULTS["tgt_len"])
     cls, cfg = built
-    return cls.train_flops_per_token(cfg, int(vocab), src_len, tgt_len) * tokens, measured
+    try:
+        per_token = cls.train_flops_per_token(cfg, int(vocab), src_len, tgt_len)
+    except NotImplementedError:  # an architecture that counts no FLOPs (EncoderDecoder's default): no column value
+        return None, False
+    return per_token * tokens, measured
 
 
 def flops_per_step(records: list[RunRecord]) -> tuple[float | None, bool]:
