@@ -217,7 +217,7 @@ def test_runs_wandb_shows_the_config_summary_and_history_of_a_resumed_run(wandb_
 
     run_dir, infos = wandb_run
     run_id = infos[0]["wandb_run_id"]
-    assert infos[1]["wandb_run_id"] == run_id and wandb_files.ID_FILE == tracking.ID_FILE
+    assert infos[1]["wandb_run_id"] == run_id
     assert cli.main(["runs", str(run_dir), "--wandb"]) == 0
     out = capsys.readouterr().out
     head, config, summary, history = (sections(out)[k] for k in ("", "config", "summary", "history"))

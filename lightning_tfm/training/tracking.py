@@ -49,13 +49,13 @@ from .errors import UserError
 from .redact import MASK, is_secret_key, scrub  # noqa: F401 - redact.py is the one place secrets are masked
 from .results import DEV_SAMPLES, RESULT_FIELDS
 from .config import Config
+from .wandb_files import ID_FILE  # the file naming a run folder's W&B run: one home, beside its reader
 
 SAMPLE_COLUMNS = ["source", "reference", "hypothesis"]
 
 # summary.json fields copied to the W&B run summary by ``finish`` (whichever are present).
 SUMMARY_KEYS = RESULT_FIELDS + ("bleu_signature",)
 
-ID_FILE = "wandb_id.txt"
 MODES = ("online", "offline", "disabled")
 # The tag of a pipeline check's runs (`make ablation QUICK=1`: wandb.tags=[pipeline-check]): numbers that say
 # nothing, kept out of the real sweep's W&B group and report run.

@@ -45,7 +45,7 @@ IDENT, MAGIC, VERSION = b":W&B", 0xBEE1, 0
 BLOCK = 32 * 1024
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
-#: The file in a run folder that holds its W&B run id (written by :mod:`.tracking`).
+#: The file in a run folder that holds its W&B run id (:mod:`.tracking` writes it, under this name).
 ID_FILE = "wandb_id.txt"
 _RUN_ID = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 
