@@ -8,6 +8,7 @@
 #   SWEEP=sweeps/table3.yaml ARGS="train.devices=8 train.strategy=ddp" WORKERS=1 : the paper's scale on a GPU node
 # make reference: make ablation, then its report with provenance in reports/reference/<sweep name>/
 # make test     : set up .venv and run the test suite (what CI runs)
+# make test-long: the long end-to-end tests make test leaves out (several sweeps each)
 # make test-fast: the suite without the slow end-to-end tests (development)
 # make soak     : a sweep through a bad night (chaos: kills, stops, a full disk, a database restart), then its invariants
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.
@@ -39,7 +40,7 @@ BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-fast train clean gpu-check soak
+.PHONY: setup ablation reference test test-long test-fast train clean gpu-check soak
 
 # A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
 # system's packages and pip installs no torch over it. Elsewhere torch is installed first, pinned: an open range
@@ -70,7 +71,8 @@ reference: setup
 	$(MAKE) --no-print-directory ablation SWEEP=$(SWEEP) WORKERS=$(WORKERS) ARGS='$(ARGS)' $(if $(QUICK),QUICK=1,); \
 	t1=$$(date +%s); out=reports/reference/$(REF_NAME)$(if $(QUICK),-quick,); \
 	build=reports/build/$(if $(QUICK),quick-,)$(REF_NAME); rm -rf $$out; mkdir -p $$out; \
-	cp $$build/table3.md $$build/table3.csv $$build/table3.html $$build/*.png $$out/; cp -r $$build/export $$out/; \
+	cp $$build/*.md $$build/*.csv $$build/*.html $$build/*.png $$out/; cp $$build/*.tex $$out/ 2>/dev/null || true; \
+	if [ -d $$build/export ]; then cp -r $$build/export $$out/; fi; \
 	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS) > $$out/status.txt; \
 	w=$$((t1 - t0)); { echo "command: make reference$(if $(QUICK), QUICK=1,)$(if $(filter-out auto,$(WORKERS)), WORKERS=$(WORKERS),)$(if $(ARGS), ARGS='$(ARGS)',)"; \
 	  echo "sweep: $(SWEEP)"; echo "commit: $$commit$${dirty:+ (with uncommitted changes)}"; \
@@ -85,8 +87,13 @@ train: setup
 # every process gets one thread (OMP_NUM_THREADS=1): two trainings at 2 threads each on 2 cores oversubscribe
 # them (reports/timing.md, "The test suite", has the measurement).
 TEST_WORKERS ?= 2
+PYTEST = $(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 )$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: setup
-	$(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 )$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(PYTEST) -m "not long" $(PYTEST_ARGS)
+
+# the long end-to-end tests make test leaves out (tests/conftest.py, LONG): several sweeps each, ~15 minutes
+test-long: setup
+	$(PYTEST) -m long $(PYTEST_ARGS)
 
 # make gpu-check: the first thing to run on a GPU machine (CUDA tests, bf16 smoke run, evaluate/translate, 1-GPU DDP,
 # bench against Marian, make ablation QUICK=1): one log and a summary in results-gpu-check/; a one-line skip without CUDA

@@ -38,6 +38,45 @@ def ltfm(*args, env=None, input=None, timeout=600, cwd=None):
                           env=e, input=input, timeout=timeout, cwd=cwd or ROOT)
 
 
+@pytest.fixture
+def ltfm_here(capfd, monkeypatch):
+    """conftest's ``ltfm`` in this process (``cli.main``): the same CompletedProcess (exit code, stdout and stderr
+    at the file descriptors) from the same folder, ``input`` as stdin. What a command may change in its process is
+    put back: signal handlers, torch's threads, the environment, logging, datasets' progress bars."""
+    import io
+    import logging
+    import signal
+
+    import torch
+
+    from lightning_tfm import cli
+
+    def bars_off():
+        return "datasets.utils.tqdm" in sys.modules and sys.modules["datasets.utils.tqdm"].are_progress_bars_disabled()
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("WANDB_MODE", os.environ.get("WANDB_MODE", "offline"))
+    monkeypatch.setenv("WANDB_SILENT", os.environ.get("WANDB_SILENT", "true"))
+    sigs = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
+    kept = (torch.get_num_threads(), dict(os.environ), logging.raiseExceptions, logging.getLogger("optuna").level, bars_off())
+
+    def run(*args, input=""):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode())))
+        code = cli.main([str(a) for a in args])
+        return subprocess.CompletedProcess(args, code, *capfd.readouterr())
+
+    yield run
+    for s, handler in sigs.items():
+        signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+    threads, env, logging.raiseExceptions, optuna_level, bars = kept
+    torch.set_num_threads(threads)
+    os.environ.clear()
+    os.environ.update(env)
+    logging.getLogger("optuna").setLevel(optuna_level)
+    if bars_off() and not bars:
+        sys.modules["datasets.utils.tqdm"].enable_progress_bars()
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not (DATA / "train.en.gz").is_file():
@@ -124,6 +163,26 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+# The long end-to-end tests: several sweeps or trainings each, a minute or more of CPU. `make test` (what CI runs,
+# 12 minutes on 2 cores) leaves them out; `make test-long` runs them. Each one's behaviour is also exercised by
+# `make soak` (kills, stops past the heartbeat, a full disk, continued budgets, on SQLite and PostgreSQL) or by a
+# shorter test of the suite (noted beside it).
+LONG = {
+    "test_launch.py::test_sigterm_to_the_launcher_stops_its_workers_and_the_same_command_finishes_the_table",
+    "test_sweep.py::test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value",
+    "test_sweep.py::test_a_woken_trial_never_reports_its_unfinished_run_as_completed",
+    "test_sweep.py::test_a_worker_with_nothing_to_claim_waits_and_runs_a_killed_workers_row",
+    "test_sweep.py::test_a_full_results_disk_pauses_the_sweep_and_its_trial_is_queued_again",
+    "test_sweep.py::test_a_killed_workers_search_point_is_re_run",
+    "test_sweep.py::test_a_trial_killed_by_sigkill_is_recorded_as_killed_and_queued_again",
+    "test_sweep.py::test_two_workers_share_one_study_and_train_each_variant_once[sqlite]",  # [postgresql] stays
+    "test_sweep.py::test_a_schedulers_signal_to_a_worker_stops_its_trial_like_ctrl_c[10]",  # [15] stays
+    "test_faults.py::test_full_disk_one_line_failed_summary_history_kept_then_resume",  # a prepared corpus's stays
+    # reading rows at their own budget: test_report_inputs' two-budget export tests stay
+    "test_compare.py::test_two_budgets_side_by_side_and_the_export_a_report_writes",
+}
+
+
 # Fixtures that train a model in a subprocess (or start a database server): a test using one is slow.
 SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", "pg_url"}
 # The longest test files, collected first: `make test` hands whole files to its two pytest-xdist workers in
@@ -141,6 +200,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_cuda)
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+        if f"{item.path.name}::{item.name}" in LONG:
+            item.add_marker(pytest.mark.long)
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its tests' order

@@ -175,3 +175,42 @@ def test_alignment_figure_of_the_smoke_run(smoke_run, tmp_path):
         torch.testing.assert_close(a.mean.sum(-1), torch.ones(len(a.output)))
     heads = att.plot_heads(aligns[0], "t")
     assert len([ax for ax in heads.axes if ax.get_visible() and ax.images]) == 4
+
+
+# ------------------------------------------------------------------------------------- the Table 2 report
+def test_table2_alignment_figure_one_panel_per_architecture(tmp_path):
+    """A Table 2 report draws the first dev sentence's alignment of each architecture's first row that loads (its
+    runs' folders in the results folder), one panel each; a report read from W&B (no checkpoints) says in one line
+    that it needs the results folder; an unloadable run is a panel saying why, and the figure is still written."""
+    tfm = {"model.layers": 1, "model.d_model": 16, "model.d_ff": 32, "model.heads": 2, "model.d_k": 8, "model.d_v": 8}
+    rnn = {"model.arch": "rnn", "rnn.emb_size": 8, "rnn.enc_hidden": 6, "rnn.dec_hidden": 8, "rnn.attention_size": 5}
+    runs = {"transformer": write_run(tmp_path / "t-run", tfm), "rnn": write_run(tmp_path / "r-run", rnn)}
+    for run in runs.values():  # the runs' dev split: its first sentence is the one drawn
+        (run / "val.en").write_text("two dogs play in the snow .\na man rides a bike .\n")
+        (run / "val.de").write_text("zwei Hunde spielen im Schnee .\nein Mann fährt Fahrrad .\n")
+    records = [RunRecord(variant=v, seed=1, status="completed", run=str(run)) for v, run in runs.items()]
+    records.insert(0, RunRecord(variant="rnn", seed=2, status="failed", run=str(tmp_path / "nowhere")))
+    rows = [{"variant": "transformer", "arch": "transformer"}, {"variant": "rnn", "arch": "rnn"},
+            {"variant": "rnn-params", "arch": "rnn"}]  # one panel per architecture: rnn-params is not drawn
+    data = SimpleNamespace(records=records, source="results folder results/")
+
+    png, caption = att.report_alignment_figure(data, rows, tmp_path / "out" / "table2_alignment.png")
+    assert png == str(tmp_path / "out" / "table2_alignment.png")
+    both = png_size(png)
+    assert "transformer (transformer, run t-run, greedy); rnn (rnn, run r-run, greedy)." in caption, caption
+    assert "not drawn" not in caption and "rnn-params" not in caption
+    aligns, _ = att.alignments(runs["rnn"], 1)
+    assert aligns[0].text == "two dogs play in the snow ."
+
+    data.source = "W&B team/proj, group t2"
+    png, caption = att.report_alignment_figure(data, rows, tmp_path / "out" / "wandb.png")
+    assert caption == ("Cross-attention of one dev sentence per architecture: not drawn, needs the results folder "
+                       "(the run folders' checkpoints); this report read W&B team/proj, group t2.")
+    png_size(png)
+
+    data.source = "results folder results/"
+    (runs["rnn"] / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+    png, caption = att.report_alignment_figure(data, rows, tmp_path / "out" / "damaged.png")
+    assert "transformer (transformer, run t-run, greedy)." in caption
+    assert " rnn (rnn) not drawn: its run r-run could not be loaded (" in caption, caption
+    assert png_size(png)[1] <= both[1]

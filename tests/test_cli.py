@@ -112,7 +112,7 @@ def test_sweep_keys_lists_every_sweep_file_key_with_its_meaning(capsys):
         assert help_text.strip() and lines[key].rstrip().endswith(help_text.strip()), f"{key} has no meaning"
         assert f" {kind} " in lines[key] and f"default {default}" in lines[key]
     for key in ("name", "experiment", "metric", "sampler.type", "pruner.type", "heartbeat.interval",
-                "report.horizon", "seeds", "n_trials"):
+                "report.k", "seeds", "n_trials"):
         assert key in lines, key
     assert cli.main(["sweep", "--keys", "heartbeat."]) == 0
     assert {line.split()[0] for line in capsys.readouterr().out.splitlines()} == {

@@ -24,8 +24,8 @@ from lightning_tfm.sweep import load_sweep
 
 RUN_ID = "report-rep-table3"
 PPL_COLUMNS, BLEU_COLUMNS = ([c.key for c in columns(view)] for view in (WANDB_PPL, WANDB_BLEU))
-PNGS = ("bleu_vs_params.png", "changes.png", "dev_ppl_by_family.png", "norm_curves.png", "positional.png",
-        "ppl_vs_flops.png")
+PNGS = ("bleu_vs_params.png", "changes.png", "dev_ppl_by_family.png", "norm_curves.png", "outlook.png",
+        "positional.png", "ppl_vs_flops.png")
 
 
 def copy_db(src: Path, dest: Path) -> None:
@@ -260,11 +260,12 @@ def test_run_ids_notes_and_headline_numbers():
     assert (h["dev_ppl/rows_beyond_noise"], h["dev_ppl/rows_within_noise"]) == (2, 1)
     assert (h["dev_bleu/agree_rows"], h["dev_bleu/rows_beyond_noise"], h["both/agree_rows"]) == (1, 0, 1)
     assert "dev_bleu/agreement_beyond_noise" not in h and h["wall_time_s"] == 60.0
-    # the budget verdicts, when table3.csv has them (A1 a finding that agrees, A2 one that does not)
-    rows[1]["ppl_verdict"], rows[2]["ppl_verdict"], rows[3]["ppl_verdict"] = "finding", "finding", "within noise"
+    # the verdicts, when table3.csv has them (A1 holds and agrees, A2 holds and does not)
+    rows[1]["ppl_verdict"], rows[2]["ppl_verdict"], rows[3]["ppl_verdict"] = "holds", "holds", "within noise"
     h = dashboards.headline_numbers(rows)
     assert (h["dev_ppl/agree_rows_findings"], h["dev_ppl/compared_rows_findings"]) == (1, 2)
-    assert (h["dev_ppl/verdict_finding"], h["dev_ppl/verdict_within_noise"], h["dev_ppl/verdict_still_moving"]) == (2, 1, 0)
+    assert (h["dev_ppl/verdict_holds"], h["dev_ppl/verdict_within_noise"], h["dev_ppl/verdict_may_flip"],
+            h["dev_ppl/verdict_too_few_points"]) == (2, 1, 0, 0)
     assert h["dev_ppl/rows_within_noise"] == 1  # the noise count, beside the verdicts
 
 
@@ -308,3 +309,62 @@ def test_the_family_plot_shows_the_base_as_one_mean_curve_with_its_seeds_range_s
     views = {b.label: [t.name for t, v in zip(fig.data, b.args[0]["visible"]) if v and t.showlegend is not False]
              for b in menu.buttons}
     assert views["A"] == ["base (mean of 3 seeds, their range shaded)", "A1"] and views["D"][-1] == "D1"
+
+
+def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
+    """A Table 2 report (sweeps/table2-smoke.yaml, run folders written without training: test_table2_report.py's
+    :func:`write_smoke_runs`, and an empty study) published as Table 3's is (:func:`dashboards.publish`): the W&B run
+    ``report-<sweep>-table2`` (read back from its offline files) holds table2.csv's rows as a W&B table, each row's
+    numbers and the claim's lines in its summary, the report's figures and files; the study's note gets the claim
+    and the rows in a block of its own, a person's note kept; no custom plots."""
+    from optuna_dashboard import get_note, save_note
+    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
+    from test_table2_report import write_smoke_runs
+
+    results, out = tmp_path / "results", tmp_path / "build"
+    sweep = write_smoke_runs(results)
+    storage = f"sqlite:///{results / 'table2-smoke.db'}"
+    save_note(optuna.create_study(study_name=sweep.name, storage=storage), "A person's remark.\n")
+    p = ltfm("report", sweep.path, "--results", results, "--out", out)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    lines = dashboards.publish(sweep, {"sweep_file": str(sweep.path), "results_dir": str(results),
+                                       "storage": None}, out)
+    (run,) = read_runs(results / "wandb-report")
+    folder = run.path.parent
+    assert lines == [f"  W&B: report run report-table2-smoke-table2, offline in {folder} (upload: wandb sync "
+                     f"{folder})", "  optuna-dashboard: note on study table2-smoke"]
+    assert (run.run_id, run.job_type, run.group, run.exit_code) == ("report-table2-smoke-table2", "report",
+                                                                    "table2-smoke", 0)
+    assert run.config["report.kind"] == "table2" and run.config["report.folder"] == str(out)
+
+    rows = list(csv.DictReader(io.StringIO((out / "table2.csv").read_text())))
+    (table,) = run.tables["table2/rows"]
+    assert table["columns"] == list(rows[0]) and len(table["data"]) == len(rows) == 2 + 4  # ours, the paper's
+    for row, cells in zip(rows, table["data"]):
+        bad = [(c, row[c], v) for c, v in zip(table["columns"], cells) if not same_cell(row[c], v)]
+        assert not bad, (row["variant"], bad)
+    s = run.summary
+    assert (s["transformer/test_bleu"], s["rnn/test_bleu"], s["rnn/seeds_completed"]) == (12.0, 9.0, 1)
+    assert s["rnn/train_flops"] == pytest.approx(float(rows[1]["train_flops"]))
+    md = (out / "table2.md").read_text()
+    assert s["claims"].splitlines() == [ln[2:] for ln in md.splitlines() if ln.startswith("- (")] and s["bleu_curves"]
+
+    (logged,) = [h for h in run.history if any(k.startswith("figures/") for k in h)]
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == ["table2_alignment.png", "table2_curves.png"]
+    for name in pngs:
+        image = logged[f"figures/{Path(name).stem}"]
+        assert (folder / "files" / image["path"]).read_bytes() == (out / name).read_bytes()
+    (artifact,) = [r.artifact for r in read_records(run.path) if r.WhichOneof("record_type") == "artifact"
+                   and r.artifact.type == "report"]
+    assert artifact.name == "table2-table2-smoke"
+    assert sorted(c.path for c in artifact.manifest.contents) == ["table2.csv", "table2.html", "table2.md"]
+
+    study = optuna.load_study(study_name=sweep.name, storage=storage)
+    note = get_note(study)
+    begin, end = dashboards.NOTES["table2"]
+    assert note.startswith(begin + "\n\n# Table 2 at small scale: sweep table2-smoke") and note.count(begin) == 1
+    claims = md.split("## The claim checked", 1)[1].split("\n## ", 1)[0]
+    assert claims.strip() in note and "| transformer | transformer | 12.00 |" in note
+    assert note.index(end) < note.index("A person's remark.") and str(out / "table2.html") in note
+    assert get_plotly_graph_objects(study._storage.get_study_system_attrs(study._study_id)) == {}

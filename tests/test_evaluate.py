@@ -1,8 +1,10 @@
-"""BLEU, checkpoint loading/averaging and the evaluate / translate / average commands (real subprocesses).
+"""BLEU, checkpoint loading/averaging and the evaluate / translate / average commands.
 
 The run folder is built here the way ``ltfm train`` lays it out (config.yaml, tokenizer.json, Lightning
 checkpoints with ``model.``-prefixed state_dict and the config in ``hyper_parameters``), with a tiny
-random model, so these tests do not depend on training.
+random model, so these tests do not depend on training. The commands run in real subprocesses where the process
+is what is tested (BLEU beside sacreBLEU's command line, stdin to stdout, one bad input's exit status), else with
+``cli.main`` in this process (``ltfm_here``), which spares each a new interpreter's seconds of imports.
 """
 from __future__ import annotations
 
@@ -121,18 +123,18 @@ def test_evaluate_prints_the_bleu_of_sacrebleus_command_line(run_dir, src_ref):
     assert "tokenized BLEU with compound splitting" in p.stdout  # target is German
 
 
-def test_evaluate_a_configured_split_and_other_output(run_dir, tmp_path):
+def test_evaluate_a_configured_split_and_other_output(run_dir, tmp_path, ltfm_here):
     out = tmp_path / "flickr.txt"
-    p = ltfm("evaluate", run_dir, "--split", "test_2016_flickr", "--checkpoint", "best", "--out", out)
+    p = ltfm_here("evaluate", run_dir, "--split", "test_2016_flickr", "--checkpoint", "best", "--out", out)
     assert p.returncode == 2 and "best" in p.stderr  # no best.ckpt recorded in this run
-    p = ltfm("evaluate", run_dir, "decode.beam_size=1", "--split", "test_2016_flickr", "--out", out)
+    p = ltfm_here("evaluate", run_dir, "decode.beam_size=1", "--split", "test_2016_flickr", "--out", out)
     assert p.returncode == 0, p.stderr
     assert len(out.read_text().splitlines()) == 20  # the run's data.max_test_pairs
     assert "sacreBLEU = " in p.stdout and "beam 1" in p.stdout
 
 
 # ----------------------------------------------------------------------------------------- checkpoints
-def test_averaging_two_checkpoints_gives_the_mean_of_their_tensors(run_dir, tmp_path):
+def test_averaging_two_checkpoints_gives_the_mean_of_their_tensors(run_dir, tmp_path, ltfm_here):
     ck = run_dir / "checkpoints"
     a = torch.load(ck / "step=000001.ckpt", weights_only=True)["state_dict"]
     b = torch.load(ck / "step=000002.ckpt", weights_only=True)["state_dict"]
@@ -146,7 +148,7 @@ def test_averaging_two_checkpoints_gives_the_mean_of_their_tensors(run_dir, tmp_
 
     # The command averages the last N step checkpoints by step number, into a loadable checkpoint.
     out = tmp_path / "avg.ckpt"
-    p = ltfm("average", run_dir, "--last", "2", "--out", out)
+    p = ltfm_here("average", run_dir, "--last", "2", "--out", out)
     assert p.returncode == 0, p.stderr
     assert "step=000002.ckpt, step=000003.ckpt" in p.stdout
     model, _, _ = load_model(run_dir, str(out))
@@ -181,7 +183,7 @@ def test_load_model_checkpoint_choices(run_dir, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- translate
-def test_translate_round_trips_stdin_to_stdout_line_for_line(run_dir):
+def test_translate_round_trips_stdin_to_stdout_line_for_line(run_dir, ltfm_here):
     lines = read_lines(DATA / "test_2016_flickr.en.gz")[:9]
     lines[2] = ""
     lines[5] = "   "
@@ -197,8 +199,8 @@ def test_translate_round_trips_stdin_to_stdout_line_for_line(run_dir):
     expected, _ = translate_lines(model, tok, lines, dataclasses.replace(cfg.decode, beam_size=2))
     assert out == expected
     assert all(out[i] for i in range(len(lines)) if lines[i].strip())
-    # The last line needs no trailing newline.
-    p = ltfm("translate", run_dir, "decode.beam_size=2", stdin=lines[0] + "\n" + lines[1])
+    # The last line needs no trailing newline (in this process: the pipe is tested above).
+    p = ltfm_here("translate", run_dir, "decode.beam_size=2", input=lines[0] + "\n" + lines[1])
     assert p.returncode == 0 and p.stdout.split("\n")[:-1] == expected[:2]
 
 
@@ -211,7 +213,7 @@ def one_line_error(p: subprocess.CompletedProcess, *words: str) -> None:
         assert w in lines[0], (w, lines[0])
 
 
-def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path):
+def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path, ltfm_here):
     src, ref, _ = src_ref
     hyps_before = sorted((run_dir / "hyps").glob("*")) if (run_dir / "hyps").exists() else []
     # A run folder without checkpoints.
@@ -219,36 +221,36 @@ def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path):
     bare.mkdir()
     shutil.copy(run_dir / "config.yaml", bare)
     shutil.copy(run_dir / "tokenizer.json", bare)
-    one_line_error(ltfm("evaluate", bare, "--src", src, "--ref", ref), str(bare), "no checkpoints", "ltfm train")
-    one_line_error(ltfm("translate", bare, stdin="A man.\n"), "no checkpoints")
+    one_line_error(ltfm_here("evaluate", bare, "--src", src, "--ref", ref), str(bare), "no checkpoints", "ltfm train")
+    one_line_error(ltfm_here("translate", bare, input="A man.\n"), "no checkpoints")
     # A checkpoint from another vocabulary.
     cfg = config.load_config(run_dir / "config.yaml")
     other = tmp_path / "other.ckpt"
     save_checkpoint(other, build_model(cfg.model, 410), cfg, 1)
-    one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", other),
+    one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", other),  # a real process
                    "vocabulary", "410", "another run")
     # A checkpoint whose stored config is malformed (a key this version does not know, a section not a mapping)
     for bad_config in ({**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "nonsense": 1}}, {"model": "big"}):
         broken = tmp_path / "broken.ckpt"
         torch.save({"state_dict": {"model." + k: v for k, v in build_model(cfg.model, 410).state_dict().items()},
                     "hyper_parameters": {"config": bad_config, "vocab_size": 410}}, broken)
-        one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", broken),
+        one_line_error(ltfm_here("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", broken),
                        str(broken), "stores a config this version cannot read")
     # Files with different line counts, and an empty input.
     short = tmp_path / "short.de"
     short.write_text("\n".join(ref.read_text().splitlines()[:-1]) + "\n")
-    one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", short), "12 lines", "11")
+    one_line_error(ltfm_here("evaluate", run_dir, "--src", src, "--ref", short), "12 lines", "11")
     empty = tmp_path / "empty.en"
     empty.write_text("")
-    one_line_error(ltfm("evaluate", run_dir, "--src", empty, "--ref", empty), "empty")
-    one_line_error(ltfm("translate", run_dir, stdin=""), "no input")
-    one_line_error(ltfm("evaluate", run_dir, "model.heads=4", "--src", src, "--ref", ref), "model.heads")
-    one_line_error(ltfm("average", bare), "no checkpoints")
+    one_line_error(ltfm_here("evaluate", run_dir, "--src", empty, "--ref", empty), "empty")
+    one_line_error(ltfm_here("translate", run_dir, input=""), "no input")
+    one_line_error(ltfm_here("evaluate", run_dir, "model.heads=4", "--src", src, "--ref", ref), "model.heads")
+    one_line_error(ltfm_here("average", bare), "no checkpoints")
     # --out naming a folder, or a path under a file: one line before any decoding or averaging
-    one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--out", tmp_path), "is a folder")
-    one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--out", src / "x.txt"), "is a file")
+    one_line_error(ltfm_here("evaluate", run_dir, "--src", src, "--ref", ref, "--out", tmp_path), "is a folder")
+    one_line_error(ltfm_here("evaluate", run_dir, "--src", src, "--ref", ref, "--out", src / "x.txt"), "is a file")
     made = sorted(tmp_path.rglob("*.ckpt"))
-    one_line_error(ltfm("average", run_dir, "--out", tmp_path), "is a folder")
+    one_line_error(ltfm_here("average", run_dir, "--out", tmp_path), "is a folder")
     assert sorted(tmp_path.rglob("*.ckpt")) == made
     # Nothing half-written.
     assert not (bare / "hyps").exists() and not (tmp_path / "hyps").exists()

@@ -264,7 +264,7 @@ def test_the_report_leads_with_its_picture_and_writes_every_figure_in_paper_form
              env={"OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     pngs = sorted(f.name for f in out.glob("*.png"))
-    assert "changes.png" in pngs and len(pngs) == 6 and f"figures: {', '.join(pngs)} (each also as svg, pdf)" in p.stdout
+    assert "changes.png" in pngs and len(pngs) == 7 and f"figures: {', '.join(pngs)} (each also as svg, pdf)" in p.stdout
     for png in pngs:
         stem = out / png[:-4]
         assert ElementTree.parse(f"{stem}.svg").getroot().tag == "{http://www.w3.org/2000/svg}svg", png

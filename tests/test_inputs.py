@@ -1,17 +1,19 @@
 """What a user types or writes is read whole and bounded: override values, YAML files (alias bombs, nesting,
-size, encoding), search spaces; and the commands that read no data (sweep --dry-run, --status) need none."""
+size, encoding), search spaces; and the commands that read no data (sweep --dry-run, --status) need none.
+
+The commands run with ``cli.main`` in this process (``ltfm_here``: a new process spends seconds importing torch
+before it refuses anything), the alias bombs in a process of bounded memory."""
 from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE, ltfm
+from conftest import ROOT, SMOKE
 from lightning_tfm.training import config
 from lightning_tfm.training.errors import UserError
 
@@ -54,14 +56,14 @@ def test_an_override_whose_comment_yaml_would_drop_is_refused(text):
     assert "\n" not in str(e.value)
 
 
-def test_prepare_and_config_read_a_path_with_a_hash_whole(tmp_path):
+def test_prepare_and_config_read_a_path_with_a_hash_whole(tmp_path, ltfm_here):
     cfg = config.load_config(SMOKE, [f"data.path={tmp_path}/lf #2"])
     assert cfg.data.path == str(tmp_path / "lf #2")
-    p = ltfm("prepare", SMOKE, f"data.path={tmp_path}/lf #2", f"data.cache_dir={tmp_path / 'cache'}")
+    p = ltfm_here("prepare", SMOKE, f"data.path={tmp_path}/lf #2", f"data.cache_dir={tmp_path / 'cache'}")
     _one_line(p, "lf #2", "does not exist")  # not "{tmp_path}/lf", another folder
-    p = ltfm("config", SMOKE, f"data.path={tmp_path}/lf #2")
+    p = ltfm_here("config", SMOKE, f"data.path={tmp_path}/lf #2")
     assert p.returncode == 0 and yaml.safe_load(p.stdout)["data"]["path"] == f"{tmp_path}/lf #2", p.stderr
-    p = ltfm("config", SMOKE, f"data.path={tmp_path}", "model.heads=4 # four")
+    p = ltfm_here("config", SMOKE, f"data.path={tmp_path}", "model.heads=4 # four")
     _one_line(p, "model.heads", "comment")
 
 
@@ -74,25 +76,43 @@ def _bomb(levels: int = 9) -> str:
     return v
 
 
-def _limited(*args, cwd=ROOT):
-    """The CLI with its heap bounded (RLIMIT_DATA: not the shared libraries' mappings, which a CUDA build of torch
-    makes large): a bomb that gets expanded fails fast instead of taking the machine's memory (the timeout only
-    guards the test run)."""
-    def limit():
-        resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))
-    return subprocess.run([sys.executable, "-m", "lightning_tfm", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, preexec_fn=limit, timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
+BOUNDED = """
+import contextlib, io, json, resource, sys
+resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))
+from lightning_tfm.cli import main
+
+answers = []
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        answers.append([main(args), out.getvalue(), err.getvalue()])
+print(json.dumps(answers))
+"""
+
+
+def _limited(*commands, cwd=ROOT) -> list[subprocess.CompletedProcess]:
+    """Each command by ``cli.main`` in one process whose heap is bounded (RLIMIT_DATA: not the shared libraries'
+    mappings, which a CUDA build of torch makes large): a bomb that gets expanded fails fast instead of taking the
+    machine's memory (the timeout only guards the test run). One process for all: each would spend seconds
+    importing torch."""
+    p = subprocess.run([sys.executable, "-c", BOUNDED, json.dumps([[str(a) for a in c] for c in commands])],
+                       capture_output=True, text=True, cwd=cwd, timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
+    assert p.returncode == 0 and not p.stderr, p.stderr[-2000:]
+    return [subprocess.CompletedProcess(c, *answer) for c, answer in zip(commands, json.loads(p.stdout))]
 
 
 def test_an_alias_bomb_is_refused_in_one_line_in_a_file_an_override_and_a_sweep(tmp_path):
     exp = tmp_path / "exp.yaml"
     exp.write_text(f"wandb:\n  tags: {_bomb()}\n")
-    _one_line(_limited("config", exp, f"data.path={tmp_path}"), "exp.yaml", "aliases")
-    _one_line(_limited("config", SMOKE, f"data.path={tmp_path}", f"wandb.tags={_bomb()}"), "wandb.tags", "aliases")
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(f"name: s\nexperiment: {SMOKE}\nvariants:\n  base: {{wandb.tags: {_bomb()}}}\n")
-    for cmd in (("sweep", sweep, "--dry-run", f"data.path={tmp_path}"), ("prepare", sweep), ("report", sweep)):
-        _one_line(_limited(*cmd), "sweep.yaml", "aliases")
+    in_file, in_override, *in_sweep = _limited(
+        ("config", exp, f"data.path={tmp_path}"), ("config", SMOKE, f"data.path={tmp_path}", f"wandb.tags={_bomb()}"),
+        ("sweep", sweep, "--dry-run", f"data.path={tmp_path}"), ("prepare", sweep), ("report", sweep))
+    _one_line(in_file, "exp.yaml", "aliases")
+    _one_line(in_override, "wandb.tags", "aliases")
+    for p in in_sweep:
+        _one_line(p, "sweep.yaml", "aliases")
     from lightning_tfm.sweep import load_sweep
     with pytest.raises(UserError, match="aliases"):
         load_sweep(sweep)
@@ -186,23 +206,23 @@ def test_good_search_spaces_pass(tmp_path):
     assert dist["model.dropout"].low == 1e-5 and dist["model.d_ff"].step == 64
 
 
-def test_a_bad_search_space_stops_the_dry_run_in_one_line(tmp_path, data_dir):
+def test_a_bad_search_space_stops_the_dry_run_in_one_line(tmp_path, data_dir, ltfm_here):
     sweep = _space_sweep(tmp_path, {"model.dropout": {"type": "float", "low": 0, "high": 0.3, "log": True}})
-    _one_line(ltfm("sweep", sweep, "--dry-run", f"data.path={data_dir}"), "log: true needs low > 0")
+    _one_line(ltfm_here("sweep", sweep, "--dry-run", f"data.path={data_dir}"), "log: true needs low > 0")
 
 
 # ------------------------------------------------------------------------------- commands that read no data
-def test_sweep_dry_run_and_status_need_no_data(tmp_path, data_dir):
+def test_sweep_dry_run_and_status_need_no_data(tmp_path, data_dir, ltfm_here):
     """`ltfm sweep sweeps/table3-cpu.yaml --status` as `make ablation` and the README print it, and --dry-run."""
     from lightning_tfm.sweep import Plan, enqueue_missing, load_sweep, open_storage, open_study
 
-    p = ltfm("sweep", "sweeps/table3-cpu.yaml", "--dry-run")
+    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", "--dry-run")
     assert p.returncode == 0, p.stderr
     assert "not shown without the data" in p.stdout and "base     seed 1" in p.stdout, p.stdout
-    p = ltfm("sweep", "sweeps/smoke.yaml", "--dry-run", "--json")
+    p = ltfm_here("sweep", "sweeps/smoke.yaml", "--dry-run", "--json")
     rows = json.loads(p.stdout)
     assert rows and all(r["params"] and r["run_id"] is None for r in rows), rows  # the ids need data.path
-    p = ltfm("sweep", "sweeps/smoke.yaml", "--dry-run", "--json", f"data.path={data_dir}")
+    p = ltfm_here("sweep", "sweeps/smoke.yaml", "--dry-run", "--json", f"data.path={data_dir}")
     assert all(r["run_id"].startswith(f"smoke-{r['name']}-s{r['seed']}-") for r in json.loads(p.stdout))
 
     results = tmp_path / "results"
@@ -211,10 +231,10 @@ def test_sweep_dry_run_and_status_need_no_data(tmp_path, data_dir):
     plan = Plan(sweep, [f"data.path={data_dir}", f"run.results_dir={results}"])
     study = open_study(sweep, open_storage(f"sqlite:///{results / 'smoke.db'}"))
     enqueue_missing(study, plan)
-    p = ltfm("sweep", "sweeps/smoke.yaml", "--status", f"run.results_dir={results}")
+    p = ltfm_here("sweep", "sweeps/smoke.yaml", "--status", f"run.results_dir={results}")
     assert p.returncode == 0, p.stderr
     assert f"{len(sweep.entries())} waiting" in p.stdout, p.stdout
-    p = ltfm("sweep", "sweeps/smoke.yaml", f"run.results_dir={results}")  # training still needs it
+    p = ltfm_here("sweep", "sweeps/smoke.yaml", f"run.results_dir={results}")  # training still needs it
     _one_line(p, "data.path is not set")
 
 

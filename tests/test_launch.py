@@ -152,12 +152,12 @@ def test_a_rows_own_seeds_and_bad_ones(tmp_path):
             load_sweep(f)
 
 
-def test_bad_workers_argument_stops_with_one_line(tmp_path, data_dir):
+def test_bad_workers_argument_stops_with_one_line(tmp_path, data_dir, ltfm_here):
     for args, msg in ((["--workers", "0"], "--workers '0' must be a count of at least 1 or 'auto'"),
                       (["--workers", "many"], "--workers 'many' must be a count"),
                       (["--workers", "auto", "--workers-per-gpu", "0"], "--workers-per-gpu 0 must be at least 1"),
                       (["--workers-per-gpu", "2"], "--workers-per-gpu goes with --workers auto")):
-        p = ltfm("sweep", "sweeps/smoke.yaml", *args, f"data.path={data_dir}", f"run.results_dir={tmp_path}")
+        p = ltfm_here("sweep", "sweeps/smoke.yaml", *args, f"data.path={data_dir}", f"run.results_dir={tmp_path}")
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
     assert not list(tmp_path.iterdir())  # nothing written
 

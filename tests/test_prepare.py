@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, SMOKE, default_signals, ltfm
+from conftest import ROOT, SMOKE, default_signals
 from lightning_tfm.training import corpus as K
 from lightning_tfm.training.config import load_config, run_id
 from lightning_tfm.training.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
@@ -190,16 +190,16 @@ def test_a_damaged_cache_is_rebuilt_not_used(tmp_path, capfd):
 
 
 @pytest.mark.slow
-def test_a_long_dev_line_is_truncated_and_counted(tmp_path):
+def test_a_long_dev_line_is_truncated_and_counted(tmp_path, ltfm_here, monkeypatch):
     data = small_corpus(tmp_path / "data")
     lines = (data / "val.en").read_text().splitlines()
     lines[3] = " ".join(["word"] * 5000)
     (data / "val.en").write_text("\n".join(lines) + "\n")
     results = tmp_path / "results"
-    p = ltfm("train", SMOKE, f"data.path={data}", f"run.results_dir={results}", "data.max_train_pairs=null",
-             "data.vocab_size=100", "model.max_positions=64", "train.max_steps=2", "train.val_every_steps=2",
-             "train.accelerator=cpu", "train.precision=32", "decode.beam_size=1", "decode.max_len_b=5",
-             env={"WANDB_DIR": str(tmp_path)})
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # what is tested is the data, not tracking
+    p = ltfm_here("train", SMOKE, f"data.path={data}", f"run.results_dir={results}", "data.max_train_pairs=null",
+                  "data.vocab_size=100", "model.max_positions=64", "train.max_steps=2", "train.val_every_steps=2",
+                  "train.accelerator=cpu", "train.precision=32", "decode.beam_size=1", "decode.max_len_b=5")
     assert p.returncode == 0, p.stderr[-2000:]
     (run,) = [d for d in results.iterdir() if d.is_dir()]
     s = json.loads((run / "summary.json").read_text())
@@ -226,23 +226,22 @@ def test_resume_on_another_vocabulary_is_refused(tmp_path):
         other.use_in_run(run, write=False)
 
 
-@pytest.mark.slow
-def test_prepare_command_and_sweep_dry_run_report_the_cache(tmp_path):
+def test_prepare_command_and_sweep_dry_run_report_the_cache(tmp_path, ltfm_here):
     data = small_corpus(tmp_path / "data")
     args = [f"data.path={data}", f"run.results_dir={tmp_path / 'results'}"]
-    p = ltfm("sweep", "sweeps/table3-cpu.yaml", *args, "--dry-run")
+    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", *args, "--dry-run")
     assert p.returncode == 0, p.stderr
     assert "prepared corpus:" in p.stdout and "does not exist yet" in p.stdout
-    p = ltfm("prepare", "experiments/multi30k-cpu.yaml", *args)  # the experiment alone has a test split
+    p = ltfm_here("prepare", "experiments/multi30k-cpu.yaml", *args)  # the experiment alone has a test split
     assert p.returncode == 0, p.stderr
     assert "training pairs" in p.stderr and "vocabulary" in p.stdout
-    p = ltfm("sweep", "sweeps/table3-cpu.yaml", *args, "--dry-run")
+    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", *args, "--dry-run")
     assert "does not exist yet" in p.stdout, p.stdout
-    p = ltfm("prepare", "sweeps/table3-cpu.yaml", *args)  # a sweep file: its trials' corpus
+    p = ltfm_here("prepare", "sweeps/table3-cpu.yaml", *args)  # a sweep file: its trials' corpus
     assert p.returncode == 0, p.stderr
-    p = ltfm("sweep", "sweeps/table3-cpu.yaml", *args, "--dry-run")
+    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", *args, "--dry-run")
     assert "exists (every trial maps it)" in p.stdout, p.stdout
-    p = ltfm("prepare", SMOKE, f"data.path={tmp_path / 'nowhere'}")
+    p = ltfm_here("prepare", SMOKE, f"data.path={tmp_path / 'nowhere'}")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "does not exist" in p.stderr
 
 

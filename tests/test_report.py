@@ -30,7 +30,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 # The sweep of these tests (`swept`, `write_sweep`: tests/conftest.py, shared with tests/test_dashboards.py).
 ORDER = ["base", "A1", "D1", "prenorm", "odd", "crash"]     # paper order, then the file's other rows
 PNGS = ("changes.png", "dev_ppl_by_family.png", "ppl_vs_flops.png", "bleu_vs_params.png", "norm_curves.png",
-        "positional.png")
+        "positional.png", "outlook.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -81,9 +81,10 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     facts = [ln for ln in head_lines if ln.startswith("- ")]
     assert facts[0].startswith("- Direction agrees with the paper: dev PPL ")
     assert facts[1].startswith("- Beyond seed noise: unknown, the base row has 1 completed seed(s)")
-    # one base seed: no row's verdict can be more than unknown (A1 and prenorm; the others have no change)
-    assert facts[2].startswith("- Budget verdicts (dev PPL learning curves against the base's): 0 finding(s), 0 still "
-                               "moving, 0 within noise, 2 unknown; direction agrees with the paper on the findings")
+    # one base seed: no row's verdict can be more than too few points (A1 and prenorm; the others have no change)
+    assert facts[2].startswith("- Verdicts (dev PPL learning curves extrapolated to 3 × the budget): 0 hold, 0 may "
+                               "flip, 0 within noise, 2 too few points; direction agrees with the paper on the rows "
+                               "that hold")
     assert re.search(r"^- Sweep: 3 completed run\(s\) of 5; wall time [\d.]+ (s|min) \(first start", facts[3]), facts[3]
     assert re.search(r"^- Machine: .+, \d+ cores \(", facts[4]), facts[4]  # CPU model, recorded by the sweep
     assert re.search(r"; trained in (fp32|bf16 \(mixed\))\.$", facts[4]), facts[4]  # what train.precision auto became
@@ -113,7 +114,7 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert rows["A1"]["ΔPPL ours"] == f"{d:+.2f} ({100 * d / base['dev_ppl']:+.0f}%)"
     assert rows["A1"]["PPL agrees"] == ("yes" if a1["dev_ppl"] > base["dev_ppl"] else "no")
     assert rows["A1"]["PPL beyond noise"] == rows["A1"]["BLEU beyond noise"] == "unknown"  # one seed
-    assert rows["A1"]["budget verdict"] == "unknown (seed noise unknown: one base seed)"
+    assert rows["A1"]["budget verdict"] == "too few points (seed noise unknown: one base seed)"
     assert re.fullmatch(r"budget \d\.\d+e\+\d+ FLOPs", rows["base"]["ΔPPL ours at base FLOPs"])
     assert rows["base"]["PPL beyond noise"] == "noise unknown (1 seed)"
     assert rows["A1"]["ΔBLEU ours"].rstrip("*").startswith(f"{a1['dev_bleu'] - base['dev_bleu']:+.2f}")
@@ -139,7 +140,7 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert float(by["A1"]["paper_dev_ppl"]) == 5.29 and int(by["A1"]["params"]) == a1["params"]
     assert 0 < float(by["A1"]["bleu_p_value"]) <= 1 and by["A1"]["ppl_noise"] == "unknown"
     assert 0 <= int(by["A1"]["bleu_differing"]) <= int(by["A1"]["bleu_sentences"]) == 30
-    assert by["A1"]["ppl_verdict"] == "unknown" and float(by["A1"]["flops_per_step"]) == float(by["base"]["flops_per_step"])
+    assert by["A1"]["ppl_verdict"] == "too few points" and float(by["A1"]["flops_per_step"]) == float(by["base"]["flops_per_step"])
     # A1 (h 1, d_k 32 = d_model) costs the base's FLOPs a step: at equal compute, the equal-steps change
     assert float(by["A1"]["delta_ppl_equal_flops"]) == pytest.approx(float(by["A1"]["delta_ppl"]), rel=1e-4)
     assert float(by["prenorm"]["train_flops"]) > 0 and by["D1"]["flops_per_step"] == ""

@@ -1,5 +1,7 @@
 """Optuna sweeps (``ltfm sweep``), end to end: real ``ltfm`` processes, real SQLite files, a real PostgreSQL
-server (tests/pg.py), real signals. Trainings are shrunk to a few seconds each with TINY overrides."""
+server (tests/pg.py), real signals. Trainings are shrunk to a few seconds each with TINY overrides. What trains
+nothing (dry runs, --status, bad sweep files) runs ``cli.main`` in this process (``ltfm_here``): a new process
+spends seconds importing torch and Optuna before it prints a line."""
 from __future__ import annotations
 
 import csv
@@ -68,9 +70,9 @@ def resolved(base: Config, overrides: dict) -> dict:
 # ------------------------------------------------------------------------------------------------------------
 # Sweep files and dry runs (no training)
 # ------------------------------------------------------------------------------------------------------------
-def test_table3_dry_run_lists_the_paper_rows_with_its_parameter_counts():
+def test_table3_dry_run_lists_the_paper_rows_with_its_parameter_counts(ltfm_here):
     # The issue's command, word for word.
-    p = ltfm("sweep", "sweeps/table3.yaml", "--dry-run", "--json", "data.vocab_size=41000")
+    p = ltfm_here("sweep", "sweeps/table3.yaml", "--dry-run", "--json", "data.vocab_size=41000")
     assert p.returncode == 0, p.stderr[-2000:]
     rows = json.loads(p.stdout)
     assert [r["name"] for r in rows] == ROWS
@@ -141,9 +143,8 @@ def test_dashboard_sees_the_metric_name_each_rows_name_family_and_knobs(tmp_path
     assert importances and set(importances) <= set(a1.params)
 
 
-@pytest.mark.slow
-def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir):
-    p = ltfm("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "--dry-run", "--json")
+def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir, ltfm_here):
+    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "--dry-run", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
     listed = json.loads(p.stdout)
     rows = {r["name"]: r for r in listed}
@@ -168,17 +169,17 @@ def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir):
             assert (cfg["model.dropout"], cfg["train.label_smoothing"]) == (float(paper["dropout"]), float(paper["label_smoothing"]))
     assert rows["big"]["max_steps"] == 3 * rows["base"]["max_steps"]
     # The budget knob: one override sets every row's steps; big keeps its factor 3.
-    p = ltfm("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "train.max_steps=200", "--dry-run", "--json")
+    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "train.max_steps=200", "--dry-run", "--json")
     steps = {r["name"]: r["max_steps"] for r in json.loads(p.stdout)}
     assert steps["base"] == steps["C3"] == 200 and steps["big"] == 600
 
 
-def test_the_continued_rows_resume_the_protocols_run_folders(data_dir):
+def test_the_continued_rows_resume_the_protocols_run_folders(data_dir, ltfm_here):
     """sweeps/table3-cpu-continued.yaml trains rows of the CPU protocol longer: each of its rows is the protocol's
     row (the same config hash at the end of its run id, so it continues that run folder: tests/test_run_names.py
     trains it) with a larger budget, the base at its three seeds. Each sweep names its folders after its rows."""
     def dry(sweep_file):
-        p = ltfm("sweep", sweep_file, f"data.path={data_dir}", "--dry-run", "--json")
+        p = ltfm_here("sweep", sweep_file, f"data.path={data_dir}", "--dry-run", "--json")
         assert p.returncode == 0, p.stderr[-2000:]
         return {(r["name"], r["seed"]): r for r in json.loads(p.stdout)}
 
@@ -192,8 +193,8 @@ def test_the_continued_rows_resume_the_protocols_run_folders(data_dir):
         assert row["max_steps"] > protocol[name, seed]["max_steps"], (name, seed)
 
 
-def test_search_dry_run_samples_the_space(data_dir):
-    p = ltfm("sweep", "sweeps/search.yaml", f"data.path={data_dir}", "--dry-run", "--json", "--n-trials", "6")
+def test_search_dry_run_samples_the_space(data_dir, ltfm_here):
+    p = ltfm_here("sweep", "sweeps/search.yaml", f"data.path={data_dir}", "--dry-run", "--json", "--n-trials", "6")
     assert p.returncode == 0, p.stderr[-2000:]
     rows = json.loads(p.stdout)
     assert len(rows) == 6
@@ -234,8 +235,7 @@ def test_trial_overrides_reach_the_trial_process_exactly():
         assert parse_override(f"k={yaml_value(value)}") == ("k", value), value
 
 
-@pytest.mark.slow
-def test_bad_sweep_files_and_storage_give_one_line_errors(tmp_path, data_dir):
+def test_bad_sweep_files_and_storage_give_one_line_errors(tmp_path, data_dir, ltfm_here):
     good = {"name": "x", "experiment": str(SMOKE), "variants": {"base": {}}}
     cases = {
         "unknown top-level key": ({**good, "variantz": {}}, "variantz"),
@@ -251,23 +251,24 @@ def test_bad_sweep_files_and_storage_give_one_line_errors(tmp_path, data_dir):
     for case, (body, needle) in cases.items():
         path = tmp_path / "bad.yaml"
         path.write_text(body if isinstance(body, str) else yaml.safe_dump(body))
-        line = one_line_error(ltfm("sweep", path, f"data.path={data_dir}", f"run.results_dir={tmp_path / 'r'}"))
+        line = one_line_error(ltfm_here("sweep", path, f"data.path={data_dir}", f"run.results_dir={tmp_path / 'r'}"))
         assert needle in line, (case, line)
     assert not (tmp_path / "r").exists()  # nothing written
     ok = write_sweep(tmp_path, "ok", {"base": {}})
-    line = one_line_error(ltfm("sweep", ok, "run.seed=3", f"data.path={data_dir}"))
+    line = one_line_error(ltfm_here("sweep", ok, "run.seed=3", f"data.path={data_dir}"))
     assert "run.seed" in line
-    # Storage: unreachable server, malformed URL, unsupported scheme. The password is never shown.
+    # Storage: unreachable server, malformed URL, unsupported scheme. The password is never shown: the unreachable
+    # server in a real process too, where whatever a database library logs or warns would reach its stderr.
     from pg import free_port
     secret = "s3cretPassw0rd"
-    for url, needle in [(f"postgresql://ltfm:{secret}@127.0.0.1:{free_port()}/sweeps", "cannot open storage"),
-                        (f"postgresql://ltfm:{secret}@127.0.0.1:notaport/sweeps", "storage"),
-                        ("definitely not a url", "malformed"),
-                        (f"redis://ltfm:{secret}@127.0.0.1/0", "not supported")]:
-        p = ltfm("sweep", ok, f"data.path={data_dir}", f"run.results_dir={tmp_path / 'r2'}", "--storage", url)
+    for url, needle, run in [(f"postgresql://ltfm:{secret}@127.0.0.1:{free_port()}/sweeps", "cannot open storage", ltfm),
+                             (f"postgresql://ltfm:{secret}@127.0.0.1:notaport/sweeps", "storage", ltfm_here),
+                             ("definitely not a url", "malformed", ltfm_here),
+                             (f"redis://ltfm:{secret}@127.0.0.1/0", "not supported", ltfm_here)]:
+        p = run("sweep", ok, f"data.path={data_dir}", f"run.results_dir={tmp_path / 'r2'}", "--storage", url)
         line = one_line_error(p)
         assert needle in line and secret not in p.stderr + p.stdout, line
-    p = ltfm("sweep", ok, f"run.results_dir={tmp_path / 'r3'}", f"data.path={data_dir}", "--status")
+    p = ltfm_here("sweep", ok, f"run.results_dir={tmp_path / 'r3'}", f"data.path={data_dir}", "--status")
     assert "no sweep database" in one_line_error(p)
 
 
@@ -275,7 +276,7 @@ def test_bad_sweep_files_and_storage_give_one_line_errors(tmp_path, data_dir):
 # Real sweeps
 # ------------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_path, data_dir):
+def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_path, data_dir, ltfm_here):
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "rows", {
         "base": {"wandb.mode": "offline"},                    # (W&B only here: it costs seconds per run)
@@ -317,7 +318,8 @@ def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_pat
     assert "d_model" in odd.user_attrs["reason"] and "run_dir" not in odd.user_attrs
     assert len([d for d in results.iterdir() if (d / "summary.json").is_file()]) == 2
 
-    status = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "train.max_steps=30", "--status")
+    status = ltfm_here("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "train.max_steps=30",
+                       "--status")
     assert status.returncode == 0, status.stderr
     lines = {line.split()[1]: line for line in status.stdout.splitlines()[1:-1]}
     assert "complete" in lines["base"] and base.user_attrs["run_id"] in lines["base"]
@@ -668,7 +670,7 @@ def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, d
 
 
 @pytest.mark.slow
-def test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value(tmp_path, data_dir):
+def test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value(tmp_path, data_dir, ltfm_here):
     """A larger train.max_steps makes new trials that resume the same run folders; each new trial holds the
     dev value of every validation, the one at the resumed step too (its checkpoint predates that validation)."""
     results = tmp_path / "results"
@@ -679,8 +681,8 @@ def test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value(
     assert ltfm(*base, "train.max_steps=20", env=env).returncode == 0
     # the dry run names the run folder each row continues, and from which step
     [rid] = [d.name for d in results.iterdir() if (d / "summary.json").is_file()]
-    assert f"steps 30 (continues {rid} from step 20)" in ltfm(*base, "train.max_steps=30", "--dry-run", env=env).stdout
-    [row] = json.loads(ltfm(*base, "train.max_steps=20", "--dry-run", "--json", env=env).stdout)
+    assert f"steps 30 (continues {rid} from step 20)" in ltfm_here(*base, "train.max_steps=30", "--dry-run").stdout
+    [row] = json.loads(ltfm_here(*base, "train.max_steps=20", "--dry-run", "--json").stdout)
     assert (row["run_id"], row["trained_steps"], row["max_steps"]) == (rid, 20, 20)  # shown as "trained: <run id>"
     p = ltfm(*base, "train.max_steps=30", env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE, ltfm
+from conftest import ROOT, SMOKE
 from lightning_tfm.sweep import Plan, dry_run, load_sweep, trial_config
 from lightning_tfm.sweep import schema
 from lightning_tfm.sweep.spec import describe_keys
@@ -33,14 +33,15 @@ def test_every_key_of_every_section_is_listed_with_its_help():
     for extra in ("sampler.<argument>", "pruner.<argument>", "variants.<name>.<section.key>",
                   "overrides.<section.key>"):
         assert extra in rows
-    assert [k for k, *_ in describe_keys("report.")] == ["report.last_fraction", "report.horizon", "report.min_points"]
+    assert [k for k, *_ in describe_keys("report.")] == ["report.k", "report.min_points", "report.level",
+                                                     "report.bootstraps", "report.seed", "report.family"]
     assert schema.REPORT_DEFAULTS == dataclasses.asdict(schema.ReportSpec())
     with pytest.raises(UserError, match="no sweep-file key starts with 'nope'"):
         describe_keys("nope")
 
 
-def test_sweep_keys_on_the_command_line():
-    p = ltfm("sweep", "--keys", "heartbeat.")
+def test_sweep_keys_on_the_command_line(ltfm_here):
+    p = ltfm_here("sweep", "--keys", "heartbeat.")
     assert p.returncode == 0, p.stderr
     assert [line.split()[0] for line in p.stdout.splitlines()] == ["heartbeat.interval", "heartbeat.grace",
                                                                     "heartbeat.max_retry"]
@@ -62,7 +63,7 @@ SPACE = {"name": "s", "experiment": str(SMOKE), "space": {"model.dropout": {"typ
     ({**GOOD, "heartbeat": {"intervall": 5}}, "heartbeat: unknown key 'intervall': heartbeat takes interval"),
     ({**GOOD, "heartbeat": {"interval": "5s"}}, "heartbeat.interval must be a positive integer"),
     ({**GOOD, "heartbeat": [5]}, "heartbeat must be a mapping with interval, grace, max_retry"),
-    ({**GOOD, "report": {"horizon": "2x"}}, "report.horizon must be a number >= 1"),
+    ({**GOOD, "report": {"k": "2x"}}, "report.k must be a number >= 1"),
     ({**GOOD, "report": {"window": 3}}, "report: unknown key 'window'"),
     ({**GOOD, "overrides": {"model.headz": 2}}, "overrides: unknown config key 'model.headz'"),
     ({**GOOD, "variants": {"A1": {"model.headz": 2}}}, "variant A1: unknown config key 'model.headz'"),
@@ -81,10 +82,10 @@ def test_an_unknown_or_mistyped_key_in_each_section_is_one_line(tmp_path, body, 
     assert line.startswith(f"sweep file {str(f)!r}: ") and words in line and "\n" not in line, line
 
 
-def test_a_bad_sweep_file_stops_the_command_with_exit_2(tmp_path):
+def test_a_bad_sweep_file_stops_the_command_with_exit_2(tmp_path, ltfm_here):
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump({**GOOD, "heartbeat": {"interval": 5, "grace": 60, "retries": 2}}))
-    p = ltfm("sweep", f, "--dry-run")
+    p = ltfm_here("sweep", f, "--dry-run")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.strip().count("\n") == 0 and "unknown key 'retries'" in p.stderr
 
@@ -107,11 +108,11 @@ def test_dry_run_ids_of_the_committed_sweeps_are_those_of_ltfm_config(name, data
         assert row["run_id"].startswith(f"{sweep.name}-{row['name']}-s{row['seed']}-"), row
 
 
-def test_smoke_sweep_dry_run_id_on_the_command_line(data_dir):
-    p = ltfm("sweep", "sweeps/smoke.yaml", "--dry-run", "--json", f"data.path={data_dir}")
+def test_smoke_sweep_dry_run_id_on_the_command_line(data_dir, ltfm_here):
+    p = ltfm_here("sweep", "sweeps/smoke.yaml", "--dry-run", "--json", f"data.path={data_dir}")
     base = next(r for r in json.loads(p.stdout) if r["name"] == "base")
     overrides = [f"{k}={'null' if v is None else v}" for k, v in load_sweep(ROOT / "sweeps/smoke.yaml").overrides.items()]
-    c = ltfm("config", SMOKE, *overrides, f"data.path={data_dir}", "run.study=smoke", "run.variant=base",
+    c = ltfm_here("config", SMOKE, *overrides, f"data.path={data_dir}", "run.study=smoke", "run.variant=base",
              f"run.seed={base['seed']}")
     assert c.stdout.startswith(f"# run id: {base['run_id']} "), (c.stdout[:200], base)
 

@@ -141,6 +141,34 @@ def test_claims_from_bleu_curves_and_unequal_budgets(sweep, tmp_path):
     assert table2.claim_lines([r for r in one["rows"] if r["arch"] == "rnn"], "ppl")[0].startswith("The claim is not")
 
 
+def test_each_pair_reads_the_bleu_curves_when_both_rows_logged_one(sweep, tmp_path):
+    """A row without a dev-BLEU curve (its runs logged none) sends its own pair to the dev-PPL curves, naming it, and
+    leaves the other pair on the BLEU curves; the notes say which rows have BLEU curves and how they were taken."""
+    recs = records(tmp_path, bleu_curves=True)
+    rnn_big = {"model.arch": "rnn", **RNN_KNOBS, "rnn.dec_hidden": 128}
+    recs += [record(tmp_path, "rnn-big", seed, rnn_big, lambda s: 7000 / s, None, 20.0) for seed in (1, 2)]
+    for r in recs:
+        r.config.update({"decode.dev_bleu_every_steps": 0 if r.variant == "rnn-big" else 100,
+                         "decode.dev_bleu_subset": 200})
+    table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
+    assert table["metric"] == "ppl"  # not every row has a BLEU curve (the figure's second panel row still drawn)
+    _, b, _, b_big = table["claims"]
+    assert "(b) To reach rnn's final dev BLEU (15.00), on the dev-BLEU curves" in b
+    assert ("(b) To reach rnn-big's final dev PPL (11.67), on the dev-PPL curves (no dev-BLEU curve of rnn-big: its "
+            "runs logged dev BLEU at fewer than two validations" in b_big), b_big
+    note = table2.bleu_curves_note(table["rows"])
+    assert note.startswith("Dev BLEU curves (claim (b), the figure): beam search BLEU along training, transformer "
+                           "every 100 steps on the first 200 dev sentences; rnn every 100 steps") and \
+        note.endswith("; none for rnn-big. The table's dev BLEU: the whole dev set at the end."), note
+    # no row with a curve: said in one line
+    for r in recs:
+        r.history = [{k: v for k, v in h.items() if k != "dev/bleu"} for h in r.history]
+    table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
+    assert table2.bleu_curves_note(table["rows"]).startswith("Dev BLEU curves: none")
+    assert all("on the dev-PPL curves (no dev-BLEU curve of transformer or rnn" in line
+               for line in table["claims"][1::2] if "not checked" not in line)
+
+
 def test_written_files_and_figure(sweep, tmp_path):
     table = table2.build_table2(ReportData(sweep, records(tmp_path, bleu_curves=True), "synthetic", {}))
     md_path, csv_path = table2.write_table2(table, tmp_path / "out")
@@ -167,35 +195,85 @@ def test_a_mixed_sweep_gets_the_table2_notebook(sweep, tmp_path):
     assert not table2.is_table2(plain) and notebook_name(plain) == "table3"
 
 
-def test_ltfm_report_of_a_table2_sweep(tmp_path):
-    """``ltfm report sweeps/table2-smoke.yaml`` on run folders written here (each row's planned config, a summary.json
-    and a metrics.csv; no training): the Table 2 notebook runs and writes its files, and the claim is printed."""
-    from conftest import ROOT, ltfm
+def write_smoke_runs(results):
+    """Run folders of sweeps/table2-smoke.yaml's rows written into ``results`` as training leaves them, without
+    training: each row's planned config, a summary.json and a metrics.csv of its validations; returns the sweep."""
+    from conftest import ROOT
     from lightning_tfm.sweep import Entry, load_sweep, trial_config
 
     sweep = load_sweep(ROOT / "sweeps" / "table2-smoke.yaml")
-    results = tmp_path / "results"
-    numbers = {"transformer": (3000, 12.0), "rnn": (5000, 9.0)}  # dev PPL = a / step; test BLEU
+    numbers = {"transformer": (3000, 12.0), "rnn": (5000, 9.0)}  # dev PPL a / step, dev BLEU 100 step / a; test BLEU
     for name, v in sweep.variants.items():
         cfg = trial_config(sweep, Entry(name, v["family"], 1, v["overrides"], v["budget"]), checked=False)
         steps, (a, bleu) = cfg.train.max_steps, numbers[name]
         run = results / f"table2-smoke-{name}-s1"
         (run / "logs" / "version_0").mkdir(parents=True)
-        validations = sorted({*range(10, steps, 10), steps})  # logged at the step before (Lightning's)
-        (run / "logs" / "version_0" / "metrics.csv").write_text(
-            "dev/ppl,step\n" + "".join(f"{a / s},{s - 1}\n" for s in validations))
+        every, bleu_every = cfg.train.val_every_steps, cfg.decode.dev_bleu_every_steps
+        validations = sorted({*range(every, steps, every), steps})  # logged at the step before (Lightning's)
+        # as training logs them: dev BLEU at the validations every decode.dev_bleu_every_steps (the sweep's)
+        (run / "logs" / "version_0" / "metrics.csv").write_text("dev/ppl,dev/bleu,step\n" + "".join(
+            f"{a / s},{s / a * 100 if s % bleu_every == 0 else ''},{s - 1}\n" for s in validations))
         (run / "summary.json").write_text(json.dumps({
             "status": "completed", "config": cfg.to_dict(), "steps": steps, "params": 1000, "vocab_size": 1000,
             "effective_batch_tokens": cfg.train.batch_tokens, "dev_ppl": a / steps, "dev_loss": math.log(a / steps),
             "dev_bleu": bleu - 1, "test_bleu": bleu, "train_tokens": steps * cfg.train.batch_tokens,
             "wall_time_s": 20.0, "train_time_s": 15.0, "tokens_per_s": 4000.0}))
+    return sweep
+
+
+def test_ltfm_report_of_a_table2_sweep(tmp_path):
+    """``ltfm report sweeps/table2-smoke.yaml`` on run folders written here (:func:`write_smoke_runs`): the Table 2
+    notebook runs and writes its files, and the claim is printed."""
+    from conftest import ltfm
+
+    results = tmp_path / "results"
+    sweep = write_smoke_runs(results)
     out = tmp_path / "report"
     p = ltfm("report", sweep.path, "--results", results, "--out", out)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "executing table2.ipynb" in p.stdout and "(a) BLEU at equal training FLOPs: transformer 12.00 against " \
                                                     "rnn 9.00 test BLEU" in p.stdout, p.stdout
     assert "unknown parameter" not in p.stdout + p.stderr
-    for f in ("table2.md", "table2.csv", "table2.html", "table2.ipynb", "table2_curves.png"):
+    for f in ("table2.md", "table2.csv", "table2.html", "table2.ipynb", "table2_curves.png", "table2_alignment.png"):
         assert (out / f).is_file(), f
-    assert "(b) To reach rnn's final dev PPL" in (out / "table2.md").read_text()
+    # these run folders have no checkpoints: the alignment cell says so in one line (tests/test_attention_figures.py
+    # draws one from checkpoints)
+    assert ("Cross-attention of one dev sentence per architecture: not drawn, needs a run folder with checkpoints in "
+            "the results folder: no completed run of it has one here.") in (out / "table2.html").read_text()
+    # the smoke sweep logs dev BLEU along training: claim (b) reads the BLEU curves, and the notes say on what
+    md = (out / "table2.md").read_text()
+    assert "(b) To reach rnn's final dev BLEU (0.40), on the dev-BLEU curves" in md, md
+    assert "transformer every 10 steps on the first 50 dev sentences; rnn every 10 steps" in md
     assert "GNMT + RL" in (out / "table2.html").read_text()
+
+
+def test_planned_configs_of_rows_of_their_own_experiment(tmp_path, data_dir):
+    """The planned config of a row without a run (report/records.planned_configs) once a base run completed: a row
+    of the sweep's experiment gets its overrides on the base run's config, a row of its own experiment (the rnn)
+    its own experiment's config, not the base run's, with the command line's overrides the base run shows (here
+    data.path and train.max_steps=40: the rnn's equal-FLOPs steps follow them, as the sweep plans them)."""
+    from conftest import ROOT, SMOKE
+    from lightning_tfm.report.records import planned_configs
+    from lightning_tfm.sweep import Entry, Plan, load_sweep, trial_config
+    from lightning_tfm.training.config import flatten
+
+    rnn_smoke = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
+    (tmp_path / "mixed.yaml").write_text(yaml.safe_dump({
+        "name": "mixed", "experiment": str(SMOKE), "budget": {"equal": "flops", "src_len": 12.0, "tgt_len": 12.0},
+        "variants": {"base": {"family": "transformer"}, "A1": {"model.heads": 2, "model.d_k": 32, "model.d_v": 32},
+                     "rnn": {"family": "rnn", "experiment": str(rnn_smoke)}}}, sort_keys=False))
+    sweep = load_sweep(tmp_path / "mixed.yaml")
+    cli = {"data.path": str(data_dir), "train.max_steps": 40}
+    entries = {e.name: e for e in sweep.entries()}
+    base = RunRecord("base", seed=1, status="completed",
+                     config=flatten(trial_config(sweep, entries["base"], cli, checked=False)))
+    planned = planned_configs(sweep, [base])
+    rnn = planned["rnn"]
+    assert rnn == flatten(trial_config(sweep, entries["rnn"], cli, checked=False))
+    assert rnn["model.arch"] == "rnn" and rnn["rnn.dec_hidden"] == 128 and rnn["train.lr_schedule"] == "plateau"
+    assert rnn["train.lr"] == 0.002 and rnn["data.path"] == str(data_dir)
+    plan = Plan(sweep, [f"{k}={v}" for k, v in cli.items()], data=False)
+    assert rnn["train.max_steps"] == plan.max_steps(entries["rnn"]) != 40
+    a1 = planned["A1"]  # a row of the sweep's experiment: the base run's config with its own overrides
+    assert (a1["model.heads"], a1["train.max_steps"], a1["data.path"]) == (2, 40, str(data_dir))
+    assert a1.get("model.arch", "transformer") == "transformer" and a1.get("train.lr_schedule", "noam") == "noam"

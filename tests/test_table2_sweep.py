@@ -186,6 +186,23 @@ def test_table2_cpu_rows(data_dir):
     for e in sweep.entries():
         cfg = plan.config(e)
         assert cfg.decode.beam_size == 4 and cfg.data.test_split == "test_2016_flickr"
+    assert {name: bleu_points(plan.config(next(e for e in sweep.entries() if e.name == name)))
+            for name in by} == {"transformer": [100, 200, 300, 400, 500, 600], "rnn": [50, 100, 150, 200],
+                                "rnn-params": [100, 200, 300, 400, 500, 600]}
+    # the rnn row validates twice as often, its plateau patience so that the rate decays after the same stalled
+    # steps as its experiment's ((patience + 1) x validation interval: the (patience + 1)-th stalled one decays)
+    rnn = plan.config(next(e for e in sweep.entries() if e.name == "rnn"))
+    own = config.load_config(ROOT / "experiments" / "table2-cpu-rnn.yaml", {"data.path": str(data_dir)})
+    assert (rnn.train.lr_patience + 1) * rnn.train.val_every_steps == \
+        (own.train.lr_patience + 1) * own.train.val_every_steps == 200
+    assert {plan.config(e).decode.dev_bleu_subset for e in sweep.entries()} == {200}
+
+
+def bleu_points(cfg) -> list[int]:
+    """The steps at which a run of ``cfg`` logs dev BLEU (training/lit.py's DevBleu: a validation step that is a
+    multiple of decode.dev_bleu_every_steps; the closing validation at max_steps too when it is one)."""
+    every, val = cfg.decode.dev_bleu_every_steps, cfg.train.val_every_steps
+    return [s for s in range(val, cfg.train.max_steps + 1, val) if every and s % every == 0]
 
 
 def test_table2_smoke_is_a_mixed_sweep_of_a_handful_of_steps(data_dir):
@@ -194,3 +211,6 @@ def test_table2_smoke_is_a_mixed_sweep_of_a_handful_of_steps(data_dir):
     rows = dry_run(sweep, plan, None)
     assert {r["arch"] for r in rows} == {"transformer", "rnn"} and len(rows) == 2
     assert all(not r["skipped"] and r["max_steps"] <= 60 for r in rows), rows
+    # every row logs a dev-BLEU curve (two validations or more): the report's claim (b) reads it
+    for e in sweep.entries():
+        assert len(bleu_points(plan.config(e))) >= 2, e.name

@@ -1,5 +1,9 @@
-"""`ltfm train` end to end on real Multi30k data: run folder, summary, resume, and bad input."""
+"""`ltfm train` end to end on real Multi30k data: run folder, summary, resume, and bad input.
+
+Bad input is checked with ``cli.main`` in this process (``ltfm_here``: a new ``ltfm`` process spends seconds
+importing torch and Lightning before it refuses anything), and once in a real process."""
 import json
+import subprocess
 
 import pytest
 import torch
@@ -74,10 +78,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("overrides,named", BAD)
-def test_bad_input_stops_with_one_line_and_exit_2(tmp_path, data_dir, overrides, named):
-    results = tmp_path / "results"
-    p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", *overrides)
+def _refused(p: subprocess.CompletedProcess, named: str, results) -> None:
     assert p.returncode == 2, p.stderr[-2000:]
     lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ltfm: error:") and named in lines[0], p.stderr
@@ -85,28 +86,43 @@ def test_bad_input_stops_with_one_line_and_exit_2(tmp_path, data_dir, overrides,
     assert not results.exists()  # nothing half-written
 
 
-@pytest.mark.slow
-def test_misaligned_and_empty_files_are_rejected(tmp_path, data_dir):
+@pytest.mark.parametrize("overrides,named", BAD)
+def test_bad_input_stops_with_one_line_and_exit_2(tmp_path, data_dir, overrides, named, ltfm_here):
+    results = tmp_path / "results"
+    p = ltfm_here("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", *overrides)
+    _refused(p, named, results)
+
+
+def test_bad_input_ends_a_real_process_with_exit_2_and_one_line(tmp_path, data_dir):
+    """One of the cases above in a real ``ltfm train`` process: its exit status, and nothing else on its stderr (no
+    traceback, no warning a library prints as it is imported)."""
+    results = tmp_path / "results"
+    p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", "data.test_split=nosuchsplit")
+    _refused(p, "nosuchsplit", results)
+
+
+def test_misaligned_and_empty_files_are_rejected(tmp_path, data_dir, ltfm_here):
     folder = tmp_path / "data"
     folder.mkdir()
     (folder / "train.en").write_text("a b\nc d\n")
     (folder / "train.de").write_text("x y\n")
     (folder / "val.en").write_text("")
     (folder / "val.de").write_text("")
-    p = ltfm("train", SMOKE, f"data.path={folder}", f"run.results_dir={tmp_path / 'r'}", "data.test_split=null")
+    p = ltfm_here("train", SMOKE, f"data.path={folder}", f"run.results_dir={tmp_path / 'r'}", "data.test_split=null")
     assert p.returncode == 2 and "train.en has 2 lines but" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     (folder / "train.de").write_text("x y\nz w\n")
-    p = ltfm("train", SMOKE, f"data.path={folder}", f"run.results_dir={tmp_path / 'r'}", "data.test_split=null")
+    p = ltfm_here("train", SMOKE, f"data.path={folder}", f"run.results_dir={tmp_path / 'r'}", "data.test_split=null")
     assert p.returncode == 2 and "split 'val' is empty" in p.stderr
     assert not (tmp_path / "r").exists()
 
 
-def test_cli_errors_are_one_line(tmp_path):
+def test_cli_errors_are_one_line(tmp_path, ltfm_here):
     for args, named in [(["train"], "config"), (["train", tmp_path / "missing.yaml"], "missing.yaml"),
                         (["frobnicate"], "frobnicate")]:
-        p = ltfm(*args)
+        # argument errors in a real process (it imports no torch before them), the file's errors in this one
+        p = ltfm(*args) if len(args) == 1 else ltfm_here(*args)
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and named in p.stderr, p.stderr
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("model:\n  heads: [1,\n")
-    p = ltfm("train", bad_yaml)
+    p = ltfm_here("train", bad_yaml)
     assert p.returncode == 2 and "not valid YAML" in p.stderr

@@ -1,7 +1,10 @@
-"""The report's budget verdict (finding / still moving / within noise) and equal-compute deltas, on synthetic
-learning curves and hand-computed cases (no training); the sweep file's ``report:`` section."""
+"""The report's verdict (holds / may flip / within noise / too few points) in the table, its headline, CSV, notes
+and comparison, and equal-compute deltas, on synthetic learning curves and hand-computed cases (no training); the
+sweep file's ``report:`` section. The curves' numerics: tests/test_curves.py."""
 from __future__ import annotations
 
+import csv
+import io
 import math
 import re
 
@@ -16,119 +19,97 @@ from lightning_tfm.model.transformer import train_flops_per_step
 from lightning_tfm.training.bench import DEFAULTS
 from lightning_tfm.training.errors import UserError
 
-STEPS = range(100, 700, 100)  # validations at 100 .. 600: the budget is 600, its last third from step 400
+STEPS = range(100, 700, 100)  # validations at 100 .. 600 (the equal-compute cases)
+LSTEPS = range(99, 600, 100)  # Lightning's steps of 600 updates (the verdicts)
 
 
-def curve(fn) -> dict[int, float]:
-    return {s: fn(s) for s in STEPS}
+def curve(fn, steps=STEPS) -> dict[int, float]:
+    return {s: fn(s) for s in steps}
 
 
 BASE = curve(lambda s: 3000.0 / s)  # 30 .. 5
 
 
-def test_a_stable_gap_is_a_finding():
-    row = curve(lambda s: 1.2 * BASE[s])  # 20% worse at every validation: the log gap is flat
-    v = rd.curve_verdict(row, BASE, delta=1.0, noise="beyond")
-    assert v["verdict"] == "finding" and v["crossing"] is None
-    widening = curve(lambda s: BASE[s] * (1 + s / 1000))
-    assert rd.curve_verdict(widening, BASE, delta=3.0, noise="beyond")["verdict"] == "finding"
+def law(l_inf: float, a: float, alpha: float, shift: float = 0.0) -> dict[int, float]:
+    """Dev PPL at Lightning's steps of the log-PPL law L_inf + A t^-alpha (t = updates), moved by ``shift`` nats."""
+    return curve(lambda s: math.exp(l_inf + a * (s + 1) ** -alpha + shift), LSTEPS)
 
 
-def test_a_recent_crossing_is_still_moving():
-    # worse until step 400, better from step 500: the gap changed sign within the last third
-    row = {**curve(lambda s: 1.3 * BASE[s]), 500: 0.95 * BASE[500], 600: 0.9 * BASE[600]}
-    v = rd.curve_verdict(row, BASE, delta=-0.5, noise="beyond")
-    assert v["verdict"] == "still moving" and "step 400" in v["why"]
-    # a crossing before the window (sign steady over steps 400-600) is no longer "recent"
-    early = {**curve(lambda s: 0.8 * BASE[s]), 100: 1.5 * BASE[100], 200: 1.2 * BASE[200]}
-    assert rd.curve_verdict(early, BASE, delta=-1.0, noise="beyond")["verdict"] == "finding"
+LBASE = law(1.5, 30.0, 0.5)  # PPL 90 at step 99 .. 15.3 at step 599
 
 
-def test_a_converging_pair_is_still_moving_and_the_horizon_decides():
-    # log gap 0.5 at step 400, 0.4 at 500, 0.3 at 600: its line reaches 0 at step 900 = 1.5 x the budget
-    gaps = {100: 0.8, 200: 0.7, 300: 0.6, 400: 0.5, 500: 0.4, 600: 0.3}
-    row = {s: BASE[s] * math.exp(g) for s, g in gaps.items()}
-    v = rd.curve_verdict(row, BASE, delta=1.0, noise="beyond")
-    assert v["verdict"] == "still moving" and v["crossing"] == pytest.approx(900.0)
-    # the sweep file's horizon: 1.4 budgets (840 steps) is shorter than 900: closing slowly, a finding
-    v = rd.curve_verdict(row, BASE, delta=1.0, noise="beyond", settings={"horizon": 1.4})
-    assert v["verdict"] == "finding" and "900" in v["why"]
-    # a window of the last 10% of the budget holds step 600 only: widened to the last min_points (500, 600)
-    assert rd.curve_verdict(row, BASE, 1.0, "beyond", {"last_fraction": 0.1})["crossing"] == pytest.approx(900.0)
-    # min_points 3 over the last 10%: steps 400-600, the same line
-    assert rd.curve_verdict(row, BASE, 1.0, "beyond", {"last_fraction": 0.1, "min_points": 3})["verdict"] == \
-        "still moving"
-
-
-def test_noise_decides_first_and_unknowns_are_said():
-    row = curve(lambda s: 1.01 * BASE[s])
-    assert rd.curve_verdict(row, BASE, delta=0.05, noise="within")["verdict"] == "within noise"
-    assert rd.curve_verdict(row, BASE, delta=0.05, noise="unknown")["verdict"] == "unknown"
-    assert rd.curve_verdict({600: 5.5}, BASE, delta=0.5, noise="beyond")["verdict"] == "unknown"  # one point
-    assert rd.curve_verdict(row, BASE, delta=None, noise=None) is None  # the base, or no completed run
-
-
-def _records(rows: dict[str, dict[int, float]], base_seeds=(1, 2, 3)) -> list[rd.RunRecord]:
+def _records(rows: dict[str, dict[int, float]], base_seeds=(1, 2, 3), base=None) -> list[rd.RunRecord]:
     def rec(variant, seed, curve_):
         last = max(curve_)
         return rd.RunRecord(variant=variant, family=variant[0], seed=seed, status="completed", params=1000,
                             dev_ppl=curve_[last], dev_bleu=10.0, steps=last, config=dict(CFG),
                             history=[{"step": s, "dev/ppl": p} for s, p in sorted(curve_.items())])
     spread = {1: -0.1, 2: 0.0, 3: 0.1}  # the base's seeds: std 0.1 at every step
-    out = [rec("base", s, {st: p + spread[s] for st, p in BASE.items()}) for s in base_seeds]
+    out = [rec("base", s, {st: p + spread[s] for st, p in (base or BASE).items()}) for s in base_seeds]
     return out + [rec(v, 1, c) for v, c in rows.items()]
 
 
 CFG = {"model.layers": 2, "model.d_model": 64, "model.d_ff": 256, "model.heads": 4, "model.d_k": 16,
        "model.d_v": 16, "data.vocab_size": 1000, "train.batch_tokens": 500}
 
+ROWS = {"A1": law(1.5, 30.0, 0.5, 0.2),   # worse by 0.2 nats to the asymptote: holds (paper +0.37: agrees)
+        "A2": law(2.3, 60.0, 0.8),        # better at step 599, worse from ~750: may flip (paper +0.08: disagrees)
+        "A3": {s: p - 0.01 for s, p in LBASE.items()},   # within noise (paper -0.01)
+        "C3": law(1.5, 30.0, 0.5, -0.2)}  # better by 0.2 nats: holds (paper -0.04: agrees)
 
-def test_the_headline_counts_findings_and_names_the_rows_still_moving(tmp_path):
-    rows = {"A1": curve(lambda s: 1.2 * BASE[s]),                     # worse, flat gap: finding, paper +0.37
-            "A2": {**curve(lambda s: 1.3 * BASE[s]), 600: 0.9 * BASE[600]},   # crossed at the end: still moving
-            "A3": curve(lambda s: BASE[s] - 0.01),                    # within noise (paper -0.01)
-            "C3": curve(lambda s: 0.8 * BASE[s])}                     # better, flat: finding, paper -0.04
-    sweep = load_sweep(write_sweep(tmp_path / "v.yaml", "v", {"base": {"seeds": [1, 2, 3]}, **{v: {} for v in rows}}))
-    table = rd.build_table(rd.ReportData(sweep, _records(rows), "synthetic", {}), bootstrap=False)
+
+def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path / "v.yaml", "v", {"base": {"seeds": [1, 2, 3]}, **{v: {} for v in ROWS}}))
+    table = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "synthetic", {}), bootstrap=False)
     by = {r["variant"]: r for r in table["rows"]}
-    assert {v: by[v]["ppl_verdict"] for v in rows} == {"A1": "finding", "A2": "still moving", "A3": "within noise",
-                                                       "C3": "finding"}
-    assert by["base"]["ppl_verdict"] is None
+    assert {v: by[v]["ppl_verdict"] for v in ROWS} == {"A1": "holds", "A2": "may flip", "A3": "within noise",
+                                                       "C3": "holds"}
+    assert by["base"]["ppl_verdict"] is None and set(table["outlook"]) == set(ROWS)
+    gap = table["outlook"]["A1"]["gap"]
+    assert by["A1"]["ppl_verdict_why"] == verdict.gap_text(gap) and gap["low"] > 0 and gap["at_step"] == 1799
+    assert re.fullmatch(r"predicted [-+]\d+\.\d% \[[-+]\d+\.\d, [-+]\d+\.\d\] at 1800 steps",
+                        by["A3"]["ppl_verdict_why"])
     s = table["summary"]
-    assert s["ppl_findings"] == (2, 2) and s["still_moving"] == ["A2"] and s["ppl"] == (3, 4)  # A2: paper +0.08
+    assert s["verdicts"] == {"holds": 2, "may flip": 1, "within noise": 1, "too few points": 0}
+    assert s["ppl_findings"] == (2, 2) and s["may_flip"] == ["A2"] and s["ppl"] == (3, 4)
     md = rd.table_markdown(table)
     assert "- Direction agrees with the paper: dev PPL 3/4 rows (75%)" in md  # over all rows: stays
-    # the base (3000 / step, its three seeds around it) still falls by a third over the window, steps 400 to 600
-    assert ("- Budget verdicts (dev PPL learning curves against the base's): 2 finding(s), 1 still moving (A2), "
-            "1 within noise, 0 unknown; direction agrees with the paper on the findings: dev PPL 2/2 rows (100%). "
-            "The base's dev PPL still fell 33% over the verdicts' window (step 400: 7.5 → step 600: 5.0): findings "
-            "are of this budget.") in md
-    assert "Budget verdict (dev PPL): the gap is log PPL(row) − log PPL(base)" in md  # the rule, in the notes
-    assert "the last 0.333 of T" in md and "within 2 × T steps" in md
-    csv_rows = {ln.split(",")[0]: ln for ln in rd.render.table_csv(table).splitlines()}
-    assert ",still moving,crossed" in csv_rows["A2"] and ",finding," in csv_rows["C3"]
-    # a tighter sweep file: A1's gap closes slowly (its line reaches 0 at step 3000, 5 budgets); a horizon of 6
-    # budgets makes it still moving
-    rows["A1"] = {s: BASE[s] * math.exp(0.3 - 0.0001 * s) for s in STEPS}
-    sweep.report = {**sweep.report, "horizon": 6.0}
-    tight = rd.build_table(rd.ReportData(sweep, _records(rows), "s", {}), bootstrap=False)
-    assert tight["summary"]["still_moving"] == ["A1", "A2"] and "6 × T" in rd.table_markdown(tight)
+    assert ("- Verdicts (dev PPL learning curves extrapolated to 3 × the budget): 2 hold, 1 may flip (A2), "
+            "1 within noise, 0 too few points; direction agrees with the paper on the rows that hold: dev PPL 2/2 "
+            "rows (100%).") in md
+    assert "Verdict (dev PPL): each run's dev log-PPL after the warmup is fitted with a power law" in md  # the notes
+    assert "predicted at 3 × the budget" in md and "90% interval (200 draws, seed 0" in md
+    _, cells = _md(md)
+    assert cells["A1"]["budget verdict"] == f"holds ({verdict.gap_text(gap)})"
+    assert cells["A3"]["budget verdict"] == "within noise"
+    csv_rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(rd.render.table_csv(table)))}
+    assert csv_rows["A2"]["ppl_verdict"] == "may flip" and csv_rows["A1"]["ppl_verdict"] == "holds"
+    assert csv_rows["A1"]["ppl_verdict_why"] == verdict.gap_text(gap)
+    # the sweep file's settings: 2 x the budget, another seed
+    sweep.report = {**sweep.report, "k": 2.0, "seed": 5}
+    other = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "s", {}), bootstrap=False)
+    again = {r["variant"]: r for r in other["rows"]}
+    assert again["A1"]["ppl_verdict_why"].endswith("at 1200 steps") and "2 × the budget" in rd.table_markdown(other)
     sweep.report = dict(REPORT_DEFAULTS)
-    assert rd.build_table(rd.ReportData(sweep, _records(rows), "s", {}), bootstrap=False)["summary"]["still_moving"] == ["A2"]
+    same = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "s", {}), bootstrap=False)
+    assert [r["ppl_verdict_why"] for r in same["rows"]] == [r["ppl_verdict_why"] for r in table["rows"]]  # seeded
 
 
 def test_the_report_section_of_a_sweep_file_is_checked(tmp_path):
     path = write_sweep(tmp_path / "r.yaml", "r", {"base": {}})
-    assert load_sweep(path).report == REPORT_DEFAULTS
+    assert load_sweep(path).report == REPORT_DEFAULTS == {"k": 3.0, "min_points": 3, "level": 0.9,
+                                                          "bootstraps": 200, "seed": 0, "family": "power"}
     tree = yaml.safe_load(path.read_text())
-    tree["report"] = {"last_fraction": 0.5, "horizon": 3}
+    tree["report"] = {"k": 2, "level": 0.8, "family": "saturating"}
     path.write_text(yaml.safe_dump(tree))
-    assert load_sweep(path).report == {"last_fraction": 0.5, "horizon": 3.0, "min_points": 2}
-    for bad, words in (({"last_fraction": 0}, "report.last_fraction must be a number in (0, 1]"),
-                       ({"last_fraction": 1.5}, "report.last_fraction"), ({"horizon": 0.5}, "report.horizon must"),
-                       ({"horizon": "2x"}, "report.horizon"), ({"min_points": 1}, "report.min_points must"),
-                       ({"min_points": 2.5}, "report.min_points"), ({"window": 3}, "unknown key 'window'"),
-                       ([1, 2], "report must be a mapping")):
+    assert load_sweep(path).report == {**REPORT_DEFAULTS, "k": 2.0, "level": 0.8, "family": "saturating"}
+    for bad, words in (({"k": 0.5}, "report.k must be a number >= 1"), ({"k": "3x"}, "report.k"),
+                       ({"level": 1}, "report.level must be a number in (0, 1)"),
+                       ({"min_points": 2}, "report.min_points must be an integer >= 3"),
+                       ({"min_points": 3.5}, "report.min_points"), ({"bootstraps": 5}, "report.bootstraps must"),
+                       ({"seed": -1}, "report.seed must"),
+                       ({"family": "cubic"}, "report.family must be one of power, saturating, exponential"),
+                       ({"horizon": 3}, "unknown key 'horizon'"), ([1, 2], "report must be a mapping")):
         tree["report"] = bad
         path.write_text(yaml.safe_dump(tree))
         with pytest.raises(UserError, match=re.escape(words)):
@@ -216,11 +197,11 @@ def _md(text: str):
 def test_comparison_status_of_each_row(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path / "s.yaml", "s", {"base": {"seeds": [1, 2, 3]}, "A1": {}, "A2": {},
                                                               "A3": {}, "A4": {}}))
-    short = {"A1": curve(lambda s: 1.2 * BASE[s]), "A2": curve(lambda s: 0.8 * BASE[s]),
-             "A3": curve(lambda s: BASE[s] + 0.01), "A4": {**curve(lambda s: 1.3 * BASE[s]), 600: 0.9 * BASE[600]}}
-    long = {"A1": curve(lambda s: 1.1 * BASE[s]), "A2": curve(lambda s: 1.2 * BASE[s]),
-            "A3": curve(lambda s: BASE[s] - 0.01), "A4": curve(lambda s: 0.8 * BASE[s])}
-    a, b = (rd.build_table(rd.ReportData(sweep, _records(r), "synthetic", {}), bootstrap=False) for r in (short, long))
+    short = {"A1": ROWS["A1"], "A2": ROWS["C3"], "A3": ROWS["A3"], "A4": ROWS["A2"]}
+    long = {"A1": law(1.5, 30.0, 0.5, 0.1), "A2": ROWS["A1"], "A3": {s: p + 0.01 for s, p in LBASE.items()},
+            "A4": ROWS["C3"]}
+    a, b = (rd.build_table(rd.ReportData(sweep, _records(r, base=LBASE), "synthetic", {}), bootstrap=False)
+            for r in (short, long))
     cmp = rd.compare_tables(a, b)
     by = {r["variant"]: r for r in cmp["rows"]}
     assert {v: r["status"] for v, r in by.items()} == {"A1": "transfers", "A2": "flips", "A3": "transfers",
@@ -228,12 +209,12 @@ def test_comparison_status_of_each_row(tmp_path):
     assert cmp["summary"]["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1} and cmp["summary"]["flips"] == ["A2"]
     md = rd.comparison_markdown(cmp)
     assert "- Rows: 2 transfer, 1 flip (A2), 1 unsettled (of 4, the base left out)." in md
-    assert "still moving: A4." in md and "*flips*: findings on both sides with opposite signs" in md
-    assert verdict.FINDING in md and "Not compared" not in md
+    assert "may flip: A4." in md and "*flips*: both sides hold with opposite signs" in md
+    assert verdict.HOLDS in md and "Not compared" not in md
 
     # side A continued only A1 and A2 (a longer budget for a few rows): A3 and A4 are shown, not compared
-    part = rd.build_table(rd.ReportData(sweep, _records({v: long[v] for v in ("A1", "A2")}), "synthetic", {}),
-                          bootstrap=False)
+    part = rd.build_table(rd.ReportData(sweep, _records({v: long[v] for v in ("A1", "A2")}, base=LBASE), "synthetic",
+                                        {}), bootstrap=False)
     cmp = rd.compare_tables(part, a)
     assert compare.status(None, a["rows"][1]) == "only in B" and compare.status(a["rows"][1], None) == "only in A"
     assert {r["variant"]: r["status"] for r in cmp["rows"]} == {"A1": "transfers", "A2": "flips", "A3": "only in B",
@@ -245,19 +226,3 @@ def test_comparison_status_of_each_row(tmp_path):
     # the paper: A1 and A2 worse than the base; A (long) agrees on both, B (short) finds A2 better
     assert "- On the 2 rows with a direction in the paper that both sides have: direction agrees A 2/2 (100%), " \
            "B 1/2 (50%)." in md
-
-
-def test_the_window_is_the_last_third_of_the_updates_whether_steps_count_from_0_or_1():
-    """Lightning logs the 600th update as step 599: the last third of 600 updates starts at step 399, as it starts
-    at step 400 when steps count from 1; the base's fall over that window is measured from its first step."""
-    assert [s for s in range(99, 600, 100) if s >= verdict.window_start(599, 1 / 3)] == [399, 499, 599]
-    assert [s for s in range(100, 601, 100) if s >= verdict.window_start(600, 1 / 3)] == [400, 500, 600]
-    assert [s for s in range(99, 1800, 100) if s >= verdict.window_start(1799, 1 / 3)][0] == 1199
-    trend = verdict.base_trend({99: 272.8, 199: 139.2, 299: 79.0, 399: 58.7, 499: 45.5, 599: 37.1})
-    assert (trend["from_step"], trend["to_step"]) == (399, 599) and trend["drop"] == pytest.approx(1 - 37.1 / 58.7)
-    assert verdict.base_trend({599: 37.1}) is None
-    # a row whose gap holds from step 399 on but had the other sign at step 399 is caught now (a 2-point window
-    # from step 499 missed it)
-    base = {99: 272.8, 199: 139.2, 299: 79.0, 399: 58.7, 499: 45.5, 599: 37.1}
-    row = {**{s: 0.9 * p for s, p in base.items()}, 399: 60.0}
-    assert verdict.curve_verdict(row, base, -3.7, "beyond")["verdict"] == verdict.MOVING

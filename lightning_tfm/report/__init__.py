@@ -10,7 +10,8 @@ sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the swee
 - :mod:`.table`: the Table 3 replica beside the paper's (:func:`build_table`): rows, statuses, order, knobs,
   learning curves;
 - :mod:`.stats`: the seed-noise rule, direction agreement, sacreBLEU's paired bootstrap, the dev references;
-- :mod:`.verdict`: the budget verdict of a row (finding, still moving, within noise) from the learning curves;
+- :mod:`.verdict`: a row's verdict (holds, may flip, within noise, too few points) from its learning curve
+  extrapolated;
 - :mod:`.compute`: training FLOPs per step of a row and its dev PPL at the base's compute (equal-compute Δ);
 - :mod:`.export`: the records a report is built from as one JSON file, and the report rebuilt from it;
 - :mod:`.table2`: the paper's Table 2 at small scale (a sweep whose rows are of more than one architecture): each

@@ -9,6 +9,10 @@ positional encodings (Vaswani et al., 2017, Sec. 3.5; Table 3 row E), for the re
   per sentence, source on the x axis and output on the y axis, as Bahdanau's Figure 3. The RNN's are its additive
   attention's alpha_ij; the Transformer's are its last decoder layer's encoder-decoder attention, the mean over the
   heads, plus a grid of every head for the first sentence (a second file).
+* :func:`report_alignment_figure` is what a Table 2 report calls: one dev sentence's alignment of each
+  architecture's row side by side (the Transformer's mean over heads beside the RNN's alpha_ij), each from the
+  row's run folder in the results folder; a row without one (a report read from W&B or an export has no
+  checkpoints) is a panel saying so in one line, and the report never fails on it.
 * :func:`positional_figure`: the sinusoids as a position x dimension heat map and their position-similarity matrix
   (cosine similarity between the encodings of two positions: for sinusoids it depends on the offset alone), and,
   for a run with ``model.positional: learned``, the learned embeddings' similarity matrix beside it.
@@ -182,6 +186,77 @@ def alignment_figure(run_dir: str | Path, sentences: int | list[str] = SENTENCES
         title = f"{meta['run']}: each head of the last decoder layer's encoder-decoder attention, sentence 1"
         written.append(save_figure(plot_heads(aligns[0], title), path.with_name(f"{path.stem}_heads.png"), formats))
     return written
+
+
+def checkpoint_run(data, records) -> tuple[str | None, str]:
+    """(a run folder here, with checkpoints, of the first completed record of ``records``, by seed; or None and why
+    there is none) in a report's :class:`~lightning_tfm.report.records.ReportData`. A report read from an export or
+    from W&B has no run folder to load."""
+    source = str(data.source)
+    if source.startswith(("export", "W&B")):
+        return None, f"needs the results folder (the run folders' checkpoints); this report read {source}"
+    for r in sorted((r for r in records if r.completed), key=lambda r: (r.seed is None, r.seed or 0)):
+        if r.run and (Path(r.run) / "checkpoints").is_dir():
+            return str(r.run), ""
+    return None, "needs a run folder with checkpoints in the results folder: no completed run of it has one here"
+
+
+def _failure(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else repr(e)
+
+
+def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("png",)) -> tuple[str, str]:
+    """A Table 2 report's alignment figure and its caption (markdown): for each architecture of ``rows`` (the
+    table's rows in order, ``{"variant", "arch"}``) the first row whose run folder loads, its first dev sentence's
+    cross-attention (:func:`alignments`: the mean over heads for the Transformer), one panel per architecture; a row
+    that cannot be drawn is a panel saying why (:func:`checkpoint_run`). Never raises for a run."""
+    by_arch: dict[str, list[dict]] = {}
+    for row in rows:
+        by_arch.setdefault(row["arch"], []).append(row)
+    panels = []  # (row, Alignment | None, meta | None, why)
+    for arch_rows in by_arch.values():
+        first = None
+        for row in arch_rows:
+            run, why = checkpoint_run(data, [r for r in data.records if r.variant == row["variant"]])
+            if run is not None:
+                try:
+                    aligns, meta = alignments(run, 1)
+                    panels.append((row, aligns[0], meta, ""))
+                    break
+                except Exception as e:  # noqa: BLE001 - a damaged or foreign run folder: the panel says why
+                    why = f"its run {Path(run).name} could not be loaded ({_failure(e)})"
+            first = first or (row, None, None, why)
+        else:
+            panels.append(first)
+    cell = 0.24
+    width = sum(max(4.0, cell * len(a.source) + 2.0) if a else 4.0 for _, a, _, _ in panels)
+    height = max([cell * len(a.output) + 2.6 for _, a, _, _ in panels if a] or [3.0])
+    fig, axes = new_figure(1, len(panels), width, height)
+    for ax, (row, a, meta, why) in zip(axes[0], panels):
+        if a is None:
+            ax.axis("off")
+            ax.text(0.5, 0.5, f"{row['variant']} ({row['arch']}): not drawn:\n{why}", ha="center", va="center",
+                    wrap=True, fontsize=8, transform=ax.transAxes)
+            continue
+        image = _draw(ax, a.mean, a.source, a.output, _top(a.mean))
+        ax.set_title(f"row {row['variant']}: {_title(meta)}", fontsize=8)
+        ax.set_xlabel("source (first dev sentence)", fontsize=8)
+        ax.set_ylabel("output", fontsize=8)
+        fig.colorbar(image, ax=ax, shrink=0.6, aspect=15).ax.tick_params(labelsize=7)
+    fig.suptitle("Cross-attention of one dev sentence, each architecture's (Bahdanau et al., 2014, Figure 3)",
+                 fontsize=9)
+    png = save_figure(fig, path, formats)
+    drawn = [f"{row['variant']} ({meta['arch']}, run {meta['run']}, {meta['decode']})"
+             for row, a, meta, _ in panels if a is not None]
+    missing = [f"{row['variant']} ({row['arch']}) not drawn: {why}" for row, a, _, why in panels if a is None]
+    reasons = {why for _, a, _, why in panels if a is None}
+    if not drawn and len(reasons) == 1:  # one line: the report read no run folder (W&B), or none is here
+        return png, f"Cross-attention of one dev sentence per architecture: not drawn, {reasons.pop()}."
+    caption = ("Cross-attention of the first dev sentence: output BPE pieces down, source pieces along the top (EOS "
+               "last), each panel on a gray scale from 0 to its largest weight; the Transformer's last decoder "
+               "layer, mean over heads, the RNN's additive attention"
+               + (f": {'; '.join(drawn)}" if drawn else "") + "." + "".join(f" {m}." for m in missing))
+    return png, caption
 
 
 # --------------------------------------------------------------------------------------------- positions

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 from ..training.config import TABLE3_KNOBS, choices
 from .stats import BLEU_FLOOR, NOISE_K
 from .text import fmt, fmt_knob, md_text
-from .verdict import MOVING, UNKNOWN
+from .verdict import HOLDS, MAY_FLIP, TOO_FEW
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Row:
     paper_delta_ppl_rel: float | None = None
     ppl_agrees: bool | None = None
     ppl_noise: str | None = None             # beyond | within | unknown
-    ppl_verdict: str | None = None           # .verdict: finding | still moving | within noise | unknown
+    ppl_verdict: str | None = None           # .verdict: holds | may flip | within noise | too few points
     ppl_verdict_why: str | None = None
     flops_per_step: float | None = None      # .compute
     train_flops: float | None = None
@@ -199,7 +199,7 @@ def _flops(row: Row, table: dict) -> str:
 def _verdict(row: Row, table: dict) -> str:  # noqa: ARG001
     if not row.ppl_verdict:
         return ""
-    return row.ppl_verdict + (f" ({row.ppl_verdict_why})" if row.ppl_verdict in (MOVING, UNKNOWN) else "")
+    return row.ppl_verdict + (f" ({row.ppl_verdict_why})" if row.ppl_verdict in (HOLDS, MAY_FLIP, TOO_FEW) else "")
 
 
 def _name(row: Row, table: dict) -> str:  # noqa: ARG001
@@ -308,11 +308,13 @@ COLUMNS: list[Column] = [
        COMPARE: S("agrees {side}", lambda r, t: yes(r.ppl_agrees), left=True)}, compare_at=8),
     C("ppl_noise", "the change of dev PPL against seed noise: beyond, within, unknown (.stats)", _P,
       {PPL: S("PPL beyond noise", _noise("ppl"), left=True)}, compare_at=5),
-    C("ppl_verdict", "the budget verdict from the learning curves: finding, still moving, within noise, unknown "
-      "(.verdict)", frozenset({CSV, NOTE}),
+    C("ppl_verdict", "the verdict from each run's learning curve extrapolated to k x the budget: holds (beyond "
+      "noise, the predicted gap's interval keeps today's sign), may flip, within noise, too few points (.verdict)",
+      frozenset({CSV, NOTE}),
       {PPL: S("budget verdict", _verdict, left=True),
        COMPARE: S("verdict {side}", lambda r, t: r.ppl_verdict or "", left=True)}, compare_at=6),
-    C("ppl_verdict_why", "why the budget verdict", compare_at=7),
+    C("ppl_verdict_why", "the predicted change of dev PPL at k x the budget with its interval (e.g. -4.1% [-6.0, "
+      "-2.2] at 1800 steps), or why there is none", compare_at=7),
     C("flops_per_step", "training FLOPs per step at the row's shapes (as `ltfm bench` counts them)"),
     C("train_flops", "training FLOPs at the row's last validation"),
     C("dev_ppl_equal_flops", "our dev PPL at the base's training FLOPs"),

@@ -8,6 +8,7 @@ imports what it needs when it runs.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from ..training.commands import Command
@@ -20,7 +21,8 @@ def _report_arguments(rp: argparse.ArgumentParser) -> None:
     rp.add_argument("--results", metavar="DIR", help="the results folder the runs are in (default: the "
                     "experiment's run.results_dir)")
     rp.add_argument("--out", metavar="DIR", help="where the report goes (default: reports/build/<sweep>/); "
-                    "replaced only if an earlier report made it")
+                    "replaced only if an earlier report made it; a back-test's FILE.json (FILE.md and FILE.png "
+                    "beside it; without --out it writes nothing)")
     rp.add_argument("--from-wandb", metavar="ENTITY/PROJECT", help="read the runs from W&B (group = sweep "
                     "name) instead of local run folders")
     rp.add_argument("--from-export", metavar="DIR", help="rebuild the report from the export an earlier report "
@@ -34,6 +36,14 @@ def _report_arguments(rp: argparse.ArgumentParser) -> None:
                     "(default: <its results>/<its sweep>.db)")
     rp.add_argument("--against-export", metavar="DIR", help="with --against: read side B from an export "
                     "instead of its results")
+    rp.add_argument("--backtest", metavar="FRACTION", help="with --from-export: back-test the verdict: each row's "
+                    "curves cut to the first FRACTION of its budget (0.667: steps <= 399 of 600) predict its end; "
+                    "prints each row's verdict, predicted and measured gap, and the share that kept their sign")
+    rp.add_argument("--backtest-to", metavar="LATER_DIR", help="with --from-export: back-test the verdict against the "
+                    "export of a sweep that trained these runs on (its sweep file beside SWEEP): this export's "
+                    "curves predict the later budget")
+    rp.add_argument("--json", action="store_true", help="with --backtest or --backtest-to: print the result as JSON "
+                    "(beyond_noise, called_holds, kept_sign, interval_coverage, rows)")
     rp.add_argument("--formats", metavar="LIST", help="a Table 3 or Table 2 report's figure formats, comma-"
                     "separated, of png, svg, pdf (default: png): each figure is also written as .svg/.pdf beside "
                     "its .png, which the markdown and the HTML embed")
@@ -42,12 +52,18 @@ def _report_arguments(rp: argparse.ArgumentParser) -> None:
 def report_cli(args) -> int:
     """``ltfm report SWEEP.yaml [--storage URL] [--results DIR] [--out DIR] [--from-wandb ENTITY/PROJECT]
     [--from-export DIR] [--against SWEEP_B.yaml [--against-results DIR] [--against-storage URL]
-    [--against-export DIR]]``"""
+    [--against-export DIR]]``; with ``--backtest FRACTION`` or ``--backtest-to LATER_DIR`` the verdict's
+    back-test (:mod:`.backtest`)."""
     from ..sweep import load_sweep
     from .notebooks import (_check_out, _check_sources, compare_cli, execute, notebook_name, notebook_path,
                             report_parameters, stopped_by_signals)
 
     sweep = load_sweep(args.sweep_file)
+    if args.backtest is not None or args.backtest_to:
+        from .backtest import backtest_cli
+        return backtest_cli(_backtest_args(args), sweep)
+    if args.json:
+        raise UserError("--json prints a back-test: give it with --backtest FRACTION or --backtest-to LATER_DIR")
     _check_sources(args)
     formats = _formats(args, sweep)
     if args.against:
@@ -84,12 +100,11 @@ def report_cli(args) -> int:
             print(f"  export: {out / 'export' / (sweep.name + '.json')}")
         if name == "table3" and args.from_export:
             print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
-        elif name == "table2":
-            from .table2 import read_claims
-            print("".join(f"  {line}\n" for line in read_claims(md)) + "  W&B, optuna-dashboard: not published (a "
-                  "Table 2 report is the folder alone)", flush=True)
-        elif name == "table3":  # the same report in W&B and optuna-dashboard; a failure there is a warning
+        elif name in ("table2", "table3"):  # the same report in W&B and optuna-dashboard; a failure: a warning
             from .dashboards import publish
+            if name == "table2":
+                from .table2 import read_claims
+                print("".join(f"  {line}\n" for line in read_claims(md)), end="", flush=True)
             for line in publish(sweep, parameters, out, table):
                 print(line, flush=True)
         return 0
@@ -97,6 +112,23 @@ def report_cli(args) -> int:
     with stopped_by_signals(out) as stopped:
         return execute(notebook, parameters, out, name, then=published)
     return stopped["code"]
+
+
+def _backtest_args(args):
+    """The back-test's arguments checked: --backtest a number; none of the options that build a report."""
+    for option in ("against", "against_results", "against_storage", "against_export", "from_wandb", "results",
+                   "storage", "formats"):
+        if getattr(args, option, None):
+            raise UserError(f"--{option.replace('_', '-')} with a back-test: it reads --from-export alone; drop it")
+    if args.backtest is not None:
+        try:
+            args.backtest = float(args.backtest)
+        except ValueError:
+            raise UserError(f"--backtest {args.backtest!r}: give a fraction of the budget between 0 and 1, e.g. "
+                            "0.667") from None
+        if not math.isfinite(args.backtest):
+            raise UserError(f"--backtest {args.backtest!r}: give a fraction of the budget between 0 and 1, e.g. 0.667")
+    return args
 
 
 def _formats(args, sweep) -> tuple[str, ...]:

@@ -3,12 +3,12 @@ folders of one sweep file, e.g. two budgets) writes ``compare.md``, ``compare.cs
 figures.
 
 Each side is a table of :func:`~lightning_tfm.report.table.build_table`: its rows' changes against *its own* base,
-their budget verdicts (:mod:`.verdict`) and direction agreement with the paper. Per row (:func:`compare_tables`):
+their verdicts (:mod:`.verdict`) and direction agreement with the paper. Per row (:func:`compare_tables`):
 
-- **transfers**: both sides say the same: findings with the same sign, or both within noise;
-- **flips**: findings on both sides with opposite signs;
-- **unsettled**: anything else (a side still moving or unknown, a finding on one side and within noise on the
-  other);
+- **transfers**: both sides say the same: both hold with the same sign, or both within noise;
+- **flips**: both sides hold with opposite signs;
+- **unsettled**: anything else (a side that may flip or has too few points, a row that holds on one side and is
+  within noise on the other);
 - **only in A** / **only in B**: a row with no change against the base on one side (not trained there, as in a
   continuation of a few rows, or not completed): shown, not compared, and left out of the counts.
 """
@@ -23,13 +23,14 @@ from ..training.atomic import write_text
 from .columns import COMPARE, COMPARE_ROW, SIDE, Shown, columns, shown
 from .stats import finite
 from .text import md_cell, md_code, md_text
-from .verdict import FINDING, WITHIN
+from .verdict import HOLDS, WITHIN
 
 TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"
 ONLY_A, ONLY_B = "only in A", "only in B"
-STATUS_RULE = ("*transfers*: both sides are findings with the same sign, or both within noise; *flips*: findings "
-               "on both sides with opposite signs; *unsettled*: anything else (a side still moving or unknown, a "
-               "finding on one side only); *only in A* / *only in B*: a row with a result on one side only, not compared")
+STATUS_RULE = ("*transfers*: both sides hold with the same sign, or both within noise; *flips*: both sides hold "
+               "with opposite signs; *unsettled*: anything else (a side that may flip or has too few points, a row "
+               "that holds on one side only); *only in A* / *only in B*: a row with a result on one side only, not "
+               "compared")
 
 
 def _sign(x: float | None) -> int | None:
@@ -45,7 +46,7 @@ def status(a: dict | None, b: dict | None) -> str:
     va, vb = a.get("ppl_verdict"), b.get("ppl_verdict")
     if va == vb == WITHIN:
         return TRANSFERS
-    if va == vb == FINDING:
+    if va == vb == HOLDS:
         return TRANSFERS if _sign(a["delta_ppl"]) == _sign(b["delta_ppl"]) else FLIPS
     return UNSETTLED
 
@@ -85,7 +86,7 @@ def compare_tables(a: dict, b: dict) -> dict:
     agreement = {}
     for side, t in (("a", a), ("b", b)):
         s = t["summary"]
-        agreement[side] = {"all": s["ppl"], "findings": s["ppl_findings"], "still_moving": s["still_moving"]}
+        agreement[side] = {"all": s["ppl"], "findings": s["ppl_findings"], "may_flip": s["may_flip"]}
     return {"rows": rows, "summary": {"counts": counts, "agreement": agreement, "one_side": one_side,
                                       "agreement_shared": shared,
                                       "flips": [r["variant"] for r in rows if r["status"] == FLIPS]},
@@ -112,9 +113,9 @@ def headline_lines(cmp: dict) -> list[str]:
                      f"A {_frac(sh['a'])}, B {_frac(sh['b'])}.")
     for side in ("a", "b"):
         ag = s["agreement"][side]
-        moving = ag["still_moving"]
+        flip = ag["may_flip"]
         lines.append(f"{side.upper()} ({lab[side]}): direction agrees with the paper on dev PPL {_frac(ag['all'])} rows, "
-                     f"{_frac(ag['findings'])} of the findings; still moving: {', '.join(moving) if moving else 'none'}.")
+                     f"{_frac(ag['findings'])} of the rows that hold; may flip: {', '.join(flip) if flip else 'none'}.")
     return lines
 
 

@@ -1,4 +1,4 @@
-"""Table 3 where researchers look: after ``ltfm report`` has written a variants sweep's report folder,
+"""Table 3 and Table 2 where researchers look: after ``ltfm report`` has written a variants sweep's report folder,
 :func:`publish` puts it in the W&B project of the sweep's runs and in the sweep's Optuna study.
 
 W&B: ONE run of job type ``report`` in the sweep's group, id ``report-<sweep>-table3`` (stable, with
@@ -8,11 +8,16 @@ W&B: ONE run of job type ``report`` in the sweep's group, id ``report-<sweep>-ta
   :data:`~.columns.WANDB_PPL` and :data:`~.columns.WANDB_BLEU` (:mod:`.columns`: ours, the paper's, both
   changes, agreement, the noise verdict, status) with the values ``table3.csv`` gives them (:func:`wandb_tables`);
 - the summary: the headline numbers (:func:`headline_numbers`: direction agreement over all rows and over the
-  rows beyond seed noise and over the budget verdict's findings, rows beyond noise, rows of each verdict, the
+  rows beyond seed noise and over the rows whose verdict holds, rows beyond noise, rows of each verdict, the
   sweep's wall time), counted from the table's rows with the report's own
   :func:`~lightning_tfm.report.stats.agreement_summary` and :func:`~lightning_tfm.report.verdict.verdict_summary`;
 - ``figures/<name>``: every ``*.png`` of the report as a ``wandb.Image``;
 - the artifact ``table3-<sweep>`` (type ``report``): ``table3.md``, ``table3.csv``, ``table3.html``.
+
+A Table 2 report (a sweep of several architectures, :mod:`.table2`) goes the same way (:func:`report_contents`):
+run ``report-<sweep>-table2``, the W&B table ``table2/rows`` (``table2.csv``'s rows: ours, then the paper's), the
+summary of :func:`.table2.summary_numbers` (each row's numbers, the claim's lines), its figures, the artifact
+``table2-<sweep>`` (``table2.md``, ``.csv``, ``.html``) and a study note of its own block; no custom plots.
 
 Mode, project and entity are resolved as for the training runs (``WANDB_MODE`` else the experiment's
 ``wandb.mode`` through :func:`lightning_tfm.training.tracking.resolve_mode`; ``WANDB_PROJECT``/``WANDB_ENTITY``
@@ -30,11 +35,10 @@ never touched. Strings of the runs go into plotly's text (which it reads as HTML
 
 optuna-dashboard (only when the report read an Optuna storage and ``optuna_dashboard`` and ``plotly`` are
 importable; else nothing): the study's note gets the headline and the dev-perplexity table of ``table3.md``
-(:func:`note_text`, the columns of :data:`~.columns.NOTE`; a note a person wrote is kept below it), and the study's custom plots get two plotly
-figures drawn from the same data as the matplotlib ones: dev perplexity per row family
-(:func:`plotly_dev_ppl_by_family`; the base as one curve, the mean over its seeds with their range shaded, as in
-the PNG) and every row's learning curve (:func:`plotly_learning_curves`), under
-the stable ids of :data:`GRAPH_IDS` (a re-run replaces them).
+(:func:`note_text`, the columns of :data:`~.columns.NOTE`; a note a person wrote is kept below it), and its custom
+plots two plotly figures of the matplotlib ones' data: dev perplexity per row family (:func:`plotly_dev_ppl_by_family`;
+the base as one curve, the mean over its seeds, their range shaded) and every row's learning curve
+(:func:`plotly_learning_curves`), under the stable ids of :data:`GRAPH_IDS` (a re-run replaces them).
 """
 from __future__ import annotations
 
@@ -54,11 +58,13 @@ from .text import environment, first_line, html_text, md_code, waiting_lock
 KIND = "table3"
 WANDB_DIR = "wandb-report"   # below the sweep's results folder
 LOCK = ".publish.lock"       # in WANDB_DIR: one report at a time publishes a sweep's results folder
-ARTIFACT_FILES = ("table3.md", "table3.csv", "table3.html", "table3.tex", "table3-standalone.tex")
+ARTIFACT_FILES = {"table3": ("table3.md", "table3.csv", "table3.html", "table3.tex", "table3-standalone.tex"),
+                  "table2": ("table2.md", "table2.csv", "table2.html")}
 WANDB_TABLES = {"table3/dev_ppl": WANDB_PPL, "table3/dev_bleu": WANDB_BLEU}   # W&B table -> its view (.columns)
 GRAPH_IDS = {"family": "ltfm-table3-dev-ppl-by-family", "curves": "ltfm-table3-learning-curves"}
-# The note's own block (markdown link-reference "comments": not rendered), so a person's note survives.
-NOTE_BEGIN, NOTE_END = "[//]: # (ltfm report table3: begin)", "[//]: # (ltfm report table3: end)"
+# Each report kind's block of the study note (markdown link-reference "comments", not rendered): a person's note stays
+NOTES = {k: (f"[//]: # (ltfm report {k}: begin)", f"[//]: # (ltfm report {k}: end)") for k in ARTIFACT_FILES}
+NOTE_BEGIN, NOTE_END = NOTES[KIND]
 
 
 def _warn(message: str) -> None:
@@ -78,7 +84,7 @@ def wandb_tables(table: dict) -> dict[str, tuple[list[str], list[list]]]:
 def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
     """The headline as numbers for a W&B summary: per metric (``dev_ppl``, ``dev_bleu``) the rows whose
     direction agrees with the paper and the rows compared, over all rows and over the rows beyond seed noise
-    (with the fractions), the rows beyond/within noise or unknown; dev PPL's agreement over the findings and the
+    (with the fractions), the rows beyond/within noise or unknown; dev PPL's agreement over the rows that hold and the
     rows of each budget verdict; the sweep's wall time. ``rows``: the table's; the counting is the
     report's own (:func:`~.stats.agreement_summary`, :func:`~.verdict.verdict_summary`)."""
     from .stats import agreement_summary
@@ -162,18 +168,19 @@ def superseded_folders(wandb_dir: Path, run_id: str, keep: Path | None) -> list[
 
 
 def log_wandb_report(sweep, out: Path, results_dir: Path, table: dict, target: dict,
-                     pipeline_check: bool = False) -> dict | None:
+                     pipeline_check: bool = False, kind: str = KIND) -> dict | None:
     """The report folder ``out`` and its ``table`` (:func:`~.export.rebuilt_table`) as the sweep's W&B report run
-    (see the module docstring); None when W&B is disabled. Raises whatever wandb raises (:func:`publish` turns it into a warning). Call it holding
-    :func:`publish_lock` (:func:`publish` does): it removes the run's older offline folders."""
+    (see the module docstring); None when W&B is disabled. Raises whatever wandb raises (:func:`publish` turns
+    it into a warning). Call it holding :func:`publish_lock` (:func:`publish` does): it removes the run's older
+    offline folders."""
     if target["mode"] == "disabled":
         return None
     root = Path(results_dir) / WANDB_DIR
     root.mkdir(parents=True, exist_ok=True)
-    run_id = report_run_id(sweep.name, pipeline_check=pipeline_check)
+    run_id = report_run_id(sweep.name, kind, pipeline_check)
     before = set(run_folders(root / "wandb", run_id))
     try:
-        return _log_run(sweep, out, table, target, root, run_id, pipeline_check)
+        return _log_run(sweep, out, table, target, root, run_id, pipeline_check, kind)
     except BaseException:
         # a failed start leaves an empty online run folder (as in tracking.py), a failed write an incomplete
         # offline one: `wandb sync` would upload them as attempts of this run; the earlier, complete run stays
@@ -183,18 +190,18 @@ def log_wandb_report(sweep, out: Path, results_dir: Path, table: dict, target: d
 
 
 def _log_run(sweep, out: Path, table: dict, target: dict, root: Path, run_id: str,
-             pipeline_check: bool = False) -> dict:
+             pipeline_check: bool = False, kind: str = KIND) -> dict:
     import wandb
 
     from ..training.redact import scrub
     from ..training.tracking import PIPELINE_CHECK, _scrubbed_argv, wandb_group  # wandb records the command line
 
-    tags = [JOB_TYPE, KIND] + ([PIPELINE_CHECK] if pipeline_check else [])
+    tags = [JOB_TYPE, kind] + ([PIPELINE_CHECK] if pipeline_check else [])
     with _scrubbed_argv():
         run = wandb.init(id=run_id, resume="allow", mode=target["mode"], dir=str(root), project=target["project"],
                          entity=target["entity"], group=wandb_group(sweep.name, tags), job_type=JOB_TYPE,
-                         name=f"{sweep.name} {KIND}" + (f" ({PIPELINE_CHECK})" if pipeline_check else ""), tags=tags,
-                         config=scrub({"report.kind": KIND, "report.sweep": sweep.name,
+                         name=f"{sweep.name} {kind}" + (f" ({PIPELINE_CHECK})" if pipeline_check else ""), tags=tags,
+                         config=scrub({"report.kind": kind, "report.sweep": sweep.name,
                                        "report.pipeline_check": pipeline_check,
                                        "report.sweep_file": str(Path(sweep.path).absolute()),
                                        "report.folder": str(out)}),
@@ -202,7 +209,7 @@ def _log_run(sweep, out: Path, table: dict, target: dict, root: Path, run_id: st
     folder = Path(run.dir).parent
     try:
         with _staging_in(folder):
-            _log_report(run, out, table, sweep.name + (f"-{PIPELINE_CHECK}" if pipeline_check else ""))
+            _log_report(run, out, table, sweep.name + (f"-{PIPELINE_CHECK}" if pipeline_check else ""), kind)
     except BaseException:
         run.finish(exit_code=1)
         wandb.teardown()
@@ -227,17 +234,25 @@ def _staging_in(folder: Path):
         yield
 
 
-def _log_report(run, out: Path, table: dict, sweep_name: str) -> None:
+def report_contents(table: dict, kind: str = KIND) -> tuple[dict, dict]:
+    """(the summary numbers, the W&B tables {name: (columns, rows)}) of a report of ``kind`` (the module docstring)."""
+    if kind == "table2":
+        from . import table2
+        return table2.summary_numbers(table), {"table2/rows": (list(table2.CSV_KEYS), table2.csv_rows(table))}
+    return headline_numbers(table["rows"], table["run_info"]), wandb_tables(table)
+
+
+def _log_report(run, out: Path, table: dict, sweep_name: str, kind: str = KIND) -> None:
     import wandb
 
-    summary = headline_numbers(table["rows"], table["run_info"])
-    logged = {name: wandb.Table(columns=cols, data=data) for name, (cols, data) in wandb_tables(table).items()}
+    summary, tables = report_contents(table, kind)
+    logged = {name: wandb.Table(columns=cols, data=data) for name, (cols, data) in tables.items()}
     for png in sorted(out.glob("*.png")):
         logged[f"figures/{png.stem}"] = wandb.Image(str(png), caption=png.name)
     run.log(logged)
     run.summary.update(summary)
-    artifact = wandb.Artifact(f"{KIND}-{sweep_name}", type=JOB_TYPE, metadata=dict(summary))
-    for name in ARTIFACT_FILES:
+    artifact = wandb.Artifact(f"{kind}-{sweep_name}", type=JOB_TYPE, metadata=dict(summary))
+    for name in ARTIFACT_FILES[kind]:
         artifact.add_file(str(out / name), name=name)
     run.log_artifact(artifact, aliases=["latest"])
 
@@ -245,21 +260,26 @@ def _log_report(run, out: Path, table: dict, sweep_name: str) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # optuna-dashboard
 # ---------------------------------------------------------------------------------------------------------
-def note_text(table: dict, where: str | None = None) -> str:
-    """The study note: the table's headline and dev-perplexity section as table3.md has them (the section's
-    columns: :data:`~.columns.NOTE`), between the markers of this report's block."""
-    from .render import headline_markdown, ppl_markdown
-
-    head, section = headline_markdown(table).rstrip(), ppl_markdown(table, NOTE).rstrip()
+def note_text(table: dict, where: str | None = None, kind: str = KIND) -> str:
+    """The study note in its block (:data:`NOTES`): Table 3's headline and dev-perplexity section as table3.md has
+    them (the section's columns: :data:`~.columns.NOTE`); Table 2's title, claim and rows as table2.md has them."""
+    if kind == "table2":
+        from . import table2
+        parts = [table2.title(table), table2.claims_markdown(table), table2.rows_markdown(table)]
+    else:
+        from .render import headline_markdown, ppl_markdown
+        parts = [headline_markdown(table), ppl_markdown(table, NOTE)]
     tail = [f"_Written by `ltfm report`; the whole report: {md_code(where)}._"] if where else []
-    return "\n\n".join([NOTE_BEGIN, head, section, *tail, NOTE_END]) + "\n"
+    return "\n\n".join([NOTES[kind][0], *(p.rstrip() for p in parts), *tail, NOTES[kind][1]]) + "\n"
 
 
 def merge_note(existing: str, ours: str) -> str:
-    """``ours`` in place of this report's earlier block; any other text of the note (a person's) kept after it."""
-    if NOTE_BEGIN in existing and NOTE_END in existing:
-        before, rest = existing.split(NOTE_BEGIN, 1)
-        after = rest.split(NOTE_END, 1)[1]
+    """``ours`` in place of its report's earlier block (:data:`NOTES`); any other text of the note (a person's) kept
+    after it."""
+    begin, end = ours.splitlines()[0], ours.rstrip().splitlines()[-1]
+    if begin in existing and end in existing:
+        before, rest = existing.split(begin, 1)
+        after = rest.split(end, 1)[1]
         others = (before.strip() + "\n\n" + after.strip()).strip()
     else:
         others = existing.strip()
@@ -400,14 +420,14 @@ def _current_note(study) -> str:
     return get_note(study)
 
 
-def write_dashboard(data, table: dict, out: Path) -> dict:
-    """The study's note (of ``table``) and custom plots (see the module docstring)."""
+def write_dashboard(data, table: dict, out: Path, kind: str = KIND) -> dict:
+    """The study's note (of ``table``) and, for Table 3, its custom plots (see the module docstring)."""
     from optuna_dashboard import save_note
 
     study = data.study
-    save_note(study, merge_note(_current_note(study), note_text(table, str(out / "table3.html"))))
+    save_note(study, merge_note(_current_note(study), note_text(table, str(out / f"{kind}.html"), kind)))
     ids = [save_plot(study, plotly_dev_ppl_by_family(data), GRAPH_IDS["family"]),
-           save_plot(study, plotly_learning_curves(data), GRAPH_IDS["curves"])]
+           save_plot(study, plotly_learning_curves(data), GRAPH_IDS["curves"])] if kind == KIND else []
     return {"study": study.study_name, "plots": ids}
 
 
@@ -415,9 +435,10 @@ def write_dashboard(data, table: dict, out: Path) -> dict:
 # After ltfm report
 # ---------------------------------------------------------------------------------------------------------
 def publish(sweep, parameters: dict, out: Path, table: dict | None = None) -> list[str]:
-    """After the report folder ``out`` is written: the W&B report run and the optuna-dashboard note and plots of
-    ``table`` (default: rebuilt from the folder's export). Returns the lines to print; every failure here is a
-    one-line warning, never the report's failure."""
+    """After the report folder ``out`` is written: the W&B report run and the optuna-dashboard note (and plots) of
+    ``table``, a Table 3 report's or, for a sweep of several architectures (:func:`.table2.is_table2`), a Table 2
+    report's (default: rebuilt from the folder's export; Table 2's: from the runs). Returns the lines to print;
+    every failure here is a one-line warning, never the report's failure."""
     from ..training.redact import scrub
     from .records import default_results_dir
     from .sources import load_report_data
@@ -445,16 +466,18 @@ def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: lis
              table: dict | None) -> list[str]:
     from ..training.redact import scrub
     from .export import rebuilt_table
+    from .table2 import build_table2, is_table2
 
+    kind = "table2" if is_table2(sweep) else KIND
     try:
-        table = table if table is not None else rebuilt_table(sweep, out)
+        table = table if table is not None else build_table2(data) if kind == "table2" else rebuilt_table(sweep, out)
     except Exception as e:  # noqa: BLE001 - the report is written; only its copies here are lost
-        _warn(f"report not sent to W&B or optuna-dashboard: cannot read its export back ({e.__class__.__name__}: "
+        _warn(f"report not sent to W&B or optuna-dashboard: cannot rebuild its table ({e.__class__.__name__}: "
               f"{first_line(scrub(str(e), urls))})")
         return lines
     try:
         target = wandb_target(sweep, parameters.get("wandb_path"))
-        info = log_wandb_report(sweep, out, results, table, target, table["pipeline_check"])
+        info = log_wandb_report(sweep, out, results, table, target, table["pipeline_check"], kind)
         if info is not None:
             where = (f"offline in {info['folder']} (upload: wandb sync {info['folder']})"
                      if info["mode"] == "offline" else f"project {info['project']}")
@@ -469,8 +492,9 @@ def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: lis
             pass
     if data.study is not None and not parameters.get("wandb_path") and dashboard_available():
         try:
-            d = write_dashboard(data, table, out)
-            lines.append(f"  optuna-dashboard: note and {len(d['plots'])} plots on study {d['study']}")
+            d = write_dashboard(data, table, out, kind)
+            plots = f" and {len(d['plots'])} plots" if d["plots"] else ""
+            lines.append(f"  optuna-dashboard: note{plots} on study {d['study']}")
         except Exception as e:  # noqa: BLE001 - nor the dashboard
             _warn(f"report not written to optuna-dashboard ({e.__class__.__name__}: {first_line(scrub(str(e), urls))})")
     return lines

@@ -1,6 +1,7 @@
 """The Table 3 report's figures (matplotlib's object API: no pyplot, no display needed): dev perplexity per
 row family, dev BLEU against model size, pre- against post-norm training curves, dev perplexity against training
-compute (the lead figure, each row's change beside the paper's, is :mod:`.lead`).
+compute, each row's curve fitted and extrapolated (:func:`plot_outlook`: the verdict's evidence, and the
+back-test's) (the lead figure, each row's change beside the paper's, is :mod:`.lead`).
 
 Every figure is written as PNG (what the markdown and the HTML embed) and, on request, also as SVG and PDF beside
 it (:data:`FORMATS`, :func:`parse_formats`: ``ltfm report --formats png,svg,pdf``; :func:`save_figure`). A panel
@@ -375,4 +376,87 @@ def plot_ppl_vs_flops(table: dict, path: str | Path, formats=("png",)) -> str:
     ax.set_title(f"Dev perplexity against training compute; sweep {table['sweep']}"
                  + (f" (no FLOP count: {', '.join(missing)})" if missing else ""), fontsize=9)
     ax.grid(True, alpha=0.3)
+    return save_figure(fig, path, formats)
+
+
+def _side_points(runs: list[dict[int, float]], log: bool = False) -> tuple[list[int], list[float]]:
+    """A side's mean dev PPL (``log``: mean log-PPL) over its runs at the steps they all have."""
+    runs = [r for r in runs if r]
+    if not runs:
+        return [], []
+    steps = sorted(set.intersection(*(set(r) for r in runs)))
+    f = math.log if log else float
+    return steps, [sum(f(r[s]) for r in runs) / len(runs) for s in steps]
+
+
+def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | None = None,
+                 title: str | None = None) -> str:
+    """A panel per row with a verdict (:mod:`.verdict`): the row's and the base's dev PPL at each validation
+    (mean over seeds; hollow: before the warmup, left out of the fit), their fitted curves extended to the step the
+    verdict predicts at, each with its bootstrap band, the budget dashed and, with ``later`` (``{"runs": {variant:
+    [{step: dev PPL} a seed]}}``: a later export's curves, as the back-test gives them), the measured later points
+    (crosses). ``table``: :func:`~.table.build_table`'s (``outlook``, ``curves``, ``report_settings``)."""
+    import numpy as np
+
+    from ..sweep.curves import band
+    from .verdict import settings_of
+
+    s = settings_of(table.get("report_settings"))
+    runs = (table.get("curves") or {}).get("runs") or {}
+    later_runs = (later or {}).get("runs") or {}
+    outlook = {v: o for v, o in (table.get("outlook") or {}).items() if o.get("gap")}
+    ncols = min(4, max(len(outlook), 1))
+    nrows = max(math.ceil(len(outlook) / ncols), 1)
+    from matplotlib.figure import Figure
+
+    height = 3.0 * nrows + 1.3
+    fig = Figure(figsize=(3.6 * ncols, height), dpi=100)  # no layout engine: many panels draw fast
+    fig.subplots_adjust(left=0.06 if ncols > 1 else 0.18, right=0.98, top=1 - 1.0 / height, bottom=0.6 / height,
+                        hspace=0.55, wspace=0.2)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    bands: dict = {}
+
+    def draw(ax, fits, at: int, color: str, label: str) -> None:
+        grid = np.unique(np.geomspace(fits[0].steps[0] + 1, at + 1, 40).round() - 1)
+        key = (id(fits[0]), at)
+        if key not in bands:
+            bands[key] = band(fits, grid, s["bootstraps"], s["seed"], s["level"])
+        mean, lo, hi = bands[key]
+        ax.plot(grid, mean, color=color, linewidth=1.1, label=f"{label}: fit, {100 * s['level']:g}% band")
+        ax.fill_between(grid, lo, hi, color=color, alpha=0.18, linewidth=0)
+
+    for ax, (v, o) in zip([a for row in axes for a in row], outlook.items()):
+        gap = o["gap"]
+        for side, color, fits, at in (("base", "black", gap["base"], gap["base_step"]),
+                                      (v, "C0", gap["row"], gap["at_step"])):
+            steps, ppl = _side_points(runs.get(side, []), log=True)
+            name = "base" if side == "base" else "the row"
+            fitted = set(fits[0].steps)
+            ax.plot(steps, ppl, "o", markersize=3.5, color=color, zorder=3, label=name)
+            early = [(x, y) for x, y in zip(steps, ppl) if x not in fitted]
+            if early:
+                ax.plot(*zip(*early), "o", markersize=3.5, markerfacecolor="white", color=color, zorder=4)
+            draw(ax, fits, at, color, name)
+            lsteps, lppl = _side_points(later_runs.get(side, []), log=True)
+            shown = [(x, y) for x, y in zip(lsteps, lppl) if not steps or x > steps[-1]]
+            if shown:
+                ax.plot(*zip(*shown), "x", markersize=4, color=color, zorder=3, label=f"{name}: measured later")
+            if side == v and steps:
+                ax.axvline(steps[-1], color="gray", linestyle="--", linewidth=0.7)
+        ax.set_title(f"{v}: {o['verdict']}\n{o['why']}", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+    if outlook:
+        fig.legend(*axes[0][0].get_legend_handles_labels()[:2], loc="lower center", ncol=6, fontsize=7,
+                   frameon=False)
+    for ax in [a for row in axes for a in row][len(outlook):]:
+        ax.set_axis_off()
+    if not outlook:
+        axes[0][0].set_axis_on()
+        axes[0][0].text(0.5, 0.5, "no row with a predicted gap", ha="center", va="center",
+                        transform=axes[0][0].transAxes, color="dimgray")
+    fig.supylabel("dev log-PPL (nats; the fitted quantity)", fontsize=8, x=0.005)
+    fig.suptitle((title or f"Each row's dev log-PPL against the base's, fitted ({s['family']} law) and extrapolated to "
+                  f"{s['k']:g} × the budget; sweep {table.get('sweep')}")
+                 + "\nx: training step, dashed: the budget; hollow: before the warmup (not fitted)", fontsize=9)
     return save_figure(fig, path, formats)

@@ -9,9 +9,9 @@ absolute values are not comparable across corpora and model sizes, relative chan
 Our bar is blue where its direction is the paper's, orange where it is the opposite, purple where the paper has no
 direction to compare with; pale where the change is within seed noise. The band shaded around zero is the seed
 noise (``NOISE_K`` × the base's standard deviation over its seeds, as a share of the base: the table's rule,
-:mod:`.stats`). The right column is each row's budget verdict (:mod:`.verdict`). A row with no change to show (no
-completed run, or no base) says "no data" in place of its bar; a row the paper lacks says so in place of the
-paper's.
+:mod:`.stats`). The right column is each row's verdict (:mod:`.verdict`: holds, may flip, within noise, too few
+points). A row with no change to show (no completed run, or no base) says "no data" in place of its bar; a row the
+paper lacks says so in place of the paper's.
 
 :func:`changes_markdown` is its section of ``table3.md`` (the figure and its caption), :func:`changes_caption` the
 same without the image (the notebook shows the figure itself below it).
@@ -26,15 +26,15 @@ from ..training.config import TABLE3_KNOBS
 from .figures import FAMILY_TITLES, OTHER, save_figure
 from .stats import NOISE_K
 from .text import fmt_knob
-from .verdict import FINDING, MOVING, UNKNOWN, WITHIN
+from .verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN
 
 NAME = "changes.png"
 TITLE = "Each row's change against the base, ours beside the paper's"
 METRICS = (("ppl", "dev perplexity", "lower is better"), ("bleu", "dev BLEU", "higher is better"))
 AGREES, OPPOSITE, NO_SIGN, PAPER = "#1f77b4", "#ff7f0e", "#9467bd", "#8c8c8c"   # matplotlib's C0, C1, C4; grey
 PALE = 0.35           # the alpha of our bar within seed noise
-VERDICT_STYLE = {FINDING: {"color": "black", "fontweight": "bold"}, MOVING: {"color": "black", "fontstyle": "italic"},
-                 WITHIN: {"color": "dimgray"}, UNKNOWN: {"color": "dimgray", "fontstyle": "italic"}}
+VERDICT_STYLE = {HOLDS: {"color": "black", "fontweight": "bold"}, MAY_FLIP: {"color": "black", "fontstyle": "italic"},
+                 WITHIN: {"color": "dimgray"}, TOO_FEW: {"color": "dimgray", "fontstyle": "italic"}}
 # How a knob reads in a row's name (its Table 3 title, else these)
 _KNOB_WORDS = {"model.positional": "{} positions", "model.norm": "{}-norm", "train.max_steps": "{} steps"}
 _BAR, _GAP = 0.36, 0.19   # a bar's height; each bar's offset from its row's line (ours above, the paper's below)
@@ -162,7 +162,7 @@ def _value(ax, x: float, y: float) -> None:
 
 def _draw_verdicts(ax, items) -> None:
     ax.set_xlim(0, 1)
-    ax.set_title("budget verdict\n(dev PPL)", fontsize=9)
+    ax.set_title("verdict\n(dev PPL)", fontsize=9)
     for y, (kind, row) in enumerate(items):
         if kind == "row":
             verdict = _get(row, "ppl_verdict")
@@ -227,7 +227,9 @@ def changes_caption(table: dict) -> str:
             + " against its own base, as a share of that base: ours (upper bar; blue: the paper's direction, "
               "orange: the opposite, purple: the paper has none to compare; pale: within seed noise) above the "
               "paper's (grey); " + noise
-            + "; on the right, each row's budget verdict. \"no data\": the row has no completed run to compare.\n")
+            + "; on the right, each row's verdict from its learning curve extrapolated (holds, may flip, within "
+              "noise, too few points; the rule is in the notes). \"no data\": the row has no completed run to "
+              "compare.\n")
 
 
 def changes_markdown(table: dict) -> str:

@@ -260,8 +260,10 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None,
 
 def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, dict]:
     """variant -> the flat config of its trial, for rows without a run: the sweep's own trial config
-    (:func:`lightning_tfm.sweep.trial_config`), and when a base run completed, the variant's trial overrides on
-    that run's config instead (so command-line overrides given to the sweep are included)."""
+    (:func:`lightning_tfm.sweep.trial_config`), and when a base run completed, with the command-line overrides
+    given to the sweep included: a row of the sweep's experiment gets its trial overrides on that run's config, a
+    row of its own experiment (``variants.<name>.experiment``: another architecture) its trial config from that
+    experiment with the keys the base run's config changed from the sweep's plan of it (:func:`_cli_of`)."""
     from ..training.config import flatten
     from ..sweep import Entry, trial_config, trial_overrides
 
@@ -276,13 +278,33 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
             flat = flatten(trial_config(sweep, entry, checked=False))
         except UserError:
             flat = {}
-        if base is not None:
+        if base is not None and sweep.experiment_of(name) != sweep.experiment:
+            try:
+                flat = flatten(trial_config(sweep, entry, _cli_of(sweep, base, base_budget), checked=False))
+            except UserError:
+                pass
+        elif base is not None:
             steps = base.config.get("train.max_steps")
             # the base run's train.max_steps already carries the base's budget: apply the variant's relative to it
             relative = v["budget"] / base_budget if isinstance(steps, int) else 1.0
             flat = {**flat, **trial_overrides(sweep, dataclasses.replace(entry, budget=relative), base.config, steps)}
         out[name] = flat
     return out
+
+
+def _cli_of(sweep, base: RunRecord, base_budget: float) -> dict:
+    """The command-line overrides a completed base run shows: the keys of its config (run.* bookkeeping aside) that
+    differ from the sweep's own plan of the base row, its train.max_steps without the base's budget factor."""
+    from ..training.config import flatten
+    from ..sweep import Entry, trial_config
+
+    v = sweep.variants["base"]
+    plan = flatten(trial_config(sweep, Entry("base", v["family"], sweep.seeds[0], v["overrides"], v["budget"]),
+                                checked=False))
+    cli = {k: x for k, x in base.config.items() if not k.startswith("run.") and k in plan and plan[k] != x}
+    if isinstance(cli.get("train.max_steps"), int):
+        cli["train.max_steps"] = max(1, round(cli["train.max_steps"] / base_budget))
+    return cli
 
 
 def latest_per_key(records: list[RunRecord]) -> list[RunRecord]:

@@ -2,9 +2,9 @@
 :func:`lightning_tfm.report.table.build_table` gives, and :func:`write_table`, which writes both and the LaTeX
 table (``table3.tex``, :mod:`.latex`).
 
-The markdown (and the HTML) put the headline first (direction agreement, rows beyond noise, the budget verdicts
-and the agreement over the findings, the sweep's wall time, the machines), then a PPL table (with the change at
-the base's training FLOPs and each row's budget verdict), a BLEU table, the learning curves, the configuration
+The markdown (and the HTML) put the headline first (direction agreement, rows beyond noise, the verdicts and the
+agreement over the rows that hold, the sweep's wall time, the machines), then a PPL table (with the change at
+the base's training FLOPs and each row's verdict), a BLEU table, the learning curves, the configuration
 table and notes (the verdict's and the equal-compute rules among them).
 
 Every string that comes from a sweep, its runs or an export (a row's name, a status, a note, a machine, the
@@ -23,7 +23,7 @@ from .compute import COMPUTE_RULE
 from .columns import BLEU, CONFIG, CSV, PPL, columns, shown
 from .stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
 from .text import fmt, md_cell, md_code, md_text
-from .verdict import FINDING, MOVING, UNKNOWN, WITHIN, base_trend, verdict_rule
+from .verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN, settings_of, verdict_rule
 
 
 def _md_table(table: dict, view: str) -> list[str]:
@@ -48,20 +48,17 @@ def agreement_line(table: dict) -> str:
 
 
 def verdict_line(table: dict) -> str:
-    """The budget verdicts in one line: how many rows of each, the still-moving rows by name, and direction
-    agreement with the paper over the findings (beside the agreement over all rows, the first line)."""
+    """The verdicts in one line: how many rows of each, the rows that may flip by name, the budget multiple they
+    predict at, and direction agreement with the paper over the rows that hold (beside the agreement over all
+    rows, the first line)."""
     s = table["summary"]
     n = s["verdicts"]
-    moving = s["still_moving"]
-    trend = base_trend(((table.get("curves") or {}).get("rows") or {}).get("base") or {}, table.get("report_settings"))
-    falling = (f" The base's dev PPL still fell {100 * trend['drop']:.0f}% over the verdicts' window (step {trend['from_step']}: "
-               f"{trend['from']:.1f} → step {trend['to_step']}: {trend['to']:.1f}): findings are of this budget."
-               if trend and trend["drop"] > 0 else "")
-    return (f"Budget verdicts (dev PPL learning curves against the base's): {n[FINDING]} finding(s), {n[MOVING]} still "
-            f"moving{' (' + ', '.join(map(md_text, moving)) + ')' if moving else ''}, {n[WITHIN]} within noise, "
-            f"{n[UNKNOWN]} unknown; direction agrees with the paper on the findings: dev PPL "
-            f"{_fraction(s['ppl_findings'])}."
-            + falling)
+    flip = s["may_flip"]
+    k = settings_of(table.get("report_settings"))["k"]
+    return (f"Verdicts (dev PPL learning curves extrapolated to {k:g} × the budget): {n[HOLDS]} hold, {n[MAY_FLIP]} "
+            f"may flip{' (' + ', '.join(map(md_text, flip)) + ')' if flip else ''}, {n[WITHIN]} within noise, "
+            f"{n[TOO_FEW]} too few points; direction agrees with the paper on the rows that hold: dev PPL "
+            f"{_fraction(s['ppl_findings'])}.")
 
 
 def _duration(seconds: float | None) -> str:
@@ -151,8 +148,9 @@ def ppl_markdown(table: dict, view: str = PPL) -> str:
              "Ours " + ("(mean ± std over the completed seeds) " if _several_seeds(table) else "")
              + "beside the paper's; Δ = change against the same side's base row, with its size relative to that "
                "base, at equal steps and at the base's training FLOPs; \"agrees\" = our change has the paper's "
-               "sign; \"beyond noise\": " + NOISE_RULE + "; \"budget verdict\": finding, still moving or within "
-               "noise, from the learning curves (the rule is in the notes).", ""]
+               "sign; \"beyond noise\": " + NOISE_RULE + "; \"budget verdict\": holds, may flip, within noise or "
+               "too few points, from each run's learning curve extrapolated, with the predicted change at the longer "
+               "budget and its interval (the rule is in the notes).", ""]
     return "\n".join(lines + _md_table(table, view)) + "\n"
 
 

@@ -9,7 +9,7 @@ diverged (dev PPL no number: :func:`as_shown`) or continued (not readable at its
 keeps its row with that status; its numbers stay empty (only completed seeds are averaged). Several
 seeds: mean ± sample standard deviation. Change (Δ) = the row's value minus its base's, ours against our base
 and the paper's against the paper's base, each also given relative to its base. Each row also gets its change at
-the base's training compute (:mod:`.compute`) and its budget verdict from the learning curves (:mod:`.verdict`).
+the base's training compute (:mod:`.compute`) and its verdict from the learning curves extrapolated (:mod:`.verdict`).
 
 :data:`KNOBS` are the table's knob columns (header, flat config key), :data:`CSV_KNOBS` their CSV column
 names, both from ``training.config.TABLE3_KNOBS``. The statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the
@@ -146,7 +146,7 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
         rows.append(row)
     curves = learning_curves(data, variants, by_variant)
     compute = add_equal_compute(rows, curves, by_variant)
-    add_verdicts(rows, curves, sweep.report)
+    outlook = add_verdicts(rows, curves, sweep.report)
     summary = {**agreement_summary(rows), **verdict_summary(rows)}
     notes = list(test_notes) + off_budget(by_variant, data.planned)
     signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
@@ -159,6 +159,7 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
             "source": data.source, "data_notes": list(data.notes),
             "base_std": {m: (base[f"{m}_sd"] if base else None) for m in ("ppl", "bleu")},
             "base_seeds": base["n_done"] if base else 0, "compute": compute, "report_settings": dict(sweep.report),
+            "outlook": outlook,
             "bootstrap": (tests, test_notes, test_signature)}
 
 
@@ -212,9 +213,13 @@ def sweep_run_info(data: ReportData) -> dict:
 
 def learning_curves(data: ReportData, variants: list[str], by_variant: dict | None = None) -> dict:
     """Each row's dev perplexity at each validation step, the mean over its completed seeds (a step every seed
-    logged): ``{"steps": [...], "rows": {variant: {step: ppl}}}``. At a short budget, whether the rows are
-    still converging (and whether their order holds) is part of what the table says."""
+    logged): ``{"steps": [...], "rows": {variant: {step: ppl}}, "runs": {variant: [{step: ppl} a seed]},
+    "warmup": {variant: train.warmup}}`` (``runs`` and ``warmup``: what the verdict fits, :mod:`.verdict`). At a
+    short budget, whether the rows are still converging (and whether their order holds) is part of what the table
+    says."""
     rows: dict[str, dict[int, float]] = {}
+    runs: dict[str, list[dict[int, float]]] = {}
+    warmup: dict[str, int] = {}
     if by_variant is None:
         by_variant = {}
         for r in data.records:
@@ -227,6 +232,9 @@ def learning_curves(data: ReportData, variants: list[str], by_variant: dict | No
             continue
         common = set.intersection(*(set(s) for s in series))
         rows[v] = {st: sum(s[st] for s in series) / len(series) for st in sorted(common)}
+        runs[v] = series
+        w = [r.config.get("train.warmup") for r in by_variant.get(v, []) if r.completed]
+        warmup[v] = next((x for x in w if isinstance(x, int) and not isinstance(x, bool)), 0)
     base_steps = sorted(rows.get("base", {}))
     steps = base_steps or sorted(set().union(*(set(r) for r in rows.values()))) if rows else []
-    return {"steps": steps, "rows": rows}
+    return {"steps": steps, "rows": rows, "runs": runs, "warmup": warmup}

@@ -150,9 +150,12 @@ def build_table2(data: ReportData) -> dict:
         rates = [t / r.steps for r in done if (t := train_seconds(r, data.study)) and r.steps]
         row["s_per_step"] = sum(rates) / len(rates) if rates else None
         row["curves"] = {m: _mean_curve([_curve(r, key) for r in done]) for m, key in CURVES.items()}
+        row["bleu_every"], row["bleu_subset"] = next(((r.config.get("decode.dev_bleu_every_steps"),
+                                                       r.config.get("decode.dev_bleu_subset"))
+                                                      for r in done if r.config), (None, None))
         rows.append(row)
     metric = "bleu" if _has_bleu_curves(rows) else "ppl"
-    claims = claim_lines(rows, metric)
+    claims = claim_lines(rows)
     notes = []
     if not measured:
         notes.append("Some runs' prepared corpus was not readable here: their FLOPs per step use `ltfm bench`'s "
@@ -173,10 +176,20 @@ def _mean_curve(curves: list[dict[int, float]]) -> dict[int, tuple[float, float,
             for s in steps}
 
 
+def has_bleu_curve(row: dict) -> bool:
+    """The row's mean dev-BLEU curve has at least two validations (``decode.dev_bleu_every_steps`` logged it)."""
+    return len(row["curves"]["bleu"]) >= 2
+
+
 def _has_bleu_curves(rows: list[dict]) -> bool:
     """Every row with a completed run has a dev-BLEU curve of at least two validations."""
     done = [r for r in rows if r["seeds_completed"]]
-    return bool(done) and all(len(r["curves"]["bleu"]) >= 2 for r in done)
+    return bool(done) and all(has_bleu_curve(r) for r in done)
+
+
+def pair_metric(t: dict, o: dict) -> str:
+    """The curves claim (b) of a pair is read on: ``bleu`` when both rows have a dev-BLEU curve, else ``ppl``."""
+    return "bleu" if has_bleu_curve(t) and has_bleu_curve(o) else "ppl"
 
 
 def pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
@@ -252,8 +265,13 @@ def reach_line(t: dict, o: dict, metric: str) -> str:
         return (f"(b) {md_text(t['variant'])} to reach {md_text(o['variant'])}'s final {what}: not checked, no "
                 f"{what} curve of {md_text(o['variant'] if not curve else t['variant'])}.")
     target = curve[max(curve)][0]
-    source = ("on the dev-BLEU curves (decode.dev_bleu_every_steps; the first decode.dev_bleu_subset dev sentences)"
-              if metric == "bleu" else "on the dev-PPL curves (no dev-BLEU curve: decode.dev_bleu_every_steps is 0)")
+    if metric == "bleu":
+        source = "on the dev-BLEU curves (decode.dev_bleu_every_steps; the first decode.dev_bleu_subset dev sentences)"
+    else:
+        lacking = " or ".join(md_text(r["variant"]) for r in (t, o) if not has_bleu_curve(r))
+        source = (f"on the dev-PPL curves (no dev-BLEU curve of {lacking}: its runs logged dev BLEU at fewer than "
+                  "two validations; decode.dev_bleu_every_steps sets how often)" if lacking else
+                  "on the dev-PPL curves")
     parts, cost = [], {}
     for r in (t, o):
         step = reach(r, metric, target)
@@ -274,11 +292,13 @@ def reach_line(t: dict, o: dict, metric: str) -> str:
             + "; ".join(parts) + ratio + ".")
 
 
-def claim_lines(rows: list[dict], metric: str) -> list[str]:
+def claim_lines(rows: list[dict], metric: str | None = None) -> list[str]:
+    """(a) and (b) for each :func:`pairs` pair; (b) on ``metric``'s curves, by default each pair's
+    :func:`pair_metric` (the dev-BLEU curves when both rows have one)."""
     both = pairs(rows)
     if not both:
         return ["The claim is not checked: the sweep has no transformer row beside a row of another architecture."]
-    return [line for t, o in both for line in (equal_flops_line(t, o), reach_line(t, o, metric))]
+    return [line for t, o in both for line in (equal_flops_line(t, o), reach_line(t, o, metric or pair_metric(t, o)))]
 
 
 # ------------------------------------------------------------------------------------------ the paper
@@ -365,27 +385,58 @@ def notes_markdown(table: dict) -> str:
              "steps (a constant rate). Train tokens/s: target tokens over that time.",
              f"The claim's seed noise: |Δ| > 2 x the larger of the two rows' seed sd; equal budgets: within "
              f"{100 * EQUAL_TOLERANCE:.0f}% of the larger."]
+    lines += [bleu_curves_note(table["rows"])]
     lines += [f"BLEU: sacreBLEU {md_code(s)}." for s in table["bleu_signatures"]]
     lines += [f"Source: {md_text(table['source'])}."] + [md_text(n) for n in table["notes"]]
     return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"
 
 
+def bleu_curves_note(rows: list[dict]) -> str:
+    """What the dev-BLEU curves are, per row (the first ``decode.dev_bleu_subset`` dev sentences every
+    ``decode.dev_bleu_every_steps`` steps), or that there are none; the table's dev BLEU is the whole set's."""
+    have = [r for r in rows if has_bleu_curve(r)]
+    if not have:
+        return ("Dev BLEU curves: none (decode.dev_bleu_every_steps is 0, or fewer than two validations logged "
+                "one): claim (b) reads the dev-PPL curves. The table's dev BLEU: the whole dev set at the end.")
+    parts = [f"{md_text(r['variant'])} every {r['bleu_every']} steps on the first {r['bleu_subset'] or 'all'} "
+             f"dev sentences" for r in have]
+    missing = [md_text(r["variant"]) for r in rows if r["seeds_completed"] and not has_bleu_curve(r)]
+    return ("Dev BLEU curves (claim (b), the figure): beam search BLEU along training, " + "; ".join(parts)
+            + (f"; none for {', '.join(missing)}" if missing else "")
+            + ". The table's dev BLEU: the whole dev set at the end.")
+
+
 def table2_markdown(table: dict) -> str:
     return "\n".join([title(table) + "\n", claims_markdown(table), rows_markdown(table), paper_markdown(table),
                       "![Dev curves against training FLOPs and wall time](table2_curves.png)\n",
+                      "![Cross-attention of one dev sentence, each architecture's](table2_alignment.png)\n",
                       notes_markdown(table)])
+
+
+def csv_rows(table: dict) -> list[list]:
+    """The rows of table2.csv (ours, then the paper's), the values of :data:`CSV_KEYS` (None where empty): also the
+    W&B table of the report's run (:mod:`.dashboards`)."""
+    papers = [{"source": "paper", "variant": p["model"], "arch": p["family"], "test_bleu": p["bleu_en_de"],
+               "train_flops": p["train_flops_en_de"], "status": "paper: WMT 2014 EN-DE, not comparable"}
+              for p in table["paper"]]
+    return [[row.get(k) for k in CSV_KEYS] for row in [{**r, "source": "ours"} for r in table["rows"]] + papers]
 
 
 def table2_csv(table: dict) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_KEYS)
-    papers = [{"source": "paper", "variant": p["model"], "arch": p["family"], "test_bleu": p["bleu_en_de"],
-               "train_flops": p["train_flops_en_de"], "status": "paper: WMT 2014 EN-DE, not comparable"}
-              for p in table["paper"]]
-    for row in [{**r, "source": "ours"} for r in table["rows"]] + papers:
-        w.writerow(["" if row.get(k) is None else row[k] for k in CSV_KEYS])
+    w.writerows([["" if v is None else v for v in row] for row in csv_rows(table)])
     return buf.getvalue()
+
+
+def summary_numbers(table: dict) -> dict:
+    """The W&B summary of the report's run: ``<row>/<key>`` for each of our rows' numbers, the claim's lines
+    (``claims``) and whether every row logged a dev-BLEU curve (``bleu_curves``: claim (b) read on them)."""
+    keys = ("test_bleu", "dev_bleu", "dev_ppl", "train_flops", "train_time_s", "tokens_per_s", "params",
+            "seeds_completed")
+    out = {f"{r['variant']}/{k}": r[k] for r in table["rows"] for k in keys if r.get(k) is not None}
+    return {**out, "claims": "\n".join(table["claims"]), "bleu_curves": table["metric"] == "bleu"}
 
 
 def read_claims(markdown: str | Path) -> list[str]:

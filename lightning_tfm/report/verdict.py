@@ -1,28 +1,29 @@
-"""The budget verdict of a row: is its change against the base a *finding*, *still moving*, or *within noise*,
-judged from the row's and the base's learning curves (dev perplexity at every validation both logged).
+"""The verdict of a row: does its change against the base *hold* at a longer budget, *may* it *flip*, is it
+*within noise*, or are there *too few points* to say, judged from each run's learning curve extrapolated.
 
-A short budget ranks how fast rows start to learn; a change that is beyond seed noise at the end of the budget
-can still be a crossing in progress. The rule (:func:`curve_verdict`, the one place it is written), with the
-thresholds of the sweep file's ``report:`` section (:data:`lightning_tfm.sweep.REPORT_DEFAULTS`:
-``last_fraction`` 1/3, ``horizon`` 2, ``min_points`` 2):
+A short budget ranks how fast rows start to learn; a change beyond seed noise at the end of the budget can still
+be a crossing in progress. Each run's dev log-PPL after the warmup is fitted with a curve
+(:mod:`lightning_tfm.sweep.curves`: the family, its fit, the bootstrap) and the gap to the base predicted at ``k``
+times the budget. The rule (:func:`curve_verdict`, the one place it is written), with the settings of the sweep
+file's ``report:`` section (:data:`lightning_tfm.sweep.REPORT_DEFAULTS`: ``k`` 3, ``min_points`` 3, ``level``
+0.9, ``bootstraps`` 200, ``seed`` 0, ``family`` power):
 
-- the gap is the log-perplexity difference ``g(s) = log PPL_row(s) - log PPL_base(s)`` at the validation steps
-  both curves have; the budget ``T`` is the last of them (a row with more steps, such as big, is compared up to
-  the base's budget);
-- the window is the validations in the last ``last_fraction`` of the budget's ``T + 1`` updates, steps
-  ``s >= (T + 1) * (1 - last_fraction) - 1`` (Lightning counts steps from 0: the 600th update is step 599, and the
-  last third of 600 updates starts at step 399; with steps counted from 1 the same bound keeps step 400), and at
-  least the last ``min_points`` validations when the window holds fewer;
+- the budget of a side is its last validation ``T`` (the base's, and the row's own: big trains 3x the steps); ``k``
+  x the budget is step ``k * (T + 1) - 1`` (Lightning counts steps from 0: the 600th update is step 599, and 3 x
+  600 updates end at step 1799), each side at its own;
+- the predicted gap is mean log PPL(row) - mean log PPL(base) over each side's seeds at ``k`` x the budget, with
+  the central ``level`` interval of ``bootstraps`` draws (each run's residual bootstrap; a side of two seeds or
+  more resampled); it reads as a relative change of PPL, ``exp(gap) - 1``;
 - **within noise**: the row's change at the end (the table's Δ) is within seed noise
   (:func:`lightning_tfm.report.stats.noise_verdict`);
-- **still moving**: beyond noise at the end, but the gap has not kept the sign of the change over the whole
-  window (the curves crossed recently), or it is closing: the least-squares line of ``g`` against the step over
-  the window reaches 0 at a step ``s* <= horizon * T`` (linear extrapolation of the log-PPL gap);
-- **finding**: beyond noise at the end, the same sign over the whole window, and the gap not closing fast enough
-  to cross within ``horizon * T`` steps (its line widens, stays flat, or crosses later);
-- **unknown**: the seed noise is unknown (one base seed), or fewer than ``min_points`` common validations.
+- **too few points**: the seed noise is unknown (one base seed), or a side has no run with ``min_points``
+  validations after the warmup (:func:`lightning_tfm.sweep.curves.fit_points`);
+- **holds**: beyond noise at the end, and the interval of the predicted gap excludes zero on the side of today's
+  change;
+- **may flip**: beyond noise at the end, and the interval includes zero or lies on the other side.
 
-The base row and rows without a change (not completed) get no verdict.
+The base row and rows without a change (not completed) get no verdict. How often a *holds* kept its sign on the
+committed CPU reference: ``reports/reference/backtest/README.md`` (``ltfm report ... --backtest``, :mod:`.backtest`).
 """
 from __future__ import annotations
 
@@ -30,114 +31,131 @@ import math
 
 from ..sweep import REPORT_DEFAULTS
 
-FINDING, MOVING, WITHIN, UNKNOWN = "finding", "still moving", "within noise", "unknown"
-VERDICTS = (FINDING, MOVING, WITHIN, UNKNOWN)
+HOLDS, MAY_FLIP, WITHIN, TOO_FEW = "holds", "may flip", "within noise", "too few points"
+VERDICTS = (HOLDS, MAY_FLIP, WITHIN, TOO_FEW)
+
+
+def settings_of(settings: dict | None) -> dict:
+    """The sweep file's ``report:`` settings over the defaults."""
+    return {**REPORT_DEFAULTS, **(settings or {})}
 
 
 def verdict_rule(settings: dict | None = None) -> str:
-    """The rule in one paragraph, with the thresholds used (the report's notes)."""
-    s = {**REPORT_DEFAULTS, **(settings or {})}
-    return (f"Budget verdict (dev PPL): the gap is log PPL(row) − log PPL(base) at the validations both curves "
-            f"have, up to the base's budget T; the window is the last {s['last_fraction']:.3g} of T (at least "
-            f"{s['min_points']} validations). *Finding*: beyond seed noise at the end, the gap keeps the change's "
-            f"sign over the whole window, and its least-squares line over the window does not reach 0 within "
-            f"{s['horizon']:g} × T steps. *Still moving*: beyond noise at the end, but the sign changed within the "
-            f"window (a recent crossing) or the line reaches 0 within {s['horizon']:g} × T (converging). *Within "
-            "noise*: the change at the end is within seed noise. *Unknown*: seed noise unknown (one base seed) "
-            f"or fewer than {s['min_points']} common validations. Thresholds: the sweep file's `report:` section "
-            "(last_fraction, horizon, min_points).")
+    """The rule in one paragraph, with the settings used (the report's notes)."""
+    s = settings_of(settings)
+    return (f"Verdict (dev PPL): each run's dev log-PPL after the warmup is fitted with a {s['family']} law "
+            f"(at least {s['min_points']} validations) and the gap log PPL(row) − log PPL(base) predicted at "
+            f"{s['k']:g} × the budget (each side at its own: step {s['k']:g} × (T + 1) − 1), with its "
+            f"{100 * s['level']:g}% interval ({s['bootstraps']} draws, seed {s['seed']}: each run's residual "
+            "bootstrap, the base's seeds resampled). *Holds*: beyond seed noise at the end, and the interval "
+            "excludes zero on the side of today's change. *May flip*: beyond noise, the interval includes zero or "
+            "the other side. *Within noise*: the change at the end is within seed noise. *Too few points*: seed "
+            "noise unknown (one base seed) or fewer validations after the warmup than the fit needs. Settings: the "
+            "sweep file's `report:` section (k, min_points, level, bootstraps, seed, family); back-tested on the CPU "
+            "reference in reports/reference/backtest/.")
 
 
 def _sign(x: float) -> int:
     return (x > 0) - (x < 0)
 
 
-def window_start(last_step: int, last_fraction: float) -> float:
-    """The first step of the window: the last ``last_fraction`` of the ``last_step + 1`` updates (the module
-    docstring), less a hair so that floating point keeps the boundary step in."""
-    return (last_step + 1) * (1 - last_fraction) - 1 - 1e-9 * last_step
+def later_step(last_step: int, k: float) -> int:
+    """The step at ``k`` times the budget whose last step is ``last_step`` (the module docstring)."""
+    return int(round(k * (last_step + 1))) - 1
 
 
-def window(steps: list[int], settings: dict) -> list[int]:
-    """The validation steps the verdict reads (the module docstring): those from :func:`window_start` on, and at
-    least the last ``min_points``."""
-    inside = [st for st in steps if st >= window_start(steps[-1], settings["last_fraction"])]
-    return inside if len(inside) >= settings["min_points"] else steps[-settings["min_points"]:]
+def last_step(runs: list[dict[int, float]]) -> int | None:
+    """A side's budget: the last step every one of its runs validated at."""
+    ends = [max(r) for r in runs if r]
+    return min(ends) if ends else None
 
 
-def base_trend(curve: dict[int, float], settings: dict | None = None) -> dict | None:
-    """How much the base's dev PPL still fell over the verdicts' window: ``{"from_step", "to_step", "from",
-    "to", "drop"}`` (drop: the relative fall, 0.18 = 18%), None with fewer than two validations. A base still
-    falling fast at the end is a budget whose findings may yet move."""
-    s = {**REPORT_DEFAULTS, **(settings or {})}
-    steps = sorted(st for st, p in curve.items() if p and p > 0)
-    if len(steps) < 2:
+def pct(gap: float) -> str:
+    """A log-PPL gap as a relative change of PPL: ``-4.1%``."""
+    return f"{100 * math.expm1(gap):+.1f}%"
+
+
+def gap_text(gap: dict) -> str:
+    """``-4.1% [-6.0, -2.2] at 1800 steps`` (the base at its own step when it differs)."""
+    lo, hi = (f"{100 * math.expm1(gap[k]):+.1f}" for k in ("low", "high"))
+    base = f" (base {gap['base_step'] + 1})" if gap["base_step"] != gap["at_step"] else ""
+    return f"{pct(gap['point'])} [{lo}, {hi}] at {gap['at_step'] + 1} steps{base}"
+
+
+def predict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], settings: dict | None = None, *,
+            at: tuple[int, int] | None = None, warmup: int = 0, base_warmup: int | None = None) -> dict | None:
+    """The predicted gap of the row to the base (:func:`lightning_tfm.sweep.curves.predicted_gap`) at ``at`` =
+    (the row's step, the base's step), by default ``k`` x each side's budget; None when a side cannot be fitted."""
+    from ..sweep.curves import predicted_gap
+
+    s = settings_of(settings)
+    row_runs, base_runs = [r for r in row_runs if r], [r for r in base_runs if r]
+    if not row_runs or not base_runs:
         return None
-    a, b = window(steps, s)[0], steps[-1]  # min_points >= 2 (the sweep file's check): a != b
-    return {"from_step": a, "to_step": b, "from": curve[a], "to": curve[b], "drop": 1 - curve[b] / curve[a]}
+    if at is None:
+        at = (later_step(last_step(row_runs), s["k"]), later_step(last_step(base_runs), s["k"]))
+    return predicted_gap(row_runs, base_runs, at[0], s["bootstraps"], s["seed"], s["level"], base_step=at[1],
+                         warmup=warmup, base_warmup=base_warmup, min_points=s["min_points"], family=s["family"])
 
 
-def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """(intercept, slope) of the least-squares line through the points."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
-    return my - slope * mx, slope
+def _too_few(row_runs, base_runs, settings: dict, warmup: int, base_warmup: int | None) -> str:
+    from ..sweep.curves import fit_points, points_needed
+
+    need = points_needed(settings["min_points"], settings["family"])
+    for side, runs, w in (("the row", row_runs, warmup), ("the base", base_runs,
+                                                          warmup if base_warmup is None else base_warmup)):
+        counts = [len(fit_points(r, w, need)) for r in runs if r]
+        if not counts or max(counts) < need:
+            n = max((sum(1 for st in r if st >= w) for r in runs if r), default=0)
+            return (f"{side}: {n} validation(s) after the warmup (step {w}), the fit needs {need}")
+    return "no fit"
 
 
-def curve_verdict(row: dict[int, float], base: dict[int, float], delta: float | None, noise: str | None,
-                  settings: dict | None = None) -> dict | None:
-    """The verdict of one row (the module docstring's rule): ``{"verdict", "why", "crossing"}`` where
-    ``crossing`` is the step at which the extrapolated gap reaches 0 (None when it does not close), or None for
-    a row without a change. ``row``, ``base``: {step: dev PPL} (mean over seeds); ``delta``, ``noise``: the
-    row's change at the end and its seed-noise verdict."""
-    s = {**REPORT_DEFAULTS, **(settings or {})}
+def curve_verdict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], delta: float | None,
+                  noise: str | None, settings: dict | None = None, *, at: tuple[int, int] | None = None,
+                  warmup: int = 0, base_warmup: int | None = None) -> dict | None:
+    """The verdict of one row (the module docstring's rule): ``{"verdict", "why", "gap"}`` (``gap``: the
+    prediction of :func:`predict`, None without one), or None for a row without a change. ``row_runs``,
+    ``base_runs``: one ``{step: dev PPL}`` per completed seed; ``delta``, ``noise``: the row's change at the end
+    and its seed-noise verdict; ``at``, ``warmup``: as :func:`predict`."""
+    s = settings_of(settings)
     if delta is None or noise is None:
         return None
+    gap = predict(row_runs, base_runs, s, at=at, warmup=warmup, base_warmup=base_warmup)
     if noise == "within":
-        return {"verdict": WITHIN, "why": "the change at the end is within seed noise", "crossing": None}
+        return {"verdict": WITHIN, "why": f"predicted {gap_text(gap)}" if gap else "no prediction: "
+                + _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": gap}
     if noise != "beyond":
-        return {"verdict": UNKNOWN, "why": "seed noise unknown: one base seed", "crossing": None}
-    steps = sorted(st for st in set(row) & set(base) if row[st] > 0 and base[st] > 0)
-    if len(steps) < s["min_points"]:
-        return {"verdict": UNKNOWN, "why": f"{len(steps)} common validation(s), fewer than {s['min_points']}",
-                "crossing": None}
-    budget = steps[-1]
-    window_steps = window(steps, s)
-    gaps = [math.log(row[st]) - math.log(base[st]) for st in window_steps]
+        return {"verdict": TOO_FEW, "why": "seed noise unknown: one base seed", "gap": gap}
+    if gap is None:
+        return {"verdict": TOO_FEW, "why": _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": None}
     sign = _sign(delta)
-    against = [st for st, g in zip(window_steps, gaps) if _sign(g) != sign]
-    if against:
-        return {"verdict": MOVING, "why": f"crossed: the gap had the other sign at step {against[-1]}",
-                "crossing": None}
-    intercept, slope = _line([float(st) for st in window_steps], gaps)
-    if abs(slope) * budget <= 1e-9 * max(abs(g) for g in gaps):  # a flat gap, up to rounding
-        slope = 0.0
-    if _sign(slope) == -sign:  # closing toward 0
-        crossing = -intercept / slope
-        if crossing <= s["horizon"] * budget:
-            return {"verdict": MOVING, "why": f"converging: the gap's line reaches 0 near step {crossing:.0f} "
-                                              f"(≤ {s['horizon']:g} × {budget})", "crossing": crossing}
-        return {"verdict": FINDING, "why": f"closing slowly: its line reaches 0 near step {crossing:.0f} "
-                                           f"(> {s['horizon']:g} × {budget})", "crossing": crossing}
-    return {"verdict": FINDING, "why": "the gap holds or widens over the window", "crossing": None}
+    holds = gap["low"] > 0 if sign > 0 else gap["high"] < 0 if sign < 0 else False
+    return {"verdict": HOLDS if holds else MAY_FLIP, "why": gap_text(gap), "gap": gap}
 
 
-def add_verdicts(rows: list[dict], curves: dict, settings: dict | None = None) -> None:
-    """Each row's ``ppl_verdict`` and ``ppl_verdict_why`` from the table's learning curves (``curves["rows"]``:
-    {variant: {step: dev PPL}}), its ``delta_ppl`` and ``ppl_noise``."""
-    base = curves["rows"].get("base", {})
+def add_verdicts(rows: list, curves: dict, settings: dict | None = None) -> dict:
+    """Each row's ``ppl_verdict`` and ``ppl_verdict_why`` from the table's learning curves (``curves["runs"]``:
+    {variant: [{step: dev PPL} a seed]}, ``curves["warmup"]``: {variant: train.warmup}), its ``delta_ppl`` and
+    ``ppl_noise``. Returns {variant: the verdict (with its ``gap``)} for the figures."""
+    runs, warmups = curves.get("runs") or {}, curves.get("warmup") or {}
+    base = runs.get("base", [])
+    out = {}
     for row in rows:
-        v = curve_verdict(curves["rows"].get(row["variant"], {}), base, row["delta_ppl"], row["ppl_noise"], settings)
+        v = curve_verdict(runs.get(row["variant"], []), base, row["delta_ppl"], row["ppl_noise"], settings,
+                          warmup=warmups.get(row["variant"]) or 0, base_warmup=warmups.get("base") or 0)
         row["ppl_verdict"] = v["verdict"] if v else None
         row["ppl_verdict_why"] = v["why"] if v else None
+        if v:
+            out[row["variant"]] = v
+    return out
 
 
-def verdict_summary(rows: list[dict]) -> dict:
-    """Counts of each verdict, the still-moving rows by name, and direction agreement with the paper over the
-    findings (``(agree, compared)``); rows read from a CSV may lack the columns."""
+def verdict_summary(rows: list) -> dict:
+    """Counts of each verdict, the rows that may flip by name, and direction agreement with the paper over the
+    findings, the rows that hold (``ppl_findings``: ``(agree, compared)``); rows read from a CSV may lack the
+    columns."""
     counts = {v: sum(1 for r in rows if r.get("ppl_verdict") == v) for v in VERDICTS}
-    findings = [r for r in rows if r.get("ppl_verdict") == FINDING and r.get("ppl_agrees") is not None]
-    return {"verdicts": counts, "still_moving": [r["variant"] for r in rows if r.get("ppl_verdict") == MOVING],
-            "ppl_findings": (sum(1 for r in findings if r["ppl_agrees"]), len(findings))}
+    holds = [r for r in rows if r.get("ppl_verdict") == HOLDS and r.get("ppl_agrees") is not None]
+    return {"verdicts": counts, "may_flip": [r["variant"] for r in rows if r.get("ppl_verdict") == MAY_FLIP],
+            "ppl_findings": (sum(1 for r in holds if r["ppl_agrees"]), len(holds))}

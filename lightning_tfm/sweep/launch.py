@@ -4,11 +4,13 @@ The launcher starts K ``ltfm sweep`` worker processes on the same storage (each 
 ``<results>/sweep-logs/<name>/worker-<i>.log``) and, while they run, prints one line a person can read
 every ``--every`` seconds instead of K interleaved progress bars::
 
-    [table3-cpu 0:42] rows 7/23 done, 2 running, 14 left | big s1 step 900/2040 ppl 41.2 | C5 s1 ... | ETA 1:15
+    [table3-cpu 0:42] rows 7/23 done (3 hold, 1 may flip), 2 running, 14 left | big s1 step 900/2040 ppl 41.2 | ...
 
-plus a line whenever a row finishes. ``auto`` is ``--workers-per-gpu`` workers on every CUDA device when
-there is one (each worker sees its one GPU through ``CUDA_VISIBLE_DEVICES``; the line shows each GPU's
-running rows and utilisation), else one per CPU core with ``train.threads`` = cores / workers
+plus a line whenever a row finishes, with its verdict against the base once the base has finished (*holds* or *may
+flip* at k x the budget, :func:`~.status.row_verdicts`; ``finished: C1 seed 1: dev ppl 41.20 (holds: -12% [-15,
+-9] at 3x)``); the progress line counts the finished rows' verdicts. ``auto`` is ``--workers-per-gpu`` workers on
+every CUDA device when there is one (each worker sees its one GPU through ``CUDA_VISIBLE_DEVICES``; the line shows
+each GPU's running rows and utilisation), else one per CPU core with ``train.threads`` = cores / workers
 (:func:`worker_plan`). Ctrl-C stops every worker (their trials save a checkpoint and are
 resumed by the next run of the same command).
 
@@ -33,6 +35,7 @@ from ..training.errors import UserError
 from ..training.results import read_metrics
 from .plan import Plan, check_buildable
 from .spec import Sweep
+from .status import row_verdicts, trial_rows
 from .storage import STORAGE_ENV
 from .worker import GPU_ENV
 
@@ -203,7 +206,9 @@ def format_gpus(running: list[dict], gpus: list[str], usage: dict[str, tuple[int
 
 def format_progress(name: str, p: dict, elapsed_s: float, gpus: list[str] = (),
                     usage: dict[str, tuple[int, int]] | None = None) -> str:
+    said = p.get("verdicts") or {}  # verdict -> finished rows (row_verdicts)
     parts = [f"[{name} {_hms(elapsed_s)}] rows {p['done']}/{p['total']} done"
+             + (f" ({', '.join(f'{n} {_VERB.get(v, v)}' for v, n in said.items())})" if said else "")
              + (f", {p['failed']} failed" if p["failed"] else "")
              + f", {len(p['running'])} running, {p['left']} left"]
     if gpus:
@@ -214,6 +219,9 @@ def format_progress(name: str, p: dict, elapsed_s: float, gpus: list[str] = (),
         parts.append(f"{r['variant']} s{r['seed']} {step}{ppl}")
     parts.append("ETA " + ("estimating" if p["eta_s"] is None else _hms(p["eta_s"])))
     return " | ".join(parts)
+
+
+_VERB = {"holds": "hold"}  # the count's form: "3 hold, 1 may flip"
 
 
 def format_search_progress(sweep: Sweep, trials, elapsed_s: float) -> str:
@@ -246,6 +254,21 @@ class _Monitor:
         self.sweep, self.plan, self.cost, self.open_study_fn = sweep, plan, cost, open_study_fn
         self.started, self.workers, self.say, self.gpus = started, workers, say, list(gpus)
         self.study, self.seen, self.last = None, {}, 0.0
+        self.curves: dict = {}  # run folder -> (dev PPL curve, warmup) of a finished run (row_verdicts' cache)
+        self._verdicts: tuple = (None, {})  # (the completed trials they were fitted on, the verdicts)
+
+    def verdicts(self, trials) -> dict[str, dict]:
+        """Each finished row's verdict against the base (:func:`~.status.row_verdicts`); {} when none can be said
+        (or the run folders cannot be read now: the next poll tries again)."""
+        if self.sweep.mode != "variants":
+            return {}
+        done = frozenset(t.number for t in trials if t.state.name == "COMPLETE")
+        if self._verdicts[0] != done:  # fitted again only when a trial has finished since
+            try:
+                self._verdicts = (done, row_verdicts(self.sweep, trial_rows(trials), self.curves))
+            except Exception:  # noqa: BLE001 - a progress line never stops the sweep
+                return {}
+        return self._verdicts[1]
 
     def _trials(self):
         try:
@@ -255,7 +278,8 @@ class _Monitor:
             return None
 
     def finished_rows(self) -> None:
-        for t in self._trials() or ():
+        trials = self._trials() or ()
+        for t in trials:
             state, a = t.state.name.lower(), t.user_attrs
             if state not in (*DONE, "fail") or self.seen.get(t.number) == state:
                 continue
@@ -266,6 +290,9 @@ class _Monitor:
             what = (f"dev ppl {a['dev_ppl']:.2f}" if isinstance(a.get("dev_ppl"), float) else
                     a.get("reason") or a.get("error") or state)
             name = a.get("variant") or f"trial {t.number}"
+            verdict = self.verdicts(trials).get(name) if state == "complete" else None
+            if verdict:
+                what += f" ({verdict['text']})"
             self.say(f"[{self.sweep.name}] {'finished' if state == 'complete' else state}: {name} "
                      f"seed {a.get('seed')}: {what} ({_hms(_duration(t, _dt.datetime.now()))})")
 
@@ -276,6 +303,8 @@ class _Monitor:
         elapsed = time.time() - self.started
         if self.sweep.mode == "variants":
             p = progress(self.sweep, self.plan, trials, self.cost, workers=alive)
+            said = [v["verdict"] for v in self.verdicts(trials).values()]
+            p["verdicts"] = {v: said.count(v) for v in ("holds", "may flip") if v in said}
             usage = read_gpu_usage() if self.gpus else {}
             self.say(format_progress(self.sweep.name, p, elapsed, self.gpus, usage))
         else:

@@ -10,7 +10,9 @@ trial_id)`` (the same object ``study.optimize`` hands to an objective), so ``tri
 ``trial.should_prune`` run the study's own pruner.
 
 - The pruner is the sweep file's, read from the study's user attribute ``ltfm.pruner`` (written by the
-  worker), so the trial process needs nothing but the storage, the study and the trial number.
+  worker), so the trial process needs nothing but the storage, the study and the trial number. The curve
+  pruner (``pruner: {type: curve}``, :class:`~.curves.CurvePruner`) gets this trial's ``train.warmup`` and
+  ``train.max_steps`` where the file leaves its ``warmup`` and ``final_step`` unset.
 - Steps are optimizer steps (``trainer.global_step``); Hyperband's resources are therefore steps too.
 - Resume: the values reported so far are kept in the callback's state, which Lightning saves in every
   checkpoint. A resumed run (a retried trial after a killed worker, or a longer budget under a new trial)
@@ -35,6 +37,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 
 from ..training.results import history_key
+from .curves import CurvePruner
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
 from ..training.config import Config, run_id
@@ -54,6 +57,7 @@ class OptunaPruning(pl.Callback):
         self.abandoned: str | None = None  # why training stopped short of its budget, when the trial was lost
         self.history: dict[int, float] = {}  # step -> value reported (saved in checkpoints)
         self.run_dir = Path(cfg.run.results_dir) / run_id(cfg)
+        self.warmup, self.max_steps = cfg.train.warmup, cfg.train.max_steps  # the curve pruner's defaults
         self._trial = None
         self._reported: set[int] = set()  # steps the trial already holds (e.g. inherited by a retry)
         self._broken = False
@@ -73,6 +77,8 @@ class OptunaPruning(pl.Callback):
             storage = open_storage(self.storage_url, for_trial=True)
             study_id = storage.get_study_id_from_name(self.study_name)
             pruner = build_pruner(storage.get_study_user_attrs(study_id).get("ltfm.pruner"))
+            if isinstance(pruner, CurvePruner):  # its warmup and final step default to this trial's
+                pruner = pruner.for_trial(self.warmup, self.max_steps)
             study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=pruner)
             trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, self.trial_number)
             self._trial = optuna.trial.Trial(study, trial_id)

@@ -28,9 +28,12 @@ METRICS = {key: direction for key, (_, direction) in OBJECTIVES.items()}
 RESERVED = ("run.seed", "run.id", "run.variant", "run.family", "run.study")
 SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "gp": "GPSampler",
             "qmc": "QMCSampler"}
+# Pruner names to classes: curve's is lightning_tfm.sweep.curves.CurvePruner, the others Optuna's (optuna.pruners)
 PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "PercentilePruner",
            "hyperband": "HyperbandPruner", "successive_halving": "SuccessiveHalvingPruner",
-           "threshold": "ThresholdPruner"}
+           "threshold": "ThresholdPruner", "curve": "CurvePruner"}
+# The curve families the report's verdict can fit (lightning_tfm.sweep.curves.FAMILIES)
+CURVE_FAMILIES = ("power", "saturating", "exponential")
 SEEDS = "a non-empty list of distinct integers (0 to 2**32 - 1), e.g. [1, 2, 3]"
 REQUIRED = "(required)"
 
@@ -80,8 +83,26 @@ class SamplerSpec:
 @dataclass
 class PrunerSpec:
     """The Optuna pruner trials report their dev metric to: a name, or a mapping with type and arguments."""
-    type: Literal[tuple(PRUNERS)] = _f("none", "none, median, percentile, hyperband, successive_halving or "
-                                               "threshold")
+    type: Literal[tuple(PRUNERS)] = _f("none", "none, median, percentile, hyperband, successive_halving, threshold "
+                                               "or curve (stops a trial only when its learning curve, extrapolated "
+                                               "to its final step, ends worse than the best completed trial with "
+                                               "confidence: lightning_tfm.sweep.curves.CurvePruner)")
+    # The curve pruner's arguments (given to another type, its class refuses them)
+    min_points: int = _f(3, "curve: reports after the warmup the fit needs before a trial can be pruned (and one "
+                            "more than the family's parameters)", "an integer >= 3 (reports)",
+                         lambda v: 3 <= v <= 100000)
+    warmup: int | None = _f(None, "curve: reports up to this update are left out of the fit (null: the trial's "
+                                  "train.warmup)", "null or an integer >= 0 (updates)", lambda v: v >= 0)
+    final_step: int | None = _f(None, "curve: the update the trial's final value is predicted at (null: the trial's "
+                                      "train.max_steps)", "null or a positive integer (updates)", lambda v: v >= 1)
+    level: float = _f(0.9, "curve: central share of the bootstrap draws of the predicted final value; pruned when "
+                           "its optimistic end is still worse than the best", "a number in (0, 1)",
+                      lambda v: 0 < v < 1)
+    bootstraps: int = _f(200, "curve: residual-bootstrap draws of the predicted final value at each report",
+                         "an integer from 20 to 100000", lambda v: 20 <= v <= 100000)
+    seed: int = _f(0, "curve: seed of the bootstrap (with the trial number: the same reports, the same call)",
+                   "an integer from 0 to 2**32 - 1", _is_seed)
+    family: Literal[CURVE_FAMILIES] = _f("power", "curve: the curve fitted to the reports (as report.family)")
     EXTRA = ("<argument>", "any", "any argument of the Optuna pruner class, e.g. min_resource: 500 (checked by "
                                   "building it)")
 
@@ -100,14 +121,21 @@ class HeartbeatSpec:
 
 @dataclass
 class ReportSpec:
-    """The thresholds of the report's budget verdict (lightning_tfm.report.verdict, where the rule is)."""
-    last_fraction: float = _f(1 / 3, "share of the budget, at its end, over which a finding keeps its sign and its "
-                                     "gap is extrapolated", "a number in (0, 1], the share of the budget at its end",
-                              lambda v: 0 < v <= 1)
-    horizon: float = _f(2.0, "a closing gap that would cross within this many budgets makes the row still moving",
-                        "a number >= 1 (budgets)", lambda v: v >= 1)
-    min_points: int = _f(2, "validations the verdict's window needs at least", "an integer >= 2 (validations)",
-                         lambda v: v >= 2)
+    """The settings of the report's verdict (the rule: lightning_tfm.report.verdict; the fit: sweep.curves)."""
+    k: float = _f(3.0, "the budget multiple the verdict predicts at: a row holds when its predicted gap to the base "
+                       "at k x the budget keeps today's sign", "a number >= 1 (budgets)", lambda v: 1 <= v <= 1000)
+    min_points: int = _f(3, "validations after the warmup a run's curve fit needs at least (and one more than the "
+                            "family's parameters)", "an integer >= 3 (validations)", lambda v: 3 <= v <= 100000)
+    level: float = _f(0.9, "the central share of the bootstrap draws the predicted gap's interval covers",
+                      "a number in (0, 1)", lambda v: 0 < v < 1)
+    bootstraps: int = _f(200, "bootstrap draws of the predicted gap (residual bootstrap of each run's fit, the "
+                              "base's seeds resampled)", "an integer from 20 to 100000", lambda v: 20 <= v <= 100000)
+    seed: int = _f(0, "seed of the bootstrap: the same seed, the same intervals", "an integer from 0 to 2**32 - 1",
+                   _is_seed)
+    family: Literal[CURVE_FAMILIES] = _f("power", "the curve fitted to each run's dev log-PPL: power (A t^-alpha, "
+                                                  "the back-tested best at short budgets), saturating (L_inf + A "
+                                                  "t^-alpha) or exponential (L_inf + A exp(-t/tau)); these two need 4 "
+                                                  "points and refit by least squares at every draw (slower)")
 
 
 @dataclass
@@ -185,7 +213,7 @@ class SweepFile:
 
 TOP_KEYS = tuple(f.name for f in dataclasses.fields(SweepFile))
 HEARTBEAT_DEFAULTS = dataclasses.asdict(HeartbeatSpec())
-REPORT_DEFAULTS = dataclasses.asdict(ReportSpec())  # the report's verdict thresholds when a file sets none
+REPORT_DEFAULTS = dataclasses.asdict(ReportSpec())  # the report's verdict settings when a file sets none
 BUDGET_DEFAULTS = dataclasses.asdict(BudgetSpec())  # equal steps: a file without budget: trains as it always did
 
 

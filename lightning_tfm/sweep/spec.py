@@ -66,7 +66,7 @@ class Sweep:
     n_trials: int | None
     variants: dict[str, dict] | None = None    # name -> {"family", "budget", "overrides", "seeds", "experiment"}
     space: dict[str, dict] | None = None       # dotted key -> distribution spec
-    report: dict = field(default_factory=lambda: dict(REPORT_DEFAULTS))  # the report's verdict thresholds
+    report: dict = field(default_factory=lambda: dict(REPORT_DEFAULTS))  # the report's verdict settings
     budget: dict = field(default_factory=lambda: dict(BUDGET_DEFAULTS))  # equal steps or FLOPs (BudgetSpec)
     _trees: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -152,7 +152,11 @@ def build_pruner(spec: dict | None):
     import optuna
 
     spec = dict(spec or {"type": "none"})
-    cls = getattr(optuna.pruners, PRUNERS[spec.pop("type")])
+    kind = spec.pop("type")
+    if kind == "curve":  # ours: a trial stopped when its extrapolated curve is worse with confidence
+        from .curves import CurvePruner
+        return CurvePruner(**spec)
+    cls = getattr(optuna.pruners, PRUNERS[kind])
     return cls(**spec)
 
 

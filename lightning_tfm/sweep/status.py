@@ -1,13 +1,24 @@
 """What a sweep would do and what it did: the dry run (every trial's experiment, architecture, overrides, parameter
-count, steps and training FLOPs, without training or storage) and the status table of a study."""
+count, steps and training FLOPs, without training or storage) and the status table of a study.
+
+**Verdicts** (:func:`row_verdicts`; ``--status`` and the progress line of ``--workers``): each finished row of a
+variants sweep against the base, from the dev-PPL curves of its completed trials' run folders (``metrics.csv``) and
+the base's, fitted and extrapolated as the report's verdict does (:func:`lightning_tfm.sweep.curves.predicted_gap`,
+the sweep file's ``report:`` settings, at most :data:`MAX_DRAWS` bootstrap draws): the predicted gap at ``k`` x
+each side's budget with its interval, *holds* when the interval excludes zero on the side of today's change (the
+mean dev PPL at the end), else *may flip*. Nothing is shown without a prediction (no completed base, too few
+validations after the warmup). This is the prediction's half of the report's verdict: whether today's change is
+beyond seed noise (the report's *within noise*) is the report's to say (:mod:`lightning_tfm.report.verdict`)."""
 from __future__ import annotations
 
 import datetime as _dt
+import math
 
 from ..training.run_folder import existing_run_id
-from ..training.results import in_results, read_summary, storage_in_results
+from ..training.results import DEV_PPL, in_results, read_metrics, read_summary, storage_in_results
+from .curves import predicted_gap
 from .plan import Plan, check_buildable, flops_per_step, sentence_lengths
-from .spec import Entry, Sweep, suggest
+from .spec import REPORT_DEFAULTS, Entry, Sweep, suggest
 from .storage import quiet_optuna
 
 
@@ -63,9 +74,18 @@ def _duration(t) -> float | None:
 SKIP_STATES = {"unbuildable": "skipped", "duplicate": "duplicate", "running": "running elsewhere"}
 
 
-def status_rows(study) -> list[dict]:
+def status_rows(study, sweep: Sweep | None = None) -> list[dict]:
+    """One row per trial of ``study``; with ``sweep``, each row's ``verdict`` too (:func:`add_verdicts`)."""
+    rows = trial_rows(study.get_trials(deepcopy=False))
+    if sweep is not None:
+        add_verdicts(sweep, rows)
+    return rows
+
+
+def trial_rows(trials) -> list[dict]:
+    """Each trial's number, variant, family, seed, state, value, steps, duration, run folder, W&B run and note."""
     rows = []
-    for t in study.get_trials(deepcopy=False):
+    for t in trials:
         a = t.user_attrs
         state = t.state.name.lower()
         if a.get("skip"):
@@ -88,14 +108,21 @@ def _fmt_duration(s: float | None) -> str:
 
 
 def format_status(sweep: Sweep, rows: list[dict], storage_url: str, results_dir) -> str:
-    """The status table: run folders relative to the results folder, the storage by its name there."""
-    head = ("#", "variant", "seed", "state", sweep.metric, "steps", "duration", "run folder", "note")
+    """The status table: run folders relative to the results folder, the storage by its name there; a column of
+    verdicts when a row has one (:func:`add_verdicts`, computed here for rows without)."""
+    if any("verdict" not in r for r in rows):
+        add_verdicts(sweep, rows)
+    shown = any(r["verdict"] for r in rows)
+    k = {**REPORT_DEFAULTS, **(sweep.report or {})}["k"]
+    head = ("#", "variant", "seed", "state", sweep.metric, "steps", *([f"verdict at {k:g}x"] if shown else []),
+            "duration", "run folder", "note")
     table = [head]
     for r in rows:
         table.append((str(r["number"]), r["variant"] or "-", str(r["seed"] if r["seed"] is not None else "-"),
                       r["state"], f"{r['value']:.4f}" if isinstance(r["value"], float) else "-",
-                      str(r["steps"] if r["steps"] is not None else "-"), _fmt_duration(r["duration_s"]),
-                      in_results(r["run_dir"], results_dir) or "-", (r["note"] or "")[:80]))
+                      str(r["steps"] if r["steps"] is not None else "-"), *([r["verdict"] or "-"] if shown else []),
+                      _fmt_duration(r["duration_s"]), in_results(r["run_dir"], results_dir) or "-",
+                      (r["note"] or "")[:80]))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
     counts: dict[str, int] = {}
@@ -104,3 +131,78 @@ def format_status(sweep: Sweep, rows: list[dict], storage_url: str, results_dir)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
     lines.append(f"study {sweep.name} in {storage_in_results(storage_url, results_dir)}: {summary}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------- verdicts
+#: The most bootstrap draws a status verdict takes (the report's ``report.bootstraps`` if fewer): status is a glance.
+MAX_DRAWS = 200
+
+
+def run_curve(run_dir) -> tuple[dict[int, float], int]:
+    """A run's dev PPL at each validation, ``{step: PPL}`` (Lightning's steps, as the report reads them), and its
+    ``train.warmup``; ``({}, 0)`` for a folder that cannot be read."""
+    try:
+        history = read_metrics(run_dir)
+    except (OSError, ValueError):
+        return {}, 0
+    curve = {int(h["step"]): float(h[DEV_PPL]) for h in history
+             if isinstance(h.get(DEV_PPL), float) and math.isfinite(h[DEV_PPL])}
+    train = ((read_summary(run_dir) or {}).get("config") or {}).get("train") or {}
+    warmup = train.get("warmup") if isinstance(train, dict) else None
+    return curve, warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0
+
+
+def _later(last: int, k: float) -> int:
+    """The step at ``k`` x a budget whose last step is ``last`` (report.verdict.later_step's rule)."""
+    return int(round(k * (last + 1))) - 1
+
+
+def _verdict(row: list[tuple[dict, int]], base: list[tuple[dict, int]], s: dict) -> dict | None:
+    """A row's verdict from its runs' and the base's (curve, warmup) (the module docstring), or None."""
+    row_c, base_c = [c for c, _ in row], [c for c, _ in base]
+    at = (_later(min(map(max, row_c)), s["k"]), _later(min(map(max, base_c)), s["k"]))
+    gap = predicted_gap(row_c, base_c, at[0], min(int(s["bootstraps"]), MAX_DRAWS), s["seed"], s["level"],
+                        base_step=at[1], warmup=row[0][1], base_warmup=base[0][1], min_points=s["min_points"],
+                        family=s["family"])
+    if gap is None:
+        return None
+    today = sum(c[max(c)] for c in row_c) / len(row_c) - sum(c[max(c)] for c in base_c) / len(base_c)
+    holds = gap["low"] > 0 if today > 0 else gap["high"] < 0 if today < 0 else False
+    verdict = "holds" if holds else "may flip"
+    lo, hi = (100 * math.expm1(gap[x]) for x in ("low", "high"))
+    return {"verdict": verdict, "gap": gap,
+            "text": f"{verdict}: {100 * math.expm1(gap['point']):+.0f}% [{lo:+.0f}, {hi:+.0f}] at {s['k']:g}x"}
+
+
+def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, dict]:
+    """Each variant's verdict against the base, from the completed rows of ``rows`` (:func:`trial_rows`):
+    ``{variant: {"verdict", "gap", "text"}}`` (the module docstring); a variant without one is absent, and a
+    search has none. ``curves``: ``{run folder: (curve, warmup)}`` kept by a caller that asks again (a finished
+    run does not change)."""
+    if sweep.mode != "variants":
+        return {}
+    curves = {} if curves is None else curves
+    runs: dict[str, dict[str, tuple[dict, int]]] = {}
+    for r in rows:
+        if r.get("state") != "complete" or not r.get("variant") or not r.get("run_dir"):
+            continue
+        if r["run_dir"] not in curves:
+            curves[r["run_dir"]] = run_curve(r["run_dir"])
+        if curves[r["run_dir"]][0]:
+            runs.setdefault(r["variant"], {})[r["run_dir"]] = curves[r["run_dir"]]
+    base = list(runs.pop("base", {}).values())
+    if not base:
+        return {}
+    s = {**REPORT_DEFAULTS, **(sweep.report or {})}
+    out = {v: _verdict(list(by_dir.values()), base, s) for v, by_dir in runs.items()}
+    return {v: x for v, x in out.items() if x}
+
+
+def add_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, dict]:
+    """Each completed row's ``verdict`` (the text, e.g. ``holds: -12% [-15, -9] at 3x``; None without one), in
+    place; returns :func:`row_verdicts`."""
+    verdicts = row_verdicts(sweep, rows, curves)
+    for r in rows:
+        v = verdicts.get(r.get("variant")) if r.get("state") == "complete" else None
+        r["verdict"] = v["text"] if v else None
+    return verdicts

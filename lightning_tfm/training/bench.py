@@ -1,5 +1,7 @@
 """``ltfm bench``: training and decoding speed of our Transformer, optionally beside Hugging Face's
-MarianMTModel (the same post-norm, sinusoidal, shared-embedding design) at the same shapes.
+MarianMTModel (the same post-norm, sinusoidal, shared-embedding design) at the same shapes; or of any
+architecture an experiment builds (``ltfm bench EXPERIMENT.yaml``, or ``--config``: ``model.arch: rnn`` measures
+the recurrent baseline at its ``rnn.*`` shapes, alone).
 
 Both models are built in one process with the same N, d_model, d_ff, heads, vocabulary, batch and dtype,
 and measured alternately (ours, Marian, ours, Marian, ...) so that a busy machine slows both alike; the
@@ -16,8 +18,9 @@ and dtype:
 * ``peak_memory_mb``: on CUDA the allocator's peak (``torch.cuda.max_memory_allocated``) over the
   measurement; on CPU the largest growth of the process's resident memory, after free pages are returned
   to the OS (sampled every 2 ms);
-* ``mfu``: model FLOPs per second of training (6 x matmul parameters x tokens, plus attention: the model's
-  ``train_flops_per_token``, model/transformer.py) over the device's measured matrix-multiply peak in that dtype.
+* ``mfu``: model FLOPs per second of training (6 x matmul parameters x tokens, plus attention: the architecture's
+  own ``train_flops_per_token``, model/transformer.py, model/rnn.py) over the device's measured matrix-multiply
+  peak in that dtype.
 
 ``--device`` (default: cuda when torch sees a GPU, else cpu) puts both models, the batches and the peak
 measurement on that device; on CUDA every timed region ends with a synchronize.
@@ -32,11 +35,12 @@ import time
 
 import torch
 
-from ..model import DEFAULT_ARCH, ModelConfig, build_model
+from ..model import DEFAULT_ARCH, ModelConfig, build_model, registry
 from .errors import UserError
 
 DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
                 out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1, threads=0)  # threads 0: torch's default
+SHAPES = ("layers", "d_model", "d_ff", "heads")  # the settings that shape the transformer (model_config)
 
 
 # ------------------------------------------------------------------------------------------- measuring
@@ -130,9 +134,31 @@ def model_config(s: dict) -> ModelConfig:
                        dropout=0.1)
 
 
-def build_ours(s: dict):
+def build_ours(s: dict, model_cfg: ModelConfig | None = None):
+    """Our model: ``model_cfg``'s architecture (an experiment's model section), else the transformer of
+    :func:`model_config`."""
     torch.manual_seed(0)
-    return build_model(model_config(s), s["vocab"])
+    return build_model(model_cfg or model_config(s), s["vocab"])
+
+
+def train_flops_per_step(s: dict, model_cfg: ModelConfig | None = None) -> float:
+    """The architecture's own ``train_flops_per_token`` (at the settings' vocabulary and lengths) x the target tokens
+    of a step (batch x tgt_len)."""
+    cfg = model_cfg or model_config(s)
+    per_token = registry.entry(cfg).cls.train_flops_per_token(registry.arch_config(cfg), s["vocab"], s["src_len"],
+                                                              s["tgt_len"])
+    return per_token * s["batch"] * s["tgt_len"]
+
+
+def shape_text(s: dict, model_cfg: ModelConfig | None = None) -> str:
+    """The measured model's shapes in a few words (the report's first line)."""
+    if model_cfg is None or model_cfg.arch == DEFAULT_ARCH:
+        return f"N={s['layers']} d_model={s['d_model']} d_ff={s['d_ff']} heads={s['heads']}"
+    c = registry.arch_config(model_cfg)
+    if model_cfg.arch == "rnn":
+        return (f"rnn: {c.cell} emb {c.emb_size}, encoder {c.enc_layers} x 2 x {c.enc_hidden}, decoder "
+                f"{c.dec_layers} x {c.dec_hidden}, attention {c.attention_size}")
+    return f"{model_cfg.arch}: " + ", ".join(f"{k} {v}" for k, v in sorted(vars(c).items()) if not k.startswith("_"))
 
 
 def build_marian(s: dict):
@@ -246,7 +272,10 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=print, device: str = "cpu") -> dict:
+def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=print, device: str = "cpu",
+              model_cfg: ModelConfig | None = None) -> dict:
+    """Measure our model (``model_cfg``'s architecture, else the settings' transformer) and, with ``vs="marian"``,
+    Marian at the same shapes (a transformer only)."""
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False): "
                         "use --device cpu")
@@ -260,13 +289,11 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
     if s["threads"]:
         torch.set_num_threads(s["threads"])
     kinds = ["ours"] + (["marian"] if vs == "marian" else [])
-    models = {"ours": build_ours(s).to(device)}
+    models = {"ours": build_ours(s, model_cfg).to(device)}
     if vs == "marian":
         models["marian"] = build_marian(s).to(device)
     peaks = {dt: matmul_peak_flops(torch.float32 if dt == "fp32" else torch.bfloat16, device=device) for dt in dtypes}
-    # the model's own count (model/transformer.py), per target token -> per step
-    flops = type(models["ours"]).train_flops_per_token(model_config(s), s["vocab"], s["src_len"], s["tgt_len"]) \
-        * s["batch"] * s["tgt_len"]
+    flops = train_flops_per_step(s, model_cfg)  # the architecture's own count, per target token -> per step
     res = {k: {dt: {"train": [], "decode": [], "train_mem": [], "decode_mem": []} for dt in dtypes} for k in kinds}
     for rep in range(s["reps"]):
         for dt in dtypes:
@@ -286,9 +313,10 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
                 res[kind][dt]["decode_mem"].append(pm.mb)
                 log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
                     f"  decode {s['batch'] / res[kind][dt]['decode'][-1]:6.1f} sent/s")
-    out = {"settings": s, "matmul_peak_gflops": {dt: round(p / 1e9, 1) for dt, p in peaks.items()},
+    out = {"settings": s, "arch": model_cfg.arch if model_cfg else DEFAULT_ARCH, "model": shape_text(s, model_cfg),
+           "matmul_peak_gflops": {dt: round(p / 1e9, 1) for dt, p in peaks.items()},
            "torch": torch.__version__, "dtypes": list(dtypes), "device": device,
-           "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(), "threads": torch.get_num_threads(), "attention_kernel": models["ours"].attention_kernel,
+           "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(), "threads": torch.get_num_threads(), "attention_kernel": getattr(models["ours"], "attention_kernel", None),
            # other processes slow both models alike (alternation), but the absolute figures too: say so
            "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     for kind in kinds:
@@ -313,7 +341,7 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
 
 def format_report(r: dict) -> str:
     s = r["settings"]
-    lines = [f"N={s['layers']} d_model={s['d_model']} d_ff={s['d_ff']} heads={s['heads']} vocab={s['vocab']} "
+    lines = [f"{r.get('model') or shape_text(s)} vocab={s['vocab']} "
              f"batch={s['batch']}x{s['src_len']} tokens, beam {s['beam']}, {s['out_len']} output tokens; "
              f"{r.get('device', 'cpu')} ({r.get('device_name', '?')}), torch {r['torch']}, {r['threads']} threads; matmul peak "
              + ", ".join(f"{dt} {g:.0f} GFLOP/s" for dt, g in r["matmul_peak_gflops"].items())
@@ -329,19 +357,17 @@ def format_report(r: dict) -> str:
 
 
 def bench_cli(args) -> int:
-    settings = {}
-    if args.config:
-        from .config import load_config
-
-        cfg = load_config(args.config, [o for o in args.overrides if not o.startswith("bench.")] + (
-            [] if any(o.startswith("data.path") for o in args.overrides) else ["data.path=unused"]))
-        m = cfg.model
-        if m.arch != DEFAULT_ARCH:
-            raise UserError(f"ltfm bench measures the transformer (beside Marian); {args.config} sets "
-                            f"model.arch={m.arch}: give a transformer experiment")
-        settings.update(layers=m.layers, d_model=m.d_model, d_ff=m.d_ff, heads=m.heads,
-                        vocab=cfg.data.vocab_size)
-    for o in args.overrides:
+    """``ltfm bench [EXPERIMENT.yaml | --config EXPERIMENT.yaml] [bench.KEY=N ...] [dotted.key=value ...]``: an
+    experiment gives the model (its architecture and shapes: a transformer's become the bench.* shapes, so Marian
+    can be built beside it; any other architecture is measured as its config builds it) and its vocabulary."""
+    settings, model_cfg, overrides, experiment = {}, None, list(args.overrides), args.config
+    if experiment is None and overrides and overrides[0].endswith((".yaml", ".yml")):
+        experiment = overrides.pop(0)  # ltfm bench EXPERIMENT.yaml: as --config
+    stray = [o for o in overrides if not o.startswith("bench.")]
+    if stray and not experiment:
+        raise UserError(f"{stray[0]!r} is not a bench.KEY=N setting: config overrides go with an experiment "
+                        f"(ltfm bench EXPERIMENT.yaml {stray[0]}), or drop it")
+    for o in overrides:
         if o.startswith("bench."):
             key, _, value = o[len("bench."):].partition("=")
             if key not in DEFAULTS:
@@ -350,6 +376,22 @@ def bench_cli(args) -> int:
                 settings[key] = int(value)
             except ValueError:
                 raise UserError(f"bench.{key}={value!r} must be an integer") from None
+    if experiment:
+        from .config import load_config
+
+        cfg = load_config(experiment, stray + ([] if any(o.startswith("data.path") for o in stray)
+                                               else ["data.path=unused"]))
+        m = cfg.model
+        settings.setdefault("vocab", cfg.data.vocab_size)
+        if m.arch == DEFAULT_ARCH:
+            settings = {"layers": m.layers, "d_model": m.d_model, "d_ff": m.d_ff, "heads": m.heads, **settings}
+        else:
+            shaped = [k for k in SHAPES if k in settings]
+            if args.vs == "marian" or shaped:
+                what = f"bench.{shaped[0]} does" if shaped else "--vs marian (a transformer) does"
+                raise UserError(f"{what} not apply to {experiment}'s model.arch={m.arch}: drop it (its shapes are "
+                                f"its {m.arch}.* keys, e.g. {m.arch}.dec_hidden=256 after the experiment)")
+            model_cfg = m
     dtypes = None
     if args.dtypes:
         dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
@@ -357,6 +399,6 @@ def bench_cli(args) -> int:
             raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of fp32 and bf16")
     device = default_device() if args.device == "auto" else args.device
     r = run_bench(settings, args.vs, dtypes=dtypes, log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)),
-                  device=device)
+                  device=device, model_cfg=model_cfg)
     print(json.dumps(r, indent=2) if args.json else format_report(r))
     return 0

@@ -179,8 +179,9 @@ class TranslationDataModule(pl.LightningDataModule):
 
 
 class DevBleu(pl.Callback):
-    """Dev BLEU with beam search every ``decode.dev_bleu_every_steps`` steps on the first
-    ``decode.dev_bleu_subset`` dev sentences (for speed), plus a W&B table of sample translations.
+    """Dev BLEU with beam search every ``decode.dev_bleu_every_steps`` steps, and at a validation on the budget's
+    last step, on the first ``decode.dev_bleu_subset`` dev sentences (for speed), plus a W&B table of sample
+    translations.
 
     Decoding runs on global rank zero only (the other ranks wait at their next collective), so the
     number does not depend on the world size.
@@ -195,7 +196,8 @@ class DevBleu(pl.Callback):
     def on_validation_end(self, trainer, pl_module):
         every = self.config.decode.dev_bleu_every_steps
         step = trainer.global_step
-        if not every or step == 0 or step % every or trainer.sanity_checking or trainer.global_rank != 0:
+        last = step == trainer.max_steps  # the budget's end too, when it is no multiple of ``every``
+        if not every or step == 0 or (step % every and not last) or trainer.sanity_checking or trainer.global_rank:
             return
         from .evaluate import decode_dtype, evaluate_texts
         from .tracking import log_samples

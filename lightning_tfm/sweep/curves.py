@@ -1,0 +1,357 @@
+"""Learning curves fitted and extrapolated: a run's dev log-perplexity against the step, and the predicted gap
+between two rows at a later budget with its interval. Pure numerics (numpy, scipy's least squares); the report's
+verdict (:mod:`lightning_tfm.report.verdict`) and its back-test (:mod:`lightning_tfm.report.backtest`) read them.
+
+**The fit** (:func:`fit_curve`): the points are a run's validations, ``y`` = dev log-PPL (the dev loss in nats)
+at ``t`` = updates done (Lightning's step + 1). Before the learning-rate warmup ends the curve is in another regime,
+so the fit reads the validations at steps >= the warmup; when those are fewer than the fit needs, every point
+but the first. A family of ``p`` parameters needs at least ``max(min_points, p + 1)`` points (one residual at
+least, for the bootstrap); with fewer, no fit (None). The families (:data:`FAMILIES`):
+
+- ``power``: a power law without the asymptote, ``y = A * t^-alpha``: a straight line ``log y = log A - alpha *
+  log t`` in log-log, fitted by linear least squares (2 parameters);
+- ``saturating``: ``y = L_inf + A * t^-alpha`` (``0 <= L_inf <= min y``, ``A > 0``, ``0 < alpha <= 5``), fitted
+  by :func:`scipy.optimize.least_squares` from the best start of a grid over ``alpha`` (3 parameters);
+- ``exponential``: ``y = L_inf + A * exp(-t / tau)``, the same way over a grid of ``tau`` (3 parameters).
+
+**Why power** (:data:`FAMILY`, the verdict's default; the sweep file's ``report.family`` chooses another): it
+back-tests best on the committed CPU reference (``reports/reference/backtest/README.md``; the verdict's other
+defaults; measured with :func:`lightning_tfm.report.backtest.backtest` and each family). (a): the 600-step export's
+curves cut to steps <= 399 predict step 599 (20 rows, 18 beyond noise at step 399); (b): the 600-step curves
+predict the 1,800-step continuation (8 rows, 6 beyond noise at 600). Per family: the mean absolute error of the
+predicted log-PPL gap to the base, the rows called *holds* (of those beyond noise) and how many kept their sign,
+the share of measured gaps inside their 90% interval:
+
+===========================  ======================================  ======================================
+family (min_points)          (a) steps <= 399 predict 599             (b) 600 steps predict 1,800
+===========================  ======================================  ======================================
+power (3)                    0.033; holds 12/18, 12 kept; 95%        0.212; holds 6/6, 6 kept; 38%
+power (4)                    too few points (3 after the warmup)     as power (3)
+saturating (4)               too few points                          0.213; holds 3/6, 3 kept; 100%
+exponential (4)              too few points                          0.486; holds 0/6; 88%
+===========================  ======================================  ======================================
+
+Three parameters need four points, and (a) has three after the warmup rule (steps 199-399), so only the power law
+(two parameters, ``min_points`` 3) predicts there. In (b) the saturating fits put ``L_inf`` at 0, the bound, and
+reduce to the power law's prediction with wider intervals (one residual degree of freedom against two); the
+exponential saturates too early and predicts the curves flat where they still fall. Every family overstates the
+gaps of (b): the base fell faster after step 600 than its fit, the rows that start fast (fewer layers, no
+dropout) slower, so the gaps shrank (C1 predicted -44%, measured -16%) though none changed its sign; the power
+law's intervals, from two residual degrees of freedom, cover 3 of 8. A longer curve (a validation every 50 steps
+or denser, a longer budget) may identify ``L_inf``: ``report.family: saturating`` is then worth a back-test of its
+own. Nothing else was chosen on these exports.
+
+**The bootstrap** (:meth:`CurveFit.bootstrap`): residual bootstrap in the fitted space (log-log for ``power``):
+the residuals, centred and inflated by ``sqrt(n / (n - p))``, resampled onto the fitted values and the fit
+repeated, with a seeded :class:`numpy.random.Generator`: the same seed gives the same draws.
+
+**The gap** (:func:`predicted_gap`): mean log PPL(row) - mean log PPL(base) over each side's seeds at a later step
+(each side at its own step: a row trained ``b`` times the base's budget is compared at ``b`` times the base's
+step, as the table compares it); its interval is the central ``level`` share of draws that take each run's
+bootstrap prediction and, on a side with two seeds or more, resample its seeds.
+
+**The pruner** (:class:`CurvePruner`, ``pruner: {type: curve}`` in a sweep file): the same fit of a search trial's
+reports so far, extrapolated to its final step; the trial is stopped only when even the optimistic end of the
+bootstrap interval is worse than the best completed trial. It lives here, beside the fit and free of Lightning,
+because the sweep file's check and the worker build the pruner too (:func:`lightning_tfm.sweep.spec.build_pruner`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import optuna
+
+from ..training.errors import UserError
+from .schema import CURVE_FAMILIES
+
+#: The curve families a fit can take (the module docstring), and their parameter counts.
+FAMILIES = dict(zip(CURVE_FAMILIES, (2, 3, 3)))
+#: The family the verdict fits unless the sweep file's ``report.family`` says otherwise (the module docstring).
+FAMILY = "power"
+
+_ALPHAS = np.geomspace(0.02, 5.0, 40)   # the saturating family's start grid
+_TAUS = np.geomspace(0.05, 50.0, 40)     # the exponential family's, in units of the last fitted t
+
+
+def _t(steps) -> np.ndarray:
+    """Updates done at a Lightning step (step 599 ends the 600th update)."""
+    return np.asarray(steps, dtype=float) + 1.0
+
+
+# ------------------------------------------------------------------------------------------------ the families
+def _power_design(t: np.ndarray) -> np.ndarray:
+    return np.stack([np.ones_like(t), np.log(t)], axis=-1)
+
+
+def _power_fit(t: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(log A, -alpha) of the log-log line; ``y`` may be a batch (draws x points)."""
+    x = _power_design(t)
+    return np.linalg.lstsq(x, np.log(y).T, rcond=None)[0].T
+
+
+def _power_value(params: np.ndarray, t: np.ndarray) -> np.ndarray:
+    params = np.atleast_2d(params)
+    return np.exp(params[:, :1] + params[:, 1:2] * np.log(t)[None, :])
+
+
+def _basis(family: str, t: np.ndarray, shape: float, t0: float) -> np.ndarray:
+    return (t / t0) ** -shape if family == "saturating" else np.exp(-t / (shape * t0))
+
+
+def _curve(family: str, params, t: np.ndarray, t0: float) -> np.ndarray:
+    level, scale, shape = params
+    return level + scale * _basis(family, t, shape, t0)
+
+
+def _start(family: str, t: np.ndarray, y: np.ndarray, t0: float) -> np.ndarray:
+    """A robust start: for each shape of a grid, the best (L_inf, A) by linear least squares within the bounds;
+    the shape of the smallest residual."""
+    best, start = math.inf, None
+    for shape in (_ALPHAS if family == "saturating" else _TAUS):
+        b = _basis(family, t, shape, t0)
+        coef = np.linalg.lstsq(np.stack([np.ones_like(t), b], axis=1), y, rcond=None)[0]
+        level = float(np.clip(coef[0], 0.0, y.min()))
+        scale = max(float(np.dot(b, y - level) / np.dot(b, b)), 1e-9)
+        sse = float(np.sum((level + scale * b - y) ** 2))
+        if sse < best:
+            best, start = sse, np.array([level, scale, shape])
+    return start
+
+
+def _bounds(family: str, y: np.ndarray):
+    hi_shape = 5.0 if family == "saturating" else 1e3
+    return [0.0, 1e-12, 1e-3], [max(float(y.min()), 1e-9), np.inf, hi_shape]
+
+
+def _least_squares(family: str, t: np.ndarray, y: np.ndarray, t0: float, x0=None) -> np.ndarray:
+    try:
+        from scipy.optimize import least_squares
+    except ImportError:  # the power law needs numpy alone
+        raise UserError(f"the {family} curve family is fitted by scipy, which is not installed: pip install scipy, "
+                        "or use report.family: power") from None
+
+    lo, hi = _bounds(family, y)
+    x0 = _start(family, t, y, t0) if x0 is None else np.clip(x0, lo, np.nextafter(np.array(hi), -np.inf))
+    return least_squares(lambda p: _curve(family, p, t, t0) - y, x0, bounds=(lo, hi)).x
+
+
+# -------------------------------------------------------------------------------------------------- the fit
+@dataclass(frozen=True)
+class CurveFit:
+    """One run's fitted curve: its family and parameters, the points it was fitted to (``steps``, ``values``:
+    dev log-PPL) and the steps it left out (before the warmup)."""
+    family: str
+    params: tuple[float, ...]
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+    left_out: tuple[int, ...] = ()
+
+    @property
+    def _t0(self) -> float:
+        return float(_t(self.steps[0]))
+
+    def named(self) -> dict[str, float]:
+        """The parameters as the module docstring writes the family: ``A``, ``alpha`` (power); ``L_inf``, ``A``,
+        ``alpha`` (saturating); ``L_inf``, ``A``, ``tau`` (exponential), with ``t`` = updates done."""
+        if self.family == "power":
+            return {"A": math.exp(self.params[0]), "alpha": -self.params[1]}
+        level, scale, shape = self.params
+        if self.family == "saturating":
+            return {"L_inf": level, "A": scale * self._t0 ** shape, "alpha": shape}
+        return {"L_inf": level, "A": scale, "tau": shape * self._t0}
+
+    def predict(self, step):
+        """The fitted dev log-PPL at ``step`` (a number, or an array for an array of steps)."""
+        t = np.atleast_1d(_t(step))
+        if self.family == "power":
+            out = _power_value(np.array(self.params), t)[0]
+        else:
+            out = _curve(self.family, self.params, t, self._t0)
+        return float(out[0]) if np.ndim(step) == 0 else out
+
+    def residuals(self) -> np.ndarray:
+        """The residuals in the fitted space (log-log for ``power``, else log-PPL)."""
+        y = np.array(self.values)
+        fitted = self.predict(np.array(self.steps))
+        return np.log(y) - np.log(fitted) if self.family == "power" else y - fitted
+
+    def bootstrap(self, at_steps, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` predictions of the dev log-PPL at each of ``at_steps`` (an array ``n x len(at_steps)``), each from
+        the fit repeated on the fitted values plus resampled residuals (the module docstring)."""
+        at = np.atleast_1d(np.asarray(at_steps, dtype=float))
+        t, y = _t(self.steps), np.array(self.values)
+        k = len(t)
+        res = self.residuals()
+        res = (res - res.mean()) * math.sqrt(k / (k - FAMILIES[self.family]))
+        draws = res[rng.integers(k, size=(n, k))]
+        if self.family == "power":
+            base = np.log(self.predict(np.array(self.steps)))
+            params = _power_fit(t, np.exp(base[None, :] + draws))
+            return _power_value(params, _t(at))
+        fitted = self.predict(np.array(self.steps))
+        out = np.empty((n, len(at)))
+        for i in range(n):
+            p = _least_squares(self.family, t, np.maximum(fitted + draws[i], 1e-9), self._t0, x0=self.params)
+            out[i] = _curve(self.family, p, _t(at), self._t0)
+        return out
+
+
+def fit_points(steps: Sequence[int], warmup: int = 0, need: int = 3) -> list[int]:
+    """The steps a fit reads (the module docstring): those >= ``warmup``, or every one but the first when those
+    are fewer than ``need``; [] when neither has ``need``."""
+    steps = sorted(steps)
+    after = [s for s in steps if s >= warmup]
+    if len(after) >= need:
+        return after
+    return steps[1:] if len(steps) - 1 >= need else []
+
+
+def points_needed(min_points: int = 3, family: str = FAMILY) -> int:
+    """The validations a fit of ``family`` needs: ``min_points``, and one more than its parameters."""
+    return max(int(min_points), FAMILIES[family] + 1)
+
+
+def fit_curve(steps: Sequence[int], values: Sequence[float], *, warmup: int = 0, min_points: int = 3,
+              family: str = FAMILY) -> CurveFit | None:
+    """The curve of ``family`` through the dev log-PPL ``values`` at ``steps`` (the module docstring), or None
+    with fewer points than :func:`points_needed` (after the warmup rule of :func:`fit_points`)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown curve family {family!r} (one of {', '.join(FAMILIES)})")
+    pairs = {int(s): float(v) for s, v in zip(steps, values) if v is not None and math.isfinite(v) and v > 0}
+    use = fit_points(pairs, warmup, points_needed(min_points, family))
+    if not use:
+        return None
+    t, y = _t(use), np.array([pairs[s] for s in use])
+    if family == "power":
+        params = _power_fit(t, y)
+    else:
+        params = _least_squares(family, t, y, float(t[0]))
+    return CurveFit(family, tuple(float(p) for p in params), tuple(use), tuple(float(v) for v in y),
+                    tuple(s for s in sorted(pairs) if s not in use))
+
+
+def fit_run(curve: dict[int, float], **kw) -> CurveFit | None:
+    """:func:`fit_curve` of one run's ``{step: dev PPL}`` (its log taken)."""
+    steps = sorted(s for s, p in curve.items() if p is not None and math.isfinite(p) and p > 1)
+    return fit_curve(steps, [math.log(curve[s]) for s in steps], **kw)
+
+
+# ------------------------------------------------------------------------------------------------- the gap
+def side_draws(fits: list[CurveFit], at_steps, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_boot`` draws of a side's mean dev log-PPL at each of ``at_steps``: each run's bootstrap prediction and,
+    with two runs (seeds) or more, the runs resampled (``n_boot x len(at_steps)``)."""
+    per_run = np.stack([f.bootstrap(at_steps, n_boot, rng) for f in fits])       # runs x draws x steps
+    m = len(fits)
+    runs = rng.integers(m, size=(n_boot, m)) if m >= 2 else np.zeros((n_boot, 1), dtype=int)
+    draws = rng.integers(n_boot, size=runs.shape)
+    return per_run[runs, draws].mean(axis=1)
+
+
+def interval(draws: np.ndarray, level: float) -> tuple[float, float]:
+    """The central ``level`` share of ``draws``."""
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def predicted_gap(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], at_step: int,
+                  n_boot: int = 200, seed: int = 0, level: float = 0.9, *, base_step: int | None = None,
+                  warmup: int = 0, base_warmup: int | None = None, min_points: int = 3,
+                  family: str = FAMILY) -> dict | None:
+    """The predicted gap mean log PPL(row) - mean log PPL(base) at ``at_step`` (the base at ``base_step``,
+    default the same), from each run's fitted curve (``runs``: one ``{step: dev PPL}`` a seed), with the central
+    ``level`` interval of ``n_boot`` draws (the module docstring): ``{"point", "low", "high", "at_step",
+    "base_step", "row", "base"}`` (``row``, ``base``: the sides' :class:`CurveFit` lists), or None when a side has
+    no run with enough points."""
+    fit = dict(min_points=min_points, family=family)
+    row = [f for f in (fit_run(r, warmup=warmup, **fit) for r in row_runs) if f is not None]
+    base = [f for f in (fit_run(r, warmup=warmup if base_warmup is None else base_warmup, **fit)
+                        for r in base_runs) if f is not None]
+    if not row or not base:
+        return None
+    base_step = at_step if base_step is None else base_step
+    point = (float(np.mean([f.predict(at_step) for f in row]))
+             - float(np.mean([f.predict(base_step) for f in base])))
+    rng = np.random.default_rng(seed)
+    draws = side_draws(row, [at_step], n_boot, rng)[:, 0] - side_draws(base, [base_step], n_boot, rng)[:, 0]
+    low, high = interval(draws, level)
+    return {"point": point, "low": low, "high": high, "at_step": at_step, "base_step": base_step,
+            "row": row, "base": base}
+
+
+def band(fits: list[CurveFit], steps, n_boot: int = 200, seed: int = 0, level: float = 0.9):
+    """A side's fitted mean dev log-PPL at ``steps`` and its ``level`` band (three arrays), for figures."""
+    steps = np.asarray(steps, dtype=float)
+    mean = np.mean([f.predict(steps) for f in fits], axis=0)
+    draws = side_draws(fits, steps, n_boot, np.random.default_rng(seed))
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return mean, lo, hi
+
+
+# ----------------------------------------------------------------------------------------------- the pruner
+class CurvePruner(optuna.pruners.BasePruner):
+    """Optuna pruner (``pruner: {type: curve}``): stop a search trial only when its learning curve, extrapolated
+    to the end of its budget, ends worse than the best completed trial with confidence.
+
+    At each report the trial's values after the warmup are fitted (:func:`fit_curve`, the verdict's fit: a report
+    at update ``s`` is Lightning's step ``s - 1`` and is read when ``s > warmup``); with fewer of them than
+    :func:`points_needed`, no pruning. The fit predicts the value at the final step with the central ``level``
+    interval of ``bootstraps`` residual-bootstrap draws (:meth:`CurveFit.bootstrap`, seeded by ``seed`` and the
+    trial number: the same reports, the same call). The trial is pruned when the optimistic end of that interval
+    (its low end) is still above the best completed trial's value. The values are fitted as reported: a
+    ``dev_loss`` metric is the dev log-PPL the verdict fits (its back-test: the module docstring), ``dev_ppl`` the
+    perplexity. ``warmup`` and ``final_step`` default to the trial's ``train.warmup`` and ``train.max_steps``
+    (:meth:`for_trial`, which the trial process calls: :mod:`.pruning`); without a budget, the final step is the
+    last the best trial reported. A study that maximises (``dev_bleu``) or has several objectives is never pruned:
+    the families are falling curves of a loss."""
+
+    def __init__(self, min_points: int = 3, warmup: int | None = None, final_step: int | None = None,
+                 level: float = 0.9, bootstraps: int = 200, seed: int = 0, family: str = FAMILY):
+        if family not in FAMILIES:
+            raise ValueError(f"family must be one of {', '.join(FAMILIES)}, not {family!r}")
+        if not 0 < level < 1 or int(min_points) < 3 or int(bootstraps) < 20:
+            raise ValueError("level must be in (0, 1), min_points at least 3 and bootstraps at least 20")
+        self.min_points, self.level, self.bootstraps = int(min_points), float(level), int(bootstraps)
+        self.warmup, self.final_step, self.seed, self.family = warmup, final_step, int(seed), family
+
+    def for_trial(self, warmup: int | None, max_steps: int | None) -> "CurvePruner":
+        """This pruner with the trial's warmup and budget where the sweep file left them unset."""
+        return CurvePruner(self.min_points, self.warmup if self.warmup is not None else warmup,
+                           self.final_step if self.final_step is not None else max_steps, self.level,
+                           self.bootstraps, self.seed, self.family)
+
+    def predict_final(self, values: dict[int, float], final_step: int, number: int = 0
+                      ) -> tuple[float, float, float] | None:
+        """(predicted value, low, high) at update ``final_step`` from a trial's reports ``{update: value}``, or
+        None with too few reports after the warmup."""
+        warmup = self.warmup or 0
+        pairs = {int(s) - 1: float(v) for s, v in values.items()
+                 if int(s) > warmup and v is not None and math.isfinite(v) and v > 0}
+        if len(pairs) < points_needed(self.min_points, self.family):
+            return None
+        fit = fit_curve(list(pairs), list(pairs.values()), warmup=warmup, min_points=self.min_points,
+                        family=self.family)
+        if fit is None:
+            return None
+        draws = fit.bootstrap([final_step - 1], self.bootstraps, np.random.default_rng([self.seed, number]))[:, 0]
+        low, high = interval(draws, self.level)
+        return fit.predict(final_step - 1), low, high
+
+    def prune(self, study, trial) -> bool:
+        from optuna.study import StudyDirection
+        from optuna.trial import TrialState
+
+        if len(study.directions) != 1 or study.direction != StudyDirection.MINIMIZE or trial.last_step is None:
+            return False
+        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.value is not None and math.isfinite(t.value)]
+        if not done:
+            return False
+        best = min(done, key=lambda t: t.value)
+        final = self.final_step or max(best.intermediate_values, default=None)
+        if final is None or trial.last_step >= final:
+            return False
+        predicted = self.predict_final(trial.intermediate_values, final, trial.number)
+        return predicted is not None and predicted[1] > best.value

@@ -1,0 +1,134 @@
+"""Learning curves fitted and extrapolated (lightning_tfm.sweep.curves) and the verdict that reads them
+(lightning_tfm.report.verdict), on synthetic curves with known asymptotes: no training, no data."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lightning_tfm.report import verdict
+from lightning_tfm.sweep import curves
+
+STEPS = range(99, 600, 100)   # a validation every 100 updates, Lightning's steps: the budget is 600 updates
+LATER = 1799                  # 3 x the budget: the verdict's default k
+
+
+def saturating(l_inf: float, a: float, alpha: float):
+    """Dev log-PPL after t updates: L_inf + A t^-alpha."""
+    return lambda t: l_inf + a * t ** -alpha
+
+
+def run(f, noise: float = 0.0, seed: int = 0, steps=STEPS) -> dict[int, float]:
+    """One run's {step: dev PPL} of the log-PPL law ``f``, with Gaussian noise on the log-PPL."""
+    rng = np.random.default_rng(seed)
+    return {s: math.exp(f(s + 1) + noise * rng.standard_normal()) for s in steps}
+
+
+BASE = saturating(1.5, 30.0, 0.5)
+
+
+def test_a_fit_recovers_the_law_it_was_drawn_from():
+    t = np.arange(99, 3000, 100) + 1.0
+    fit = curves.fit_curve(t - 1, 2.0 + 30.0 * t ** -0.6, family="saturating", min_points=4)
+    named = fit.named()
+    assert named["L_inf"] == pytest.approx(2.0, abs=1e-4) and named["alpha"] == pytest.approx(0.6, abs=1e-4)
+    assert named["A"] == pytest.approx(30.0, rel=1e-3)
+    assert fit.predict(9999) == pytest.approx(2.0 + 30.0 * 10000 ** -0.6, abs=1e-4)
+    # the power law (the verdict's default) recovers its own: A t^-alpha, a line in log-log
+    power = curves.fit_curve(t - 1, 7.0 * t ** -0.3)
+    assert power.named() == pytest.approx({"A": 7.0, "alpha": 0.3})
+    assert power.predict(np.array([LATER]))[0] == pytest.approx(7.0 * 1800 ** -0.3)
+    # the exponential saturation, too
+    expo = curves.fit_curve(t - 1, 2.5 + 3.0 * np.exp(-t / 800.0), family="exponential", min_points=4)
+    assert expo.named() == pytest.approx({"L_inf": 2.5, "A": 3.0, "tau": 800.0}, rel=1e-3)
+
+
+def test_the_fit_reads_the_points_after_the_warmup_or_drops_the_first_when_few():
+    steps = list(STEPS)  # 99 .. 599
+    assert curves.fit_points(steps, warmup=200, need=3) == [299, 399, 499, 599]
+    assert curves.fit_points(steps[:4], warmup=200, need=3) == [199, 299, 399]   # 2 after the warmup: all but one
+    assert curves.fit_points(steps[:3], warmup=200, need=3) == []                # too few either way
+    fit = curves.fit_run(run(BASE), warmup=200)
+    assert fit.steps == (299, 399, 499, 599) and fit.left_out == (99, 199)
+
+
+def test_too_few_points_give_no_fit_and_say_so():
+    short = run(BASE, steps=range(99, 300, 100))  # 3 validations, 1 after a warmup of 200
+    assert curves.fit_run(short, warmup=200) is None
+    assert curves.fit_curve([99, 199], [5.0, 4.0]) is None
+    # three parameters need a fourth point, whatever min_points says
+    assert curves.points_needed(3, "saturating") == 4 and curves.fit_run(short, family="saturating") is None
+    assert curves.predicted_gap([short], [run(BASE)], LATER, warmup=200) is None
+    v = verdict.curve_verdict([short], [run(BASE)], delta=-3.0, noise="beyond", warmup=200)
+    assert v["verdict"] == verdict.TOO_FEW and v["gap"] is None
+    assert v["why"] == "the row: 1 validation(s) after the warmup (step 200), the fit needs 3"
+    # one base seed: the noise is unknown, whatever the curves say
+    assert verdict.curve_verdict([run(BASE)], [run(BASE)], 1.0, "unknown")["verdict"] == verdict.TOO_FEW
+
+
+def test_two_parallel_curves_hold():
+    row = saturating(1.7, 30.0, 0.5)  # 0.2 nats worse at every step, to the asymptote
+    v = verdict.curve_verdict([run(row)], [run(BASE)], delta=1.0, noise="beyond")
+    gap = v["gap"]
+    assert v["verdict"] == verdict.HOLDS and gap["low"] > 0 and gap["at_step"] == LATER
+    assert gap["low"] < 0.2 < gap["high"] and gap["point"] == pytest.approx(0.2, abs=0.05)  # the true gap inside
+    assert v["why"] == verdict.gap_text(gap) and v["why"].endswith("at 1800 steps")
+    assert v["why"].startswith(f"{100 * math.expm1(gap['point']):+.1f}% [")
+    # the same pair the other way round (the row better): holds on its own side
+    assert verdict.curve_verdict([run(BASE)], [run(row)], -1.0, "beyond")["verdict"] == verdict.HOLDS
+
+
+def test_a_crossing_late_in_the_budget_may_flip():
+    # the row starts faster and saturates higher: better at the budget (step 599) by 6%, worse from step ~750
+    row = saturating(2.3, 60.0, 0.8)
+    assert row(600) < BASE(600) and row(900) > BASE(900) and row(1800) - BASE(1800) == pytest.approx(0.24, abs=0.01)
+    v = verdict.curve_verdict([run(row)], [run(BASE)], delta=-0.98, noise="beyond")
+    assert v["verdict"] == verdict.MAY_FLIP and v["gap"]["high"] > 0   # not holds: the interval leaves today's side
+    # noise at the end decides first
+    assert verdict.curve_verdict([run(row)], [run(BASE)], -0.98, "within")["verdict"] == verdict.WITHIN
+    assert verdict.curve_verdict([run(row)], [run(BASE)], None, None) is None  # the base, or no completed run
+
+
+def test_noise_widens_the_interval_and_the_base_seeds_are_resampled():
+    row = saturating(1.7, 30.0, 0.5)
+    widths = []
+    for noise in (0.0, 0.01, 0.03):
+        g = curves.predicted_gap([run(row, noise, 1)], [run(BASE, noise, 2)], LATER)
+        widths.append(g["high"] - g["low"])
+    assert widths[0] < widths[1] < widths[2]
+    # three base seeds that disagree (each a smooth curve of its own): resampling them widens the interval
+    # against their mean as one run
+    seeds = [run(saturating(l_inf, 30.0, 0.5)) for l_inf in (1.4, 1.5, 1.6)]
+    mean = {s: math.exp(np.mean([math.log(r[s]) for r in seeds])) for s in STEPS}
+    three = curves.predicted_gap([run(row)], seeds, LATER)
+    one = curves.predicted_gap([run(row)], [mean], LATER)
+    assert three["point"] == pytest.approx(one["point"], abs=0.01)
+    assert three["high"] - three["low"] > one["high"] - one["low"]
+
+
+def test_the_bootstrap_is_seeded():
+    rows, base = [run(saturating(1.7, 30.0, 0.5), 0.02, 1)], [run(BASE, 0.02, s) for s in (2, 3)]
+    a = curves.predicted_gap(rows, base, LATER, n_boot=100, seed=7)
+    b = curves.predicted_gap(rows, base, LATER, n_boot=100, seed=7)
+    c = curves.predicted_gap(rows, base, LATER, n_boot=100, seed=8)
+    assert (a["low"], a["high"]) == (b["low"], b["high"]) and (a["low"], a["high"]) != (c["low"], c["high"])
+    assert a["point"] == c["point"]  # the fit itself draws nothing
+    fit = curves.fit_run(rows[0])
+    draws = fit.bootstrap([LATER, 2 * LATER], 50, np.random.default_rng(0))
+    assert draws.shape == (50, 2) and np.array_equal(draws, fit.bootstrap([LATER, 2 * LATER], 50,
+                                                                            np.random.default_rng(0)))
+    # the level sets the share of draws the interval covers
+    wide = curves.predicted_gap(rows, base, LATER, n_boot=100, seed=7, level=0.99)
+    assert wide["low"] <= a["low"] and wide["high"] >= a["high"]
+
+
+def test_each_side_is_read_at_its_own_budget_multiple():
+    # a row trained 3x the base's steps (big): k x its own budget against k x the base's
+    big = run(saturating(1.4, 30.0, 0.5), steps=range(99, 1800, 100))
+    assert (verdict.later_step(599, 3), verdict.later_step(1799, 3), verdict.later_step(399, 1.5)) == (1799, 5399, 599)
+    v = verdict.curve_verdict([big], [run(BASE)], delta=-1.0, noise="beyond")
+    assert (v["gap"]["at_step"], v["gap"]["base_step"]) == (5399, 1799)
+    assert v["why"].endswith("at 5400 steps (base 1800)")
+    # the sweep file's k
+    assert verdict.curve_verdict([big], [run(BASE)], -1.0, "beyond", {"k": 2})["gap"]["base_step"] == 1199

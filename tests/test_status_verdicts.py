@@ -1,0 +1,142 @@
+"""Verdicts where a sweep is watched: ``ltfm sweep --status`` and the launcher's line for a finished row say whether
+each row's change against the base holds at k x the budget (lightning_tfm.sweep.status.row_verdicts), from run
+folders written by the training's own writers (Lightning's CSVLogger, the atomic summary.json) with dev-PPL curves
+of known shape, and trials that name them as the worker's do."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import optuna
+import pytest
+import yaml
+from pytorch_lightning.loggers import CSVLogger
+
+from conftest import SMOKE
+from lightning_tfm.report.verdict import predict
+from lightning_tfm.sweep import Plan, load_sweep
+from lightning_tfm.sweep.launch import _Monitor
+from lightning_tfm.sweep.status import format_status, row_verdicts, status_rows
+from lightning_tfm.training import atomic
+
+WARMUP = 200
+EVERY_50 = list(range(49, 600, 50))   # Lightning's steps of a validation every 50 updates, to a 600-step budget
+
+
+def log_ppl(a: float, alpha: float, steps, seed: int) -> dict[int, float]:
+    """Dev PPL whose log is ``a * t^-alpha`` (t: updates), with 0.3% noise on the log."""
+    rng = np.random.default_rng(seed)
+    return {s: math.exp(a * (s + 1) ** -alpha * (1 + rng.normal(0, 0.003))) for s in steps}
+
+
+# The base at three seeds (dev PPL ~39 at 600 updates); "faster": a parallel curve 4% lower in log PPL (-14% PPL),
+# so still lower at 3x; "crossing": better at 600 updates (-18%) but flatter, above the base by 1,800 (+16%);
+# "sparse": two validations, too few after the warmup for a fit; "running": not finished.
+CURVES = {
+    ("base", 1): log_ppl(24.8, 0.3, EVERY_50, 1), ("base", 2): log_ppl(25.0, 0.3, EVERY_50, 2),
+    ("base", 3): log_ppl(25.2, 0.3, EVERY_50, 3),
+    ("faster", 1): log_ppl(24.0, 0.3, EVERY_50, 4),
+    ("crossing", 1): log_ppl(12.5, 0.2, EVERY_50, 5),
+    ("sparse", 1): log_ppl(20.0, 0.3, [299, 599], 6),
+    ("running", 1): log_ppl(20.0, 0.3, EVERY_50[:6], 7),
+}
+
+
+def write_run(run_dir, curve: dict[int, float]) -> None:
+    """A finished run's folder as training leaves it: logs/version_0/metrics.csv and summary.json."""
+    logger = CSVLogger(save_dir=str(run_dir), name="logs", version=0)
+    for step, ppl in curve.items():
+        logger.log_metrics({"dev/loss": math.log(ppl), "dev/ppl": ppl}, step=step)
+    logger.save()
+    atomic.write_json(run_dir / "summary.json", {"status": "completed", "steps": max(curve) + 1,
+                                                 "dev_ppl": curve[max(curve)], "dev_loss": math.log(curve[max(curve)]),
+                                                 "config": {"train": {"warmup": WARMUP}}})
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """The sweep file, its plan, its results folder and a study whose trials carry the worker's attributes (the
+    plan's, the run folder)."""
+    tmp = tmp_path_factory.mktemp("verdicts")
+    sweep_file = tmp / "v.yaml"
+    sweep_file.write_text(yaml.safe_dump({"name": "v", "experiment": str(SMOKE), "seeds": [1], "variants": {
+        "base": {"seeds": [1, 2, 3]}, "faster": {}, "crossing": {}, "sparse": {}, "running": {}}}))
+    sweep, results = load_sweep(sweep_file), tmp / "results"
+    plan = Plan(sweep, [], data=False)
+    entries = {(e.name, e.seed): e for e in sweep.entries()}
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), study_name="v")
+    for (variant, seed), curve in CURVES.items():
+        run_dir = results / f"v-{variant}-s{seed}-0000"
+        write_run(run_dir, curve)
+        trial = study.ask()
+        for k, v in {**plan.attrs(entries[variant, seed]), "run_dir": str(run_dir)}.items():
+            trial.set_user_attr(k, v)
+        if variant != "running":
+            trial.set_user_attr("dev_ppl", curve[max(curve)])
+            study.tell(trial, math.log(curve[max(curve)]))
+    return sweep, results, study, plan
+
+
+def test_each_finished_row_gets_the_verdict_of_its_predicted_gap(swept):
+    sweep, _, study, _ = swept
+    verdicts = row_verdicts(sweep, status_rows(study))
+    assert set(verdicts) == {"faster", "crossing"}  # sparse: too few points; running: not finished; base: none
+    faster, crossing = verdicts["faster"], verdicts["crossing"]
+    assert faster["verdict"] == "holds" and faster["gap"]["high"] < 0
+    assert faster["gap"]["at_step"] == faster["gap"]["base_step"] == 1799           # k 3 x 600 updates
+    assert faster["gap"]["low"] < -0.106 < faster["gap"]["high"]                     # the truth at 1,800: -4% of 2.64
+    assert crossing["verdict"] == "may flip" and crossing["gap"]["low"] > 0          # today -18%, above at 3x
+    assert re.fullmatch(r"holds: -\d+% \[-\d+, -\d+\] at 3x", faster["text"]), faster["text"]
+    assert re.fullmatch(r"may flip: \+\d+% \[\+\d+, \+\d+\] at 3x", crossing["text"]), crossing["text"]
+
+
+def test_the_status_verdict_is_the_reports_prediction(swept):
+    """The same fit, draws and interval as the report's verdict (lightning_tfm.report.verdict.predict) on the same
+    curves: a status line never contradicts the report's prediction."""
+    sweep, _, study, _ = swept
+    status = row_verdicts(sweep, status_rows(study))
+    base = [CURVES["base", s] for s in (1, 2, 3)]
+    for variant in ("faster", "crossing"):
+        report = predict([CURVES[variant, 1]], base, sweep.report, warmup=WARMUP, base_warmup=WARMUP)
+        assert {k: report[k] for k in ("point", "low", "high", "at_step")} == \
+            {k: status[variant]["gap"][k] for k in ("point", "low", "high", "at_step")}
+
+
+def test_status_shows_a_verdict_column_for_finished_rows_only(swept):
+    sweep, results, study, _ = swept
+    rows = status_rows(study, sweep)
+    by = {r["variant"]: r for r in rows}
+    assert by["faster"]["verdict"].startswith("holds: ") and by["crossing"]["verdict"].startswith("may flip: ")
+    assert by["base"]["verdict"] is None and by["sparse"]["verdict"] is None and by["running"]["verdict"] is None
+    text = format_status(sweep, rows, f"sqlite:///{results}/v.db", results)
+    head, *lines = text.splitlines()
+    assert "verdict at 3x" in head
+    line = {ln.split()[1]: ln for ln in lines[:-1]}
+    assert by["faster"]["verdict"] in line["faster"] and "may flip" in line["crossing"]
+    assert "holds" not in line["sparse"] and "may flip" not in line["base"]
+
+
+def test_no_verdict_column_without_a_finished_base(swept, tmp_path):
+    sweep, results, study, _ = swept
+    rows = [r for r in status_rows(study) if r["variant"] != "base"]
+    assert row_verdicts(sweep, rows) == {}
+    assert "verdict" not in format_status(sweep, rows, f"sqlite:///{results}/v.db", results).splitlines()[0]
+
+
+def test_the_launchers_lines_carry_the_verdicts(swept):
+    """The line for a finished row ends with its verdict; the progress line counts the finished rows' verdicts."""
+    sweep, _, study, plan = swept
+    said: list[str] = []
+    monitor = _Monitor(sweep, plan, cost={}, open_study_fn=lambda: study, started=0.0, workers=1, say=said.append)
+    monitor.finished_rows()
+    by_name = {v: x["text"] for v, x in row_verdicts(sweep, status_rows(study)).items()}
+    line = {ln.split(": ")[1]: ln for ln in said}
+    assert set(line) == {"base seed 1", "base seed 2", "base seed 3", "faster seed 1", "crossing seed 1",
+                         "sparse seed 1"}
+    assert f"dev ppl {CURVES['faster', 1][599]:.2f} ({by_name['faster']}) (" in line["faster seed 1"]
+    assert f"({by_name['crossing']})" in line["crossing seed 1"]
+    assert not any(w in line[n] for w in ("holds", "may flip") for n in ("sparse seed 1", "base seed 1"))
+    monitor.progress_line(alive=1)
+    assert said[-1].startswith("[v ") and "] rows 6/7 done (1 hold, 1 may flip), 1 running, 0 left" in said[-1]
