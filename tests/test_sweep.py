@@ -386,7 +386,10 @@ def test_killed_worker_is_detected_and_its_trial_resumes_from_the_checkpoint(tmp
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
     out = tmp_path / "first.out"
     worker = subprocess.Popen(cmd, stdout=out.open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    while not (found := list(results.glob("*/checkpoints/step=000020.ckpt"))):  # the first trial saved step 20
+    def saved(p):  # a step checkpoint at step 20 or later: each replaces the one before it (keep_checkpoints)
+        return int(p.stem.split("=")[1]) >= 20
+
+    while not (found := [p for p in results.glob("*/checkpoints/step=*.ckpt") if saved(p)]):
         assert worker.poll() is None, out.read_text()[-3000:]
         time.sleep(0.2)
     run_dir = found[0].parent.parent
