@@ -130,7 +130,9 @@ def curve_verdict(row_runs: list[dict[int, float]], base_runs: list[dict[int, fl
     if gap is None:
         return {"verdict": TOO_FEW, "why": _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": None}
     sign = _sign(delta)
-    holds = gap["low"] > 0 if sign > 0 else gap["high"] < 0 if sign < 0 else False
+    from ..sweep.curves import keeps_side
+
+    holds = keeps_side(gap, sign)
     return {"verdict": HOLDS if holds else MAY_FLIP, "why": gap_text(gap), "gap": gap}
 
 

@@ -355,3 +355,9 @@ class CurvePruner(optuna.pruners.BasePruner):
             return False
         predicted = self.predict_final(trial.intermediate_values, final, trial.number)
         return predicted is not None and predicted[1] > best.value
+
+
+def keeps_side(gap: dict, today: float) -> bool:
+    """The verdict's *holds* test, in one place: the predicted gap's interval (``gap["low"]``, ``gap["high"]``)
+    lies wholly on the side of today's change ``today`` (0: no side, never holds)."""
+    return gap["low"] > 0 if today > 0 else gap["high"] < 0 if today < 0 else False

@@ -167,8 +167,9 @@ def _verdict(row: list[tuple[dict, int]], base: list[tuple[dict, int]], s: dict)
     if gap is None:
         return None
     today = sum(c[max(c)] for c in row_c) / len(row_c) - sum(c[max(c)] for c in base_c) / len(base_c)
-    holds = gap["low"] > 0 if today > 0 else gap["high"] < 0 if today < 0 else False
-    verdict = "holds" if holds else "may flip"
+    from .curves import keeps_side
+
+    verdict = "holds" if keeps_side(gap, today) else "may flip"
     lo, hi = (100 * math.expm1(gap[x]) for x in ("low", "high"))
     return {"verdict": verdict, "gap": gap,
             "text": f"{verdict}: {100 * math.expm1(gap['point']):+.0f}% [{lo:+.0f}, {hi:+.0f}] at {s['k']:g}x"}
