@@ -22,6 +22,7 @@ positional encodings (Vaswani et al., 2017, Sec. 3.5; Table 3 row E), for the re
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,17 +230,21 @@ def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("
         else:
             panels.append(first)
     cell = 0.24
-    width = sum(max(4.0, cell * len(a.source) + 2.0) if a else 4.0 for _, a, _, _ in panels)
+    widths = [max(4.0, cell * len(a.source) + 2.0) if a else 4.0 for _, a, _, _ in panels]
+    width = sum(widths)
     height = max([cell * len(a.output) + 2.6 for _, a, _, _ in panels if a] or [3.0])
     fig, axes = new_figure(1, len(panels), width, height)
-    for ax, (row, a, meta, why) in zip(axes[0], panels):
+    for ax, panel_width, (row, a, meta, why) in zip(axes[0], widths, panels):
         if a is None:
             ax.axis("off")
             ax.text(0.5, 0.5, f"{row['variant']} ({row['arch']}): not drawn:\n{why}", ha="center", va="center",
                     wrap=True, fontsize=8, transform=ax.transAxes)
             continue
         image = _draw(ax, a.mean, a.source, a.output, _top(a.mean))
-        ax.set_title(f"row {row['variant']}: {_title(meta)}", fontsize=8)
+        # wrapped to the panel (~11 characters an inch at 8 pt, the colour bar beside): a run name and its
+        # decoding do not fit on one line of a narrow panel, and a longer line is cut at the figure's edge
+        title = f"row {row['variant']}: {_title(meta)}".split("\n")
+        ax.set_title("\n".join(w for line in title for w in textwrap.wrap(line, int(panel_width * 11))), fontsize=8)
         ax.set_xlabel("source (first dev sentence)", fontsize=8)
         ax.set_ylabel("output", fontsize=8)
         fig.colorbar(image, ax=ax, shrink=0.6, aspect=15).ax.tick_params(labelsize=7)

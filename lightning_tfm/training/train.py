@@ -54,9 +54,6 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
     if run_folder.already_done(prev, cfg):
         print(f"ltfm: run {rid} is already completed: {run_dir / 'summary.json'}", file=sys.stderr)
         return prev
-    if not cfg.train.progress_bar:
-        import datasets
-        datasets.disable_progress_bars()
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
 

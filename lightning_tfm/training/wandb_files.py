@@ -34,9 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.message import DecodeError
-from wandb.proto import wandb_internal_pb2 as pb
-
 from .errors import UserError
 
 HEADER = struct.Struct("<4sHB")
@@ -54,9 +51,14 @@ class WandbFileError(Exception):
     pass
 
 
-def read_records(path: str | Path) -> list[pb.Record]:
+def read_records(path: str | Path) -> list[Any]:  # wandb_internal_pb2.Record
     """Every Record of a ``.wandb`` file, in order. Raises on a bad header, checksum, length or fragment order;
     a record cut off at the end of the file (a run still writing or killed) is ignored."""
+    # imported here, not at the top: `ltfm train` imports this module for ID_FILE, and importing wandb costs a
+    # run that logs nothing to W&B (wandb.mode: disabled) 1.2 s of its start
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2 as pb
+
     data = Path(path).read_bytes()
     if len(data) < HEADER.size:
         raise WandbFileError(f"{path}: too short for a W&B header")
