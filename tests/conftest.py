@@ -84,14 +84,41 @@ def data_dir() -> Path:
     return DATA
 
 
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory, data_dir) -> Path:
-    """One real smoke training (CLI, subprocess); returns its run folder."""
-    results = tmp_path_factory.mktemp("smoke-results")
-    wandb_dir = tmp_path_factory.mktemp("smoke-wandb")
+def once_per_session(tmp_path_factory, name: str, build) -> Path:
+    """``build(folder)`` run once per test session, however many pytest-xdist workers ask: the first one builds
+    in the session's shared temporary folder under a file lock, the others wait for it and reuse what it wrote.
+    Without xdist, a folder of this process. Tests must not write into it (they copy what they change)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent / name  # the session's folder, above popen-gw*
+    with FileLock(str(shared) + ".lock"):
+        if not (shared / ".done").is_file():
+            shutil.rmtree(shared, ignore_errors=True)
+            shared.mkdir()
+            build(shared)
+            (shared / ".done").write_text(worker + "\n")
+    return shared
+
+
+def _smoke_training(folder: Path, data_dir: Path) -> None:
+    results, wandb_dir = folder / "results", folder / "wandb"
+    results.mkdir()
+    wandb_dir.mkdir()
     p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", env={"WANDB_DIR": str(wandb_dir)})
     assert p.returncode == 0, p.stderr[-3000:]
-    (run_dir,) = [d for d in results.iterdir() if d.is_dir()]
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory, data_dir) -> Path:
+    """One real smoke training (CLI, subprocess), once per test session (:func:`once_per_session`); returns its
+    run folder, which tests read or copy (``copy_run``), never change."""
+    folder = once_per_session(tmp_path_factory, "smoke-run", lambda f: _smoke_training(f, data_dir))
+    (run_dir,) = [d for d in (folder / "results").iterdir() if d.is_dir()]
     return run_dir
 
 
@@ -134,21 +161,9 @@ def _sweep_for_reports(tmp: Path, data_dir: Path) -> dict:
 @pytest.fixture(scope="session")
 def swept(tmp_path_factory, data_dir):
     """A real sweep of five rows (three trained, one unbuildable, one failing); then the sweep file gains a
-    row that was never run (D1). Trained once per test session: under pytest-xdist (a test file per worker)
-    the first worker that asks trains it in the session's shared temporary folder, under a file lock, and the
-    others wait for it and reuse it. Tests that write into its results copy what they change."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not worker:
-        return _sweep_for_reports(tmp_path_factory.mktemp("report"), data_dir)
-    from filelock import FileLock
-
-    shared = tmp_path_factory.getbasetemp().parent / "report-sweep"  # the session's folder, above popen-gw*
-    with FileLock(str(shared) + ".lock"):
-        if not (shared / "done").is_file():
-            shutil.rmtree(shared, ignore_errors=True)
-            shared.mkdir()
-            _sweep_for_reports(shared, data_dir)
-            (shared / "done").write_text(worker + "\n")
+    row that was never run (D1). Trained once per test session (:func:`once_per_session`). Tests that write into
+    its results copy what they change."""
+    shared = once_per_session(tmp_path_factory, "report-sweep", lambda f: _sweep_for_reports(f, data_dir))
     return {"tmp": shared, "sweep": shared / "rep.yaml", "results": shared / "results"}
 
 

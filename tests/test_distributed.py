@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import SMOKE, ltfm
+from conftest import ROOT, SMOKE, ltfm
 from lightning_tfm.training.data import TokenBatchSampler
 from lightning_tfm.training.results import read_metrics
 from lightning_tfm.training.config import TrainConfig
@@ -104,3 +104,33 @@ def test_world_size_from_the_config():
     assert world_size(TrainConfig(devices="2", num_nodes=3, accelerator="cpu")) == 6
     assert world_size(TrainConfig(devices="0,1,2,3", num_nodes=1, accelerator="gpu")) == 4
     assert world_size(TrainConfig(devices="auto", num_nodes=1, accelerator="cpu")) == 1
+
+
+RNN = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
+
+
+def test_an_rnn_under_ddp_trains_as_one_process_with_accumulation_2(tmp_path, data_dir):
+    """The recurrent baseline through the same strategy: 2-process DDP (gloo) against one process accumulating
+    2 batches, fp32, no dropout. The same dev losses (all-reduced across ranks: the plateau schedule each rank steps
+    on them keeps one learning rate) and the same weights after 8 steps; packed sequences and the encoder's
+    final-state bridge included."""
+    runs = {}
+    for name, extra in {"ddp": ["train.devices=2", "train.strategy=ddp"],
+                        "single": ["train.devices=1", "train.accumulate=2"]}.items():
+        results = tmp_path / name
+        p = ltfm("train", RNN, f"data.path={data_dir}", f"run.results_dir={results}", f"data.cache_dir={tmp_path / 'cache'}",
+                 *[a for a in COMMON if not a.startswith("model.")], "rnn.dropout=0", "train.max_steps=8", "train.val_every_steps=4",
+                 "train.checkpoint_every_steps=4", "train.lr_patience=0", "data.test_split=null",
+                 "decode.beam_size=1", *extra, env={"WANDB_DIR": str(results)})
+        assert p.returncode == 0, p.stderr[-3000:]
+        (runs[name],) = [d for d in results.iterdir() if d.is_dir()]
+    s = json.loads((runs["ddp"] / "summary.json").read_text())
+    assert s["status"] == "completed" and s["world_size"] == 2 and s["steps"] == 8
+    dev = {k: [r["dev/loss"] for r in read_metrics(run) if "dev/loss" in r] for k, run in runs.items()}
+    assert len(dev["ddp"]) == len(dev["single"]) == 2
+    for a, b in zip(dev["ddp"], dev["single"]):
+        assert a == pytest.approx(b, rel=1e-4)
+    lrs = {k: [r["train/lr"] for r in read_metrics(run) if "train/lr" in r] for k, run in runs.items()}
+    assert lrs["ddp"] == pytest.approx(lrs["single"])
+    w = {k: torch.load(run / "checkpoints/last.ckpt", weights_only=True)["state_dict"] for k, run in runs.items()}
+    assert max((w["ddp"][k] - w["single"][k]).abs().max().item() for k in w["single"]) < 1e-4

@@ -24,9 +24,9 @@ V = 40
 
 
 def make(norm="post", positional="sinusoidal", dropout=0.0, heads=3, d_k=4, d_v=6, seed=0, scale=1.0,
-         kernel="auto", fast_dropout=True):
+         kernel="auto", fast_dropout=True, layers=2):
     torch.manual_seed(seed)
-    m = Transformer(ModelConfig(layers=2, d_model=16, d_ff=32, heads=heads, d_k=d_k, d_v=d_v, dropout=dropout,
+    m = Transformer(ModelConfig(layers=layers, d_model=16, d_ff=32, heads=heads, d_k=d_k, d_v=d_v, dropout=dropout,
                                 positional=positional, norm=norm, max_positions=64, attention_kernel=kernel,
                                 fast_dropout=fast_dropout), V)
     with torch.no_grad():  # scale > 1: larger weights than the init, peaked distributions, distinct beams
@@ -439,13 +439,15 @@ def test_fused_adam_takes_the_steps_of_torchs_default_adam():
 
 @pytest.mark.slow
 def test_compiled_features_equal_eager():
-    """``train.compile``: torch.compile'd decoder states (and their gradients) equal the eager ones."""
+    """``train.compile``: torch.compile'd decoder states (and their gradients) equal the eager ones. One layer of
+    each stack: inductor compiles every kernel with a C compiler on a cold cache (a CI machine's), ~20 s a layer
+    here."""
     from lightning_tfm.training.loss import fused_label_smoothed_nll_loss
 
     src, tgt = padded_src(b=3), padded_src(b=3, seed=3)
     out = {}
     for name in ("eager", "compiled"):
-        m = make(dropout=0.0).train()
+        m = make(dropout=0.0, layers=1).train()
         f = torch.compile(m.features) if name == "compiled" else m.features
         loss, _, n = fused_label_smoothed_nll_loss(f(src, tgt[:, :-1]), m.output_weight, tgt[:, 1:], 0.1, PAD)
         (loss / n).backward()

@@ -70,7 +70,7 @@ def _stop_on_sigterm_outside_fit() -> None:
     During fit Lightning's own handler calls this one too, and handles the signal itself."""
     import signal
 
-    from pytorch_lightning.utilities.exceptions import SIGTERMException
+    from ..training.train import SIGTERMException
 
     def stop(signum, frame):  # noqa: ARG001
         if signal.getsignal(signal.SIGTERM) is stop:  # not inside fit

@@ -235,6 +235,13 @@ class Abandoned(Exception):
     """A callback stopped the run before its budget and said why (``abandoned``): the attempt fails with that."""
 
 
+class SIGTERMException(SystemExit):
+    """SIGTERM outside ``Trainer.fit`` (``ltfm train``'s handler: building the corpus and the model, the final
+    evaluation). Lightning raises its own class of this name during fit (``pytorch_lightning.utilities.exceptions``);
+    this one is declared here so that ``ltfm train`` checks its config, or finds its run completed, before it
+    imports Lightning (~9 s of a run's start on the 2-core EPYC). :func:`stop_reason` reads both by their name."""
+
+
 def stop_reason(e: BaseException) -> tuple[str, int] | None:
     """(what stopped the run, the exit code for it: 128 + the signal, as a shell reports a process it ended)
     when a signal did, else None. Lightning turns SIGTERM (a scheduler's preemption,
