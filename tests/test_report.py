@@ -222,18 +222,20 @@ def test_wandb_runs_give_the_same_table_as_the_local_results(swept):
     assert len(steps) == 2 and [h["step"] for h in base.history if "dev/ppl" in h] == steps
 
 
-def test_report_inputs_are_checked_with_one_line_errors(swept, tmp_path):
+def test_report_inputs_are_checked_with_one_line_errors(swept, tmp_path, ltfm_here):
     s, res = swept["sweep"], swept["results"]
-    assert "not found" in one_line_error(ltfm("report", tmp_path / "nope.yaml"))
-    assert "results folder" in one_line_error(ltfm("report", s, "--results", tmp_path / "none"))
-    assert "no sweep database" in one_line_error(ltfm("report", s, "--results", res, "--storage",
-                                                      f"sqlite:///{tmp_path / 'none.db'}"))
+    # in this process (cli.main): a new process would spend seconds importing before its one line
+    assert "not found" in one_line_error(ltfm_here("report", tmp_path / "nope.yaml"))
+    assert "results folder" in one_line_error(ltfm_here("report", s, "--results", tmp_path / "none"))
+    assert "no sweep database" in one_line_error(ltfm_here("report", s, "--results", res, "--storage",
+                                                           f"sqlite:///{tmp_path / 'none.db'}"))
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
-    assert "not a report" in one_line_error(ltfm("report", s, "--results", res, "--out", foreign))
+    assert "not a report" in one_line_error(ltfm_here("report", s, "--results", res, "--out", foreign))
     assert (foreign / "notes.txt").read_text() == "keep me"
-    # --from-wandb: malformed path, no API key, no network -- before any kernel starts
+    # --from-wandb, in real processes (each its own environment): malformed path, no API key, no network --
+    # before any kernel starts
     env = {"WANDB_API_KEY": "", "HOME": str(tmp_path), "NETRC": str(tmp_path / "netrc")}
     assert "ENTITY/PROJECT" in one_line_error(ltfm("report", s, "--from-wandb", "just-a-name", env=env))
     assert "API key" in one_line_error(ltfm("report", s, "--from-wandb", "team/proj", env=env))

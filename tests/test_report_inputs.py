@@ -244,38 +244,40 @@ def test_an_export_too_deep_too_large_or_not_utf8_is_refused(tmp_path):
         rd.read_export(sweep, f)
 
 
-def test_a_bad_export_stops_the_command_before_any_notebook(tmp_path):
+def test_a_bad_export_stops_the_command_before_any_notebook(tmp_path, ltfm_here):
     """Through the command line: one line naming the file, the record and the field, exit 2, nothing executed or
-    written."""
+    written. The first in a real process, the others in this one (``cli.main``: the same lines, no seconds of
+    imports each)."""
     for i, (path, value, words) in enumerate([BAD[0], BAD[4], BAD[10], BAD[11], BAD[16]]):
+        run = ltfm if i == 0 else ltfm_here
         tree = json.loads(CPU.read_text())
         _set(tree, path, value)
         (tmp_path / f"e{i}").mkdir()
         (tmp_path / f"e{i}" / "table3-cpu.json").write_text(json.dumps(tree))
         out = tmp_path / f"out{i}"
-        p = ltfm("report", "sweeps/table3-cpu.yaml", "--from-export", tmp_path / f"e{i}", "--out", out)
+        p = run("report", "sweeps/table3-cpu.yaml", "--from-export", tmp_path / f"e{i}", "--out", out)
         err = _one_line(p)
         assert words in err and str(tmp_path / f"e{i}" / "table3-cpu.json") in err
         assert "executing" not in p.stdout and not out.exists() and list(tmp_path.glob(".out*")) == []
 
 
-def test_against_export_errors_name_against_export(tmp_path):
+def test_against_export_errors_name_against_export(tmp_path, ltfm_here):
     """Side B's export is refused naming the option that gave it (--against-export), never --from-export."""
     s = ROOT / "sweeps" / "table3-cpu.yaml"
     with pytest.raises(UserError, match=r"^--against-export '.*' exports sweep 'table3-cpu-continued', not 'table3-cpu'"):
         rd.read_export(load_sweep(s), CONTINUED, option="--against-export")
-    p = ltfm("report", "sweeps/table3-cpu-continued.yaml", "--from-export", CONTINUED, "--against", s,
+    p = ltfm_here("report", "sweeps/table3-cpu-continued.yaml", "--from-export", CONTINUED, "--against", s,
              "--against-export", CONTINUED, "--out", tmp_path / "cmp")
     err = _one_line(p)
     assert "--against-export" in err and "--from-export" not in err and "exports sweep 'table3-cpu-continued'" in err
-    p = ltfm("report", "sweeps/table3-cpu-continued.yaml", "--from-export", CONTINUED, "--against", s,
+    p = ltfm_here("report", "sweeps/table3-cpu-continued.yaml", "--from-export", CONTINUED, "--against", s,
              "--against-export", tmp_path / "nowhere", "--out", tmp_path / "cmp")
     err = _one_line(p)
     assert err.startswith("ltfm: error: --against-export ") and "no export of sweep 'table3-cpu'" in err
     # side B from a results folder: its options, likewise
     with pytest.raises(UserError, match=r"\(--against-results, the sweep's run.results_dir\)"):
         rd.records.resolve_local(load_sweep(s), tmp_path / "nowhere", None, ("--against-results", "--against-storage"))
-    p = ltfm("report", "sweeps/table3-cpu-continued.yaml", "--from-export", CONTINUED, "--against", s,
+    p = ltfm_here("report", "sweeps/table3-cpu-continued.yaml", "--from-export", CONTINUED, "--against", s,
              "--against-results", tmp_path / "nowhere", "--out", tmp_path / "cmp")
     err = _one_line(p)
     assert "(--against-results, the sweep's run.results_dir)" in err and not list(tmp_path.glob("*cmp*"))
