@@ -179,9 +179,10 @@ def test_alignment_figure_of_the_smoke_run(smoke_run, tmp_path):
 
 # ------------------------------------------------------------------------------------- the Table 2 report
 def test_table2_alignment_figure_one_panel_per_architecture(tmp_path):
-    """A Table 2 report draws the first dev sentence's alignment of each architecture's first row that loads (its
-    runs' folders in the results folder), one panel each; a report read from W&B (no checkpoints) says in one line
-    that it needs the results folder; an unloadable run is a panel saying why, and the figure is still written."""
+    """A Table 2 report draws the first dev sentences' alignments of each architecture's first row that loads (its
+    runs' folders in the results folder), a column each and a row per sentence, and the Transformer's heads of the
+    first sentence beside; a report read from W&B (no checkpoints) says in one line that it needs the results
+    folder; an unloadable run is a panel saying why, and the figure is still written."""
     tfm = {"model.layers": 1, "model.d_model": 16, "model.d_ff": 32, "model.heads": 2, "model.d_k": 8, "model.d_v": 8}
     rnn = {"model.arch": "rnn", "rnn.emb_size": 8, "rnn.enc_hidden": 6, "rnn.dec_hidden": 8, "rnn.attention_size": 5}
     runs = {"transformer": write_run(tmp_path / "t-run", tfm), "rnn": write_run(tmp_path / "r-run", rnn)}
@@ -199,13 +200,19 @@ def test_table2_alignment_figure_one_panel_per_architecture(tmp_path):
     both = png_size(png)
     assert "transformer (transformer, run t-run, greedy); rnn (rnn, run r-run, greedy)." in caption, caption
     assert "not drawn" not in caption and "rnn-params" not in caption
+    assert caption.startswith("Cross-attention of the first 2 dev sentence(s), one per row")  # the split's two
+    heads = tmp_path / "out" / "table2_alignment_heads.png"  # the Transformer's 2 heads, sentence 1
+    assert png_size(heads) and caption.endswith("Each head of the Transformer's first sentence: "
+                                                "`table2_alignment_heads.png`.")
     aligns, _ = att.alignments(runs["rnn"], 1)
     assert aligns[0].text == "two dogs play in the snow ."
+    one, _ = att.report_alignment_figure(data, rows, tmp_path / "one" / "table2_alignment.png", sentences=1)
+    assert png_size(one)[1] < both[1] and png_size(one)[0] == both[0]  # a row of panels fewer, as wide
 
     data.source = "W&B team/proj, group t2"
     png, caption = att.report_alignment_figure(data, rows, tmp_path / "out" / "wandb.png")
-    assert caption == ("Cross-attention of one dev sentence per architecture: not drawn, needs the results folder "
-                       "(the run folders' checkpoints); this report read W&B team/proj, group t2.")
+    assert caption == ("Cross-attention of the first dev sentences per architecture: not drawn, needs the results "
+                       "folder (the run folders' checkpoints); this report read W&B team/proj, group t2.")
     png_size(png)
 
     data.source = "results folder results/"

@@ -206,61 +206,79 @@ def _failure(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else repr(e)
 
 
-def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("png",)) -> tuple[str, str]:
+def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("png",),
+                            sentences: int = SENTENCES) -> tuple[str, str]:
     """A Table 2 report's alignment figure and its caption (markdown): for each architecture of ``rows`` (the
-    table's rows in order, ``{"variant", "arch"}``) the first row whose run folder loads, its first dev sentence's
-    cross-attention (:func:`alignments`: the mean over heads for the Transformer), one panel per architecture; a row
-    that cannot be drawn is a panel saying why (:func:`checkpoint_run`). Never raises for a run."""
+    table's rows in order, ``{"variant", "arch"}``) the first row whose run folder loads, the cross-attention of its
+    first ``sentences`` dev sentences (:func:`alignments`: the mean over heads for the Transformer), a column per
+    architecture and a row per sentence; a row that cannot be drawn is a panel saying why
+    (:func:`checkpoint_run`). The Transformer's heads of the first sentence go to ``<path stem>_heads.png``
+    (:func:`plot_heads`) when it has more than one. Never raises for a run."""
     by_arch: dict[str, list[dict]] = {}
     for row in rows:
         by_arch.setdefault(row["arch"], []).append(row)
-    panels = []  # (row, Alignment | None, meta | None, why)
+    panels = []  # (row, [Alignment] | None, meta | None, why)
     for arch_rows in by_arch.values():
         first = None
         for row in arch_rows:
             run, why = checkpoint_run(data, [r for r in data.records if r.variant == row["variant"]])
             if run is not None:
                 try:
-                    aligns, meta = alignments(run, 1)
-                    panels.append((row, aligns[0], meta, ""))
+                    aligns, meta = alignments(run, sentences)
+                    panels.append((row, aligns, meta, ""))
                     break
                 except Exception as e:  # noqa: BLE001 - a damaged or foreign run folder: the panel says why
                     why = f"its run {Path(run).name} could not be loaded ({_failure(e)})"
             first = first or (row, None, None, why)
         else:
             panels.append(first)
+    n = max([len(a) for _, a, _, _ in panels if a] or [1])
     cell = 0.24
-    widths = [max(4.0, cell * len(a.source) + 2.0) if a else 4.0 for _, a, _, _ in panels]
-    width = sum(widths)
-    height = max([cell * len(a.output) + 2.6 for _, a, _, _ in panels if a] or [3.0])
-    fig, axes = new_figure(1, len(panels), width, height)
-    for ax, panel_width, (row, a, meta, why) in zip(axes[0], widths, panels):
-        if a is None:
-            ax.axis("off")
-            ax.text(0.5, 0.5, f"{row['variant']} ({row['arch']}): not drawn:\n{why}", ha="center", va="center",
-                    wrap=True, fontsize=8, transform=ax.transAxes)
-            continue
-        image = _draw(ax, a.mean, a.source, a.output, _top(a.mean))
-        # wrapped to the panel (~11 characters an inch at 8 pt, the colour bar beside): a run name and its
-        # decoding do not fit on one line of a narrow panel, and a longer line is cut at the figure's edge
-        title = f"row {row['variant']}: {_title(meta)}".split("\n")
-        ax.set_title("\n".join(w for line in title for w in textwrap.wrap(line, int(panel_width * 11))), fontsize=8)
-        ax.set_xlabel("source (first dev sentence)", fontsize=8)
-        ax.set_ylabel("output", fontsize=8)
-        fig.colorbar(image, ax=ax, shrink=0.6, aspect=15).ax.tick_params(labelsize=7)
-    fig.suptitle("Cross-attention of one dev sentence, each architecture's (Bahdanau et al., 2014, Figure 3)",
-                 fontsize=9)
+    widths = [max(4.0, cell * max(len(x.source) for x in a) + 2.0) if a else 4.0 for _, a, _, _ in panels]
+    heights = [max([cell * len(a[k].output) + 1.2 for _, a, _, _ in panels if a and k < len(a)] or [3.0])
+               for k in range(n)]
+    fig, axes = new_figure(n, len(panels), sum(widths), sum(heights) + 1.4)
+    for col, (panel_width, (row, aligns, meta, why)) in enumerate(zip(widths, panels)):
+        for k in range(n):
+            ax = axes[k][col]
+            if aligns is None or k >= len(aligns):
+                ax.axis("off")
+                if k == 0:
+                    ax.text(0.5, 0.5, f"{row['variant']} ({row['arch']}): not drawn:\n{why}", ha="center",
+                            va="center", wrap=True, fontsize=8, transform=ax.transAxes)
+                continue
+            a = aligns[k]
+            image = _draw(ax, a.mean, a.source, a.output, _top(a.mean))
+            if k == 0:
+                # wrapped to the panel (~11 characters an inch at 8 pt, the colour bar beside): a run name and its
+                # decoding do not fit on one line of a narrow panel, and a longer line is cut at the figure's edge
+                title = f"row {row['variant']}: {_title(meta)}".split("\n")
+                ax.set_title("\n".join(w for line in title for w in textwrap.wrap(line, int(panel_width * 11))),
+                             fontsize=8)
+            ax.set_xlabel(f"dev sentence {k + 1}: source", fontsize=8)
+            ax.set_ylabel("output", fontsize=8)
+            fig.colorbar(image, ax=ax, shrink=0.6, aspect=15).ax.tick_params(labelsize=7)
+    fig.suptitle(f"Cross-attention of the first {n} dev sentence(s), each architecture's (Bahdanau et al., 2014, "
+                 "Figure 3)", fontsize=9)
     png = save_figure(fig, path, formats)
+    path = Path(path)
+    heads = [(row, a[0], meta) for row, a, meta, _ in panels if a and meta["arch"] != "rnn" and len(a[0].weights) > 1]
+    if heads:
+        row, a, meta = heads[0]
+        title = f"row {row['variant']}, run {meta['run']}: each head of the last decoder layer's encoder-decoder " \
+                "attention, dev sentence 1"
+        save_figure(plot_heads(a, title), path.with_name(f"{path.stem}_heads.png"), formats)
     drawn = [f"{row['variant']} ({meta['arch']}, run {meta['run']}, {meta['decode']})"
              for row, a, meta, _ in panels if a is not None]
     missing = [f"{row['variant']} ({row['arch']}) not drawn: {why}" for row, a, _, why in panels if a is None]
     reasons = {why for _, a, _, why in panels if a is None}
     if not drawn and len(reasons) == 1:  # one line: the report read no run folder (W&B), or none is here
-        return png, f"Cross-attention of one dev sentence per architecture: not drawn, {reasons.pop()}."
-    caption = ("Cross-attention of the first dev sentence: output BPE pieces down, source pieces along the top (EOS "
-               "last), each panel on a gray scale from 0 to its largest weight; the Transformer's last decoder "
-               "layer, mean over heads, the RNN's additive attention"
-               + (f": {'; '.join(drawn)}" if drawn else "") + "." + "".join(f" {m}." for m in missing))
+        return png, f"Cross-attention of the first dev sentences per architecture: not drawn, {reasons.pop()}."
+    caption = (f"Cross-attention of the first {n} dev sentence(s), one per row: output BPE pieces down, source pieces "
+               "along the top (EOS last), each panel on a gray scale from 0 to its largest weight; the Transformer's "
+               "last decoder layer, mean over heads, the RNN's additive attention"
+               + (f": {'; '.join(drawn)}" if drawn else "") + "." + "".join(f" {m}." for m in missing)
+               + (f" Each head of the Transformer's first sentence: `{path.stem}_heads.png`." if heads else ""))
     return png, caption
 
 

@@ -409,7 +409,7 @@ def bleu_curves_note(rows: list[dict]) -> str:
 def table2_markdown(table: dict) -> str:
     return "\n".join([title(table) + "\n", claims_markdown(table), rows_markdown(table), paper_markdown(table),
                       "![Dev curves against training FLOPs and wall time](table2_curves.png)\n",
-                      "![Cross-attention of one dev sentence, each architecture's](table2_alignment.png)\n",
+                      "![Cross-attention of the first dev sentences, each architecture's](table2_alignment.png)\n",
                       notes_markdown(table)])
 
 
