@@ -271,9 +271,9 @@ def test_planned_configs_of_rows_of_their_own_experiment(tmp_path, data_dir):
     rnn = planned["rnn"]
     assert rnn == flatten(trial_config(sweep, entries["rnn"], cli, checked=False))
     assert rnn["model.arch"] == "rnn" and rnn["rnn.dec_hidden"] == 128 and rnn["train.lr_schedule"] == "plateau"
-    assert rnn["train.lr"] == 0.002 and rnn["data.path"] == str(data_dir)
+    assert rnn["train.lr"] == 0.002 and rnn["data.path"] == str(data_dir.resolve())  # the config resolves links
     plan = Plan(sweep, [f"{k}={v}" for k, v in cli.items()], data=False)
     assert rnn["train.max_steps"] == plan.max_steps(entries["rnn"]) != 40
     a1 = planned["A1"]  # a row of the sweep's experiment: the base run's config with its own overrides
-    assert (a1["model.heads"], a1["train.max_steps"], a1["data.path"]) == (2, 40, str(data_dir))
+    assert (a1["model.heads"], a1["train.max_steps"], a1["data.path"]) == (2, 40, str(data_dir.resolve()))
     assert a1.get("model.arch", "transformer") == "transformer" and a1.get("train.lr_schedule", "noam") == "noam"
