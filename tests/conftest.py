@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import warm
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("LTFM_DATA", ROOT.parent / "shared" / "data" / "multi30k"))
 SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"
@@ -28,13 +30,19 @@ def default_signals() -> None:
         signal.signal(s, signal.SIG_DFL)
 
 
-def ltfm(*args, env=None, input=None, timeout=600, cwd=None):
-    """Run the real CLI in a subprocess; returns CompletedProcess (text)."""
+def ltfm(*args, env=None, input=None, timeout=600, cwd=None, fresh=False):
+    """Run the real CLI in a process of its own (``python -m lightning_tfm ARGS``); returns CompletedProcess (text).
+    Warm-started (tests/warm.py: forked from a server that has imported torch and Lightning) unless ``fresh``,
+    ``LTFM_TEST_FRESH=1`` or an environment the server cannot give; cold, a new interpreter."""
     e = dict(os.environ)
     e.setdefault("WANDB_MODE", "offline")
     e.setdefault("WANDB_SILENT", "true")
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "lightning_tfm", *map(str, args)], capture_output=True, text=True,
+    args = [str(a) for a in args]
+    server = None if fresh else warm.starter(ROOT)
+    if server is not None and server.serves(e):
+        return server.run(args, env=e, input=input, timeout=timeout, cwd=cwd or ROOT)
+    return subprocess.run([sys.executable, "-m", "lightning_tfm", *args], capture_output=True, text=True,
                           env=e, input=input, timeout=timeout, cwd=cwd or ROOT)
 
 
@@ -109,7 +117,8 @@ def _smoke_training(folder: Path, data_dir: Path) -> None:
     results, wandb_dir = folder / "results", folder / "wandb"
     results.mkdir()
     wandb_dir.mkdir()
-    p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", env={"WANDB_DIR": str(wandb_dir)})
+    p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", env={"WANDB_DIR": str(wandb_dir)},
+             fresh=True)  # the session's one training started as a user starts it: a new interpreter
     assert p.returncode == 0, p.stderr[-3000:]
 
 

@@ -11,7 +11,8 @@ from conftest import ROOT
 from lightning_tfm import cli
 
 SWEEP = str(ROOT / "sweeps" / "table3-cpu.yaml")
-EXPORT = str(ROOT / "reports" / "reference" / "table3-cpu" / "export")
+EXPORT = str(ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export")   # validated every 100 steps
+EVERY_50 = str(ROOT / "reports" / "reference" / "table3-cpu" / "export")            # the re-run: every 50 steps
 LATER = str(ROOT / "reports" / "reference" / "table3-cpu-continued" / "export")
 COMMITTED = ROOT / "reports" / "reference" / "backtest"
 KEYS = ["beyond_noise", "called_holds", "kept_sign", "interval_coverage", "rows"]
@@ -33,15 +34,17 @@ def same(got, want) -> None:
         assert got == want
 
 
-def run_json(capsys, *args) -> dict:
-    assert cli.main(["report", SWEEP, "--from-export", EXPORT, *args, "--json"]) == 0
+def run_json(capsys, *args, export: str = EXPORT) -> dict:
+    assert cli.main(["report", SWEEP, "--from-export", export, *args, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("name, args", [("a", ["--backtest", "0.667"]), ("b", ["--backtest-to", LATER])])
-def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, monkeypatch, name, args):
+@pytest.mark.parametrize("name, export, args", [("a", EXPORT, ["--backtest", "0.667"]),
+                                                ("b", EXPORT, ["--backtest-to", LATER]),
+                                                ("a-every50", EVERY_50, ["--backtest", "0.667"])])
+def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, monkeypatch, name, export, args):
     monkeypatch.chdir(tmp_path)
-    got = run_json(capsys, *args)
+    got = run_json(capsys, *args, export=export)
     assert list(got) == KEYS
     same(got, json.loads((COMMITTED / f"backtest-{name}.json").read_text()))
     assert not list(tmp_path.iterdir())  # nothing written without --out
@@ -51,7 +54,7 @@ def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, 
     assert got["beyond_noise"] == sum(r["noise"] == "beyond" for r in got["rows"])
     # the targets: of the rows called holds >= 90% keep their sign; >= half of those beyond noise are holds
     assert got["kept_sign"] >= 0.9 * got["called_holds"] and got["called_holds"] >= got["beyond_noise"] / 2
-    if name == "a":  # every row of the 600-step export, each from its curve to step 399 (big: to 1199 of 1800)
+    if name.startswith("a"):  # every row of a 600-step export, each from its curve to step 399 (big: 1199 of 1800)
         assert len(rows) == 20 and (rows["C1"]["step"], rows["C1"]["at_step"]) == (399, 599)
         assert (rows["big"]["step"], rows["big"]["base_step"], rows["big"]["at_step"]) == (1199, 399, 1799)
     else:  # the 8 rows the continued sweep trained on, from 600 steps to 1800

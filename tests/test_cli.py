@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 
 import pytest
 
+import warm
 from conftest import ROOT, SMOKE, ltfm
 from lightning_tfm import cli
 from lightning_tfm.cli import build_parser
@@ -209,3 +212,26 @@ def test_an_unknown_section_in_a_file_gets_a_did_you_mean(tmp_path, capsys):
     assert cli.main(["config", str(exp)]) == 2
     assert capsys.readouterr().err.strip() == ("ltfm: error: unknown config section 'modle': did you mean model? use "
                                               f"one of {', '.join(config.SCHEMA)}")
+
+
+def test_a_warm_started_command_gives_what_a_new_interpreter_gives(tmp_path):
+    """conftest's ``ltfm`` forks most commands from tests/warm.py's server, which has the libraries imported: the
+    same exit code, standard output and error as ``python -m lightning_tfm`` started cold, in the folder asked (a
+    relative path is read from it), in a process of its own; a command past its timeout is killed."""
+    if os.environ.get("LTFM_TEST_FRESH") == "1":
+        pytest.skip("LTFM_TEST_FRESH=1: every command starts cold")
+    server = warm.starter(ROOT)
+    assert server is not None, "the warm server is not serving: tests/warm.py's log says why"
+    (tmp_path / "results").mkdir()
+    cases = [(("config", "--keys", "model.d_"), ROOT), (("config", str(SMOKE), "model.no_such_key=3"), ROOT),
+             (("train", "no-such.yaml"), tmp_path), (("runs", "results"), tmp_path),
+             (("sweep", "sweeps/table3-cpu.yaml", "--dry-run", "--json"), ROOT)]
+    codes = set()
+    for args, cwd in cases:
+        warm_p, cold = ltfm(*args, cwd=cwd), ltfm(*args, cwd=cwd, fresh=True)
+        assert (warm_p.returncode, warm_p.stdout, warm_p.stderr) == (cold.returncode, cold.stdout, cold.stderr), args
+        codes.add(warm_p.returncode)
+    assert codes == {0, 2}
+    with pytest.raises(subprocess.TimeoutExpired):
+        server.run(["sweep", "sweeps/table3-cpu.yaml", "--dry-run"], env=dict(os.environ), input=None, timeout=0.01,
+                   cwd=ROOT)

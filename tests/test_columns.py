@@ -18,7 +18,7 @@ from lightning_tfm.report.render import table_csv, write_table
 from lightning_tfm.sweep import load_sweep
 
 SWEEP = ROOT / "sweeps" / "table3-cpu.yaml"
-EXPORT = ROOT / "reports" / "reference" / "table3-cpu" / "export"
+EXPORT = ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"
 
 
 def ppl_per_mparam(row: Row) -> float | None:

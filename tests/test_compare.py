@@ -134,20 +134,25 @@ def test_a_flip_and_the_comparisons_inputs_through_the_command_line(tmp_path):
 
 @pytest.mark.slow
 def test_the_committed_cpu_reference_and_its_comparison_are_rebuilt_from_their_exports_alone(tmp_path):
-    """reports/reference/: the 600-step CPU Table 3 and its comparison with the rows continued to 1,800 steps, rebuilt
-    by ``ltfm report`` from the committed exports alone (no run folder, no Optuna storage): what is committed."""
+    """reports/reference/: the CPU Table 3 references (table3-cpu, the current one; table3-cpu-2026-11-25, the one
+    the continued rows and the back-tests start from) and the comparison of the latter with its rows continued to
+    1,800 steps, rebuilt by ``ltfm report`` from the committed exports alone (no run folder, no Optuna storage):
+    what is committed."""
     ref = ROOT / "reports" / "reference"
-    out = tmp_path / "table3-cpu"
-    p = ltfm("report", "sweeps/table3-cpu.yaml", "--from-export", ref / "table3-cpu" / "export", "--out", out)
-    _ok(p)
-    assert "not published (a report rebuilt from an export)" in p.stdout  # no W&B run, no optuna-dashboard note
-    assert (out / "table3.csv").read_text() == (ref / "table3-cpu" / "table3.csv").read_text()
-    rebuilt, committed = ((d / "table3.md").read_text().splitlines() for d in (out, ref / "table3-cpu"))
-    differ = [(a, b) for a, b in zip(committed, rebuilt) if a != b]
-    assert len(rebuilt) == len(committed) and [b.split(" (of ")[0] for _, b in differ] == ["- Source: export table3-cpu.json"]
+    for name in ("table3-cpu", "table3-cpu-2026-11-25"):
+        out = tmp_path / name
+        p = ltfm("report", "sweeps/table3-cpu.yaml", "--from-export", ref / name / "export", "--out", out)
+        _ok(p)
+        assert "not published (a report rebuilt from an export)" in p.stdout  # no W&B run, no optuna-dashboard note
+        assert (out / "table3.csv").read_text() == (ref / name / "table3.csv").read_text(), name
+        rebuilt, committed = ((d / "table3.md").read_text().splitlines() for d in (out, ref / name))
+        differ = [(a, b) for a, b in zip(committed, rebuilt) if a != b]
+        assert len(rebuilt) == len(committed), name
+        assert [b.split(" (of ")[0] for _, b in differ] == ["- Source: export table3-cpu.json"], (name, differ)
 
     cmp = tmp_path / "cmp"
     _ok(ltfm("report", "sweeps/table3-cpu-continued.yaml", "--from-export", ref / "table3-cpu-continued" / "export",
-             "--against", "sweeps/table3-cpu.yaml", "--against-export", ref / "table3-cpu" / "export", "--out", cmp))
+             "--against", "sweeps/table3-cpu.yaml", "--against-export", ref / "table3-cpu-2026-11-25" / "export",
+             "--out", cmp))
     for name in ("compare.csv", "compare.md"):
         assert (cmp / name).read_text() == (ref / "table3-cpu-600-vs-1800" / name).read_text(), name

@@ -241,7 +241,7 @@ def test_run_ids_notes_and_headline_numbers():
     long = dashboards.report_run_id("x" * 80)
     assert len(long) <= 64 and long != dashboards.report_run_id("x" * 79)
     table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml",
-                                               export_dir=ROOT / "reports" / "reference" / "table3-cpu" / "export"))
+                                               export_dir=ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"))
     ours = dashboards.note_text(table)  # the headline and the dev-perplexity table, not the BLEU table
     assert "- Direction agrees with the paper" in ours and "| row | dev PPL ours |" in ours and "dev BLEU ours" not in ours
     ours = ours.replace("- Direction agrees with the paper", "- fact")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 import sacrebleu
 import torch
 
+import conftest
 from lightning_tfm.training import config
 from lightning_tfm.training.data import read_lines, train_tokenizer
 from lightning_tfm.training.checkpoints import average_checkpoints, load_model, write_average
@@ -31,8 +33,8 @@ SACREBLEU = Path(sys.executable).parent / "sacrebleu"
 
 
 def ltfm(*args, stdin: str | None = None, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lightning_tfm", *map(str, args)], input=stdin, text=True,
-                          capture_output=True, cwd=cwd, timeout=300)
+    """conftest's ``ltfm`` (a process of its own) in this process's folder unless ``cwd``, ``stdin`` as its input."""
+    return conftest.ltfm(*args, input=stdin, cwd=cwd or os.getcwd(), timeout=300)
 
 
 def save_checkpoint(path: Path, model: torch.nn.Module, cfg: config.Config, step: int, extra: dict | None = None) -> None:

@@ -121,7 +121,7 @@ def test_a_log_axis_keeps_its_numbers_while_names_stay_literal(tmp_path):
     assert not any(t.get_parse_math() for t in ax.get_xticklabels()) and not ax.title.get_parse_math()
 
 # ------------------------------------------------------------------------------------------ the lead figure
-REFERENCE = ROOT / "reports" / "reference" / "table3-cpu" / "export"
+REFERENCE = ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from lightning_tfm.report.render import write_table
 from lightning_tfm.sweep import load_sweep
 
 SWEEP = ROOT / "sweeps" / "table3-cpu.yaml"
-EXPORT = ROOT / "reports" / "reference" / "table3-cpu" / "export"
+EXPORT = ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"
 CELL_SEP = re.compile(r"(?<!\\)&")
 NASTY = r"x_1&{\textbf{bad}}%$#~^<|>"   # a name that would be markup, a comment and math if not escaped
 

@@ -250,7 +250,7 @@ def test_missing_results_are_a_one_line_error(tmp_path):
     assert "no results for sweep 'never'" in one_line_error(p)
 
 
-REFERENCE = ROOT / "sweeps" / "table3-cpu.yaml", ROOT / "reports" / "reference" / "table3-cpu" / "export"
+REFERENCE = ROOT / "sweeps" / "table3-cpu.yaml", ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"
 
 
 def test_a_report_of_no_completed_run_is_one_line_and_writes_nothing(tmp_path):

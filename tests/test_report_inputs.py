@@ -21,7 +21,7 @@ from lightning_tfm.sweep import load_sweep
 from lightning_tfm.training.errors import UserError
 
 REF = ROOT / "reports" / "reference"
-CPU = REF / "table3-cpu" / "export" / "table3-cpu.json"
+CPU = REF / "table3-cpu-2026-11-25" / "export" / "table3-cpu.json"
 CONTINUED = REF / "table3-cpu-continued" / "export" / "table3-cpu-continued.json"
 
 
@@ -348,5 +348,5 @@ def test_the_committed_exports_pass_the_checks_unchanged():
         data = rd.read_export(load_sweep(ROOT / "sweeps" / sweep), f)
         assert data.notes == [] and len({(r.variant, r.seed) for r in data.records}) == len(data.records)
         assert all(r.later_attempt is None for r in data.records)
-    rows = list(csv.DictReader((REF / "table3-cpu" / "table3.csv").open()))
+    rows = list(csv.DictReader((REF / "table3-cpu-2026-11-25" / "table3.csv").open()))
     assert {r["train_steps"] for r in rows} == {"600", "1800"}   # big trains three times the steps, as planned

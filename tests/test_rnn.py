@@ -222,7 +222,7 @@ def test_the_new_keys_move_no_run_id():
     explicit = config.load_config(SMOKE, ["data.path=/work/shared/data/multi30k", "train.lr_schedule=noam"])
     assert config.run_id(smoke) == config.run_id(explicit) == "multi30k-smoke-3027ec60"
     assert "lr_schedule" not in config.saved_yaml(smoke) and "lr_patience" not in config.flatten(smoke)
-    export = json.loads((ROOT / "reports/reference/table3-cpu/export/table3-cpu.json").read_text())
+    export = json.loads((ROOT / "reports/reference/table3-cpu-2026-11-25/export/table3-cpu.json").read_text())
     ids = [(r["run"], config.config_hash(config.Config.from_dict(_flat_tree(r["config"]), checked=False)))
            for r in export["records"]]
     assert len(ids) > 20 and all(run.endswith("-" + h) for run, h in ids)

@@ -4,6 +4,7 @@ folders written by the training's own writers (Lightning's CSVLogger, the atomic
 of known shape, and trials that name them as the worker's do."""
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -140,3 +141,22 @@ def test_the_launchers_lines_carry_the_verdicts(swept):
     assert not any(w in line[n] for w in ("holds", "may flip") for n in ("sparse seed 1", "base seed 1"))
     monitor.progress_line(alive=1)
     assert said[-1].startswith("[v ") and "] rows 6/7 done (1 hold, 1 may flip), 1 running, 0 left" in said[-1]
+
+
+def test_status_json_gives_each_finished_rows_verdict_as_numbers(swept, tmp_path, ltfm_here):
+    """``ltfm sweep FILE --status --json``: the verdict's text and its numbers (label, predicted gap and interval,
+    the step they are at) on each finished row, None on the others; the same as the table's."""
+    sweep, results, study, _ = swept
+    storage = f"sqlite:///{tmp_path / 'v.db'}"
+    optuna.copy_study(from_study_name="v", from_storage=study._storage, to_storage=storage)
+    p = ltfm_here("sweep", sweep.path, "--status", "--json", "--storage", storage)
+    assert p.returncode == 0, p.stderr
+    by = {r["variant"]: r for r in json.loads(p.stdout)}
+    verdicts = row_verdicts(sweep, status_rows(study))
+    for variant in ("faster", "crossing"):
+        gap = verdicts[variant]["gap"]
+        assert by[variant]["verdict"] == verdicts[variant]["text"]
+        assert by[variant]["prediction"] == {"verdict": verdicts[variant]["verdict"], "point": gap["point"],
+                                             "low": gap["low"], "high": gap["high"], "at_step": 1799}
+    assert by["faster"]["prediction"]["verdict"] == "holds" and by["crossing"]["prediction"]["verdict"] == "may flip"
+    assert all(by[v]["verdict"] is None and by[v]["prediction"] is None for v in ("base", "sparse", "running"))

@@ -185,7 +185,7 @@ def alignment_figure(run_dir: str | Path, sentences: int | list[str] = SENTENCES
     written = [save_figure(plot_alignments(aligns, _title(meta)), path, formats)]
     if meta["arch"] != "rnn" and len(aligns[0].weights) > 1:
         title = f"{meta['run']}: each head of the last decoder layer's encoder-decoder attention, sentence 1"
-        written.append(save_figure(plot_heads(aligns[0], title), path.with_name(f"{path.stem}_heads.png"), formats))
+        written.append(save_figure(plot_heads(aligns[0], title), heads_path(path), formats))
     return written
 
 
@@ -204,6 +204,12 @@ def checkpoint_run(data, records) -> tuple[str | None, str]:
 
 def _failure(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else repr(e)
+
+
+def heads_path(path: str | Path) -> Path:
+    """Where an alignment figure at ``path`` puts its heads' grid: ``<path stem>_heads.png`` beside it."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}_heads.png")
 
 
 def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("png",),
@@ -267,7 +273,7 @@ def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("
         row, a, meta = heads[0]
         title = f"row {row['variant']}, run {meta['run']}: each head of the last decoder layer's encoder-decoder " \
                 "attention, dev sentence 1"
-        save_figure(plot_heads(a, title), path.with_name(f"{path.stem}_heads.png"), formats)
+        save_figure(plot_heads(a, title), heads_path(path), formats)
     drawn = [f"{row['variant']} ({meta['arch']}, run {meta['run']}, {meta['decode']})"
              for row, a, meta, _ in panels if a is not None]
     missing = [f"{row['variant']} ({row['arch']}) not drawn: {why}" for row, a, _, why in panels if a is None]
@@ -278,7 +284,7 @@ def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("
                "along the top (EOS last), each panel on a gray scale from 0 to its largest weight; the Transformer's "
                "last decoder layer, mean over heads, the RNN's additive attention"
                + (f": {'; '.join(drawn)}" if drawn else "") + "." + "".join(f" {m}." for m in missing)
-               + (f" Each head of the Transformer's first sentence: `{path.stem}_heads.png`." if heads else ""))
+               + (f" Each head of the Transformer's first sentence: `{heads_path(path).name}`." if heads else ""))
     return png, caption
 
 

@@ -200,10 +200,14 @@ def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> 
 
 
 def add_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, dict]:
-    """Each completed row's ``verdict`` (the text, e.g. ``holds: -12% [-15, -9] at 3x``; None without one), in
-    place; returns :func:`row_verdicts`."""
+    """Each completed row's ``verdict`` (the text, e.g. ``holds: -12% [-15, -9] at 3x``; None without one) and
+    ``prediction`` (the same as numbers, for ``--status --json``: ``verdict``, the predicted log-PPL gap's
+    ``point``, ``low``, ``high``, at ``at_step``, the row's step at k x its budget; None without one), in place;
+    returns :func:`row_verdicts`."""
     verdicts = row_verdicts(sweep, rows, curves)
     for r in rows:
         v = verdicts.get(r.get("variant")) if r.get("state") == "complete" else None
         r["verdict"] = v["text"] if v else None
+        r["prediction"] = ({"verdict": v["verdict"], **{k: float(v["gap"][k]) for k in ("point", "low", "high")},
+                            "at_step": int(v["gap"]["at_step"])} if v else None)
     return verdicts
