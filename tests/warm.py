@@ -42,7 +42,9 @@ from pathlib import Path
 
 # What the server imports before it forks: the libraries every command pays for (torch and Lightning, which pulls
 # in torchmetrics), those of the sweep and report commands, and the CLI itself.
-PRELOAD = ("torch", "pytorch_lightning", "optuna", "sqlalchemy", "numpy", "pandas", "scipy.optimize", "scipy.stats",
+# Not pandas: it imports pyarrow, whose allocator starts a thread (jemalloc_bg_thd), and a process with two threads
+# is not forked.
+PRELOAD = ("torch", "pytorch_lightning", "optuna", "sqlalchemy", "numpy", "scipy.optimize", "scipy.stats",
            "matplotlib.figure", "yaml", "sacrebleu", "tokenizers", "lightning_tfm.cli")
 
 # Variables a library reads while it is imported (thread pools, search paths, config folders): a command that sets
