@@ -38,6 +38,11 @@ def ltfm(*args, env=None, input=None, timeout=600, cwd=None, fresh=False):
     e.setdefault("WANDB_MODE", "offline")
     e.setdefault("WANDB_SILENT", "true")
     e.update(env or {})
+    return ltfm_in(e, *args, input=input, timeout=timeout, cwd=cwd, fresh=fresh)
+
+
+def ltfm_in(e: dict, *args, input=None, timeout=600, cwd=None, fresh=False):
+    """:func:`ltfm` in exactly the environment ``e`` (nothing added)."""
     args = [str(a) for a in args]
     server = None if fresh else warm.starter(ROOT)
     if server is not None and server.serves(e):

@@ -225,7 +225,7 @@ def test_a_warm_started_command_gives_what_a_new_interpreter_gives(tmp_path):
     (tmp_path / "results").mkdir()
     cases = [(("config", "--keys", "model.d_"), ROOT), (("config", str(SMOKE), "model.no_such_key=3"), ROOT),
              (("train", "no-such.yaml"), tmp_path), (("runs", "results"), tmp_path),
-             (("sweep", "sweeps/table3-cpu.yaml", "--dry-run", "--json"), ROOT)]
+             (("sweep", "sweeps/table2-cpu.yaml", "--dry-run", "--json"), ROOT)]
     codes = set()
     for args, cwd in cases:
         warm_p, cold = ltfm(*args, cwd=cwd), ltfm(*args, cwd=cwd, fresh=True)

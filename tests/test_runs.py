@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ltfm_in
 from lightning_tfm.training.errors import UserError
 from lightning_tfm.training.runs import format_table, list_runs
-
-LTFM = [sys.executable, "-m", "lightning_tfm"]
 
 
 def write_summary(results: Path, run_id: str, **fields) -> None:
@@ -53,7 +52,7 @@ def results(tmp_path) -> Path:
 
 
 def run_ltfm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*LTFM, *args], capture_output=True, text=True, timeout=120)
+    return ltfm_in(dict(os.environ), *args, timeout=120, cwd=os.getcwd())
 
 
 def table_rows(text: str) -> dict[str, list[str]]:
@@ -146,7 +145,7 @@ def test_without_results_the_folder_that_holds_runs_is_named(tmp_path):
     (tmp_path / "docs" / "notes").mkdir(parents=True)  # a folder of folders that are no runs: not named
 
     def runs(*args):
-        return subprocess.run([*LTFM, "runs", *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        return ltfm_in(dict(os.environ), "runs", *args, timeout=120, cwd=tmp_path)
     proc = runs()
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == ("ltfm: error: no results/ here; results-quick/ holds 3 runs: ltfm runs "

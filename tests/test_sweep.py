@@ -17,7 +17,7 @@ import optuna
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE, ltfm
+from conftest import ROOT, SMOKE, ltfm, ltfm_in
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
 from lightning_tfm.training.config import Config, flatten, load_config
 
@@ -286,8 +286,7 @@ def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_pat
     args = ["sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "train.max_steps=30"]
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # each run's own wandb.mode decides
     env.update(WANDB_SILENT="true")
-    run = lambda: subprocess.run([sys.executable, "-m", "lightning_tfm", *map(str, args)], capture_output=True,  # noqa: E731
-                                 text=True, env=env, cwd=ROOT, timeout=600)
+    run = lambda: ltfm_in(env, *args)  # noqa: E731
     p = run()
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     storage = f"sqlite:///{results / 'rows.db'}"  # the default storage: <results_dir>/<name>.db
@@ -365,7 +364,7 @@ def test_two_workers_share_one_study_and_train_each_variant_once(backend, tmp_pa
 
     if backend == "postgresql":
         password = url.split(":")[2].split("@")[0]
-        status = subprocess.run([*cmd, "--status"], capture_output=True, text=True, env=env, cwd=ROOT)
+        status = ltfm_in(env, *cmd[3:], "--status")
         assert status.returncode == 0 and "complete" in status.stdout, status.stderr
         assert password not in status.stdout + status.stderr + text
         for path in results.rglob("*"):  # configs, summaries, logs, checkpoints' hyper-parameters
@@ -402,7 +401,7 @@ def test_killed_worker_is_detected_and_its_trial_resumes_from_the_checkpoint(tmp
     steps_at_kill = max(first.intermediate_values)
 
     time.sleep(6)  # past the heartbeat grace period (5 s): the trial is stale now
-    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    again = ltfm_in(env, *cmd[3:])
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
 
     trials = trials_of(url, "kill")
@@ -617,7 +616,7 @@ def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
     worker.wait()
     (killed,) = trials_of(url, "srk")
     time.sleep(6)  # past the heartbeat grace
-    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    again = ltfm_in(env, *cmd[3:])
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     trials = trials_of(url, "srk")
     assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
@@ -625,7 +624,7 @@ def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
     assert rerun.system_attrs.get("failed_trial") == killed.number and rerun.params == killed.params
     assert json.loads((Path(rerun.user_attrs["run_dir"]) / "summary.json").read_text())["steps"] == LONG_ROW
     # and the study is full: the same command again trains nothing
-    third = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    third = ltfm_in(env, *cmd[3:])
     assert third.returncode == 0 and "training" not in third.stdout and len(trials_of(url, "srk")) == 2
 
 
