@@ -92,6 +92,14 @@ def test_bad_data_is_a_user_error(tmp_path):
 def test_hub_route_fails_offline_with_a_clear_message(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the libraries read these variables when first imported: an earlier test of this process may have imported
+    # them online, and the test would then wait for the Hub's connection retries (23 s in the suite)
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     cfg = load_config(None, ["data.source=hub", "data.hub_name=wmt14", "data.hub_config=de-en"])
     with pytest.raises(UserError, match="Hugging Face Hub.*data.source=local"):
         load_split(cfg, "validation")
