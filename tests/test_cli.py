@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
+import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 import warm
-from conftest import ROOT, SMOKE, ltfm
+from conftest import ROOT, SMOKE, TINY, default_signals, ltfm
 from lightning_tfm import cli
 from lightning_tfm.cli import build_parser
 from lightning_tfm.training import config
@@ -235,3 +241,64 @@ def test_a_warm_started_command_gives_what_a_new_interpreter_gives(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         server.run(["sweep", "sweeps/table3-cpu.yaml", "--dry-run"], env=dict(os.environ), input=None, timeout=0.01,
                    cwd=ROOT)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return int(re.search(r"^PPid:\s*(\d+)", status, re.M).group(1))
+
+
+def _ended(pid: int, patience: float = 180.0) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``patience`` s: only a wait for the end to show, however
+    busy the machine."""
+    end = time.monotonic() + patience
+    while time.monotonic() < end:
+        try:
+            if "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text():
+                return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_a_trial_a_warm_started_sweep_starts_is_warm_started_and_its_process_stands_in_for_it(tmp_path, data_dir):
+    """tests/warmsite/sitecustomize.py: ``python -m lightning_tfm train`` started by a command the server forked
+    (a sweep's trial: the server's socket in its environment) is forked from the server too, and the process its
+    caller started stands in for it: a signal it gets reaches the training (SIGTERM: the cold run's one line, exit
+    143 and failed summary), and when it is killed (as a dead worker's PR_SET_PDEATHSIG kills it) the training
+    ends with it, the signal its exit status."""
+    if os.environ.get("LTFM_TEST_FRESH") == "1":
+        pytest.skip("LTFM_TEST_FRESH=1: every command starts cold")
+    server = warm.starter(ROOT)
+    assert server is not None, "the warm server is not serving: tests/warm.py's log says why"
+    env = {**warm.ENVIRON, "WANDB_MODE": "disabled", warm.SOCKET_ENV: server.path}
+    overrides = [f"{k}={'null' if v is None else v}" for k, v in TINY.items()]
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)):
+        results = tmp_path / sig.name
+        proc = subprocess.Popen([sys.executable, "-m", "lightning_tfm", "train", str(SMOKE), f"data.path={data_dir}",
+                                 *overrides, "train.max_steps=100000", f"run.results_dir={results}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                                preexec_fn=default_signals)
+        try:
+            while not list(results.glob("*/checkpoints/step=*.ckpt")):  # however long it takes
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.2)
+            (summary,) = results.glob("*/summary.json")
+            pid = json.loads(summary.read_text())["pid"]
+            assert pid != proc.pid and _parent(pid) not in (proc.pid, None)  # forked from the server, not started
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == code, (proc.returncode, err[-2000:])
+        assert _ended(pid), f"the training {pid} outlived the process standing in for it"
+        if sig == signal.SIGTERM:
+            assert err.strip().splitlines()[-1].startswith("ltfm: stopped by SIGTERM") and "Traceback" not in err
+            stopped = json.loads(summary.read_text())
+            assert stopped["status"] == "failed" and "stopped by SIGTERM" in stopped["error"], stopped

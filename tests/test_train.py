@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from conftest import SMOKE, ltfm
-from lightning_tfm.training.results import read_metrics
+from lightning_tfm.training.results import ATTEMPT_ENV, read_metrics
 
 SUMMARY_KEYS = {"run_id", "status", "config", "params", "dev_loss", "dev_ppl", "steps", "train_tokens", "wall_time_s"}
 
@@ -47,12 +47,14 @@ def test_rerunning_the_same_command_resumes_from_the_saved_step(tmp_path, data_d
     (run_dir,) = list(tmp_path.iterdir())
     assert torch.load(run_dir / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 20
     tokenizer = (run_dir / "tokenizer.json").read_text()
-    second = ltfm(*args, "train.max_steps=30")  # same run id: the budget is not part of it
+    assert "attempt" not in json.loads((run_dir / "summary.json").read_text())  # no sweep worker started it
+    # same run id: the budget is not part of it; started as a sweep worker starts a trial (its attempt's token)
+    second = ltfm(*args, "train.max_steps=30", env={ATTEMPT_ENV: "0123abcd"})
     assert second.returncode == 0, second.stderr[-2000:]
     assert list(tmp_path.iterdir()) == [run_dir]
     assert "Restoring states from the checkpoint" in second.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["steps"] == 30
+    assert summary["steps"] == 30 and summary["attempt"] == "0123abcd"  # how the worker knows it is this attempt's
 
 
 

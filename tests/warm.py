@@ -16,13 +16,26 @@ imported, so:
   (:data:`IMPORT_TIME_ENV`: thread counts, paths, ``HOME``) is started cold, as is any ``ltfm(..., fresh=True)``
   and every command when ``LTFM_TEST_FRESH=1``.
 
+Two kinds of process go through it:
+
+- the commands a test starts through conftest's ``ltfm``;
+- the processes such a command starts as ``python -m lightning_tfm train ...`` (a sweep's trials) or
+  ``python -m ipykernel_launcher ...`` (a report's notebook kernel), when the command is a ``sweep`` or a ``report``
+  the server forked: ``warmsite/sitecustomize.py`` (on every test process's ``PYTHONPATH``) turns such a process,
+  right after its interpreter starts, into a client that hands its standard streams, environment, folder and
+  arguments to the server and stands in for the command: it forwards the signals it gets to it and ends with its exit
+  code (or the signal that ended it); a client that dies (a worker's ``PR_SET_PDEATHSIG``, a ``SIGKILL``) takes
+  its command with it. The command has a pid of its own, as any process a launcher starts (a sweep worker tells
+  its trial's summary by the token it gives the trial, ``ATTEMPT_ENV``, not by the pid).
+
 Not :mod:`multiprocessing`'s forkserver: its children end with ``os._exit`` (no atexit handlers, as a real
 command has) and have their standard input replaced, and a command must run as ``__main__``.
 
 The protocol: the client connects to the server's Unix socket and sends one byte with the command's three file
-descriptors (stdin, stdout, stderr), then the request as JSON, then shuts its side. The server forks a *manager*
-per request; the manager forks the command, sends its pid (a line), waits for it and sends its exit code as
-``subprocess`` gives it (negative for a signal).
+descriptors (stdin, stdout, stderr), then the request as JSON after its length (8 bytes). The server forks a
+*manager* per request; the manager answers ``cold`` (the environment differs in :data:`IMPORT_TIME_ENV`: the client
+starts the command cold) or forks the command and sends its pid (a line), waits for it and sends its exit code as
+``subprocess`` gives it (negative for a signal); if the client's end closes first, it kills the command.
 """
 from __future__ import annotations
 
@@ -35,6 +48,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -44,8 +58,17 @@ from pathlib import Path
 # in torchmetrics), those of the sweep and report commands, and the CLI itself.
 # Not pandas: it imports pyarrow, whose allocator starts a thread (jemalloc_bg_thd), and a process with two threads
 # is not forked.
+# The notebook kernel's own (ipykernel, IPython, pyplot) for the kernels a report starts. Not papermill, whose imports
+# start a thread either.
 PRELOAD = ("torch", "pytorch_lightning", "optuna", "sqlalchemy", "numpy", "scipy.optimize", "scipy.stats",
-           "matplotlib.figure", "yaml", "sacrebleu", "tokenizers", "lightning_tfm.cli")
+           "matplotlib.figure", "matplotlib.pyplot", "yaml", "sacrebleu", "tokenizers", "ipykernel.kernelapp",
+           "lightning_tfm.cli")
+# The commands whose own processes (trials, kernels) are warm-started too (``warmsite/sitecustomize.py``): the server's
+# socket in this variable of their environment.
+SOCKET_ENV = "LTFM_TEST_WARM_SOCKET"
+CHILD_COMMANDS = ("sweep", "report")
+SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warmsite")
+_LENGTH = struct.Struct("!Q")
 
 # Variables a library reads while it is imported (thread pools, search paths, config folders): a command that sets
 # one differently from the server is started cold.
@@ -78,17 +101,30 @@ def _serve(path: str) -> dict | None:
         if os.fork() == 0:
             server.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the manager waits for its command
-            return _manage(conn)
+            request = _manage(conn)
+            request["socket"] = path
+            return request
         conn.close()
+
+
+def _receive(conn: socket.socket) -> tuple[list[int], dict]:
+    _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+    data = b""
+    while len(data) < _LENGTH.size or len(data) < _LENGTH.size + _LENGTH.unpack(data[:_LENGTH.size])[0]:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            os._exit(0)  # the client went away before its request was whole
+        data += chunk
+    return fds, json.loads(data[_LENGTH.size:])
 
 
 def _manage(conn: socket.socket) -> dict:
     """In a manager: fork the command (which returns with its request) and report its pid and exit code."""
-    _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-    chunks = []
-    while chunk := conn.recv(1 << 16):
-        chunks.append(chunk)
-    request = json.loads(b"".join(chunks))
+    fds, request = _receive(conn)
+    env = request["env"]
+    if any(env.get(k) != SERVER_ENV.get(k) for k in IMPORT_TIME_ENV):
+        conn.sendall(b"cold\n")
+        os._exit(0)
     pid = os.fork()
     if pid == 0:
         conn.close()
@@ -100,26 +136,60 @@ def _manage(conn: socket.socket) -> dict:
         os.close(fd)
     try:
         conn.sendall(f"{pid}\n".encode())
+        done = os.pidfd_open(pid)
+        while True:
+            ready, _, _ = select.select([done, conn], [], [])
+            if done in ready:
+                break
+            if not conn.recv(1):  # the client is gone (killed, or its caller died): so is its command
+                os.kill(pid, signal.SIGKILL)
+                break
         _, status = os.waitpid(pid, 0)
         conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
     finally:
         os._exit(0)
 
 
+def _streams(env: dict) -> None:
+    """Standard streams on the command's descriptors 0-2, as a new interpreter with ``env`` makes them (the
+    server's were made for its own pipes): ``PYTHONUNBUFFERED`` honoured, stdout line-buffered on a terminal,
+    stderr line-buffered with backslash escapes."""
+    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+    encoding = sys.stdout.encoding
+
+    def stream(fd: int, mode: str, **kw):
+        raw = io.open(fd, mode, buffering=0 if unbuffered and mode == "wb" else -1, closefd=False)
+        return io.TextIOWrapper(raw, encoding=encoding, write_through=unbuffered and mode == "wb", **kw)
+
+    sys.stdin = sys.__stdin__ = stream(0, "rb", errors="strict")
+    sys.stdout = sys.__stdout__ = stream(1, "wb", errors="strict", line_buffering=os.isatty(1))
+    sys.stderr = sys.__stderr__ = stream(2, "wb", errors="backslashreplace", line_buffering=True)
+
+
 def _run_command(request: dict) -> None:
-    """In the command process: become ``python -m lightning_tfm ARGS`` started in ``cwd`` with ``env``."""
+    """In the command process: become ``python -m MODULE ARGS`` started in ``cwd`` with ``env``."""
     os.environ.clear()
     os.environ.update(request["env"])
+    if request["args"][:1] and request["args"][0] in CHILD_COMMANDS and request.get("module") is None:
+        os.environ[SOCKET_ENV] = request["socket"]  # its trials or kernel are warm-started too
     os.chdir(request["cwd"])
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(s, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    for s in request.get("ignored", ()):  # ignored in the client: a new interpreter keeps them ignored
+        signal.signal(s, signal.SIG_IGN)
+    _streams(os.environ)
     sys.path[0] = os.getcwd()  # what ``python -m`` puts first
     sys.argv = ["-m", *request["args"]]
     import runpy
 
-    runpy.run_module("lightning_tfm", run_name="__main__", alter_sys=True)
+    runpy.run_module(request.get("module") or "lightning_tfm", run_name="__main__", alter_sys=True)
     sys.exit(0)  # a __main__ that returns: exit code 0, as ``python -m`` gives
+
+
+def request_bytes(request: dict) -> bytes:
+    data = json.dumps(request).encode()
+    return _LENGTH.pack(len(data)) + data
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -132,7 +202,7 @@ class WarmStarter:
     def __init__(self, cwd: Path):
         self.folder = tempfile.mkdtemp(prefix="ltfm-warm-")
         self.path = os.path.join(self.folder, "socket")
-        self.env = {k: ENVIRON.get(k) for k in IMPORT_TIME_ENV}
+        self.env = SERVER_ENV
         log = open(os.path.join(self.folder, "server.log"), "wb")
         # stdin: a pipe this process never writes to, whose end tells the server to stop when this process is gone
         self.proc = subprocess.Popen([sys.executable, __file__, self.path], stdin=subprocess.PIPE,
@@ -163,10 +233,9 @@ class WarmStarter:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
                 conn.connect(self.path)
                 socket.send_fds(conn, [b"F"], [stdin.fileno(), out.fileno(), err.fileno()])
-                conn.sendall(json.dumps({"args": args, "env": env, "cwd": str(cwd)}).encode())
-                conn.shutdown(socket.SHUT_WR)
+                conn.sendall(request_bytes({"args": args, "env": env, "cwd": str(cwd)}))
                 replies = conn.makefile("r")
-                pid = int(replies.readline())
+                pid = int(replies.readline())  # (never "cold": `serves` checked the environment)
                 conn.settimeout(timeout)
                 try:
                     code = int(replies.readline())
@@ -188,8 +257,12 @@ def _default_signals() -> None:
 
 
 _starter: tuple[int, WarmStarter] | None = None
+# Every process the tests start finds warmsite/sitecustomize.py (inert unless SOCKET_ENV names a server)
+if SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SITE, os.environ.get("PYTHONPATH")) if p)
 # The environment the server starts in: the test session's, as it was before any test changed it (monkeypatch)
 ENVIRON = dict(os.environ)
+SERVER_ENV = {k: ENVIRON.get(k) for k in IMPORT_TIME_ENV}
 
 
 def starter(cwd: Path) -> WarmStarter | None:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 from ..training import config, run_folder
 from ..training.errors import UserError
 from ..training.redact import scrub_text
-from ..training.results import RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
+from ..training.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .plan import Plan, check_buildable
 from .queue import claim_waiting, duplicate_of, enqueue_missing
 from .spec import Entry, Sweep, suggest
@@ -366,7 +367,8 @@ class Worker:
             except optuna.exceptions.UpdateFinishedTrialError:  # this worker was stopped past the grace meanwhile
                 self.say(f"{label}: already finished by the study (its heartbeat lapsed): left to its retry")
                 return 0
-            proc, rc = self._run_process(cmd, env, log, trial)
+            attempt = env[ATTEMPT_ENV] = secrets.token_hex(8)
+            _, rc = self._run_process(cmd, env, log, trial)
             if not (rc == 2 and RUN_LOCKED in (_log_error_line(log) or "")):
                 break
             # Another process trains this very run: a stopped trial whose heartbeat lapsed (this trial is its
@@ -383,9 +385,9 @@ class Worker:
                 self._close(trial, TrialState.FAIL, skip="running", reason=reason)
                 return 1
         summary = read_summary(run_dir) or {}
-        if rc != 0 and summary.get("pid") not in (None, proc.pid):
+        if rc != 0 and summary.get("attempt") != attempt:
             summary = {}  # left by an earlier attempt: this process died before writing its own
-        # (rc 0 with an older pid: the run was already completed, and `ltfm train` returned its summary)
+        # (rc 0 with an older attempt: the run was already completed, and `ltfm train` returned its summary)
         results = {k: summary.get(k) for k in RESULT_ATTRS}
         results = {k: v for k, v in results.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
         status = summary.get("status")

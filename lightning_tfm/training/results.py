@@ -51,6 +51,7 @@ class Summary(TypedDict, total=False):
     run_dir: str
     host: str
     pid: int
+    attempt: str                 # the sweep worker's token for this attempt (ATTEMPT_ENV), when a worker started it
     config: dict                 # the resolved config, secrets masked
     started_at: str
     finished_at: str
@@ -109,6 +110,12 @@ def _field_types() -> dict[str, tuple[type, ...]]:
 # Field -> the types a reader may rely on (None is always allowed). A file that breaks one of them
 # (hand-edited, from another tool, truncated) is reported as unreadable, never half-used.
 _TYPES: dict[str, tuple[type, ...]] = _field_types()
+
+# A sweep worker gives each trial process it starts a fresh token in this variable, and the process writes it in its
+# summary.json ("attempt"): how the worker tells the summary of the attempt it started from one an earlier attempt
+# left (the pid would not: the process it started may hand over to another, as a launcher does, and pids are
+# reused after a restart).
+ATTEMPT_ENV = "LTFM_TRIAL_ATTEMPT"
 
 # The words of the error a second `ltfm train` of a run prints (exit 2) while another process trains it;
 # a sweep worker reads them in the trial's log to tell "already running" from a failure.

@@ -136,6 +136,8 @@ class Run:
                         "params": module.model.num_parameters(), "vocab_size": self.corpus.vocab_size,
                         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
                         "host": socket.gethostname(), **self.corpus.summary()}
+        if os.environ.get(results.ATTEMPT_ENV):  # started by a sweep worker: its token for this attempt
+            self.summary["attempt"] = os.environ[results.ATTEMPT_ENV]
         attempts = run_folder.attempts(prev)
         if attempts:
             self.summary["attempts"] = attempts
