@@ -23,6 +23,7 @@ from lightning_tfm.training import results, tracking
 from lightning_tfm.training.config import Config, load_config
 from lightning_tfm.training.errors import UserError
 from wandb_offline import find_run_files, read_records, read_run, read_runs
+from conftest import ltfm_in
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_KEY = "fake0api0key0" + "7" * 27  # 40 characters, like a real W&B key
@@ -393,12 +394,12 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     results_dir = wandb_env / "results"
     env = {**os.environ, "WANDB_API_KEY": FAKE_KEY, "OMP_NUM_THREADS": "1"}
     env.pop("WANDB_CONSOLE")  # as users run it: wandb captures the console into the run
-    cmd = [sys.executable, "-m", "lightning_tfm", "train", str(REPO / "experiments" / "multi30k-smoke.yaml"),
-           f"data.path={DATA}", f"run.results_dir={results_dir}", "run.variant=base", "run.family=base",
-           "run.study=smoke-study", "wandb.tags=[smoke]",
-           # dev BLEU (and its sample table) at each dev evaluation, on a few sentences to stay fast
-           "decode.dev_bleu_every_steps=50", "decode.dev_bleu_subset=16", "decode.samples=4"]
-    proc = subprocess.run(cmd, cwd=wandb_env, env=env, capture_output=True, text=True, timeout=600)
+    args = ["train", str(REPO / "experiments" / "multi30k-smoke.yaml"),
+            f"data.path={DATA}", f"run.results_dir={results_dir}", "run.variant=base", "run.family=base",
+            "run.study=smoke-study", "wandb.tags=[smoke]",
+            # dev BLEU (and its sample table) at each dev evaluation, on a few sentences to stay fast
+            "decode.dev_bleu_every_steps=50", "decode.dev_bleu_subset=16", "decode.samples=4"]
+    proc = ltfm_in(env, *args, cwd=wandb_env)  # a process of its own (warm-started: tests/warm.py)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = [d for d in results_dir.iterdir() if d.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())

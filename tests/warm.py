@@ -88,6 +88,10 @@ def _serve(path: str) -> dict | None:
     if threads != 1:
         print(f"unsafe: {threads} threads after the imports", flush=True)
         return None
+    import gc
+
+    gc.collect()
+    gc.freeze()  # the imported objects out of the collector's reach: a command's collections do not copy their pages
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(16)
@@ -150,22 +154,6 @@ def _manage(conn: socket.socket) -> dict:
         os._exit(0)
 
 
-def _streams(env: dict) -> None:
-    """Standard streams on the command's descriptors 0-2, as a new interpreter with ``env`` makes them (the
-    server's were made for its own pipes): ``PYTHONUNBUFFERED`` honoured, stdout line-buffered on a terminal,
-    stderr line-buffered with backslash escapes."""
-    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
-    encoding = sys.stdout.encoding
-
-    def stream(fd: int, mode: str, **kw):
-        raw = io.open(fd, mode, buffering=0 if unbuffered and mode == "wb" else -1, closefd=False)
-        return io.TextIOWrapper(raw, encoding=encoding, write_through=unbuffered and mode == "wb", **kw)
-
-    sys.stdin = sys.__stdin__ = stream(0, "rb", errors="strict")
-    sys.stdout = sys.__stdout__ = stream(1, "wb", errors="strict", line_buffering=os.isatty(1))
-    sys.stderr = sys.__stderr__ = stream(2, "wb", errors="backslashreplace", line_buffering=True)
-
-
 def _run_command(request: dict) -> None:
     """In the command process: become ``python -m MODULE ARGS`` started in ``cwd`` with ``env``."""
     os.environ.clear()
@@ -178,7 +166,6 @@ def _run_command(request: dict) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for s in request.get("ignored", ()):  # ignored in the client: a new interpreter keeps them ignored
         signal.signal(s, signal.SIG_IGN)
-    _streams(os.environ)
     sys.path[0] = os.getcwd()  # what ``python -m`` puts first
     sys.argv = ["-m", *request["args"]]
     import runpy
@@ -205,8 +192,11 @@ class WarmStarter:
         self.env = SERVER_ENV
         log = open(os.path.join(self.folder, "server.log"), "wb")
         # stdin: a pipe this process never writes to, whose end tells the server to stop when this process is gone
+        # PYTHONUNBUFFERED: the standard streams a command inherits write through, as a trial's must (its worker
+        # sets the variable: the trial's log is read while it runs); a cold command's only flush later
         self.proc = subprocess.Popen([sys.executable, __file__, self.path], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=log, cwd=cwd, env=ENVIRON,
+                                     stdout=subprocess.PIPE, stderr=log, cwd=cwd,
+                                     env={**ENVIRON, "PYTHONUNBUFFERED": "1"},
                                      preexec_fn=_default_signals)
         log.close()
         self.state = self.proc.stdout.readline().decode().strip()  # "ready", or why not
