@@ -14,20 +14,11 @@ from pathlib import Path
 import pytest
 
 import warm
+from warm import default_signals  # noqa: F401  (tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("LTFM_DATA", ROOT.parent / "shared" / "data" / "multi30k"))
 SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"
-
-
-def default_signals() -> None:
-    """A child's ``preexec_fn``: SIGINT, SIGHUP and SIGTERM as a terminal delivers them (their default action), so a
-    test that signals a command tests its handlers even when the suite itself runs with them ignored (``nohup``,
-    a background job of a non-interactive shell: the command then keeps them ignored, as it should)."""
-    import signal
-
-    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(s, signal.SIG_DFL)
 
 
 def ltfm(*args, env=None, input=None, timeout=600, cwd=None, fresh=False):

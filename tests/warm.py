@@ -197,7 +197,7 @@ class WarmStarter:
         self.proc = subprocess.Popen([sys.executable, __file__, self.path], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=log, cwd=cwd,
                                      env={**ENVIRON, "PYTHONUNBUFFERED": "1"},
-                                     preexec_fn=_default_signals)
+                                     preexec_fn=default_signals)
         log.close()
         self.state = self.proc.stdout.readline().decode().strip()  # "ready", or why not
         atexit.register(self.close)
@@ -241,7 +241,10 @@ def _text(f) -> str:
     return io.TextIOWrapper(io.BytesIO(f.read())).read()
 
 
-def _default_signals() -> None:
+def default_signals() -> None:
+    """A child's ``preexec_fn``: SIGINT, SIGHUP and SIGTERM as a terminal delivers them (their default action), so a
+    test that signals a command tests its handlers even when the suite itself runs with them ignored (``nohup``,
+    a background job of a non-interactive shell: the command then keeps them ignored, as it should)."""
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(s, signal.SIG_DFL)
 

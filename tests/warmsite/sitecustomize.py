@@ -11,10 +11,14 @@ import sys
 
 
 def _stand_in(path: str, module: str, args: list) -> None:
-    import json
     import signal
     import socket
-    import struct
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        from warm import request_bytes  # the protocol's one home
+    finally:
+        del sys.path[0]
 
     ignored = [int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
                if signal.getsignal(s) == signal.SIG_IGN]
@@ -22,9 +26,8 @@ def _stand_in(path: str, module: str, args: list) -> None:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
         socket.send_fds(conn, [b"F"], [0, 1, 2])
-        data = json.dumps({"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd(),
-                           "ignored": ignored}).encode()
-        conn.sendall(struct.pack("!Q", len(data)) + data)
+        conn.sendall(request_bytes({"module": module, "args": args, "env": dict(os.environ), "cwd": os.getcwd(),
+                                    "ignored": ignored}))
         replies = conn.makefile("r")
         first = replies.readline().strip()
     except OSError:
