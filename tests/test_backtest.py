@@ -4,6 +4,7 @@ and bad input refused in one line (exit 2) with nothing written. No training."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -109,3 +110,84 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
         err = capsys.readouterr().err
         assert err.startswith("ltfm: error: ") and words in err and err.count("\n") == 1, (args, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == before and not out.exists()  # nothing written
+
+
+# --------------------------------------------------------------------------------------------------------
+# Curves at the edges: a verdict or one line, never a traceback (an export of the re-run, trimmed to a few rows)
+# --------------------------------------------------------------------------------------------------------
+def trimmed(tmp_path, name: str, change=None, rows=("base", "A1", "C1", "big")) -> str:
+    """The every-50-steps export with ``rows`` only (its sweep's file still lists them all), ``change(records by
+    variant)`` applied; its folder."""
+    tree = json.loads((ROOT / "reports/reference/table3-cpu/export/table3-cpu.json").read_text())
+    tree["records"] = [r for r in tree["records"] if r["variant"] in rows]
+    if change is not None:
+        by = {}
+        for r in tree["records"]:
+            by.setdefault(r["variant"], []).append(r)
+        change(by)
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "table3-cpu.json").write_text(json.dumps(tree))
+    return str(folder)
+
+
+def ppl(recs, value) -> None:
+    """Every validation of ``recs`` (and their final numbers) at dev PPL ``value(step)``."""
+    for r in recs:
+        for h in r["history"]:
+            h["dev/ppl"], h["dev/loss"] = value(h["step"]), math.log(value(h["step"]))
+        r["dev_ppl"] = value(r["history"][-1]["step"])
+
+
+def one_line(p, *words) -> None:
+    assert p.returncode == 2 and p.stderr.startswith("ltfm: error: ") and p.stderr.count("\n") == 1, p.stderr
+    assert "Traceback" not in p.stderr and all(w in p.stderr for w in words), p.stderr
+
+
+def test_a_fraction_before_the_first_validation_is_one_line(ltfm_here):
+    for fraction in ("0.05", "1e-300", "0.0833"):  # the re-run validates first at step 49: 50 of 600 updates
+        one_line(ltfm_here("report", SWEEP, "--from-export", EVERY_50, "--backtest", fraction, "--json"),
+                 f"--backtest {float(fraction):g}: the first", "holds none of its validations (the first is at "
+                 "step 49): give a fraction of at least 0.084")
+    for fraction in ("-0.5", "1.5", "inf", "nan"):
+        one_line(ltfm_here("report", SWEEP, "--from-export", EVERY_50, f"--backtest={fraction}"), "--backtest")
+
+
+def test_rows_with_too_few_points_get_that_verdict_and_a_lone_base_point_is_one_line(ltfm_here, tmp_path):
+    def ends_only(by):  # A1 validated once, at its budget's end; C1 twice (one before the cut)
+        by["A1"][0]["history"] = by["A1"][0]["history"][-1:]
+        by["C1"][0]["history"] = [h for h in by["C1"][0]["history"] if h["step"] in (349, 599)]
+    p = ltfm_here("report", SWEEP, "--from-export", trimmed(tmp_path, "ends", ends_only), "--backtest", "0.667",
+                  "--json")
+    assert p.returncode == 0, p.stderr
+    rows = {r["variant"]: r for r in json.loads(p.stdout)["rows"]}
+    assert rows["A1"]["verdict"] == rows["C1"]["verdict"] == "too few points"
+    assert (rows["A1"]["step"], rows["A1"]["change"], rows["A1"]["sign_kept"]) == (None, None, None)
+    assert rows["A1"]["measured"] == pytest.approx(0.1148, abs=2e-4)   # the later budget is still measured
+    assert rows["C1"]["step"] == 349 and rows["C1"]["predicted"] is None and rows["big"]["verdict"] == "holds"
+    text = ltfm_here("report", SWEEP, "--from-export", trimmed(tmp_path, "ends2", ends_only), "--backtest", "0.667")
+    assert text.returncode == 0 and "| A1 |  | too few points |" in text.stdout
+
+    def lone_base(by):
+        for r in by["base"]:
+            r["history"] = r["history"][-1:]
+    one_line(ltfm_here("report", SWEEP, "--from-export", trimmed(tmp_path, "lone", lone_base), "--backtest", "0.5"),
+             "the base's runs have no validation before their last (step 599)", "train.val_every_steps")
+
+
+def test_a_perplexity_near_a_floats_range_gives_a_result(ltfm_here, tmp_path):
+    def huge_base(by):  # every base validation at 1.7e308 (its log 709.7 nats): the seeds' mean overflowed
+        ppl(by["base"], lambda s: 1.7e308)
+    p = ltfm_here("report", SWEEP, "--from-export", trimmed(tmp_path, "huge", huge_base), "--backtest", "0.667",
+                  "--json")
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert {r["variant"]: (r["change"], r["noise"], r["measured"]) for r in got["rows"]} == {
+        v: (-1.0, "beyond", -1.0) for v in ("A1", "C1", "big")}
+
+    def one_huge_seed(by):  # one base seed ends at 1.7e308: its spread's square overflowed
+        by["base"][0]["history"][-1]["dev/ppl"] = by["base"][0]["dev_ppl"] = 1.7e308
+    p = ltfm_here("report", SWEEP, "--from-export", trimmed(tmp_path, "one", one_huge_seed), "--backtest", "0.667",
+                  "--json")
+    assert p.returncode == 0, p.stderr
+    assert all(r["measured"] == pytest.approx(-1.0) for r in json.loads(p.stdout)["rows"])

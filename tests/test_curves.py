@@ -132,3 +132,8 @@ def test_each_side_is_read_at_its_own_budget_multiple():
     assert v["why"].endswith("at 5400 steps (base 1800)")
     # the sweep file's k
     assert verdict.curve_verdict([big], [run(BASE)], -1.0, "beyond", {"k": 2})["gap"]["base_step"] == 1199
+
+
+def test_a_power_law_beyond_exps_range_names_its_amplitude_inf():
+    fit = curves.CurveFit("power", (800.0, -1.0), (99, 199, 299), (1.0, 2.0, 3.0))
+    assert fit.named() == {"A": math.inf, "alpha": 1.0}

@@ -226,3 +226,24 @@ def test_comparison_status_of_each_row(tmp_path):
     # the paper: A1 and A2 worse than the base; A (long) agrees on both, B (short) finds A2 better
     assert "- On the 2 rows with a direction in the paper that both sides have: direction agrees A 2/2 (100%), " \
            "B 1/2 (50%)." in md
+
+
+def test_perplexities_near_a_floats_range_give_numbers_and_verdicts_not_overflow(tmp_path):
+    from lightning_tfm.report.stats import mean_std
+
+    assert mean_std([1.7e308] * 3) == (1.7e308, 0.0)  # the sum overflowed, not the values
+    mean, sd = mean_std([1.7e308, 1.0, 1.0])         # the spread's squares overflowed
+    assert mean == pytest.approx(1.7e308 / 3) and sd == pytest.approx(1.7e308 / math.sqrt(3))
+    # a base seed ending at 1.7e308: the table, its verdicts and its markdown
+    sweep = load_sweep(write_sweep(tmp_path / "v.yaml", "v", {"base": {"seeds": [1, 2, 3]}, **{v: {} for v in ROWS}}))
+    recs = _records(ROWS, base=LBASE)
+    recs[0].history[-1]["dev/ppl"] = recs[0].dev_ppl = 1.7e308
+    table = rd.build_table(rd.ReportData(sweep, recs, "synthetic", {}), bootstrap=False)
+    by = {r["variant"]: r for r in table["rows"]}
+    assert by["base"]["dev_ppl"] == pytest.approx(1.7e308 / 3) and by["A1"]["ppl_noise"] == "within"
+    assert by["A1"]["ppl_verdict"] == "within noise" and "| A1 |" in rd.table_markdown(table)
+    # a row whose curve climbs to e^700: the predicted gap at 3 x the budget is beyond a float's exp()
+    climbing = {s: math.exp(100 + (s + 1)) for s in LSTEPS}
+    v = verdict.curve_verdict([climbing], [LBASE, law(1.5, 30.0, 0.5, 0.01)], 1e300, "beyond")
+    assert v["gap"]["point"] > 710 and v["verdict"] == "holds"
+    assert v["why"] == "+inf% [+inf, +inf] at 1800 steps" and verdict.pct(v["gap"]["point"]) == "+inf%"

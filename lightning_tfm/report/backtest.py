@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..training.errors import UserError
 from .stats import mean_std, noise_verdict, relative
-from .verdict import HOLDS, curve_verdict, last_step, pct
+from .verdict import HOLDS, TOO_FEW, change, curve_verdict, last_step
 
 KEYS = ("beyond_noise", "called_holds", "kept_sign", "interval_coverage", "rows")
 
@@ -49,16 +49,20 @@ def cut_runs(runs: list[dict[int, float]], fraction: float) -> list[dict[int, fl
     return [{s: p for s, p in r.items() if s <= cut} for r in runs]
 
 
-def _at(runs: list[dict[int, float]], step: int) -> list[float]:
-    return [r[step] for r in runs if step in r]
+def _at(runs: list[dict[int, float]], step: int | None) -> list[float]:
+    """The runs' dev PPL at ``step``, those that are numbers a log takes."""
+    return [r[step] for r in runs if step in r and math.isfinite(r[step]) and r[step] > 0]
 
 
 def today(row_runs, base_runs) -> dict:
     """The change at the earlier budget, as the table reads it: each side's mean dev PPL at its last validation,
-    the row's minus the base's, and its seed noise (the base's seeds' spread there)."""
+    the row's minus the base's, and its seed noise (the base's seeds' spread there); ``delta`` and ``noise`` None
+    when a side has no validation (a curve cut before its first)."""
     row_end, base_end = last_step(row_runs), last_step(base_runs)
     row_mean, _ = mean_std(_at(row_runs, row_end))
     base_mean, base_sd = mean_std(_at(base_runs, base_end))
+    if row_mean is None or base_mean is None:
+        return {"step": row_end, "base_step": base_end, "delta": None, "delta_rel": None, "noise": None}
     delta = row_mean - base_mean
     return {"step": row_end, "base_step": base_end, "delta": delta, "delta_rel": relative(delta, base_mean),
             "noise": noise_verdict(delta, base_sd)}
@@ -73,7 +77,8 @@ def measured_gap(row_runs, base_runs, step: int, base_step: int) -> float | None
 
 
 def _r(x: float | None) -> float | None:
-    return None if x is None else round(float(x), 4)
+    """Rounded to 4 decimals; None where there is no number (a relative change beyond a float's range included)."""
+    return None if x is None or not math.isfinite(x) else round(float(x), 4)
 
 
 def backtest(earlier: dict, later: dict, settings: dict | None = None) -> tuple[dict, dict]:
@@ -90,20 +95,21 @@ def backtest(earlier: dict, later: dict, settings: dict | None = None) -> tuple[
         now = today(runs[v], base)
         at = (last_step(later_runs[v]), last_step(later_base))
         verdict = curve_verdict(runs[v], base, now["delta"], now["noise"], settings, at=at,
-                                warmup=warmup.get(v) or 0, base_warmup=warmup.get("base") or 0)
+                                warmup=warmup.get(v) or 0, base_warmup=warmup.get("base") or 0) or {
+            "verdict": TOO_FEW, "why": "no validation in the earlier budget", "gap": None}  # a curve cut to none
         outlook[v] = verdict
         gap = verdict["gap"]
         measured = measured_gap(later_runs[v], later_base, *at)
         then = today(later_runs[v], later_base)  # the change at the later budget, as that table reads it
-        sign = (now["delta"] > 0) - (now["delta"] < 0)
+        sign = None if now["delta"] is None else (now["delta"] > 0) - (now["delta"] < 0)
         rows.append({"variant": v, "step": now["step"], "base_step": now["base_step"],
                      "change": _r(now["delta_rel"]), "noise": now["noise"], "verdict": verdict["verdict"],
                      "at_step": at[0], "at_base_step": at[1],
-                     "predicted": _r(gap and math.expm1(gap["point"])), "low": _r(gap and math.expm1(gap["low"])),
-                     "high": _r(gap and math.expm1(gap["high"])),
-                     "measured": _r(None if measured is None else math.expm1(measured)),
+                     "predicted": _r(gap and change(gap["point"])), "low": _r(gap and change(gap["low"])),
+                     "high": _r(gap and change(gap["high"])),
+                     "measured": _r(None if measured is None else change(measured)),
                      "noise_later": then["noise"],
-                     "sign_kept": None if measured is None else (measured > 0) - (measured < 0) == sign,
+                     "sign_kept": None if measured is None or sign is None else (measured > 0) - (measured < 0) == sign,
                      "inside": None if gap is None or measured is None else gap["low"] <= measured <= gap["high"]})
     holds = [r for r in rows if r["verdict"] == HOLDS]
     predicted = [r for r in rows if r["inside"] is not None]
@@ -136,7 +142,8 @@ def backtest_text(result: dict, title: str) -> str:
     for r in result["rows"]:
         pred = "" if r["predicted"] is None else (f"{_pct(r['predicted'])} [{_pct(r['low'])}, {_pct(r['high'])}] at "
                                                   f"{r['at_step'] + 1}")
-        lines.append(f"| {r['variant']} | {_pct(r['change'])} at {r['step'] + 1} | {r['verdict']} | {pred} | "
+        then = "" if r["step"] is None else f"{_pct(r['change'])} at {r['step'] + 1}"
+        lines.append(f"| {r['variant']} | {then} | {r['verdict']} | {pred} | "
                      f"{_pct(r['measured'])} | {_yes(r['sign_kept'])} | {_yes(r['inside'])} | "
                      f"{NOISE_WORDS.get(r['noise_later'], '')} |")
     n_pred = sum(1 for r in result["rows"] if r["inside"] is not None)
@@ -196,6 +203,21 @@ def _check_later(earlier, later, path: str) -> None:
                         "(the same rows at a larger train.max_steps)")
 
 
+def _check_cut(base: list[dict[int, float]], cut: list[dict[int, float]], fraction: float) -> None:
+    """The base keeps a validation in the first ``fraction`` of its budget (else no row has a change to judge)."""
+    if last_step(cut) is not None:
+        return
+    end, first = last_step(base), min(min(r) for r in base if r)
+    least = math.ceil(1000 * (first + 1) / (end + 1)) / 1000
+    if least >= 1:
+        raise UserError(f"--backtest {fraction:g}: the base's runs have no validation before their last (step {end}): "
+                        "nothing earlier predicts it; give the export of runs that validated along the way "
+                        "(train.val_every_steps)")
+    raise UserError(f"--backtest {fraction:g}: the first {fraction:g} of the base's budget ({end + 1} updates) holds "
+                    f"none of its validations (the first is at step {first}): give a fraction of at least {least:g}, "
+                    "e.g. 0.667")
+
+
 def backtest_cli(args, sweep) -> int:
     """``ltfm report SWEEP --from-export DIR --backtest FRACTION | --backtest-to LATER_DIR [--json] [--out F]``."""
     from .export import read_export
@@ -222,6 +244,7 @@ def backtest_cli(args, sweep) -> int:
         later = curves
         cut = {"runs": {v: cut_runs(r, args.backtest) for v, r in curves["runs"].items()},
                "warmup": curves["warmup"]}
+        _check_cut(curves["runs"]["base"], cut["runs"]["base"], args.backtest)
         title = (f"Back-test of sweep {sweep.name}: the first {args.backtest:g} of each row's curve predicts its "
                  "budget's end")
         earlier_curves = cut

@@ -42,12 +42,22 @@ BOOTSTRAP_SAMPLES = 1000
 
 
 def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    """The mean and the sample standard deviation (None with one value); values near a float's range (a PPL of
+    1e308) give their mean and spread, not an OverflowError or an infinite mean."""
     if not values:
         return None, None
-    mean = sum(values) / len(values)
-    if len(values) < 2:
+    n = len(values)
+    mean = sum(values) / n
+    if math.isinf(mean) and all(map(math.isfinite, values)):  # the sum overflowed, not the values
+        mean = sum(v / n for v in values)
+    if n < 2:
         return mean, None
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    try:
+        return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    except OverflowError:  # a square beyond a float's range: the deviations scaled by the largest
+        dev = [v - mean for v in values]
+        top = max(map(abs, dev))
+        return mean, top * math.sqrt(sum((d / top) ** 2 for d in dev) / (n - 1))
 
 
 def finite(x) -> bool:

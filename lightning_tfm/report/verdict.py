@@ -70,14 +70,23 @@ def last_step(runs: list[dict[int, float]]) -> int | None:
     return min(ends) if ends else None
 
 
+def change(gap: float) -> float:
+    """A log-PPL gap as a relative change of PPL, ``exp(gap) - 1``: ``inf`` for a gap beyond a float's range (over
+    ~709.8 nats: a PPL ratio no float holds), never an OverflowError."""
+    try:
+        return math.expm1(gap)
+    except OverflowError:
+        return math.inf
+
+
 def pct(gap: float) -> str:
     """A log-PPL gap as a relative change of PPL: ``-4.1%``."""
-    return f"{100 * math.expm1(gap):+.1f}%"
+    return f"{100 * change(gap):+.1f}%"
 
 
 def gap_text(gap: dict) -> str:
     """``-4.1% [-6.0, -2.2] at 1800 steps`` (the base at its own step when it differs)."""
-    lo, hi = (f"{100 * math.expm1(gap[k]):+.1f}" for k in ("low", "high"))
+    lo, hi = (f"{100 * change(gap[k]):+.1f}" for k in ("low", "high"))
     base = f" (base {gap['base_step'] + 1})" if gap["base_step"] != gap["at_step"] else ""
     return f"{pct(gap['point'])} [{lo}, {hi}] at {gap['at_step'] + 1} steps{base}"
 

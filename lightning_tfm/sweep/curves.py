@@ -157,7 +157,8 @@ class CurveFit:
         """The parameters as the module docstring writes the family: ``A``, ``alpha`` (power); ``L_inf``, ``A``,
         ``alpha`` (saturating); ``L_inf``, ``A``, ``tau`` (exponential), with ``t`` = updates done."""
         if self.family == "power":
-            return {"A": math.exp(self.params[0]), "alpha": -self.params[1]}
+            return {"A": math.exp(self.params[0]) if self.params[0] <= 709.0 else math.inf,
+                    "alpha": -self.params[1]}  # a log A beyond exp()'s range: inf, not an OverflowError
         level, scale, shape = self.params
         if self.family == "saturating":
             return {"L_inf": level, "A": scale * self._t0 ** shape, "alpha": shape}
