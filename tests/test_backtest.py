@@ -99,7 +99,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
          "has no run folder in common with 'table3-cpu'"),
         (["--from-export", EXPORT, "--backtest-to", str(stray)], "whose file nowhere.yaml is not beside"),
         (["--from-export", EXPORT, "--backtest-to", str(tmp_path)], "no export there"),
-        (["--from-export", EXPORT, "--backtest-to", EXPORT], "its base's budget is not later"),
+        (["--from-export", EXPORT, "--backtest-to", EXPORT], "its budget is not later than this export's: base (step 599, here 599)"),
         (["--from-export", EXPORT, "--backtest", "0.5", "--out", str(tmp_path / "x")], "give a path ending in .json"),
         (["--from-export", EXPORT, "--backtest", "0.5", "--against", SWEEP], "--against with a back-test"),
         (["--from-export", EXPORT, "--json"], "--json prints a back-test"),
@@ -191,3 +191,47 @@ def test_a_perplexity_near_a_floats_range_gives_a_result(ltfm_here, tmp_path):
                   "--json")
     assert p.returncode == 0, p.stderr
     assert all(r["measured"] == pytest.approx(-1.0) for r in json.loads(p.stdout)["rows"])
+
+
+# --------------------------------------------------------------------------------------------------------
+# --backtest-to: only this export's rows continued, each to a later budget
+# --------------------------------------------------------------------------------------------------------
+def later_export(tmp_path, name: str, change) -> str:
+    """The continued sweep's export, ``change(records by variant)`` applied; its folder."""
+    tree = json.loads((ROOT / "reports/reference/table3-cpu-continued/export/table3-cpu-continued.json").read_text())
+    by = {}
+    for r in tree["records"]:
+        by.setdefault(r["variant"], []).append(r)
+    change(by)
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "table3-cpu-continued.json").write_text(json.dumps(tree))
+    return str(folder)
+
+
+def test_backtest_to_refuses_what_is_not_these_rows_continued_to_a_later_budget(ltfm_here, tmp_path):
+    def only_the_base_shared(by):  # the rows trained elsewhere (their own run folders), the base continued
+        for v, recs in by.items():
+            for r in recs:
+                r["run"] = r["run"] if v == "base" else f"elsewhere-{r['run']}"
+
+    def other_rows(by):  # C1 at another depth, E renamed: rows this export does not have
+        by["C1"][0]["config"]["model.layers"] = 3
+        by["E"][0]["variant"] = "E2"
+
+    def backwards(by):  # D1's curve stops at step 299, before this export's 599
+        by["D1"][0]["history"] = [h for h in by["D1"][0]["history"] if h["step"] < 300]
+
+    cases = [(only_the_base_shared, "is not this export's rows continued: C1 seed 1 (run elsewhere-table3-cpu-base-8dae5a66, here "
+              "table3-cpu-base-8dae5a66), C2 seed 1"),
+             (other_rows, "is not this export's rows continued: C1 seed 1 (model.layers 3, here 1), E2 seed 1 (not in "
+              "this export); give the export of a sweep that trained these runs on"),
+             (backwards, "its budget is not later than this export's: D1 (step 299, here 599) end no later")]
+    for change, words in cases:
+        out = tmp_path / f"{change.__name__}.json"
+        one_line(ltfm_here("report", SWEEP, "--from-export", EXPORT, "--backtest-to",
+                           later_export(tmp_path, change.__name__, change), "--out", out), words)
+        assert not out.exists() and not out.with_suffix(".md").exists()
+    # the continued export as it is still passes (the rows it continued, each to 1800 steps)
+    p = ltfm_here("report", SWEEP, "--from-export", EXPORT, "--backtest-to", LATER, "--json")
+    assert p.returncode == 0 and len(json.loads(p.stdout)["rows"]) == 8

@@ -9,7 +9,11 @@ measured on curves whose later part is known.
   against the base's 600: :mod:`.budget`);
 - ``--backtest-to LATER_DIR``: the export of a sweep that trained this sweep's runs on (the same run folders, such
   as ``sweeps/table3-cpu-continued.yaml``) is the later budget: this export's curves predict each row the later one
-  has at its budget. Its sweep file (the export names it) is read from beside ``SWEEP``.
+  has at its budget. Its sweep file (the export names it) is read from beside ``SWEEP``. Each of its completed runs
+  must be one of this export's (the same row, seed, run folder and config but for the budget) and each row's last
+  validation later than here, the base's among them: else a one-line error naming the rows (:func:`_check_later`).
+  ``--backtest`` refuses a fraction before the base's first validation the same way; a row cut to no validation
+  is *too few points*.
 
 For each row (:func:`backtest`): the verdict at the earlier budget (the change and its seed noise there, the
 predicted gap with its interval), the measured gap (mean log PPL of the row's seeds minus the base's, at the later
@@ -193,14 +197,55 @@ def _later_export(sweep, path: str) -> "object":
     return read_export(later_sweep, files[0], "--backtest-to")
 
 
-def _check_later(earlier, later, path: str) -> None:
-    """The later export continues this one's runs (a run folder in common) at a later budget of the base."""
+def _listed(items: list[str], most: int = 4) -> str:
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def _differs(a: dict, b: dict) -> list[str]:
+    """The config keys two runs differ in, those that do not change what is trained aside (the run id's
+    ``NOT_HASHED``: the budget, the study, the results folder, ...)."""
+    from ..training.config import NOT_HASHED
+
+    keys = {k for k in set(a) | set(b) if k not in NOT_HASHED and k.split(".")[0] not in NOT_HASHED}
+    return sorted(k for k in keys if a.get(k) != b.get(k))
+
+
+def _check_later(earlier, later, path: str, curves: dict, later_curves: dict) -> None:
+    """The later export is this one's rows continued: a run folder in common; each of its completed runs a run of
+    this export (the same row and seed, the same run folder, the same config but for the keys of
+    :func:`_differs`), the base among them; and each row's budget (its last validation) later than here."""
     ours = {r.run for r in earlier.records if r.run}
     theirs = {r.run for r in later.records if r.run}
+    where = f"--backtest-to {path!r}: sweep {later.sweep.name!r}"
     if not ours & theirs:
-        raise UserError(f"--backtest-to {path!r}: sweep {later.sweep.name!r} has no run folder in common with "
-                        f"{earlier.sweep.name!r}: give the export of a sweep that trained this sweep's runs on "
-                        "(the same rows at a larger train.max_steps)")
+        raise UserError(f"{where} has no run folder in common with {earlier.sweep.name!r}: give the export of a sweep "
+                        "that trained this sweep's runs on (the same rows at a larger train.max_steps)")
+    mine = {(r.variant, r.seed): r for r in earlier.records}
+    odd = []
+    for r in later.records:
+        if not r.completed:
+            continue
+        name, other = f"{r.variant} seed {r.seed}", mine.get((r.variant, r.seed))
+        keys = [] if other is None else _differs(other.config or {}, r.config or {})
+        if other is None:
+            odd.append(f"{name} (not in this export)")
+        elif r.run and other.run and r.run != other.run:
+            odd.append(f"{name} (run {r.run}, here {other.run})")
+        elif keys:
+            odd.append(f"{name} ({', '.join(f'{k} {r.config.get(k)!r}, here {other.config.get(k)!r}' for k in keys[:2])}"
+                       + (", ..." if len(keys) > 2 else "") + ")")
+    if odd:
+        raise UserError(f"{where} is not this export's rows continued: {_listed(odd)}; give the export of a sweep that "
+                        "trained these runs on (the same rows and seeds, only train.max_steps larger)")
+    if not later_curves["runs"].get("base"):
+        raise UserError(f"{where} has no completed base run: give the export of a sweep that trained this sweep's "
+                        "base on too")
+    early = [f"{v} (step {last_step(runs)}, here {last_step(curves['runs'][v])})"
+             for v, runs in later_curves["runs"].items()
+             if curves["runs"].get(v) and last_step(runs) <= last_step(curves["runs"][v])]
+    if early:
+        raise UserError(f"{where}: its budget is not later than this export's: {_listed(early)} end no later; give "
+                        "the export of the longer budget")
 
 
 def _check_cut(base: list[dict[int, float]], cut: list[dict[int, float]], fraction: float) -> None:
@@ -250,11 +295,8 @@ def backtest_cli(args, sweep) -> int:
         earlier_curves = cut
     else:
         data = _later_export(sweep, args.backtest_to)
-        _check_later(earlier, data, args.backtest_to)
         later = _curves(data)
-        if (last_step(later["runs"].get("base") or []) or -1) <= last_step(curves["runs"]["base"]):
-            raise UserError(f"--backtest-to {args.backtest_to!r}: its base's budget is not later than this "
-                            "export's: give the export of the longer budget")
+        _check_later(earlier, data, args.backtest_to, curves, later)
         title = (f"Back-test of sweep {sweep.name}: its budget predicts sweep {data.sweep.name}'s "
                  f"(the {len([v for v in later['runs'] if v != 'base'])} rows it continued)")
         earlier_curves = curves
