@@ -99,7 +99,8 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
          "has no run folder in common with 'table3-cpu'"),
         (["--from-export", EXPORT, "--backtest-to", str(stray)], "whose file nowhere.yaml is not beside"),
         (["--from-export", EXPORT, "--backtest-to", str(tmp_path)], "no export there"),
-        (["--from-export", EXPORT, "--backtest-to", EXPORT], "its budget is not later than this export's: base (step 599, here 599)"),
+        (["--from-export", EXPORT, "--backtest-to", EXPORT],
+         "its budget is not later than this export's: base (step 599, here 599)"),
         (["--from-export", EXPORT, "--backtest", "0.5", "--out", str(tmp_path / "x")], "give a path ending in .json"),
         (["--from-export", EXPORT, "--backtest", "0.5", "--against", SWEEP], "--against with a back-test"),
         (["--from-export", EXPORT, "--json"], "--json prints a back-test"),
@@ -222,7 +223,8 @@ def test_backtest_to_refuses_what_is_not_these_rows_continued_to_a_later_budget(
     def backwards(by):  # D1's curve stops at step 299, before this export's 599
         by["D1"][0]["history"] = [h for h in by["D1"][0]["history"] if h["step"] < 300]
 
-    cases = [(only_the_base_shared, "is not this export's rows continued: C1 seed 1 (run elsewhere-table3-cpu-base-8dae5a66, here "
+    cases = [(only_the_base_shared, "is not this export's rows continued: C1 seed 1 (run "
+              "elsewhere-table3-cpu-base-8dae5a66, here "
               "table3-cpu-base-8dae5a66), C2 seed 1"),
              (other_rows, "is not this export's rows continued: C1 seed 1 (model.layers 3, here 1), E2 seed 1 (not in "
               "this export); give the export of a sweep that trained these runs on"),

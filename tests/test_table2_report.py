@@ -277,3 +277,36 @@ def test_planned_configs_of_rows_of_their_own_experiment(tmp_path, data_dir):
     a1 = planned["A1"]  # a row of the sweep's experiment: the base run's config with its own overrides
     assert (a1["model.heads"], a1["train.max_steps"], a1["data.path"]) == (2, 40, str(data_dir.resolve()))
     assert a1.get("model.arch", "transformer") == "transformer" and a1.get("train.lr_schedule", "noam") == "noam"
+
+
+def test_a_sweep_of_recurrent_rows_alone_is_reported_as_table2_not_table3(tmp_path, ltfm_here):
+    """No Transformer row: not a Table 3 (whose knobs, paper rows and base are the Transformer's: its base would read
+    "N 6, d_model 512, h 8" and its rows change no knob) but rows by their own architecture and cost; a Table 3
+    comparison (--against) and --from-export (a Table 3 report's) are refused in one line."""
+    from conftest import ROOT
+    from lightning_tfm.report.notebooks import notebook_name
+    from lightning_tfm.sweep import load_sweep
+
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump({"run": {"name": "r"}, "data": {"source": "local"}}))
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump({
+        "name": "rnnonly", "experiment": "exp.yaml", "metric": "dev_loss", "pruner": {"type": "none"}, "seeds": [1],
+        "variants": {"base": {"model.arch": "rnn", **RNN_KNOBS},
+                     "wide": {"model.arch": "rnn", **RNN_KNOBS, "rnn.enc_hidden": 64}}}, sort_keys=False))
+    sweep = load_sweep(tmp_path / "r.yaml")
+    assert table2.is_table2(sweep) and notebook_name(sweep) == "table2"
+    config = {"model.arch": "rnn", **RNN_KNOBS}
+    recs = [record(tmp_path, "base", 1, config, lambda s: 3000.0 / s),
+            record(tmp_path, "wide", 1, {**config, "rnn.enc_hidden": 64}, lambda s: 2500.0 / s)]
+    table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
+    assert [(r["variant"], r["arch"]) for r in table["rows"]] == [("base", "rnn"), ("wide", "rnn")]
+    assert table["claims"] == ["The claim is not checked: the sweep has no transformer row beside a row of another "
+                               "architecture."]
+    md = table2.table2_markdown(table)
+    assert "| wide | rnn |" in md and "Table 3" not in md and "d_model" not in md
+    for args, words in ((["--against", ROOT / "sweeps" / "table3-cpu.yaml"], "sweep 'rnnonly' has rows of another "
+                         "architecture, a Table 2 report: report it alone"),
+                        (["--from-export", tmp_path], "not a Table 2 report (rows of another architecture than the "
+                         "Transformer)")):
+        p = ltfm_here("report", sweep.path, *args, "--out", tmp_path / "out")
+        assert p.returncode == 2 and p.stderr.startswith("ltfm: error: ") and p.stderr.count("\n") == 1, p.stderr
+        assert words in p.stderr and not (tmp_path / "out").exists(), p.stderr

@@ -14,8 +14,8 @@ sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the swee
   extrapolated;
 - :mod:`.compute`: training FLOPs per step of a row and its dev PPL at the base's compute (equal-compute Δ);
 - :mod:`.export`: the records a report is built from as one JSON file, and the report rebuilt from it;
-- :mod:`.table2`: the paper's Table 2 at small scale (a sweep whose rows are of more than one architecture): each
-  row's BLEU, FLOPs, time and parameters beside the paper's rows, and the claim checked at equal training FLOPs;
+- :mod:`.table2`: the paper's Table 2 at small scale (a sweep with a row of another architecture than the
+  Transformer): each row's BLEU, FLOPs, time and parameters beside the paper's rows, and the claim checked at equal training FLOPs;
 - :mod:`.compare`: two Table 3 replicas side by side (``ltfm report A --against B``): transfers, flips;
 - :mod:`.columns`: the table's typed row and its columns, declared once (every view reads them);
 - :mod:`.render`: the Table 3 replica as text: headline, markdown tables, CSV, :func:`write_table`;

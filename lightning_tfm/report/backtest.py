@@ -232,8 +232,8 @@ def _check_later(earlier, later, path: str, curves: dict, later_curves: dict) ->
         elif r.run and other.run and r.run != other.run:
             odd.append(f"{name} (run {r.run}, here {other.run})")
         elif keys:
-            odd.append(f"{name} ({', '.join(f'{k} {r.config.get(k)!r}, here {other.config.get(k)!r}' for k in keys[:2])}"
-                       + (", ..." if len(keys) > 2 else "") + ")")
+            shown = [f"{k} {r.config.get(k)!r}, here {other.config.get(k)!r}" for k in keys[:2]]
+            odd.append(f"{name} ({', '.join(shown)}{', ...' if len(keys) > 2 else ''})")
     if odd:
         raise UserError(f"{where} is not this export's rows continued: {_listed(odd)}; give the export of a sweep that "
                         "trained these runs on (the same rows and seeds, only train.max_steps larger)")

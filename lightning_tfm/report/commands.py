@@ -70,7 +70,8 @@ def report_cli(args) -> int:
         return compare_cli(args, sweep)
     name = notebook_name(sweep)
     if args.from_export and name != "table3":
-        kind = "a Table 2 report (rows of several architectures)" if name == "table2" else "a search report"
+        kind = ("a Table 2 report (rows of another architecture than the Transformer)" if name == "table2"
+                else "a search report")
         raise UserError(f"--from-export rebuilds a Table 3 report (a sweep with variants), not {kind}: drop "
                         "--from-export and read the runs")
     out = Path(args.out or Path("reports") / "build" / sweep.name).absolute()

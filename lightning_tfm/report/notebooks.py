@@ -423,6 +423,10 @@ def compare_cli(args, sweep) -> int:
     other = load_sweep(args.against)
     if sweep.mode != "variants" or other.mode != "variants":
         raise UserError("--against compares two Table 3 reports: both sweep files need variants (not a space)")
+    from .table2 import is_table2
+    for side in (s for s in (sweep, other) if is_table2(s)):
+        raise UserError(f"--against compares two Table 3 reports (Transformer rows): sweep {side.name!r} has rows of "
+                        "another architecture, a Table 2 report: report it alone (ltfm report SWEEP, no --against)")
     out = Path(args.out or Path("reports") / "build" / f"{sweep.name}-vs-{other.name}").absolute()
     _check_out(out)
     a = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
