@@ -58,8 +58,8 @@ class AtBudget:
         s = self.summary
         if s.get("status") == CONTINUED:
             return s["error"]
-        return (f"read at step {s['steps']}, this sweep's budget: its run folder was trained on ({self.later})"
-                + ("" if self.from_attempt else f"; no BLEU at step {s['steps']} ({NO_BLEU})"))
+        return (f"read at step {s['steps']}, its folder trained on ({self.later})"
+                + ("" if self.from_attempt else f"; no BLEU there ({NO_BLEU})"))
 
 
 def _int(x) -> int | None:

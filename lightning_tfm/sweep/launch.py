@@ -150,7 +150,7 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
                 finished_s += took[-1]
         elif "running" in states:
             t = next(t for t in ts if t.state.name.lower() == "running")
-            step, ppl = _latest(t.user_attrs.get("run_dir"), steps_planned)
+            step, ppl = _latest(t.user_attrs.get("run_dir"), t.user_attrs.get("max_steps") or steps_planned)
             frac = min(1.0, (step or 0) / steps_planned)
             left_work += work * (1 - frac)
             running.append({"variant": entry.name, "seed": entry.seed, "step": step, "max_steps": steps_planned,
