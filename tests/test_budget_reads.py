@@ -129,3 +129,65 @@ def test_the_progress_line_reads_a_running_row_up_to_its_budget(continued):
     running = progress(sweep, plan, moved.get_trials(), {})["running"]
     assert [(r["variant"], r["step"]) for r in running] == [("faster", 599)]
     assert running[0]["dev_ppl"] == pytest.approx(CURVES["faster", 1][599])
+
+
+def _folder(results, name: str, cfg, study: str, steps: int, curve: dict[int, float]):
+    """A run folder another sweep ``study`` trained to ``steps`` (its config.yaml, metrics and summary.json)."""
+    cfg.run.study, cfg.train.max_steps = study, steps
+    run_dir = results / name
+    write_trial_config(cfg, run_dir)
+    write_run(run_dir, curve)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    atomic.write_json(run_dir / "summary.json", {**summary, "steps": steps, "dev_bleu": 9.0,
+                                                 "config": {"train": {"warmup": 10}, "run": {"study": study}}})
+    return run_dir
+
+
+@pytest.mark.slow  # three `ltfm train` processes (each finds its run completed and returns)
+def test_two_sweep_files_sharing_a_results_folder_each_record_their_own_budget(tmp_path, data_dir, ltfm_here):
+    """A 30-step sweep ("long") trained rows whose configs a 20-step sweep ("short") has too, in one results folder:
+    the short sweep's trials find those folders completed (``ltfm train`` returns at once) and record the value at
+    20 steps (the curve's validation there), never the 30-step one; a folder with no validation at 20 steps leaves
+    its trial skipped with the reason. ``--status --json``, its verdicts and the report read them at 20 steps."""
+    results = tmp_path / "results"
+    sweep_file = write_sweep(tmp_path / "short.yaml", "short", {"base": {}, "fast": {"model.dropout": 0.0},
+                                                                 "gap": {"model.dropout": 0.2}})
+    args = (f"data.path={data_dir}", f"run.results_dir={results}")
+    sweep = load_sweep(sweep_file)
+    plan = Plan(sweep, list(args))
+    cfgs = {e.name: plan.config(e) for e in sweep.entries()}
+    every2 = list(range(11, 30, 2))                                   # validations at steps 11, 13, ..., 29
+    base = {s: math.exp(6.0 * (s + 1) ** -0.3) for s in every2 if s < 20}
+    fast = {s: math.exp(5.9 * (s + 1) ** -0.3) for s in every2}      # its folder trained to 30 steps by "long"
+    gap = {s: p for s, p in fast.items() if s != 19}                  # no validation at the budget
+    _folder(results, f"short-base-s1-{config_hash(cfgs['base'])}", cfgs["base"], "short", 20, base)
+    _folder(results, f"long-fast-s1-{config_hash(cfgs['fast'])}", cfgs["fast"], "long", 30, fast)
+    _folder(results, f"long-gap-s1-{config_hash(cfgs['gap'])}", cfgs["gap"], "long", 30, gap)
+
+    p = ltfm_here("sweep", sweep_file, *args)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    trials = {t.user_attrs["variant"]: t for t in
+              optuna.load_study(study_name="short", storage=f"sqlite:///{results / 'short.db'}").get_trials()}
+    t = trials["fast"]
+    assert t.user_attrs["run_dir"].startswith(str(results / "long-fast-s1-"))   # trained on in the long sweep's folder
+    assert t.value == pytest.approx(math.log(fast[19]))                          # at 20 steps, not at 30
+    assert (t.user_attrs["steps"], t.user_attrs["trained_past"]) == (20, "completed at step 30")
+    assert t.user_attrs["dev_ppl"] == pytest.approx(fast[19]) and "dev_bleu" not in t.user_attrs  # no BLEU at 20
+    g = trials["gap"]
+    assert g.state == optuna.trial.TrialState.FAIL and g.user_attrs["skip"] == "past_budget"
+    assert g.user_attrs["reason"] == ("its run folder was trained on (completed at step 30) and holds no validation "
+                                      "at step 20, this sweep's budget")
+
+    s = ltfm_here("sweep", sweep_file, "--status", "--json", *args)
+    assert s.returncode == 0, s.stderr
+    rows = {r["variant"]: r for r in json.loads(s.stdout)}
+    assert (rows["fast"]["value"], rows["fast"]["steps"]) == (pytest.approx(math.log(fast[19])), 20)
+    assert rows["gap"]["state"] == "past budget" and rows["gap"]["value"] is None
+    report = predict([{k: v for k, v in fast.items() if k < 20}], [base], sweep.report, warmup=10, base_warmup=10)
+    assert rows["fast"]["prediction"]["at_step"] == 59 == report["at_step"]     # 3 x 20 steps, either side
+    assert rows["fast"]["prediction"]["point"] == report["point"]
+
+    data = rd.load_report_data(sweep_file, results_dir=results)
+    by = {r.variant: r for r in data.records}
+    assert (by["fast"].steps, by["fast"].dev_ppl, by["fast"].dev_bleu) == (20, pytest.approx(fast[19]), None)
+    assert by["gap"].status == "continued" and by["gap"].dev_ppl is None
