@@ -72,7 +72,8 @@ def swept(tmp_path_factory):
         run_dir = results / f"v-{variant}-s{seed}-0000"
         write_run(run_dir, curve)
         trial = study.ask()
-        for k, v in {**plan.attrs(entries[variant, seed]), "run_dir": str(run_dir)}.items():
+        # the curves' budget, 600 steps, as the trial's (the smoke experiment's own is smaller)
+        for k, v in {**plan.attrs(entries[variant, seed]), "max_steps": 600, "run_dir": str(run_dir)}.items():
             trial.set_user_attr(k, v)
         if variant != "running":
             trial.set_user_attr("dev_ppl", curve[max(curve)])

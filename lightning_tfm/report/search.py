@@ -53,6 +53,8 @@ def search_study(data: ReportData):
 
 def search_rows(data: ReportData, study) -> list[dict]:
     """One row per trial (every state, never dropped): number, variant, state, value, params, steps, run."""
+    from ..sweep.status import SKIP_STATES
+
     by_trial = {r.trial: r for r in data.records if r.trial is not None}
     by_variant = {r.variant: r for r in data.records}
     rows = []
@@ -61,9 +63,12 @@ def search_rows(data: ReportData, study) -> list[dict]:
         rec = by_trial.get(t.number) or by_variant.get(a.get("variant"))
         state = t.state.name.lower()
         if a.get("skip"):
-            state = "skipped" if a["skip"] == "unbuildable" else "duplicate"
+            state = SKIP_STATES.get(a["skip"], "skipped")
+        value = t.value
+        if rec is not None and rec.later_attempt and t.state.name == "COMPLETE":
+            value = getattr(rec, data.sweep.metric, None)  # its folder trained on past the budget: read at it
         rows.append({"trial": t.number, "variant": a.get("variant") or (rec.variant if rec else None), "state": state,
-                     "value": t.value, "params": dict(t.params), "steps": (rec.steps if rec else None) or
+                     "value": value, "params": dict(t.params), "steps": (rec.steps if rec else None) or
                      (max(t.intermediate_values) if t.intermediate_values else None),
                      "dev_ppl": rec.dev_ppl if rec else None, "dev_bleu": rec.dev_bleu if rec else None,
                      "run": (rec.run if rec else None) or a.get("run_dir") or a.get("run"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..sweep.budget import PAST_BUDGET
 from ..training.results import storage_in_results
 from .budget import budget_note, of_other_studies, read_at_budget
 from .compute import corpus_lengths
@@ -107,6 +108,8 @@ def record_from_trial(trial, results_dir: Path, study: str | None = None) -> Run
         rec.config.setdefault(key, value)
     if status == DONE and rec.status not in (DONE, "unknown"):
         status = rec.status  # the trial says complete but its folder says otherwise: show the folder's word
+    elif a.get("skip") == PAST_BUDGET and rec.later_attempt:
+        status, note = rec.status, rec.note  # no value at the sweep's budget for the study: the folder read there
     rec.status, rec.trial = status, trial.number
     rec.note = note or (rec.note if status != DONE else None)
     return mark_diverged(rec, a) if summary is None else rec

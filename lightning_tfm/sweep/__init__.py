@@ -9,6 +9,7 @@ How to run a sweep is in the README ("Sweep"); the sweep file's keys: ``ltfm swe
 - :mod:`.storage`: storage URLs and drivers, the study, the trial heartbeat and its retries;
 - :mod:`.queue`: the rows a variants sweep queues, the atomic claim of one, the duplicate check;
 - :mod:`.worker`: claimed trials run as ``ltfm train`` processes, and what a worker does when one fails;
+- :mod:`.budget`: a run folder read at a sweep's budget when another sweep trained it on (worker, status, reports);
 - :mod:`.pruning`: the Lightning callback a trial reports its dev metric through (imports Lightning);
 - :mod:`.launch`: ``--workers K|auto`` and the progress line;
 - :mod:`.status`: the dry run and the status table;

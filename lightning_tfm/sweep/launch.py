@@ -33,6 +33,7 @@ import time
 
 from ..training.errors import UserError
 from ..training.results import read_metrics
+from .budget import PAST_BUDGET, cut_history
 from .plan import Plan, check_buildable
 from .spec import Sweep
 from .status import row_verdicts, trial_rows
@@ -111,12 +112,13 @@ def _duration(t, now: _dt.datetime) -> float:
     return max(0.0, ((t.datetime_complete or now) - t.datetime_start).total_seconds())
 
 
-def _latest(run_dir: str | None) -> tuple[int | None, float | None]:
-    """(last logged step, last dev perplexity) of a run folder's metrics.csv files."""
+def _latest(run_dir: str | None, budget: int) -> tuple[int | None, float | None]:
+    """(last logged step, last dev perplexity) of a run folder's metrics.csv files up to the trial's ``budget``
+    (a folder another sweep trains on past it, :func:`~.budget.cut_history`)."""
     if not run_dir:
         return None, None
     try:
-        rows = read_metrics(run_dir)
+        rows = cut_history(read_metrics(run_dir), budget)[0]
     except Exception:  # noqa: BLE001 - a file being written: try again at the next line
         return None, None
     step = max((r["step"] for r in rows), default=None)
@@ -148,13 +150,14 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
                 finished_s += took[-1]
         elif "running" in states:
             t = next(t for t in ts if t.state.name.lower() == "running")
-            step, ppl = _latest(t.user_attrs.get("run_dir"))
+            step, ppl = _latest(t.user_attrs.get("run_dir"), t.user_attrs.get("max_steps") or steps_planned)
             frac = min(1.0, (step or 0) / steps_planned)
             left_work += work * (1 - frac)
             running.append({"variant": entry.name, "seed": entry.seed, "step": step, "max_steps": steps_planned,
                             "dev_ppl": ppl, "for_s": _duration(t, now), "gpu": t.user_attrs.get("gpu")})
         elif ts and "waiting" not in states and all(t.user_attrs.get("skip") or t.state.name == "FAIL" for t in ts) \
-                and any(t.user_attrs.get("skip") == "unbuildable" or t.user_attrs.get("exit_code") for t in ts):
+                and any(t.user_attrs.get("skip") in ("unbuildable", PAST_BUDGET) or t.user_attrs.get("exit_code")
+                        for t in ts):
             failed += 1
         else:
             left_work += work

@@ -11,6 +11,7 @@ import contextlib
 from typing import Any
 
 from ..training import config
+from .budget import PAST_BUDGET
 from .plan import Plan
 from .spec import Entry
 from .storage import retry
@@ -31,8 +32,8 @@ def enqueue_missing(study, plan: Plan) -> int:
         trials = by_key.get(plan.grid_key(entry), [])
         if any(t.state != TrialState.FAIL for t in trials):
             continue  # waiting, running, complete or pruned somewhere
-        if any(t.user_attrs.get("skip") == "unbuildable" for t in trials):
-            continue  # will not build now either
+        if any(t.user_attrs.get("skip") in ("unbuildable", PAST_BUDGET) for t in trials):
+            continue  # will not build now either; a run folder trained past the budget stays so
         params, dists = dashboard_params(plan, entry, space)
         # study.enqueue_trial, with the row's knobs as the trial's params (enqueue_trial's own params are
         # only applied by suggest_* calls, which these trials never make)

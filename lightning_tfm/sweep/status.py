@@ -8,7 +8,12 @@ the sweep file's ``report:`` settings, at most :data:`MAX_DRAWS` bootstrap draws
 each side's budget with its interval, *holds* when the interval excludes zero on the side of today's change (the
 mean dev PPL at the end), else *may flip*. Nothing is shown without a prediction (no completed base, too few
 validations after the warmup). This is the prediction's half of the report's verdict: whether today's change is
-beyond seed noise (the report's *within noise*) is the report's to say (:mod:`lightning_tfm.report.verdict`)."""
+beyond seed noise (the report's *within noise*) is the report's to say (:mod:`lightning_tfm.report.verdict`).
+
+**At the sweep's budget**: a run folder another sweep trained on past this one's budget (a continued sweep, two
+sweep files sharing a results folder) is read at each trial's own budget (its ``max_steps``), as the report reads
+it (:func:`lightning_tfm.sweep.budget.at_budget`): the status table's value and steps (:func:`read_at_budgets`, with
+a note saying so) and the verdicts' curves (validations up to the budget, :func:`run_curve`)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -16,6 +21,7 @@ import math
 
 from ..training.run_folder import existing_run_id
 from ..training.results import DEV_PPL, in_results, read_metrics, read_summary, storage_in_results
+from .budget import CONTINUED, at_budget, cut_history, folder_at_budget, is_budget
 from .curves import predicted_gap
 from .plan import Plan, check_buildable, flops_per_step, sentence_lengths
 from .spec import REPORT_DEFAULTS, Entry, Sweep, suggest
@@ -70,20 +76,42 @@ def _duration(t) -> float | None:
 
 
 # How --status names a trial the worker closed without training it (its ``skip`` attribute): a row the model
-# cannot build, a second trial of a row, a row whose run folder another process is training.
-SKIP_STATES = {"unbuildable": "skipped", "duplicate": "duplicate", "running": "running elsewhere"}
+# cannot build, a second trial of a row, a row whose run folder another process is training, a row whose run
+# folder another sweep trained past this one's budget without the sweep's metric there.
+SKIP_STATES = {"unbuildable": "skipped", "duplicate": "duplicate", "running": "running elsewhere",
+               "past_budget": "past budget"}
 
 
 def status_rows(study, sweep: Sweep | None = None) -> list[dict]:
-    """One row per trial of ``study``; with ``sweep``, each row's ``verdict`` too (:func:`add_verdicts`)."""
+    """One row per trial of ``study``; with ``sweep``, each completed row read at its budget
+    (:func:`read_at_budgets`) and each row's ``verdict`` (:func:`add_verdicts`)."""
     rows = trial_rows(study.get_trials(deepcopy=False))
     if sweep is not None:
+        read_at_budgets(rows, sweep.metric)
         add_verdicts(sweep, rows)
     return rows
 
 
+def read_at_budgets(rows: list[dict], metric: str) -> None:
+    """Each completed row whose run folder holds training past its trial's budget (``max_steps``), read at that
+    budget (:func:`lightning_tfm.sweep.budget.at_budget`), in place: its ``value`` (``metric`` then: None when not
+    known there, as BLEU from a curve), ``steps`` (the budget) and a ``note`` saying so."""
+    for r in rows:
+        if r["state"] != "complete" or not r.get("run_dir"):
+            continue
+        read = folder_at_budget(r["run_dir"], r.get("max_steps"))
+        if read is None:
+            continue
+        value = read.summary.get(metric)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        r["value"], r["steps"] = float(value) if ok else None, read.summary["steps"]
+        r["note"] = read.note if ok or read.summary["status"] == CONTINUED else \
+            f"no {metric} at step {r['steps']}, this sweep's budget: its run folder was trained on ({read.later})"
+
+
 def trial_rows(trials) -> list[dict]:
-    """Each trial's number, variant, family, seed, state, value, steps, duration, run folder, W&B run and note."""
+    """Each trial's number, variant, family, seed, state, value, steps, its budget (``max_steps``), duration, run
+    folder, W&B run and note."""
     rows = []
     for t in trials:
         a = t.user_attrs
@@ -95,6 +123,7 @@ def trial_rows(trials) -> list[dict]:
             steps = max(t.intermediate_values)
         rows.append({"number": t.number, "variant": a.get("variant"), "family": a.get("family"),
                      "seed": a.get("seed"), "state": state, "value": t.value, "steps": steps,
+                     "max_steps": a.get("max_steps"),
                      "duration_s": _duration(t), "run_dir": a.get("run_dir"), "wandb_run_id": a.get("wandb_run_id"),
                      "note": a.get("reason") or a.get("error")})
     return rows
@@ -138,13 +167,20 @@ def format_status(sweep: Sweep, rows: list[dict], storage_url: str, results_dir)
 MAX_DRAWS = 200
 
 
-def run_curve(run_dir) -> tuple[dict[int, float], int]:
-    """A run's dev PPL at each validation, ``{step: PPL}`` (Lightning's steps, as the report reads them), and its
+def run_curve(run_dir, budget: int | None = None) -> tuple[dict[int, float], int]:
+    """A run's dev PPL at each validation, ``{step: PPL}`` (Lightning's steps, as the report reads them), up to
+    ``budget`` steps when given (the trial's: a folder trained on past it is read at it,
+    :func:`lightning_tfm.sweep.budget.at_budget`; ``{}`` when it holds no validation there), and its
     ``train.warmup``; ``({}, 0)`` for a folder that cannot be read."""
     try:
         history = read_metrics(run_dir)
     except (OSError, ValueError):
         return {}, 0
+    if is_budget(budget):
+        read = at_budget(read_summary(run_dir), history, budget)
+        if read is not None and read.summary["status"] == CONTINUED:
+            return {}, 0
+        history = cut_history(history, budget)[0]
     curve = {int(h["step"]): float(h[DEV_PPL]) for h in history
              if isinstance(h.get(DEV_PPL), float) and math.isfinite(h[DEV_PPL])}
     train = ((read_summary(run_dir) or {}).get("config") or {}).get("train") or {}
@@ -179,7 +215,7 @@ def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> 
     """Each variant's verdict against the base, from the completed rows of ``rows`` (:func:`trial_rows`):
     ``{variant: {"verdict", "gap", "text"}}`` (the module docstring); a variant without one is absent, and a
     search has none. ``curves``: ``{run folder: (curve, warmup)}`` kept by a caller that asks again (a finished
-    run does not change)."""
+    run does not change), keyed by (run folder, budget)."""
     if sweep.mode != "variants":
         return {}
     curves = {} if curves is None else curves
@@ -187,10 +223,11 @@ def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> 
     for r in rows:
         if r.get("state") != "complete" or not r.get("variant") or not r.get("run_dir"):
             continue
-        if r["run_dir"] not in curves:
-            curves[r["run_dir"]] = run_curve(r["run_dir"])
-        if curves[r["run_dir"]][0]:
-            runs.setdefault(r["variant"], {})[r["run_dir"]] = curves[r["run_dir"]]
+        key = (r["run_dir"], r.get("max_steps"))
+        if key not in curves:
+            curves[key] = run_curve(*key)
+        if curves[key][0]:
+            runs.setdefault(r["variant"], {})[r["run_dir"]] = curves[key]
     base = list(runs.pop("base", {}).values())
     if not base:
         return {}

@@ -4,6 +4,11 @@
 - Variants: the rows missing from the study are queued and claimed one at a time (:mod:`.queue`); a row
   enqueued twice is closed as a duplicate.
 - Space: ``study.ask()`` with the sweep file's sampler until ``n_trials`` trials exist.
+- A run folder another sweep trained past this trial's budget (a continued sweep, two sweep files sharing a
+  results folder: ``ltfm train`` finds it completed and returns its summary) is read at the trial's budget
+  (:func:`~.budget.at_budget`): the value told to Optuna and the results recorded are of that budget; a folder that
+  cannot say the metric there (no validation at the budget, BLEU measured at the end only) closes the trial as
+  skipped (:data:`~.budget.PAST_BUDGET`) with the reason.
 - The trial process gets the storage URL through :data:`~.storage.STORAGE_ENV`, dies with its worker
   (``PR_SET_PDEATHSIG``), and is stopped like Ctrl-C when the worker gets SIGTERM.
 """
@@ -26,6 +31,7 @@ from ..training import config, run_folder
 from ..training.errors import UserError
 from ..training.redact import scrub_text
 from ..training.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
+from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
 from .queue import claim_waiting, duplicate_of, enqueue_missing
 from .spec import Entry, Sweep, suggest
@@ -99,7 +105,7 @@ def _log_error_line(log: Path) -> str | None:
 # The run's results a trial records in its user attributes (what reports read when the run folder is elsewhere).
 RESULT_ATTRS = RESULT_FIELDS + WANDB_FIELDS
 # What one attempt records in its trial, left out of the attributes its retry inherits
-ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", RESUME_STEP, *RESULT_ATTRS}
+ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", "trained_past", RESUME_STEP, *RESULT_ATTRS}
 
 
 def killed_by(signum: int) -> str:
@@ -388,6 +394,9 @@ class Worker:
         if rc != 0 and summary.get("attempt") != attempt:
             summary = {}  # left by an earlier attempt: this process died before writing its own
         # (rc 0 with an older attempt: the run was already completed, and `ltfm train` returned its summary)
+        past = folder_at_budget(run_dir, cfg.train.max_steps, summary) if summary else None
+        if past is not None:  # trained past this trial's budget by another sweep: read at the budget
+            summary = past.summary
         results = {k: summary.get(k) for k in RESULT_ATTRS}
         results = {k: v for k, v in results.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
         status = summary.get("status")
@@ -395,11 +404,22 @@ class Worker:
             status = None
         value = summary.get(self.sweep.metric)
         took = f"{time.time() - started:.0f} s"
-        if status == "completed" and isinstance(value, (int, float)) and math.isfinite(value):
+        known = isinstance(value, (int, float)) and math.isfinite(value)
+        if status == "completed" and known:
             self.counts["completed"] += 1
             self._last_input_error = None
-            self.say(f"{label}: completed {self.sweep.metric}={value:.4g} ({took})")
-            self._close(trial, TrialState.COMPLETE, [float(value)], **results)
+            read = f" ({past.note})" if past is not None else ""
+            self.say(f"{label}: completed {self.sweep.metric}={value:.4g}{read} ({took})")
+            self._close(trial, TrialState.COMPLETE, [float(value)], **results,
+                        trained_past=past.later if past is not None else None)
+        elif past is not None and (status == CONTINUED or status == "completed" and not past.from_attempt):
+            # the folder cannot say this trial's metric at its budget: never the later budget's
+            reason = summary.get("error") if status == CONTINUED else (
+                f"its run folder was trained on ({past.later}) and holds no {self.sweep.metric} at step "
+                f"{cfg.train.max_steps}, this sweep's budget" + (f" ({NO_BLEU})" if "bleu" in self.sweep.metric else ""))
+            self.counts["skipped"] += 1
+            self.say(f"{label}: skipped: {reason}")
+            self._close(trial, TrialState.FAIL, skip=PAST_BUDGET, reason=reason, trained_past=past.later, **results)
         elif status == "pruned":
             self.counts["pruned"] += 1
             self._last_input_error = None
