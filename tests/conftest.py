@@ -209,6 +209,7 @@ def _smoke_training(folder: Path, data_dir: Path) -> None:
     p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", env={"WANDB_DIR": str(wandb_dir)},
              fresh=True)  # the session's one training started as a user starts it: a new interpreter
     assert p.returncode == 0, p.stderr[-3000:]
+    (folder / "train.stderr").write_text(p.stderr)  # what it said (tests/test_guidance.py)
 
 
 @pytest.fixture(scope="session")
@@ -252,6 +253,7 @@ def _sweep_for_reports(tmp: Path, data_dir: Path) -> dict:
     p = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}")
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 1: a trial failed (crash)
     assert "3 completed, 0 pruned, 1 failed, 1 skipped" in p.stdout, p.stdout
+    (tmp / "sweep.stderr").write_text(p.stderr)  # what it said (tests/test_guidance.py)
     write_sweep(sweep, "rep", {**VARIANTS, "D1": {"model.dropout": 0.0}})
     return {"tmp": tmp, "sweep": sweep, "results": results}
 
