@@ -12,13 +12,16 @@
 # make test-fast: the suite without the slow end-to-end tests (development)
 # make soak     : a sweep through a bad night (chaos: kills, stops, a full disk, a database restart), then its invariants
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.
-#                 Default: ../shared/data/multi30k when it exists (offline machines), else the Hub.
+#                 Default: ../shared/data/multi30k when it exists (offline machines; the ltfm commands' default
+#                 too), else the Hub.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
-SHARED_DATA := $(wildcard ../shared/data/multi30k/train.en.gz)
-DATA ?= $(if $(SHARED_DATA),../shared/data/multi30k,)
+# data.path's default: the ltfm commands' own (DEFAULT_DATA in lightning_tfm/training/commands.py, read from there)
+DEFAULT_DATA := $(shell sed -n 's/^DEFAULT_DATA = "\(.*\)"$$/\1/p' lightning_tfm/training/commands.py)
+SHARED_DATA := $(wildcard $(DEFAULT_DATA)/train.en.gz)
+DATA ?= $(if $(SHARED_DATA),$(DEFAULT_DATA),)
 ifeq ($(strip $(DATA)),)
 DATA_ARGS := data.source=hub data.hub_name=bentrevett/multi30k data.dev_split=validation data.test_split=test
 else
@@ -65,10 +68,13 @@ ablation: setup
 # make reference: `make ablation` (same variables), then its report copied to reports/reference/<sweep name>/ with
 # provenance.txt (command, commit, machine, start date, wall time) and status.txt (every row's state and duration)
 REF_NAME = $(notdir $(basename $(SWEEP)))
+# not spelled $(MAKE) in the recipe: make runs a recipe line naming it even under `make -n`, and this one
+# replaces reports/reference/<sweep>/
+SUBMAKE = $(MAKE)
 reference: setup
 	@set -e; start=$$(date -u +%Y-%m-%dT%H:%M:%SZ); t0=$$(date +%s); commit=$$(git rev-parse HEAD 2>/dev/null || echo unknown); \
 	dirty=$$(git status --porcelain --untracked-files=no -- . ':!reports/reference' 2>/dev/null | head -1); \
-	$(MAKE) --no-print-directory ablation SWEEP=$(SWEEP) WORKERS=$(WORKERS) ARGS='$(ARGS)' $(if $(QUICK),QUICK=1,); \
+	$(SUBMAKE) --no-print-directory ablation SWEEP=$(SWEEP) WORKERS=$(WORKERS) ARGS='$(ARGS)' $(if $(QUICK),QUICK=1,); \
 	t1=$$(date +%s); out=reports/reference/$(REF_NAME)$(if $(QUICK),-quick,); \
 	build=reports/build/$(if $(QUICK),quick-,)$(REF_NAME); rm -rf $$out; mkdir -p $$out; \
 	cp $$build/*.md $$build/*.csv $$build/*.html $$build/*.png $$out/; cp $$build/*.tex $$out/ 2>/dev/null || true; \

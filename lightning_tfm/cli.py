@@ -25,7 +25,7 @@ USAGE = """Train the Transformer of "Attention Is All You Need", run the paper's
 and regenerate the table beside the paper's.
 
 start with:
-  ltfm train experiments/multi30k-smoke.yaml data.path=../shared/data/multi30k   one model, under a minute
+  ltfm train experiments/multi30k-smoke.yaml data.path=../shared/data/multi30k   one model, a few minutes
   ltfm sweep sweeps/table3-cpu.yaml data.path=../shared/data/multi30k --workers auto
                                                                                  the Table 3 sweep
   ltfm report sweeps/table3-cpu.yaml                                             its report: md, csv, html

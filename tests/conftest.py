@@ -5,6 +5,7 @@ runs everything, ``make test-fast`` (``pytest -m "not slow"``) the rest, in a fe
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,11 +20,102 @@ from warm import default_signals  # noqa: F401  (tests import it from here)
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("LTFM_DATA", ROOT.parent / "shared" / "data" / "multi30k"))
 SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"
+#: What commands write by default, relative to the folder they run in (run.results_dir, the data cache beside it,
+#: the report's --out, W&B's folder, make's QUICK, gpu-check and soak outputs). No test reads or writes the
+#: checkout's own: the session runs in a stand-in of the checkout (:func:`stand_in`), and :func:`checkout_untouched`
+#: fails the session if any of these changed in the checkout.
+OUTPUTS = ("results", "results-quick", "data-cache", "reports/build", "wandb", "soak-out", "results-gpu-check",
+           "results-gpu-calibrate")
+#: The session's working folder (:func:`stand_in`); ROOT until the session starts.
+WORK = ROOT
+
+
+def stand_in(folder: Path) -> Path:
+    """``folder`` made a stand-in of the checkout for commands run from it: a link to each file and folder of the
+    checkout (experiments/, sweeps/, reports/reference/, ...) except the OUTPUTS, which are its own, with a decoy in
+    results/ (:func:`plant_decoy`): the run the README's first ``ltfm train`` leaves in a new user's checkout. A
+    test that reads the default results folder meets it; a test that writes there writes here."""
+    own = {o.split("/")[0] for o in OUTPUTS}
+    for entry in ROOT.iterdir():
+        if entry.name not in own | {".git", ".pytest_cache"}:
+            (folder / entry.name).symlink_to(entry)
+    for top in own & {o.split("/")[0] for o in OUTPUTS if "/" in o}:  # reports/: its committed part linked
+        (folder / top).mkdir()
+        for entry in (ROOT / top).iterdir() if (ROOT / top).is_dir() else ():
+            if f"{top}/{entry.name}" not in OUTPUTS:
+                (folder / top / entry.name).symlink_to(entry)
+    plant_decoy(folder / "results")
+    return folder
+
+
+def plant_decoy(results: Path) -> Path:
+    """A finished run as ``ltfm train experiments/multi30k-smoke.yaml data.path=<the suite's data>`` leaves it in
+    ``results`` (its config.yaml and a completed summary.json: what a sweep, a dry run or a report finds a run
+    by); returns its folder."""
+    from lightning_tfm.training import config
+
+    cfg = config.load_config(SMOKE, {"data.path": str(DATA)}, checked=False)
+    rid = config.run_id(cfg)
+    run = results / rid
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(config.saved_yaml(cfg))
+    (run / "summary.json").write_text(json.dumps({
+        "run_id": rid, "status": "completed", "run_dir": str(run), "config": cfg.to_dict(),
+        "steps": cfg.train.max_steps, "dev_loss": 9.0, "dev_ppl": 8103.1, "note": "a decoy: tests/conftest.py"}))
+    return run
+
+
+def snapshot(root: Path = ROOT) -> dict[str, int]:
+    """Every path under ``root``'s OUTPUTS with its modification time (ns): what :func:`checkout_untouched`
+    compares."""
+    seen = {}
+    for out in OUTPUTS:
+        top = root / out
+        if top.is_dir() or top.is_symlink():
+            seen[out] = top.lstat().st_mtime_ns
+            for folder, dirs, files in os.walk(top):
+                for name in dirs + files:
+                    path = Path(folder, name)
+                    try:
+                        seen[str(path.relative_to(root))] = path.lstat().st_mtime_ns
+                    except FileNotFoundError:
+                        pass
+        elif top.exists():
+            seen[out] = top.lstat().st_mtime_ns
+    return seen
+
+
+def changes(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    """What differs between two snapshots (:func:`snapshot`), one line a path: new, gone, modified."""
+    out = [f"new: {p}" for p in sorted(after.keys() - before.keys())]
+    out += [f"gone: {p}" for p in sorted(before.keys() - after.keys())]
+    out += [f"modified: {p}" for p in sorted(before.keys() & after.keys()) if before[p] != after[p]]
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def checkout_untouched(tmp_path_factory):
+    """The session runs in a stand-in of the checkout (:func:`stand_in`: the process's working folder, ``ltfm``'s
+    and ``ltfm_here``'s); at its end the checkout's OUTPUTS must be as they were, else the session fails naming
+    what changed (a test wrote a results, data-cache, reports/build or W&B folder of the checkout)."""
+    global WORK
+    before = snapshot()
+    previous, WORK = Path.cwd(), stand_in(tmp_path_factory.mktemp("checkout"))
+    os.chdir(WORK)
+    yield WORK
+    os.chdir(previous)
+    WORK = ROOT
+    changed = changes(before, snapshot())
+    if changed:
+        pytest.fail(f"a test changed the checkout's own output folders ({', '.join(OUTPUTS)}); tests write under "
+                    f"tmp_path (run.results_dir=..., --out, WANDB_DIR): {'; '.join(changed[:20])}"
+                    + (f" and {len(changed) - 20} more" if len(changed) > 20 else ""), pytrace=False)
 
 
 def ltfm(*args, env=None, input=None, timeout=600, cwd=None, fresh=False):
     """Run the real CLI in a process of its own (``python -m lightning_tfm ARGS``); returns CompletedProcess (text).
-    Warm-started (tests/warm.py: forked from a server that has imported torch and Lightning) unless ``fresh``,
+    It runs in ``cwd``, by default the session's stand-in of the checkout (``WORK``). Warm-started (tests/warm.py:
+    forked from a server that has imported torch and Lightning) unless ``fresh``,
     ``LTFM_TEST_FRESH=1`` or an environment the server cannot give; cold, a new interpreter."""
     e = dict(os.environ)
     e.setdefault("WANDB_MODE", "offline")
@@ -37,16 +129,17 @@ def ltfm_in(e: dict, *args, input=None, timeout=600, cwd=None, fresh=False):
     args = [str(a) for a in args]
     server = None if fresh else warm.starter(ROOT)
     if server is not None and server.serves(e):
-        return server.run(args, env=e, input=input, timeout=timeout, cwd=cwd or ROOT)
+        return server.run(args, env=e, input=input, timeout=timeout, cwd=cwd or WORK)
     return subprocess.run([sys.executable, "-m", "lightning_tfm", *args], capture_output=True, text=True,
-                          env=e, input=input, timeout=timeout, cwd=cwd or ROOT)
+                          env=e, input=input, timeout=timeout, cwd=cwd or WORK)
 
 
 @pytest.fixture
 def ltfm_here(capfd, monkeypatch):
     """conftest's ``ltfm`` in this process (``cli.main``): the same CompletedProcess (exit code, stdout and stderr
-    at the file descriptors) from the same folder, ``input`` as stdin. What a command may change in its process is
-    put back: signal handlers, torch's threads, the environment, logging, datasets' progress bars."""
+    at the file descriptors) from the same folder (the session's stand-in of the checkout), ``input`` as stdin.
+    What a command may change in its process is put back: signal handlers, torch's threads, the environment,
+    logging, datasets' progress bars."""
     import io
     import logging
     import signal
@@ -58,7 +151,7 @@ def ltfm_here(capfd, monkeypatch):
     def bars_off():
         return "datasets.utils.tqdm" in sys.modules and sys.modules["datasets.utils.tqdm"].are_progress_bars_disabled()
 
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(WORK)
     monkeypatch.setenv("WANDB_MODE", os.environ.get("WANDB_MODE", "offline"))
     monkeypatch.setenv("WANDB_SILENT", os.environ.get("WANDB_SILENT", "true"))
     sigs = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
@@ -116,6 +209,7 @@ def _smoke_training(folder: Path, data_dir: Path) -> None:
     p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", env={"WANDB_DIR": str(wandb_dir)},
              fresh=True)  # the session's one training started as a user starts it: a new interpreter
     assert p.returncode == 0, p.stderr[-3000:]
+    (folder / "train.stderr").write_text(p.stderr)  # what it said (tests/test_guidance.py)
 
 
 @pytest.fixture(scope="session")
@@ -159,6 +253,7 @@ def _sweep_for_reports(tmp: Path, data_dir: Path) -> dict:
     p = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}")
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 1: a trial failed (crash)
     assert "3 completed, 0 pruned, 1 failed, 1 skipped" in p.stdout, p.stdout
+    (tmp / "sweep.stderr").write_text(p.stderr)  # what it said (tests/test_guidance.py)
     write_sweep(sweep, "rep", {**VARIANTS, "D1": {"model.dropout": 0.0}})
     return {"tmp": tmp, "sweep": sweep, "results": results}
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import conftest
 import warm
 from conftest import ROOT, SMOKE, TINY, default_signals, ltfm
 from lightning_tfm import cli
@@ -229,9 +230,10 @@ def test_a_warm_started_command_gives_what_a_new_interpreter_gives(tmp_path):
     server = warm.starter(ROOT)
     assert server is not None, "the warm server is not serving: tests/warm.py's log says why"
     (tmp_path / "results").mkdir()
+    work = conftest.WORK  # the session's stand-in of the checkout: its results/ are not the checkout's
     cases = [(("config", "--keys", "model.d_"), ROOT), (("config", str(SMOKE), "model.no_such_key=3"), ROOT),
              (("train", "no-such.yaml"), tmp_path), (("runs", "results"), tmp_path),
-             (("sweep", "sweeps/table2-cpu.yaml", "--dry-run", "--json"), ROOT)]
+             (("sweep", "sweeps/table2-cpu.yaml", "--dry-run", "--json"), work)]
     codes = set()
     for args, cwd in cases:
         warm_p, cold = ltfm(*args, cwd=cwd), ltfm(*args, cwd=cwd, fresh=True)
@@ -240,7 +242,7 @@ def test_a_warm_started_command_gives_what_a_new_interpreter_gives(tmp_path):
     assert codes == {0, 2}
     with pytest.raises(subprocess.TimeoutExpired):
         server.run(["sweep", "sweeps/table3-cpu.yaml", "--dry-run"], env=dict(os.environ), input=None, timeout=0.01,
-                   cwd=ROOT)
+                   cwd=work)
 
 
 def _parent(pid: int) -> int | None:

@@ -223,3 +223,91 @@ def test_every_ltfm_example_is_accepted_by_the_parser(example, argv, monkeypatch
     except SystemExit as e:  # --help
         code = e.code
     assert code == 0, f"{example}: {capsys.readouterr().err.strip()}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Every fenced block of the docs, as pasted
+# ----------------------------------------------------------------------------------------------------------------
+#: Folders a command writes (conftest's OUTPUTS): a command that reads one needs an earlier step its block names.
+WRITTEN = ("results", "results-quick", "reports/build")
+#: What writes them, one of which the text from the previous block to the end of this one names.
+WRITERS = ("make ablation", "make reference", "ltfm sweep")
+
+
+def _doc_blocks() -> list[tuple[str, str, list[str]]]:
+    """Every ```bash block of the docs: (an id, the text before it since the previous block or heading, the
+    block's lines)."""
+    out = []
+    for doc in DOCS:
+        text, end = doc.read_text(), 0
+        for i, m in enumerate(re.finditer(r"^```bash\n(.*?)^```", text, re.M | re.S)):
+            start = max([end] + [h.start() for h in re.finditer(r"^#+ ", text[:m.start()], re.M)])
+            out.append((f"{doc.relative_to(ROOT)}#{i}", text[start:m.start()], m.group(1).splitlines()))
+            end = m.end()
+    return out
+
+
+@pytest.mark.parametrize("name, before, lines", _doc_blocks(), ids=lambda v: v if isinstance(v, str) and "#" in v
+                         and "\n" not in v else "")
+def test_every_bash_block_is_valid_shell(name, before, lines):
+    p = subprocess.run(["bash", "-n"], input="\n".join(lines) + "\n", capture_output=True, text=True)
+    assert p.returncode == 0, f"{name}: {p.stderr}"
+
+
+def test_every_make_line_of_the_docs_is_a_target_the_makefile_runs(copy):
+    """``make -n`` of each make line of every block, in the clean copy (the first screen's are checked further
+    above): a target it defines, and a dry run that changes nothing (``make -n reference`` once ran its recipe, which
+    replaces ``reports/reference/<sweep>/``)."""
+    makes = {shlex.join(a) for _, _, lines in _doc_blocks() for a in _commands(lines) if a[0] == "make"}
+    assert len(makes) >= 4, makes
+    tree = lambda: sorted((str(p), p.lstat().st_mtime_ns) for p in copy.rglob("*") if ".venv" not in p.parts)  # noqa: E731
+    before = tree()
+    for line in sorted(makes):
+        p = _bash(shlex.join(["make", "-n", *shlex.split(line)[1:]]), copy)
+        assert p.returncode == 0 and not p.stderr, f"{line}: {p.stderr[-2000:]}"
+        assert tree() == before, f"make -n {shlex.split(line)[1:]} changed the copy"
+
+
+def _placeholder(value: str) -> bool:
+    return any(part.isupper() for part in re.split(r"[/.=]", value) if part)  # RUN, DIR, URL, ENTITY/PROJECT
+
+
+def test_every_ltfm_command_that_reads_files_works_as_pasted_or_its_block_says_what_comes_first(copy, monkeypatch,
+                                                                                                 capfd):
+    """In the clean copy, with ``../shared/data/multi30k`` beside it and nothing written yet: each ``ltfm train``
+    resolves (``ltfm config`` with the same words: the experiment, the keys and the data found), each ``ltfm sweep``
+    dry-runs, and each ``ltfm report`` loads its sweep file and reads folders that exist, or its block says which
+    command writes them first (``results/``: ``make ablation``, ...)."""
+    from lightning_tfm.sweep import load_sweep
+
+    monkeypatch.chdir(copy)
+    checked = []
+    for name, before, lines in _doc_blocks():
+        said = before + "\n".join(lines)
+        for argv in _commands(lines):
+            if argv[0] != "ltfm" or len(argv) < 3 or any(_placeholder(w) for w in argv[2:3]):
+                continue
+            command, words = argv[1], argv[2:]
+            if command in ("train", "sweep") and not {"--status", "--keys"} & set(words):
+                run = ["config", *words] if command == "train" else ["sweep", *words, "--dry-run", "--json"]
+                code = cli.main([w for w in run if w not in ("--workers", "auto")])
+                assert code == 0, f"{name}: {shlex.join(argv)}: {capfd.readouterr().err.strip()}"
+                checked.append(argv)
+            elif command == "report":
+                args, _ = cli.build_parser().parse_known_args(argv[1:])
+                load_sweep(args.sweep_file)
+                reads = [getattr(args, k) for k in ("results", "from_export", "against", "against_export",
+                                                    "against_results", "backtest_to") if getattr(args, k)]
+                if not (args.results or args.from_export or args.from_wandb or args.storage):
+                    reads.append("results")  # the default: the sweep's results folder
+                for folder in reads:
+                    if _placeholder(folder):
+                        continue
+                    if folder.split("/")[0] in WRITTEN or folder.startswith("reports/build"):
+                        assert any(w in said for w in WRITERS), \
+                            f"{name}: {shlex.join(argv)} reads {folder}/, which no earlier step in its block writes"
+                    else:
+                        assert (copy / folder).exists(), f"{name}: {shlex.join(argv)}: {folder} does not exist"
+                checked.append(argv)
+    assert sum(a[1] == "train" for a in checked) >= 3 and sum(a[1] == "sweep" for a in checked) >= 4, checked
+    assert sum(a[1] == "report" for a in checked) >= 6, checked

@@ -23,6 +23,13 @@ from lightning_tfm.training.errors import UserError
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
 
 
+def given(data_dir, tmp_path, *more: str) -> list[str]:
+    """A plan's command-line overrides: the data, and a results folder of the test's own (a dry run names the run
+    folder a row would train in, found in the results folder: never the checkout's, where a user's own run of
+    the same config would become the row's)."""
+    return [f"data.path={data_dir}", f"run.results_dir={tmp_path / 'results'}", *more]
+
+
 def write(tmp_path, body: dict, name: str = "s.yaml"):
     f = tmp_path / name
     f.write_text(yaml.safe_dump(body, sort_keys=False))
@@ -63,7 +70,7 @@ def test_a_bad_budget_section_is_one_line(tmp_path, budget, words):
 def test_a_transformer_knob_on_a_row_of_another_architecture_is_refused_before_any_trial(tmp_path, data_dir):
     f = write(tmp_path, {**MIXED, "variants": {"tfm": {}, "rnn": {"experiment": str(RNN_SMOKE), "model.heads": 2}}})
     with pytest.raises(UserError, match="variant rnn: model.heads does not apply to model.arch=rnn"):
-        Plan(load_sweep(f), [f"data.path={data_dir}"], data=False)
+        Plan(load_sweep(f), given(data_dir, tmp_path), data=False)
 
 
 def test_a_row_on_another_corpus_is_refused(tmp_path, data_dir):
@@ -75,9 +82,9 @@ def test_a_row_on_another_corpus_is_refused(tmp_path, data_dir):
     f = write(tmp_path, {**MIXED, "variants": {"tfm": {}, "rnn": {"experiment": str(exp)}}})
     with pytest.raises(UserError, match=r"variant rnn: its experiment's data.vocab_size \(2000\) is not the sweep "
                                         r"experiment's \(1000\)"):
-        Plan(load_sweep(f), [f"data.path={data_dir}"], data=False)
+        Plan(load_sweep(f), given(data_dir, tmp_path), data=False)
     f = write(tmp_path, {**MIXED, "variants": {"tfm": {}, "rnn": {"experiment": str(exp), "data.vocab_size": 1000}}})
-    Plan(load_sweep(f), [f"data.path={data_dir}"], data=False)
+    Plan(load_sweep(f), given(data_dir, tmp_path), data=False)
 
 
 def test_each_experiment_is_read_once_per_sweep(monkeypatch, tmp_path, data_dir):
@@ -85,7 +92,7 @@ def test_each_experiment_is_read_once_per_sweep(monkeypatch, tmp_path, data_dir)
     read_yaml = config.read_yaml
     monkeypatch.setattr(config, "read_yaml", lambda path: reads.append(path) or read_yaml(path))
     sweep = load_sweep(write(tmp_path, MIXED))
-    plan = Plan(sweep, [f"data.path={data_dir}"], data=False)
+    plan = Plan(sweep, given(data_dir, tmp_path), data=False)
     for e in sweep.entries():
         plan.config(e)
         trial_config(sweep, e, checked=False)
@@ -104,7 +111,7 @@ def test_the_keys_are_listed():
 # ------------------------------------------------------------------------------------------ the mixed dry run
 def test_mixed_dry_run_lists_both_architectures_with_params_steps_flops_and_run_ids(tmp_path, data_dir):
     sweep = load_sweep(write(tmp_path, MIXED))
-    plan = Plan(sweep, [f"data.path={data_dir}"], data=False)
+    plan = Plan(sweep, given(data_dir, tmp_path), data=False)
     rows = {r["name"]: r for r in dry_run(sweep, plan, None)}
     assert {n: r["arch"] for n, r in rows.items()} == {"tfm": "transformer", "rnn": "rnn", "rnn-wide": "rnn"}
     for name, r in rows.items():
@@ -121,7 +128,7 @@ def test_mixed_dry_run_lists_both_architectures_with_params_steps_flops_and_run_
     base = rows["tfm"]["train_flops"]
     assert rows["rnn"]["train_flops"] == pytest.approx(base, rel=0.5 / rows["rnn"]["max_steps"])
     assert rows["rnn-wide"]["train_flops"] == pytest.approx(2 * base, rel=0.5 / rows["rnn-wide"]["max_steps"])
-    p = ltfm("sweep", write(tmp_path, MIXED), "--dry-run", "--json", f"data.path={data_dir}")
+    p = ltfm("sweep", write(tmp_path, MIXED), "--dry-run", "--json", *given(data_dir, tmp_path))
     assert p.returncode == 0, p.stderr
     assert {r["name"]: r["max_steps"] for r in json.loads(p.stdout)} == {n: r["max_steps"] for n, r in rows.items()}
 
@@ -130,7 +137,7 @@ def test_equal_flops_steps_are_the_architectures_own_count(tmp_path, data_dir):
     """train.max_steps = round(base steps x base FLOPs per step / row FLOPs per step), FLOPs per step =
     train_flops_per_token at the file's lengths x target tokens per step: checked against the models' classes."""
     sweep = load_sweep(write(tmp_path, MIXED))
-    plan = Plan(sweep, [f"data.path={data_dir}", "train.max_steps=40"], data=False)
+    plan = Plan(sweep, given(data_dir, tmp_path, "train.max_steps=40"), data=False)
     tfm = ModelConfig(layers=2, d_model=64, d_ff=128, heads=4, d_k=16, d_v=16)  # experiments/multi30k-smoke.yaml
     rnn = RNNConfig(emb_size=64, enc_hidden=64, dec_hidden=128, attention_size=64, dropout=0.1)  # its RNN's
     S, T, V = 12.5, 14.0, 1000
@@ -145,7 +152,7 @@ def test_equal_flops_steps_are_the_architectures_own_count(tmp_path, data_dir):
     assert plan.config(rnn_row).train.max_steps == steps["rnn"]  # what the trial trains
     # the default lengths are ltfm bench's, the report's default too
     sweep = load_sweep(write(tmp_path, {**MIXED, "budget": {"equal": "flops"}}, "d.yaml"))
-    plan = Plan(sweep, [f"data.path={data_dir}", "train.max_steps=40"], data=False)
+    plan = Plan(sweep, given(data_dir, tmp_path, "train.max_steps=40"), data=False)
     S, T = DEFAULTS["src_len"], DEFAULTS["tgt_len"]
     ratio = Transformer.train_flops_per_token(tfm, V, S, T) / RNN.train_flops_per_token(rnn, V, S, T)
     assert plan.max_steps(next(e for e in sweep.entries() if e.name == "rnn")) == round(40 * ratio)
@@ -156,21 +163,21 @@ def test_without_a_budget_section_rows_train_their_steps_as_before(tmp_path, dat
     del body["budget"]
     sweep = load_sweep(write(tmp_path, body))
     assert sweep.budget["equal"] == "steps"
-    plan = Plan(sweep, [f"data.path={data_dir}"], data=False)
+    plan = Plan(sweep, given(data_dir, tmp_path), data=False)
     # a row of its own experiment trains that experiment's steps, its budget factor on them
     assert {e.name: plan.max_steps(e) for e in sweep.entries()} == {"tfm": 200, "rnn": 200, "rnn-wide": 400}
     table3 = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml")
-    plan = Plan(table3, [f"data.path={data_dir}"], data=False)
+    plan = Plan(table3, given(data_dir, tmp_path), data=False)
     assert {e.name: plan.max_steps(e) for e in table3.entries() if e.name in ("base", "big")} == \
         {"base": 600, "big": 1800}
     assert plan.grid_key(table3.entries()[0]).startswith("base/seed1/steps600/")
 
 
 # ------------------------------------------------------------------------------------ the committed Table 2 files
-def test_table2_cpu_rows(data_dir):
+def test_table2_cpu_rows(data_dir, tmp_path):
     sweep = load_sweep(ROOT / "sweeps" / "table2-cpu.yaml")
     assert sweep.budget["equal"] == "flops"
-    plan = Plan(sweep, [f"data.path={data_dir}"], data=False)
+    plan = Plan(sweep, given(data_dir, tmp_path), data=False)
     rows = dry_run(sweep, plan, None)
     assert [(r["name"], r["seed"]) for r in rows] == [(n, s) for n in ("transformer", "rnn", "rnn-params")
                                                       for s in (1, 2, 3)]
@@ -205,9 +212,9 @@ def bleu_points(cfg) -> list[int]:
     return [s for s in range(val, cfg.train.max_steps + 1, val) if every and s % every == 0]
 
 
-def test_table2_smoke_is_a_mixed_sweep_of_a_handful_of_steps(data_dir):
+def test_table2_smoke_is_a_mixed_sweep_of_a_handful_of_steps(data_dir, tmp_path):
     sweep = load_sweep(ROOT / "sweeps" / "table2-smoke.yaml")
-    plan = Plan(sweep, [f"data.path={data_dir}"], data=False)
+    plan = Plan(sweep, given(data_dir, tmp_path), data=False)
     rows = dry_run(sweep, plan, None)
     assert {r["arch"] for r in rows} == {"transformer", "rnn"} and len(rows) == 2
     assert all(not r["skipped"] and r["max_steps"] <= 60 for r in rows), rows

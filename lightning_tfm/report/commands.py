@@ -11,7 +11,7 @@ import argparse
 import math
 from pathlib import Path
 
-from ..training.commands import Command
+from ..training.commands import Command, say_done
 from ..training.errors import UserError
 
 
@@ -67,7 +67,11 @@ def report_cli(args) -> int:
     _check_sources(args)
     formats = _formats(args, sweep)
     if args.against:
-        return compare_cli(args, sweep)
+        code = compare_cli(args, sweep)
+        if code == 0:
+            other = load_sweep(args.against).name
+            _say_done(Path(args.out or Path("reports") / "build" / f"{sweep.name}-vs-{other}"), "compare")
+        return code
     name = notebook_name(sweep)
     if args.from_export and name != "table3":
         kind = ("a Table 2 report (rows of another architecture than the Transformer)" if name == "table2"
@@ -111,8 +115,17 @@ def report_cli(args) -> int:
         return 0
 
     with stopped_by_signals(out) as stopped:
-        return execute(notebook, parameters, out, name, then=published)
+        code = execute(notebook, parameters, out, name, then=published)
+        if code == 0:
+            _say_done(Path(args.out or Path("reports") / "build" / sweep.name), name)
+        return code
     return stopped["code"]
+
+
+def _say_done(out: Path, name: str) -> None:
+    """A report's closing lines: its folder (as given, or the default relative to here) and its page to open."""
+    say_done(f"{out}/ ({name}.html, .md, .csv, .ipynb, the figures)",
+             f"open {out / (name + '.html')} in a browser (its tables: {out / (name + '.md')})")
 
 
 def _backtest_args(args):

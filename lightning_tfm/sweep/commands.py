@@ -17,7 +17,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from ..training.commands import OVERRIDES, Command, print_keys
+from ..training.commands import OVERRIDES, Command, default_data, print_keys, say_done
 from ..training.errors import UserError
 
 if TYPE_CHECKING:
@@ -37,14 +37,22 @@ def train_cli(args) -> int:
     :func:`~lightning_tfm.training.train.train`."""
     import signal
 
-    from ..training.config import load_config
+    from ..training.config import load_config, run_id
     from ..training.train import Abandoned, stop_reason, train
 
     cfg = load_config(args.config, args.overrides, checked=False)  # train() validates it
+    if extra := default_data(cfg):
+        cfg = load_config(args.config, extra + args.overrides, checked=False)
     callbacks = []
     if cfg.sweep.trial is not None:
         from .pruning import OptunaPruning
         callbacks.append(OptunaPruning(cfg))
+    else:  # by hand: progress lines where Lightning's bar would not show (a log, a pipe), and where it all went
+        from ..training.progress import ProgressLines, wants_lines
+        if not sys.stderr.isatty():
+            cfg.train.progress_bar = False  # Lightning's bar in a log is a line per refresh (not part of the run id)
+        if wants_lines(cfg, sys.stderr.isatty()):
+            callbacks.append(ProgressLines(run_id(cfg)))
     if "SLURM_JOB_ID" not in os.environ:  # SLURM's requeue warning outside SLURM: stop as on SIGTERM (in SLURM,
         # Lightning's SLURM environment handles SIGUSR1 itself and requeues the job)
         signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
@@ -60,7 +68,13 @@ def train_cli(args) -> int:
             raise
         print(f"ltfm: {stopped[0]}", file=sys.stderr)
         return stopped[1]
-    return 0 if summary.get("status") in ("completed", "pruned") else 1
+    if summary.get("status") not in ("completed", "pruned"):
+        return 1
+    if cfg.sweep.trial is None:  # a trial's sweep says what comes next
+        run, results = shlex.quote(f"{cfg.run.results_dir}/{run_id(cfg)}"), shlex.quote(cfg.run.results_dir)
+        say_done(f"{run}/ (summary.json: dev and test BLEU; checkpoints/, hyps/, logs/)",
+                 f"ltfm runs {results}   or   echo 'A man rides a bike.' | ltfm translate {run}")
+    return 0
 
 
 def _stop_on_sigterm_outside_fit() -> None:
@@ -98,15 +112,29 @@ def prepare_cli(args) -> int:
     if "experiment" in read_yaml(args.config):  # a sweep file
         from .plan import Plan
         from .spec import load_sweep
-        cfg = Plan(load_sweep(args.config), args.overrides).base_cfg
+        sweep = load_sweep(args.config)
+        cfg = Plan(sweep, _with_default_data(sweep, args.overrides)).base_cfg
+        then = f"ltfm sweep {shlex.quote(args.config)} (its trials map it)"
     else:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(args.config, default_data(load_config(args.config, args.overrides, checked=False))
+                          + args.overrides)
+        then = f"ltfm train {shlex.quote(args.config)} (the run maps it)"
     folder, manifest = prepare(cfg, progress=True, rebuild=args.rebuild)
     counts = ", ".join(f"{role} {c['pairs']:,} pairs" + (f" ({c['skipped_pairs']:,} skipped)" if c.get('skipped_pairs')
                                                           else "") for role, c in manifest["splits"].items())
     print(f"{folder}\n  vocabulary {manifest['vocab_size']} ({manifest['dtype']}), {counts}, "
           f"{folder_size(folder) / 2**20:.1f} MiB")
+    say_done(str(folder), then)
     return 0
+
+
+def _with_default_data(sweep, overrides: list[str]) -> list[str]:
+    """The command line's overrides, after data.path's default when the sweep's experiment names no data
+    (:func:`~lightning_tfm.training.commands.default_data`): every trial reads what its base does."""
+    from .plan import parse_cli_overrides, trial_config
+
+    return default_data(trial_config(sweep, cli_overrides=parse_cli_overrides(overrides), checked=False,
+                                     data=False)) + list(overrides or [])
 
 
 PREPARE = Command("prepare", "build a config's prepared corpus (vocabulary + token ids) once", _prepare_arguments,
@@ -243,6 +271,7 @@ def sweep_cli(args) -> int:
     from .storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
 
     sweep = load_sweep(args.sweep_file)
+    args.overrides = _with_default_data(sweep, args.overrides)
     plan = Plan(sweep, args.overrides, data=not (args.dry_run or args.status))  # neither reads the data
     if args.dry_run:
         return _dry_run(args, sweep, plan)
@@ -276,15 +305,40 @@ def sweep_cli(args) -> int:
         from .queue import enqueue_missing
         if sweep.mode == "variants":
             retry(enqueue_missing, study, plan)
-        return launch(args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every,
-                      per_gpu=per_gpu or WORKERS_PER_GPU, status_hint=status_command(args))
+        return _said_done(args, sweep, plan, url, launch(
+            args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every,
+            per_gpu=per_gpu or WORKERS_PER_GPU, status_hint=status_command(args)))
     from .worker import Worker, stop_on_sigterm
     retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)
     retry(study.set_user_attr, "ltfm.metric", sweep.metric)
     stop_on_sigterm()
     worker = Worker(sweep, plan, url, storage, study)
     worker.say(f"study {sweep.name} in {mask_url(url)}; results in {plan.results_dir}")
-    return worker.run(args.n_trials)
+    return _said_done(args, sweep, plan, url, worker.run(args.n_trials))
+
+
+def report_command(args) -> str:
+    """``ltfm report FILE`` as this sweep's user would type it to read the same runs: with the results folder
+    and the storage the sweep was given (:func:`status_command`'s)."""
+    from ..training.redact import mask_url
+
+    words = ["ltfm", "report", args.sweep_file]
+    words += [w for o in args.overrides if o.split("=", 1)[0].strip() == "run.results_dir"
+              for w in ("--results", o.split("=", 1)[1])]
+    if args.storage:
+        words += ["--storage", mask_url(args.storage)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _said_done(args, sweep, plan: Plan, url: str, code: int) -> int:
+    """A sweep's closing lines (not a worker's that --workers started: the launcher's are): where its runs and
+    study are, and the commands that show them; ``code`` returned."""
+    from ..training.redact import mask_url
+
+    if code in (0, 1) and not getattr(args, "storage_from_env", False):
+        say_done(f"{plan.results_dir}/ (a run folder a trial; the study: {mask_url(url)})",
+                 f"{status_command(args)}   then   {report_command(args)}")
+    return code
 
 
 SWEEP = Command("sweep", "run (or join) an Optuna sweep: Table 3 rows or a search", _sweep_arguments, sweep_cli,

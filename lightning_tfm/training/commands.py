@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 
 #: The help of the ``dotted.key=value`` arguments of the commands that read an experiment file.
 OVERRIDES = "dotted.key=value settings on top of the file (ltfm config --keys lists every key)"
+#: Multi30k beside the checkout, from the folder a command runs in (the checkout's root): data.path's default for a
+#: local experiment that names no data (:func:`default_data`). The Makefile's DATA default is read from this line.
+DEFAULT_DATA = "../shared/data/multi30k"
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,23 @@ class Command:
     arguments: Callable[[argparse.ArgumentParser], None]
     handler: Callable[[argparse.Namespace], int]
     description: str | None = None
+
+
+def default_data(cfg: Config) -> list[str]:
+    """``["data.path=DEFAULT_DATA"]`` when ``cfg`` (read without it) reads a local corpus but names no data.path
+    and DEFAULT_DATA holds files, with a note on stderr; else ``[]``. Put before the command line's overrides."""
+    if cfg.data.source != "local" or cfg.data.path or not any(Path(DEFAULT_DATA).glob(f"{cfg.data.train_split}.*")):
+        return []
+    print(f"ltfm: data.path={DEFAULT_DATA} (no data.path given; that folder exists)", file=sys.stderr, flush=True)
+    return [f"data.path={Path(DEFAULT_DATA).resolve()}"]
+
+
+def say_done(output: str, then: str | None = None) -> None:
+    """The closing lines of a command that makes something, on stderr after its own output: where what it made is,
+    and the command to run next."""
+    print(f"ltfm: output: {output}", file=sys.stderr, flush=True)
+    if then:
+        print(f"ltfm: next: {then}", file=sys.stderr, flush=True)
 
 
 def print_keys(rows: list[tuple[str, str, str, str]]) -> None:
@@ -71,7 +92,8 @@ def config_cli(args) -> int:
         return 0
     if not args.config:
         raise UserError("give an experiment file (ltfm config experiments/multi30k-smoke.yaml [k=v ...]) or --keys")
-    cfg = config.load_config(args.config, args.overrides)
+    overrides = default_data(config.load_config(args.config, args.overrides, checked=False)) + args.overrides
+    cfg = config.load_config(args.config, overrides)
     print(f"# run id: {config.run_id(cfg)} (its folder: {cfg.run.results_dir}/{config.run_id(cfg)})")
     print(config.saved_yaml(cfg), end="")
     return 0
@@ -96,6 +118,8 @@ def average_cli(args) -> int:
     out, chosen = write_average(args.run_dir, args.last, args.out)
     note = "" if len(chosen) == args.last else f" (only {len(chosen)} available, {args.last} asked)"
     print(f"averaged {len(chosen)} checkpoints{note}: {', '.join(p.name for p in chosen)} -> {out}")
+    run = shlex.quote(str(args.run_dir))
+    say_done(str(out), f"ltfm evaluate {run} --checkpoint {'average' if not args.out else shlex.quote(str(out))}")
     return 0
 
 
@@ -341,8 +365,12 @@ def bench_cli(args) -> int:
     layer_options = [o for o, v in (("--d-model", args.d_model), ("--lengths", args.lengths), ("--out", args.out),
                                     ("--attention-kernel", args.attention_kernel)) if v is not None]
     if args.layers:
-        from .bench_layers import bench_layers_cli
-        return bench_layers_cli(args)
+        from .bench_layers import DEFAULT_OUT, bench_layers_cli
+        code = bench_layers_cli(args)
+        if code == 0:
+            say_done(f"{args.out or DEFAULT_OUT}/ (layers.json, .csv, .png, .svg)",
+                     "compare with the committed measurement, reports/table1.md")
+        return code
     if layer_options:
         raise UserError(f"{layer_options[0]} goes with --layers: add --layers, or leave it out")
     if args.data is not None:

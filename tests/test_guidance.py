@@ -1,0 +1,114 @@
+"""What a command tells its user (issue #44): a training without a progress bar prints a progress line at each
+validation (and every 30 s between); every command that makes something ends with ``ltfm: output:`` (where it
+went) and ``ltfm: next:`` (the command to run next) on stderr; and ``data.path`` defaults to
+``../shared/data/multi30k`` where that folder exists, as the Makefile's DATA does (one default, in
+``training/commands.py``)."""
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from conftest import ROOT, SMOKE
+from lightning_tfm import cli
+from lightning_tfm.training import config
+from lightning_tfm.training.commands import DEFAULT_DATA
+
+SMALL = ["data.max_train_pairs=300", "data.max_dev_pairs=20", "data.max_test_pairs=10"]
+
+
+def closing(stderr: str) -> tuple[str, str]:
+    """The ``ltfm: output:`` and ``ltfm: next:`` lines a command ended with (its last two lines on stderr)."""
+    *_, output, then = stderr.strip().splitlines()
+    assert output.startswith("ltfm: output: ") and then.startswith("ltfm: next: "), stderr[-2000:]
+    return output.removeprefix("ltfm: output: "), then.removeprefix("ltfm: next: ")
+
+
+def parses(command: str) -> None:
+    """A suggested command is one the real parser takes."""
+    argv = shlex.split(command)
+    assert argv[0] == "ltfm", command
+    args, extra = cli.build_parser().parse_known_args(argv[1:])
+    assert all("=" in e for e in extra), command
+
+
+def test_a_training_without_a_terminal_prints_its_progress_and_ends_naming_its_run_folder(smoke_run):
+    """The session's smoke training (stderr a pipe): a line at each validation (every 50 of 200 steps), one when
+    fitting stops, then where the run is and what to run next."""
+    said = (smoke_run.parent.parent / "train.stderr").read_text()
+    lines = [ln for ln in said.splitlines() if ln.startswith("ltfm: step ")]
+    assert [ln.split()[2] for ln in lines][-4:] == ["50/200", "100/200", "150/200", "200/200"], said[-3000:]
+    assert all("dev ppl" in ln and "left" in ln for ln in lines[-4:]), lines
+    assert "ltfm: training stopped at step 200" in said
+    output, then = closing(said)
+    assert output.startswith(f"{smoke_run}/ ") and "summary.json" in output
+    first, second = then.split("   or   ")
+    assert first == f"ltfm runs {shlex.quote(str(smoke_run.parent))}"
+    assert second.endswith(f"| ltfm translate {shlex.quote(str(smoke_run))}")
+    parses(first)
+    parses(second.split("| ", 1)[1])
+
+
+def test_a_sweep_ends_naming_its_results_and_the_status_and_report_commands_that_read_them(swept, ltfm_here):
+    output, then = closing((swept["tmp"] / "sweep.stderr").read_text())
+    results = swept["results"]
+    assert output.startswith(f"{results}/ ") and f"{results}/rep.db" in output
+    status, report = then.split("   then   ")
+    assert report == f"ltfm report {swept['sweep']} --results {results}"
+    parses(report)
+    p = ltfm_here(*shlex.split(status)[1:])  # as suggested: it finds the study
+    assert p.returncode == 0 and "base" in p.stdout, p.stderr
+
+
+def test_prepare_ends_naming_the_corpus_and_the_training_that_maps_it(ltfm_here, tmp_path, data_dir):
+    p = ltfm_here("prepare", SMOKE, f"data.path={data_dir}", f"run.results_dir={tmp_path / 'results'}", *SMALL)
+    assert p.returncode == 0, p.stderr
+    output, then = closing(p.stderr)
+    assert Path(output).is_dir() and Path(output).parent == tmp_path / "data-cache"
+    assert then.startswith(f"ltfm train {SMOKE} ")
+    parses(then.split(" (")[0])
+
+
+def test_average_ends_naming_its_checkpoint_and_the_evaluation_of_it(ltfm_here, tmp_path, smoke_run):
+    run = tmp_path / smoke_run.name
+    shutil.copytree(smoke_run, run, ignore=shutil.ignore_patterns("wandb"))
+    p = ltfm_here("average", run, "--last", "2")
+    assert p.returncode == 0, p.stderr
+    output, then = closing(p.stderr)
+    assert output == str(run / "checkpoints" / "average.ckpt") and Path(output).is_file()
+    assert then == f"ltfm evaluate {run} --checkpoint average"
+    parses(then)
+
+
+def _beside_shared(tmp_path: Path, data_dir: Path) -> Path:
+    """A checkout with ``../shared/data/multi30k`` beside it (the suite's data), as on the team's machines."""
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    (tmp_path / "shared" / "data" / "multi30k").symlink_to(data_dir)
+    (tmp_path / "checkout").mkdir()
+    return tmp_path / "checkout"
+
+
+def test_data_path_defaults_to_the_shared_multi30k_where_it_exists(ltfm_here, tmp_path, data_dir, monkeypatch):
+    """Where ``../shared/data/multi30k`` exists, an experiment that names no data reads it: the run id is that of
+    ``data.path=../shared/data/multi30k``; a sweep's rows too. Elsewhere: the one-line error, as before."""
+    p = ltfm_here("config", SMOKE)  # the session's stand-in has no ../shared beside it
+    assert p.returncode == 2 and "data.path is not set" in p.stderr, p.stderr
+    monkeypatch.chdir(_beside_shared(tmp_path, data_dir))
+    p = ltfm_here("config", SMOKE)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.strip() == f"ltfm: data.path={DEFAULT_DATA} (no data.path given; that folder exists)"
+    explicit = config.run_id(config.load_config(SMOKE, [f"data.path={DEFAULT_DATA}"]))
+    assert p.stdout.startswith(f"# run id: {explicit} ")
+    results = f"run.results_dir={tmp_path / 'results'}"
+    sweep = ROOT / "sweeps" / "table2-smoke.yaml"
+    found = ltfm_here("sweep", sweep, "--dry-run", "--json", results)
+    given = ltfm_here("sweep", sweep, "--dry-run", "--json", results, f"data.path={DEFAULT_DATA}")
+    assert found.returncode == given.returncode == 0 and found.stdout == given.stdout, found.stderr
+    assert '"run_id": "table2-smoke-' in found.stdout
+
+
+def test_the_makefile_reads_its_data_default_from_the_code():
+    p = subprocess.run(["make", "-pn", "setup"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    values = [ln.split(" := ", 1)[1] for ln in p.stdout.splitlines() if ln.startswith("DEFAULT_DATA := ")]
+    assert values == [DEFAULT_DATA], values
