@@ -64,7 +64,8 @@ def finished_run(folder: Path, cfg: config.Config, steps: int = 200) -> Path:
 def test_a_run_id_of_another_configs_folder_is_refused_in_one_line_and_nothing_in_it_changes(
         tmp_path, data_dir, ltfm_here):
     results = tmp_path / "results"
-    common = [f"data.path={data_dir}", f"run.results_dir={results}", "run.id=shared"]
+    common = [f"data.path={data_dir}", f"run.results_dir={results}", "run.id=shared", "data.max_train_pairs=300",
+              "data.max_dev_pairs=10", "data.vocab_size=200"]
     run = finished_run(results / "shared", config.load_config(SMOKE, common))
     before = snapshot(run)
     # the recurrent baseline in the Transformer's folder (main: a state_dict traceback, then its summary overwritten)
@@ -75,10 +76,13 @@ def test_a_run_id_of_another_configs_folder_is_refused_in_one_line_and_nothing_i
     one_line(ltfm_here("train", SMOKE, *common, "model.dropout=0.3"), "differing in model.dropout (0.1 there, 0.3 asked): "
              "give another run.id")
     assert snapshot(run) == before
-    # a folder whose config.yaml and summary were deleted: its checkpoint's config speaks
-    (run / "config.yaml").unlink()
-    (run / "summary.json").unlink()
-    one_line(ltfm_here("train", SMOKE, *common, "model.dropout=0.3"), "model.dropout (0.1 there, 0.3 asked)")
+    # a folder whose records were deleted by hand: its checkpoint's config speaks, before the folder is written
+    for name in ("config.yaml", "summary.json", "tokenizer.json"):
+        (run / name).unlink()
+    before = snapshot(run)
+    one_line(ltfm_here("train", SMOKE, *common, "model.dropout=0.3"), "cannot resume", "model.dropout (0.1 "
+             "checkpoint, 0.3 run)", after="ltfm prepare: ")
+    assert snapshot(run) == before
 
 
 def test_a_hash_named_folder_of_another_config_is_never_resumed(tmp_path, data_dir, ltfm_here):
@@ -213,7 +217,7 @@ def test_evaluating_another_runs_checkpoint_keeps_the_runs_own_hypotheses(tmp_pa
 # ------------------------------------------------------------------------------------------------------------
 # Siblings: average, resume
 # ------------------------------------------------------------------------------------------------------------
-def test_average_refuses_checkpoints_of_another_vocabulary(tmp_path, data_dir, vocabularies, ltfm_here):
+def test_average_refuses_checkpoints_of_another_vocabulary_and_another_runs_folder(tmp_path, data_dir, vocabularies, ltfm_here):
     run = tiny_run(tmp_path / "run", data_dir, vocabularies["de"])
     ck = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     for step in (1, 2):
@@ -224,6 +228,12 @@ def test_average_refuses_checkpoints_of_another_vocabulary(tmp_path, data_dir, v
     (run / "checkpoints" / "last.ckpt").unlink()
     one_line(ltfm_here("average", run, "--last", "2"), "another vocabulary", "average checkpoints of one run")
     assert not (run / "checkpoints" / "average.ckpt").exists()
+    # nor is an average written into another run's checkpoints, where it would pass for one of that run's
+    other = tiny_run(tmp_path / "other", data_dir, vocabularies["de"])
+    (run / "checkpoints" / "step=000002.ckpt").unlink()
+    out = other / "checkpoints" / "average.ckpt"
+    one_line(ltfm_here("average", run, "--last", "1", "--out", out), "another run's checkpoints folder")
+    assert not out.exists()
 
 
 def test_a_resume_from_a_checkpoint_of_another_vocabulary_is_refused(tmp_path, data_dir, vocabularies, ltfm_here):

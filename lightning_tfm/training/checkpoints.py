@@ -239,8 +239,12 @@ def averaged_checkpoint(run_dir: str | Path, last: int = 5) -> tuple[dict, list[
 def write_average(run_dir: str | Path, last: int = 5, out: str | Path | None = None) -> tuple[Path, list[Path]]:
     """Write :func:`averaged_checkpoint` to ``out`` (default ``checkpoints/average.ckpt``), atomically.
     Returns (written path, averaged paths)."""
-    ck, chosen = averaged_checkpoint(run_dir, last)
     out = Path(out) if out else Path(run_dir) / "checkpoints" / "average.ckpt"
+    owner = own_run(out)
+    if owner is not None and owner.resolve() != Path(run_dir).resolve() and (owner / "config.yaml").is_file():
+        raise UserError(f"--out {out} is in another run's checkpoints folder ({owner}): it would pass for that run's "
+                        f"checkpoint; write it in {Path(run_dir) / 'checkpoints'} or outside any run folder")
+    ck, chosen = averaged_checkpoint(run_dir, last)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(out) as tmp:
         torch.save(ck, tmp)

@@ -245,9 +245,9 @@ def _line(e: BaseException) -> str:
 
 
 def saved_config(run_dir: Path) -> tuple[Config | None, str | None]:
-    """(the config the run in ``run_dir`` trains, None): its ``config.yaml``, else its ``summary.json``'s, else that
-    of its newest readable checkpoint (a folder whose records were deleted by hand). (None, None): the folder
-    records none; (None, why): it records one that this version cannot read. Reads only."""
+    """(the config the run in ``run_dir`` trains, None): its ``config.yaml``, else its ``summary.json``'s. (None,
+    None): the folder records none (its checkpoints' own configs are compared when a resume would load one:
+    :func:`~.checkpoints.check_resumable`); (None, why): it records one that this version cannot read. Reads only."""
     problems = []
     path = run_dir / "config.yaml"
     if path.is_file():
@@ -261,16 +261,6 @@ def saved_config(run_dir: Path) -> tuple[Config | None, str | None]:
             return Config.from_dict(tree, checked=False), None
         except (UserError, ValueError, TypeError, AttributeError) as e:
             problems.append(f"summary.json: {_line(e)}")
-    from .checkpoints import newest_readable, recorded_config
-
-    found = newest_readable(run_dir)
-    if found is not None:
-        try:
-            cfg = recorded_config(found[1], found[0])
-            if cfg is not None:
-                return cfg, None
-        except UserError as e:
-            problems.append(f"{found[0].name}: {_line(e)}")
     return None, "; ".join(problems) or None
 
 
