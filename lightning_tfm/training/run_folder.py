@@ -264,9 +264,10 @@ def saved_config(run_dir: Path) -> tuple[Config | None, str | None]:
     return None, "; ".join(problems) or None
 
 
-#: The sections that make the network: the model's, and each registered architecture's own (``rnn.*``).
 def model_sections() -> set[str]:
+    """The sections that make the network: the model's, and each registered architecture's own (``rnn.*``)."""
     from ..model import registry
+
     return {"model", *registry.ARCHITECTURES}
 
 
