@@ -349,6 +349,12 @@ class Worker:
         for k, v in {"run_id": rid, "run_dir": str(run_dir), "host": socket.gethostname(), "log": str(log),
                      "planned_params": params, **where}.items():
             retry(trial.set_user_attr, k, v)
+        problem = run_folder.reuse_problem(cfg, run_dir)  # its folder holds another config: left as it is
+        if problem is not None:
+            self.say(f"{label}: failed: {problem}")
+            self._close(trial, TrialState.FAIL, error=problem)
+            self.counts["failed"] += 1
+            return 0
         # The trial's config is made once, here: written to the run folder as the config.yaml the run keeps,
         # and the trial process trains from that file. The storage URL goes in the environment only.
         cfg.sweep.study, cfg.sweep.trial, cfg.sweep.metric = self.sweep.name, trial.number, self.sweep.metric

@@ -17,12 +17,16 @@ import torch
 from ..model import build_model
 from . import atomic
 from . import config
+from . import run_folder
 from .errors import UserError
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
 #: A key of a checkpoint written only as a resume point (``last.ckpt`` by ``train.checkpoint_every_seconds``,
 #: :class:`~.lit.CheckpointEverySeconds`): averaging leaves it out, so the averaged steps keep the step cadence.
 RESUME_ONLY = "ltfm_resume_only"
+#: The hyper-parameter naming the vocabulary a checkpoint was trained with (:func:`tokenizer_hash`): ids of another
+#: vocabulary of the same size decode to garbage, so a checkpoint is only decoded or resumed with its own.
+TOKENIZER = "tokenizer_sha256"
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -40,6 +44,85 @@ def load_checkpoint(path: Path) -> dict:
         raise UserError(f"{path} is not a Lightning checkpoint (no state_dict): give a checkpoint written by "
                         f"`ltfm train` or `ltfm average`")
     return ck
+
+
+def tokenizer_hash(path: Path) -> str:
+    """A vocabulary's identity: the SHA-256 of its ``tokenizer.json`` (a run folder's copy is byte-identical to its
+    prepared corpus's, :meth:`~.corpus.Corpus.use_in_run`), 16 hex digits."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def own_run(path: Path) -> Path | None:
+    """The run folder a checkpoint file sits in (``<run>/checkpoints/x.ckpt``), None for a file elsewhere."""
+    path = Path(path).absolute()
+    return path.parent.parent if path.parent.name == "checkpoints" else None
+
+
+def checkpoint_tokenizer(ck: dict, path: Path) -> str | None:
+    """The vocabulary ``ck`` was trained with: the hash it records, else (a checkpoint of an older version) that of
+    the ``tokenizer.json`` of the run folder it sits in; None when neither tells."""
+    recorded = (ck.get("hyper_parameters") or {}).get(TOKENIZER)
+    if isinstance(recorded, str):
+        return recorded
+    run = own_run(path)
+    return tokenizer_hash(run / "tokenizer.json") if run is not None and (run / "tokenizer.json").is_file() else None
+
+
+def recorded_config(ck: dict, path: Path) -> "config.Config | None":
+    """The config a checkpoint records (``hyper_parameters.config``, a plain dict), None when it records none."""
+    hp = ck.get("hyper_parameters") or {}
+    if not hp.get("config"):
+        return None
+    try:
+        return config.Config.from_dict(hp["config"], checked=False)
+    except (UserError, AttributeError, TypeError, ValueError) as e:
+        why = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        raise UserError(f"checkpoint {path} stores a config this version cannot read ({why}): give a checkpoint "
+                        f"written by this version's `ltfm train` or `ltfm average`") from None
+
+
+def newest_readable(run_dir: str | Path) -> tuple[Path, dict] | None:
+    """(path, dict) of the checkpoint a resume of the run would start from, read memory-mapped: ``last.ckpt``, else
+    the newest step checkpoint that loads; None when none does. Reads only (:func:`resume_checkpoint` sets
+    unreadable ones aside)."""
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    for path in [ckpt_dir / "last.ckpt", *(p for _, p in reversed(step_checkpoints(run_dir)))]:
+        try:
+            ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True) if path.is_file() else None
+        except Exception:  # noqa: BLE001 - unreadable: the next one
+            continue
+        if isinstance(ck, dict) and isinstance(ck.get("state_dict"), dict):
+            return path, ck
+    return None
+
+
+def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: str | None, whose: str,
+                    sections: set[str] | None = None) -> str | None:
+    """Why checkpoint ``ck`` (at ``path``) is not one of the run ``whose`` (a run folder) with config ``cfg`` and
+    vocabulary hash ``vocab``: another vocabulary, or another config in ``sections``' keys (all the run id's keys
+    when None: :func:`~.run_folder.differences`); None when it is, or cannot tell."""
+    theirs = checkpoint_tokenizer(ck, path)
+    if vocab is not None and theirs is not None and theirs != vocab:
+        return (f"checkpoint {path} was trained with another vocabulary (tokenizer {theirs}) than {whose} (tokenizer "
+                f"{vocab}), whatever their sizes: its ids would decode to other words")
+    ck_cfg = recorded_config(ck, path)
+    diff = run_folder.differences(ck_cfg, cfg, sections, ("checkpoint", "run")) if ck_cfg and cfg else []
+    if diff:
+        return (f"checkpoint {path} is of another {'model' if sections else 'config'} than {whose}, differing in "
+                f"{', '.join(diff)}")
+    return None
+
+
+def check_resumable(run_dir: Path, cfg: "config.Config", vocab: str) -> None:
+    """The checkpoint a resume of ``run_dir`` would load must be of ``cfg`` and of the vocabulary ``vocab``: else one
+    line (a checkpoint copied in, a folder whose ``tokenizer.json`` was replaced or deleted), before training."""
+    found = newest_readable(run_dir)
+    why = foreign_problem(found[1], found[0], cfg, vocab, f"run {run_dir.name}") if found else None
+    if why is not None:
+        raise UserError(f"{why}: cannot resume {run_dir} from it; give another run.id (or run.results_dir), or "
+                        f"delete the folder to train there anew")
 
 
 def checkpoint_problem(path: str | Path) -> str | None:
@@ -84,7 +167,15 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
     sums: dict[str, torch.Tensor] = {}
     last: dict = {}
     for i, path in enumerate(paths):
-        sd = load_checkpoint(Path(path))["state_dict"]
+        ck = load_checkpoint(Path(path))
+        sd = ck["state_dict"]
+        if i == 0:
+            first = (ck, Path(path))
+        else:  # another vocabulary or model of the same shapes would average into nonsense
+            why = foreign_problem(ck, Path(path), recorded_config(*first), checkpoint_tokenizer(*first),
+                                  f"{paths[0]}", run_folder.model_sections())
+            if why is not None:
+                raise UserError(f"{why}: average checkpoints of one run")
         if i == 0:
             sums = {k: v.to(torch.float64) for k, v in sd.items() if v.is_floating_point()}
             keys = set(sd)
@@ -148,8 +239,12 @@ def averaged_checkpoint(run_dir: str | Path, last: int = 5) -> tuple[dict, list[
 def write_average(run_dir: str | Path, last: int = 5, out: str | Path | None = None) -> tuple[Path, list[Path]]:
     """Write :func:`averaged_checkpoint` to ``out`` (default ``checkpoints/average.ckpt``), atomically.
     Returns (written path, averaged paths)."""
-    ck, chosen = averaged_checkpoint(run_dir, last)
     out = Path(out) if out else Path(run_dir) / "checkpoints" / "average.ckpt"
+    owner = own_run(out)
+    if owner is not None and owner.resolve() != Path(run_dir).resolve() and (owner / "config.yaml").is_file():
+        raise UserError(f"--out {out} is in another run's checkpoints folder ({owner}): it would pass for that run's "
+                        f"checkpoint; write it in {Path(run_dir) / 'checkpoints'} or outside any run folder")
+    ck, chosen = averaged_checkpoint(run_dir, last)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(out) as tmp:
         torch.save(ck, tmp)
@@ -189,8 +284,10 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
 
     ``checkpoint``: ``last``, ``best`` (lowest dev loss), ``average`` (``checkpoints/average.ckpt``, or when
     none is written the last ``average_last`` (default: the run's decode.average_last, else 5) checkpoints
-    averaged in memory), or a path. The config is the checkpoint's own (``hyper_parameters.config``), else the run's
-    config.yaml. A checkpoint of another vocabulary than the run's tokenizer is refused.
+    averaged in memory), or a path. The model is built from the checkpoint's own config (``hyper_parameters.config``,
+    else the run's config.yaml); the config returned (data, decoding) is the run's, else the checkpoint's. A
+    checkpoint of another vocabulary than the run's ``tokenizer.json`` (even of the same size), or of another run
+    whose model differs from this run's, is refused in one line (:func:`foreign_problem`).
     """
     from .data import load_tokenizer
 
@@ -212,28 +309,32 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
         ck = load_checkpoint(path)
     hp = ck.get("hyper_parameters") or {}
     # the checkpoint's own config (a plain dict, so that torch.load(weights_only=True) reads it), else config.yaml
-    try:
-        cfg = config.Config.from_dict(hp["config"], checked=False) if hp.get("config") else run_cfg
-    except (UserError, AttributeError, TypeError, ValueError) as e:
-        why = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        raise UserError(f"checkpoint {path} stores a config this version cannot read ({why}): give a checkpoint "
-                        f"written by this version's `ltfm train` or `ltfm average`") from None
-    if cfg is None:
+    ck_cfg = recorded_config(ck, path) or run_cfg
+    if ck_cfg is None:
         raise UserError(f"{path} holds no config and {cfg_path} is missing: give a run folder written by `ltfm train`")
     state = {k[len("model."):]: v for k, v in ck["state_dict"].items() if k.startswith("model.")}
     if not state:
         raise UserError(f"{path} is not a lightning_tfm checkpoint (no model.* weights)")
     tokenizer = load_tokenizer(run_dir)
     vocab = int(hp.get("vocab_size") or tokenizer.get_vocab_size())
-    if vocab != tokenizer.get_vocab_size():
-        raise UserError(f"checkpoint {path} has a vocabulary of {vocab} entries but {run_dir / 'tokenizer.json'} has "
-                        f"{tokenizer.get_vocab_size()}: it belongs to another run; give a checkpoint of this run")
+    owner = own_run(path)
+    # Another run's checkpoint must share this run's vocabulary and model (its own may predate a change the
+    # version before run_folder.check_reuse let through: its vocabulary is still checked).
+    foreign = owner is None or owner.resolve() != run_dir.resolve()
+    why = foreign_problem(ck, path, run_cfg if foreign else None, tokenizer_hash(run_dir / "tokenizer.json"),
+                          f"run {run_dir}", run_folder.model_sections())
+    if why is None and vocab != tokenizer.get_vocab_size():
+        why = (f"checkpoint {path} has a vocabulary of {vocab} entries but {run_dir / 'tokenizer.json'} has "
+               f"{tokenizer.get_vocab_size()}")
+    if why is not None:
+        mine = f", or run this command on its own run folder {owner}" if owner is not None and foreign else ""
+        raise UserError(f"{why}: it belongs to another run; give a checkpoint of this run{mine}")
     try:
-        model = build_model(cfg.model, vocab)  # ValueError: an architecture this version does not register
+        model = build_model(ck_cfg.model, vocab)  # ValueError: an architecture this version does not register
         model.load_state_dict(state)
     except (RuntimeError, ValueError) as e:
         raise UserError(f"checkpoint {path} does not fit its model config ({str(e).splitlines()[0]})") from None
-    return model.eval(), cfg, tokenizer
+    return model.eval(), run_cfg or ck_cfg, tokenizer
 
 
 # ------------------------------------------------------------------------------------------- resuming

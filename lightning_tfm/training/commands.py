@@ -182,6 +182,22 @@ def check_out_file(out: str | None) -> None:
         raise UserError(f"--out {out}: the folder {probe} is not writable: give a path you can write")
 
 
+def checkpoint_label(checkpoint: str, run_dir: Path) -> str:
+    """The name of a ``--checkpoint`` in a hypotheses file's name: ``last``, ``best``, ``average``, or a file's stem
+    (``step=000050``) when the file is one of the run's own; another run's checkpoint is named with its run folder
+    (``<run>.last``; a file elsewhere: with its folder), so that its hypotheses never take the place of the run's
+    own under the same label (the user asked for that checkpoint's translations beside, not instead of, the run's)."""
+    from .checkpoints import own_run
+
+    if checkpoint in ("last", "best", "average"):
+        return checkpoint
+    path = Path(checkpoint)
+    owner = own_run(path)
+    if owner is not None and owner.resolve() == run_dir.resolve():
+        return path.stem
+    return f"{(owner or path.absolute().parent).name}.{path.stem}"
+
+
 def _evaluate_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("run_dir", help="a run folder written by ltfm train")
     e.add_argument("--split", metavar="NAME", help="a split of the run's data, e.g. test_2016_flickr (default: "
@@ -224,7 +240,7 @@ def evaluate_cli(args) -> int:
         limit = d.max_test_pairs if name == d.test_split else d.max_dev_pairs if name == d.dev_split else None
         ds = load_split(cfg, name, limit)
         src_lines, ref_lines = list(ds["src"]), list(ds["tgt"])
-    label = args.checkpoint if args.checkpoint in ("last", "best", "average") else Path(args.checkpoint).stem
+    label = checkpoint_label(args.checkpoint, Path(args.run_dir))
     # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
     default_out = Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg.decode.beam_size}.txt"
     out = Path(args.out) if args.out else default_out

@@ -467,9 +467,14 @@ def flatten(cfg: Config | dict) -> dict:
     return {f"{sec}.{k}": v for sec, body in tree.items() for k, v in body.items()}
 
 
+def hashed(cfg: Config | dict) -> dict:
+    """The flat keys that say what a run trains (all but :data:`NOT_HASHED`): its run id's hash, and what a run
+    folder's saved config must match to be trained on (:func:`~.run_folder.reuse_problem`)."""
+    return {k: v for k, v in flatten(cfg).items() if k not in NOT_HASHED and k.split(".")[0] not in NOT_HASHED}
+
+
 def config_hash(cfg: Config) -> str:
-    flat = {k: v for k, v in flatten(cfg).items() if k not in NOT_HASHED and k.split(".")[0] not in NOT_HASHED}
-    return hashlib.sha1(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return hashlib.sha1(json.dumps(hashed(cfg), sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def run_id(cfg: Config) -> str:

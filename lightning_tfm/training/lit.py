@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from .checkpoints import RESUME_ONLY
+from .checkpoints import RESUME_ONLY, TOKENIZER
 from .corpus import MappedPairs
 from .data import Batch, TokenBatchSampler, collate
 from ..model import PAD, build_model
@@ -22,12 +22,14 @@ class TransformerModule(pl.LightningModule):
     """Trains the model ``config.model.arch`` names (the Transformer by default) with label-smoothed
     cross-entropy, Adam and its learning-rate schedule (``train.lr_schedule``: the paper's, or decay on a plateau)."""
 
-    def __init__(self, config: Config, vocab_size: int):
+    def __init__(self, config: Config, vocab_size: int, tokenizer: str | None = None):
         super().__init__()
         from .tracking import scrub
 
-        # config (as a plain nested dict, secrets masked) and vocab_size go into every checkpoint
-        self.save_hyperparameters({"config": scrub(config.to_dict()), "vocab_size": vocab_size})
+        # config (as a plain nested dict, secrets masked), vocab_size and the vocabulary's hash (tokenizer: its
+        # checkpoints.tokenizer_hash) go into every checkpoint
+        self.save_hyperparameters({"config": scrub(config.to_dict()), "vocab_size": vocab_size,
+                                   **({TOKENIZER: tokenizer} if tokenizer else {})})
         self.config = config
         self.model = build_model(config.model, vocab_size)
         compile_ = config.train.compile

@@ -1,5 +1,7 @@
 """A run folder's life: the lock that lets one process train it, its earlier summary and attempts,
-whether it is already done, and the one-line errors of a results folder that cannot be written.
+whether it is already done, whether a config may train in it (:func:`reuse_problem`: the one comparison of a
+folder's saved config with the one asked for, which ``ltfm train``, the sweep and the checkpoint loader use), and
+the one-line errors of a results folder that cannot be written.
 """
 from __future__ import annotations
 
@@ -237,13 +239,82 @@ def holds_run(run_dir: Path) -> bool:
         return False
 
 
-def _same_config(run_dir: Path, digest: str) -> bool:
-    """Whether the run in ``run_dir`` trained the config whose :func:`~.config.config_hash` is ``digest``
-    (by its ``config.yaml``; one that cannot be read is not taken for it)."""
-    try:
-        return config.config_hash(config.load_config(run_dir / "config.yaml", checked=False)) == digest
-    except (UserError, OSError, ValueError, TypeError):
-        return False
+# ---------------------------------------------------------------------------------- the folder's config
+def _line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else e.__class__.__name__
+
+
+def saved_config(run_dir: Path) -> tuple[Config | None, str | None]:
+    """(the config the run in ``run_dir`` trains, None): its ``config.yaml``, else its ``summary.json``'s. (None,
+    None): the folder records none (its checkpoints' own configs are compared when a resume would load one:
+    :func:`~.checkpoints.check_resumable`); (None, why): it records one that this version cannot read. Reads only."""
+    problems = []
+    path = run_dir / "config.yaml"
+    if path.is_file():
+        try:
+            return config.load_config(path, checked=False), None
+        except (UserError, OSError, ValueError, TypeError) as e:
+            problems.append(f"{path.name}: {_line(e)}")
+    tree = (results.read_summary(run_dir) or {}).get("config")
+    if isinstance(tree, dict):
+        try:
+            return Config.from_dict(tree, checked=False), None
+        except (UserError, ValueError, TypeError, AttributeError) as e:
+            problems.append(f"summary.json: {_line(e)}")
+    return None, "; ".join(problems) or None
+
+
+def model_sections() -> set[str]:
+    """The sections that make the network: the model's, and each registered architecture's own (``rnn.*``)."""
+    from ..model import registry
+
+    return {"model", *registry.ARCHITECTURES}
+
+
+_UNSET = object()
+
+
+def differences(there: Config | dict, asked: Config | dict, sections: set[str] | None = None,
+                names: tuple[str, str] = ("there", "asked")) -> list[str]:
+    """The keys, ``"model.dropout (0.1 there, 0.3 asked)"`` for the first few, in which two configs differ: every
+    key of the run id's hash (:func:`~.config.hashed`; not :data:`~.config.NOT_HASHED`'s: the budget, the
+    bookkeeping, the sweep's keys, which a run may change when it trains on), secrets masked as saved; only
+    ``sections``' keys when given. A key one config leaves out (another architecture's section) differs too."""
+    from .redact import scrub
+
+    a, b = (scrub(config.hashed(c)) for c in (there, asked))
+    keys = sorted((k for k in dict.fromkeys([*b, *a]) if (sections is None or k.split(".")[0] in sections)
+                   and a.get(k, _UNSET) != b.get(k, _UNSET)), key=lambda k: k != "model.arch")  # the arch first
+
+    def shown(flat, k):  # a key left out of a saved config: model.arch's default (transformer), another section's
+        return flat[k] if k in flat else config.SCHEMA["model"]["arch"][1] if k == "model.arch" else "unset"
+
+    out = [f"{k} ({shown(a, k)} {names[0]}, {shown(b, k)} {names[1]})" if i < 3 else k for i, k in enumerate(keys)]
+    return out if len(out) <= 10 else out[:8] + [f"and {len(out) - 8} more"]
+
+
+def reuse_problem(cfg: Config, run_dir: Path) -> str | None:
+    """Why ``cfg`` must not train in ``run_dir`` (one line naming the differing keys and the way out), or None: the
+    folder records no config, or one that differs from ``cfg`` only in keys a run may change when it trains on
+    (:func:`differences`). Whatever the folder's name: a hash-named folder of another config (a collision, a folder
+    of an older version) is never resumed either. Reads only."""
+    saved, unreadable = saved_config(run_dir)
+    way_out = "give another run.id (or run.results_dir), or delete the folder to train there anew"
+    if saved is None:
+        return None if unreadable is None else \
+            f"run folder {run_dir} records a config this version cannot read ({unreadable}): {way_out}"
+    diff = differences(saved, cfg)
+    if not diff:
+        return None
+    return (f"run folder {run_dir} holds a run of another config, differing in {', '.join(diff)}: "
+            f"{way_out}")
+
+
+def check_reuse(cfg: Config, run_dir: Path) -> None:
+    """:func:`reuse_problem` as the one-line error (exit 2); before anything is written in the folder."""
+    problem = reuse_problem(cfg, run_dir)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def existing_run_id(cfg: Config) -> str:
@@ -252,7 +323,9 @@ def existing_run_id(cfg: Config) -> str:
     name, the one trained furthest of several; else its own. Another name: ``<run.name>-<hash>`` (a run outside a
     sweep, and the trial folders of versions that named trials so) or another sweep's row defined the same way
     (``sweeps/table3-cpu-continued.yaml`` continues ``sweeps/table3-cpu.yaml``'s runs). The hash ends every name
-    (the run's bookkeeping and budget are not hashed); each candidate's ``config.yaml`` is checked against it."""
+    (the run's bookkeeping and budget are not hashed); each candidate's saved config is compared with ``cfg``
+    (:func:`differences`). Its own folder is returned whatever it holds: a trial refuses it when it holds another
+    config (:func:`check_reuse`)."""
     rid = config.run_id(cfg)
     results_dir = Path(cfg.run.results_dir)
     if cfg.run.id or holds_run(results_dir / rid):
@@ -264,7 +337,8 @@ def existing_run_id(cfg: Config) -> str:
         return rid
     found = []
     for d in candidates:
-        if holds_run(d) and _same_config(d, digest):
+        saved = saved_config(d)[0] if holds_run(d) else None
+        if saved is not None and not differences(saved, cfg):
             steps = (results.read_summary(d) or {}).get("steps")
             found.append((steps if isinstance(steps, int) else -1, d.name))
     return max(found)[1] if found else rid

@@ -28,7 +28,7 @@ from . import atomic
 from . import config
 from . import results
 from . import run_folder
-from .checkpoints import atomic_checkpoint_io, rank_resume_checkpoint, resume_checkpoint
+from .checkpoints import atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint, tokenizer_hash
 from .corpus import Corpus
 from .errors import UserError
 from .precision import resolve_precision
@@ -49,6 +49,7 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
     rid = config.run_id(cfg)
     results_dir = Path(cfg.run.results_dir)
     run_dir = results_dir / rid
+    run_folder.check_reuse(cfg, run_dir)  # a folder of another config stops here, untouched, whatever its name
     run_folder.check_writable(results_dir)
     prev = results.read_summary(run_dir)  # a quick look (no lock yet); an unusable one is dealt with under the lock
     if run_folder.already_done(prev, cfg):
@@ -59,6 +60,7 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
 
     corpus = Corpus(cfg)  # every data error is raised here, before anything is written (builds the cache if needed)
     corpus.use_in_run(run_dir, write=False)  # resuming on another vocabulary stops here
+    check_resumable(run_dir, cfg, tokenizer_hash(corpus.folder / "tokenizer.json"))  # ... or from another's checkpoint
     from .tracking import resolve_mode
     resolve_mode(cfg)  # a bad WANDB_MODE / wandb.mode stops here, before the run folder exists
     is_zero = run_folder.rank_zero()
@@ -111,9 +113,11 @@ class Run:
 
     # -------------------------------------------------------------------------------------------- build
     def open_folder(self) -> dict | None:
-        """Rank zero: remove what a killed process left mid-write, read the earlier summary."""
+        """Rank zero: the folder still holds this config's run; remove what a killed process left mid-write, read the
+        earlier summary."""
         if not self.is_zero:
             return None
+        run_folder.check_reuse(self.cfg, self.run_dir)  # again: another config may have come in before the lock
         for folder in (self.run_dir, self.ckpt_dir, self.run_dir / "hyps"):
             atomic.remove_stale_temps(folder)
         return run_folder.previous_summary(self.summary_path)
@@ -130,7 +134,7 @@ class Run:
         if self.is_zero:
             self.corpus.use_in_run(self.run_dir, write=True)
             atomic.write_text(self.run_dir / "config.yaml", config.saved_yaml(cfg))
-        module = TransformerModule(cfg, self.corpus.vocab_size)
+        module = TransformerModule(cfg, self.corpus.vocab_size, tokenizer_hash(self.corpus.folder / "tokenizer.json"))
         module.run_id = self.rid
         self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg.to_dict()),
                         "params": module.model.num_parameters(), "vocab_size": self.corpus.vocab_size,
