@@ -101,7 +101,7 @@ test-long: setup
 # CPU-side steps; the GPU steps listed as skipped). make gpu-prep: .gpu-carry/ for a lent GPU machine (tests/gpu/prep.sh:
 # the wheels its image lacks, the Multi30k copy, the size that travels); the device call is at the top of gpu_check.sh.
 gpu-check: setup
-	PY=$(PY) $(if $(DATA),DATA=$(DATA),) bash tests/gpu_check.sh
+	PY=$(PY) $(if $(filter command line environment,$(origin DATA)),DATA=$(DATA),) bash tests/gpu_check.sh
 
 gpu-prep:
 	PY=$(PY) DATA=$(if $(DATA),$(DATA),../shared/data/multi30k) bash tests/gpu/prep.sh

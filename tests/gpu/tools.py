@@ -229,7 +229,8 @@ def figures(work: str) -> int:
         sheet = next((v for k, v in BF16_DATASHEET.items() if k in name), None)
         peaks = b.get("matmul_peak_gflops", {})
         print(f"- bench {Path(f).stem[6:]} ({b.get('model')}; batch {b['settings']['batch']} x {b['settings']['src_len']}; "
-              f"{name}): measured matmul peak " + ", ".join(f"{k} {v / 1000:.0f} TFLOP/s" for k, v in peaks.items())
+              f"{name}): measured matmul peak " + ", ".join(f"{k} {v / 1000:.0f} TFLOP/s" if v >= 1000 else
+                                                            f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
               + (f"; bf16 datasheet {sheet / 1e12:.0f} TFLOP/s" if sheet else ""))
         print("  | model | dtype | train tokens/s | decode sent/s | peak MB | MFU (measured peak) | MFU (datasheet bf16) |")
         print("  | --- | --- | --- | --- | --- | --- | --- |")
@@ -244,7 +245,8 @@ def figures(work: str) -> int:
     st = _load(w / "table3-status.json")
     if st:
         rows_ = st if isinstance(st, list) else st.get("trials", st.get("rows", []))
-        print("- Table 3 GPU protocol rows, packed on one GPU (a trial's time at the protocol's budget):")
+        print("- Table 3 GPU protocol rows, packed on one GPU (steps: the last validated; s per 1,000 steps: a trial's "
+              "time at the protocol's budget is this times its train.max_steps / 1,000, start-up included):")
         print("  | row | state | steps | duration s | s per 1,000 steps |")
         print("  | --- | --- | --- | --- | --- |")
         for r in rows_:
