@@ -43,7 +43,7 @@ BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-long test-fast train clean gpu-check soak
+.PHONY: setup ablation reference test test-long test-fast train clean gpu-check gpu-prep soak
 
 # A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
 # system's packages and pip installs no torch over it. Elsewhere torch is installed first, pinned: an open range
@@ -101,10 +101,16 @@ test: setup
 test-long: setup
 	$(PYTEST) -m long $(PYTEST_ARGS)
 
-# make gpu-check: the first thing to run on a GPU machine (CUDA tests, bf16 smoke run, evaluate/translate, 1-GPU DDP,
-# bench against Marian, make ablation QUICK=1): one log and a summary in results-gpu-check/; a one-line skip without CUDA
+# make gpu-check: the first thing to run on a GPU machine (tests/gpu_check.sh: CUDA tests, bf16 smoke run, evaluate and
+# translate, bench against Marian, 1-GPU DDP, the GPU protocol's rows for a trial's time, make ablation QUICK=1), each step
+# timed within an 8-minute budget; gpu-check.log and summary.md in results-gpu-check/. Without CUDA: its rehearsal (the
+# CPU-side steps; the GPU steps listed as skipped). make gpu-prep: .gpu-carry/ for a lent GPU machine (tests/gpu/prep.sh:
+# the wheels its image lacks, the Multi30k copy, the size that travels); the device call is at the top of gpu_check.sh.
 gpu-check: setup
-	PY=$(PY) DATA=$(if $(DATA),$(DATA),../shared/data/multi30k) bash tests/gpu_check.sh
+	PY=$(PY) $(if $(filter command line environment,$(origin DATA)),DATA=$(DATA),) bash tests/gpu_check.sh
+
+gpu-prep:
+	PY=$(PY) DATA=$(if $(DATA),$(DATA),../shared/data/multi30k) bash tests/gpu/prep.sh
 
 # make soak: a sweep through a bad night (tests/soak/soak.py): 40 trials by 4 workers on SQLite and on PostgreSQL, and
 # a search sweep, while a seeded chaos driver kills workers and trials, stops workers past their heartbeat, fills the
