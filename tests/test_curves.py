@@ -68,11 +68,16 @@ def test_too_few_points_give_no_fit_and_say_so():
 
 
 def test_two_parallel_curves_hold():
-    row = saturating(1.7, 30.0, 0.5)  # 0.2 nats worse at every step, to the asymptote
+    # 0.5 nats worse at every step, to the asymptote: beyond the extrapolation's error at 3x (0.38 nats)
+    row = saturating(2.0, 30.0, 0.5)
     v = verdict.curve_verdict([run(row)], [run(BASE)], delta=1.0, noise="beyond")
     gap = v["gap"]
     assert v["verdict"] == verdict.HOLDS and gap["low"] > 0 and gap["at_step"] == LATER
-    assert gap["low"] < 0.2 < gap["high"] and gap["point"] == pytest.approx(0.2, abs=0.05)  # the true gap inside
+    assert gap["low"] < 0.5 < gap["high"] and gap["point"] == pytest.approx(0.5, abs=0.05)  # the true gap inside
+    assert v["settle"] is None  # a row that holds has settled
+    # 0.2 nats: a gap the extrapolation's error at 3x covers may flip, and settles later
+    near = verdict.curve_verdict([run(saturating(1.7, 30.0, 0.5))], [run(BASE)], delta=1.0, noise="beyond")
+    assert near["verdict"] == verdict.MAY_FLIP and near["gap"]["boot_low"] > 0 > near["gap"]["low"]
     assert v["why"] == verdict.gap_text(gap) and v["why"].endswith("at 1800 steps")
     assert v["why"].startswith(f"{100 * math.expm1(gap['point']):+.1f}% [")
     # the same pair the other way round (the row better): holds on its own side
@@ -137,3 +142,67 @@ def test_each_side_is_read_at_its_own_budget_multiple():
 def test_a_power_law_beyond_exps_range_names_its_amplitude_inf():
     fit = curves.CurveFit("power", (800.0, -1.0), (99, 199, 299), (1.0, 2.0, 3.0))
     assert fit.named() == {"A": math.inf, "alpha": 1.0}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The interval carries the extrapolation's own error (issue #46)
+# ----------------------------------------------------------------------------------------------------------
+CASES = {"keeps": saturating(2.3, 30.0, 0.5),     # 0.8 nats worse to the asymptote
+         "shrinks": saturating(1.5, 60.0, 0.6),   # worse at the budget, the gap closing (and past zero) by 3x
+         "crosses": saturating(2.3, 60.0, 0.8),   # better at the budget, worse from step ~750
+         "none": BASE}                            # the base's own law
+
+
+@pytest.mark.parametrize("noise", [0.02, 0.05])
+def test_the_interval_at_3x_covers_the_known_gap_at_its_level_over_seeded_draws(noise):
+    draws, covered, boot_only, keeps = 100, {}, {}, 0
+    for name, row in CASES.items():
+        truth = row(LATER + 1) - BASE(LATER + 1)
+        covered[name] = boot_only[name] = 0
+        for i in range(draws):
+            rng = np.random.default_rng([i, int(noise * 100)])
+            g = curves.predicted_gap([run(row, noise, rng.integers(1 << 30))],
+                                     [run(BASE, noise, rng.integers(1 << 30)) for _ in range(3)], LATER,
+                                     warmup=200, seed=i)
+            covered[name] += g["low"] <= truth <= g["high"]
+            boot_only[name] += g["boot_low"] <= truth <= g["boot_high"]
+            keeps += name == "keeps" and g["low"] > 0
+            assert g["low"] <= g["boot_low"] and g["high"] >= g["boot_high"] and g["k"] == pytest.approx(3.0)
+    assert all(c >= 0.9 * draws for c in covered.values()), covered          # the stated 90%
+    assert min(boot_only.values()) < 0.9 * draws, boot_only                  # the bootstrap alone falls short
+    assert keeps >= 0.9 * draws  # and a gap beyond the extrapolation's error still holds: not a band too wide
+
+
+def test_the_extrapolation_margin_grows_with_log_k_and_is_the_committed_calibration():
+    m = curves.extrapolation_margin
+    assert m(3.0) == pytest.approx(curves.EXTRAPOLATION_ERROR) and m(1.0) == m(0.5) == 0.0
+    assert m(9.0) == pytest.approx(2 * m(3.0)) and m(1.5) == pytest.approx(m(3.0) * math.log(1.5) / math.log(3))
+    assert m(3.0, 0.99) > m(3.0) > m(3.0, 0.5)
+    # a score is the margin (at 3x) a back-test row needed: widening by it holds the measured gap, exactly
+    point, low, high, measured = -0.5, -0.6, -0.4, -0.1
+    score = curves.extrapolation_score(point, low, high, measured, 3.0)
+    lo, hi = curves.widen(point, low, high, score)
+    assert hi == pytest.approx(measured) and lo < low and curves.extrapolation_score(point, low, high, -0.45, 3) == 0
+    assert curves.conformal_quantile([0.0] * 6 + [0.2, 0.3], 0.9) == math.inf   # 8 scores: too few for 90%
+    assert curves.conformal_quantile([0.0] * 17 + [0.1, 0.2, 0.3], 0.9) == 0.2
+
+
+def test_the_settle_budget_of_rows_that_may_flip_or_are_within_noise():
+    # a row that has stalled level with the base: within noise today, the gap opens as the base goes on falling
+    stalled = lambda t: 3.1 * t ** -0.02  # noqa: E731
+    v = verdict.curve_verdict([run(stalled)], [run(BASE)], delta=0.003, noise="within")
+    assert v["verdict"] == verdict.WITHIN and v["settle"]["kind"] == "settles" and 1 < v["settle"]["k"] <= 3
+    assert v["settle"]["step"] == round(v["settle"]["k"] * 600) - 1 and v["settle"]["sign"] == 1
+    # the verdict taken then (k x that budget ahead) clears zero by today's half-widths; a step before, it did not
+    ahead = curves.predicted_gap([run(stalled)], [run(BASE)], 3 * (v["settle"]["step"] + 1) - 1)["point"]
+    assert ahead - (v["gap"]["point"] - v["gap"]["low"]) > 0
+    text = verdict.settle_text(v["settle"], 2e12, 0.5)
+    assert text == (f"interval excludes zero at {v['settle']['k']:.3g}x: {v['settle']['step'] + 1} steps, "
+                    f"{2e12 * (v['settle']['step'] + 1):.2g} FLOPs, {0.5 * (v['settle']['step'] + 1) / 3600:.2g} h")
+    # the crossing after the budget: the step the row's curve is predicted to pass the base's
+    crossing = verdict.curve_verdict([run(CASES["crosses"])], [run(BASE)], delta=-0.9, noise="beyond")
+    assert crossing["settle"]["kind"] == "crosses" and 1 < crossing["settle"]["k"] < 3
+    # the base's own law: within noise, and nothing to settle
+    none = verdict.curve_verdict([run(BASE)], [run(BASE)], delta=0.01, noise="within")
+    assert none["settle"]["kind"] is None and verdict.settle_text(none["settle"]) == "not within 10x"
+    assert verdict.settle_text(None) is None

@@ -52,10 +52,10 @@ def _records(rows: dict[str, dict[int, float]], base_seeds=(1, 2, 3), base=None)
 CFG = {"model.layers": 2, "model.d_model": 64, "model.d_ff": 256, "model.heads": 4, "model.d_k": 16,
        "model.d_v": 16, "data.vocab_size": 1000, "train.batch_tokens": 500}
 
-ROWS = {"A1": law(1.5, 30.0, 0.5, 0.2),   # worse by 0.2 nats to the asymptote: holds (paper +0.37: agrees)
+ROWS = {"A1": law(1.5, 30.0, 0.5, 0.5),   # worse by 0.5 nats to the asymptote: holds (paper +0.37: agrees)
         "A2": law(2.3, 60.0, 0.8),        # better at step 599, worse from ~750: may flip (paper +0.08: disagrees)
         "A3": {s: p - 0.01 for s, p in LBASE.items()},   # within noise (paper -0.01)
-        "C3": law(1.5, 30.0, 0.5, -0.2)}  # better by 0.2 nats: holds (paper -0.04: agrees)
+        "C3": law(1.5, 30.0, 0.5, -0.5)}  # better by 0.5 nats: holds (paper -0.04: agrees)
 
 
 def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_path):
@@ -85,6 +85,11 @@ def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_p
     csv_rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(rd.render.table_csv(table)))}
     assert csv_rows["A2"]["ppl_verdict"] == "may flip" and csv_rows["A1"]["ppl_verdict"] == "holds"
     assert csv_rows["A1"]["ppl_verdict_why"] == verdict.gap_text(gap)
+    # the settle budget: rows that may flip or are within noise, in the table and the CSV
+    assert by["A1"]["ppl_settle"] is None and csv_rows["A1"]["ppl_settle"] == ""
+    assert csv_rows["A2"]["ppl_settle"] == by["A2"]["ppl_settle"] == verdict.settle_text(
+        table["outlook"]["A2"]["settle"], by["A2"]["flops_per_step"])  # the records have no wall time: no hours
+    assert cells["A2"]["settles at"] == by["A2"]["ppl_settle"] and by["A3"]["ppl_settle"]
     # the sweep file's settings: 2 x the budget, another seed
     sweep.report = {**sweep.report, "k": 2.0, "seed": 5}
     other = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "s", {}), bootstrap=False)
@@ -198,7 +203,7 @@ def test_comparison_status_of_each_row(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path / "s.yaml", "s", {"base": {"seeds": [1, 2, 3]}, "A1": {}, "A2": {},
                                                               "A3": {}, "A4": {}}))
     short = {"A1": ROWS["A1"], "A2": ROWS["C3"], "A3": ROWS["A3"], "A4": ROWS["A2"]}
-    long = {"A1": law(1.5, 30.0, 0.5, 0.1), "A2": ROWS["A1"], "A3": {s: p + 0.01 for s, p in LBASE.items()},
+    long = {"A1": law(1.5, 30.0, 0.5, 0.45), "A2": ROWS["A1"], "A3": {s: p + 0.01 for s, p in LBASE.items()},
             "A4": ROWS["C3"]}
     a, b = (rd.build_table(rd.ReportData(sweep, _records(r, base=LBASE), "synthetic", {}), bootstrap=False)
             for r in (short, long))

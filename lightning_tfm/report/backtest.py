@@ -31,6 +31,7 @@ import json
 import math
 from pathlib import Path
 
+from ..sweep.curves import extrapolation_score
 from ..training.errors import UserError
 from .stats import mean_std, noise_verdict, relative
 from .verdict import HOLDS, TOO_FEW, change, curve_verdict, last_step
@@ -106,6 +107,7 @@ def backtest(earlier: dict, later: dict, settings: dict | None = None) -> tuple[
         measured = measured_gap(later_runs[v], later_base, *at)
         then = today(later_runs[v], later_base)  # the change at the later budget, as that table reads it
         sign = None if now["delta"] is None else (now["delta"] > 0) - (now["delta"] < 0)
+        settle = verdict.get("settle")
         rows.append({"variant": v, "step": now["step"], "base_step": now["base_step"],
                      "change": _r(now["delta_rel"]), "noise": now["noise"], "verdict": verdict["verdict"],
                      "at_step": at[0], "at_base_step": at[1],
@@ -114,7 +116,11 @@ def backtest(earlier: dict, later: dict, settings: dict | None = None) -> tuple[
                      "measured": _r(None if measured is None else change(measured)),
                      "noise_later": then["noise"],
                      "sign_kept": None if measured is None or sign is None else (measured > 0) - (measured < 0) == sign,
-                     "inside": None if gap is None or measured is None else gap["low"] <= measured <= gap["high"]})
+                     "inside": None if gap is None or measured is None else gap["low"] <= measured <= gap["high"],
+                     "width": _r(gap and change(gap["high"]) - change(gap["low"])),
+                     "score": None if gap is None or measured is None or gap["k"] <= 1 else _r(extrapolation_score(
+                         gap["point"], gap["boot_low"], gap["boot_high"], measured, gap["k"])),
+                     "settle": settle and {"kind": settle["kind"], "k": _r(settle["k"]), "step": settle["step"]}})
     holds = [r for r in rows if r["verdict"] == HOLDS]
     predicted = [r for r in rows if r["inside"] is not None]
     result = {"beyond_noise": sum(1 for r in rows if r["noise"] == "beyond"), "called_holds": len(holds),

@@ -53,6 +53,7 @@ class Row:
     ppl_noise: str | None = None             # beyond | within | unknown
     ppl_verdict: str | None = None           # .verdict: holds | may flip | within noise | too few points
     ppl_verdict_why: str | None = None
+    ppl_settle: str | None = None            # .verdict.settle_text: the budget at which a row would settle
     flops_per_step: float | None = None      # .compute
     train_flops: float | None = None
     dev_ppl_equal_flops: float | None = None
@@ -315,6 +316,10 @@ COLUMNS: list[Column] = [
        COMPARE: S("verdict {side}", lambda r, t: r.ppl_verdict or "", left=True)}, compare_at=6),
     C("ppl_verdict_why", "the predicted change of dev PPL at k x the budget with its interval (e.g. -4.1% [-6.0, "
       "-2.2] at 1800 steps), or why there is none", compare_at=7),
+    C("ppl_settle", "for a row that may flip or is within noise: the least multiple of the budget (up to 10x) at "
+      "which its predicted gap's interval (bootstrap and extrapolation) would exclude zero, or at which the gap is "
+      "predicted to cross the base, as steps, FLOPs and hours on the machine that trained it; else 'not within "
+      "10x' (.verdict)", frozenset({CSV, NOTE}), {PPL: S("settles at", lambda r, t: r.ppl_settle or "", left=True)}),
     C("flops_per_step", "training FLOPs per step at the row's shapes (as `ltfm bench` counts them)"),
     C("train_flops", "training FLOPs at the row's last validation"),
     C("dev_ppl_equal_flops", "our dev PPL at the base's training FLOPs"),

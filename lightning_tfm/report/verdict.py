@@ -22,6 +22,11 @@ file's ``report:`` section (:data:`lightning_tfm.sweep.REPORT_DEFAULTS`: ``k`` 3
   change;
 - **may flip**: beyond noise at the end, and the interval includes zero or lies on the other side.
 
+A row that may flip or is within noise gets its **settle budget** (``ppl_settle``,
+:func:`lightning_tfm.sweep.curves.settle_budget`): the least multiple of the budget, up to 10x, at which a verdict
+taken then is predicted to hold, or at which its gap is predicted to cross the base, as steps, FLOPs and hours on
+the machine that trained it (:func:`settle_text`); else "not within 10x".
+
 The base row and rows without a change (not completed) get no verdict. How often a *holds* kept its sign on the
 committed CPU reference: ``reports/reference/backtest/README.md`` (``ltfm report ... --backtest``, :mod:`.backtest`).
 """
@@ -47,7 +52,8 @@ def verdict_rule(settings: dict | None = None) -> str:
             f"(at least {s['min_points']} validations) and the gap log PPL(row) − log PPL(base) predicted at "
             f"{s['k']:g} × the budget (each side at its own: step {s['k']:g} × (T + 1) − 1), with its "
             f"{100 * s['level']:g}% interval ({s['bootstraps']} draws, seed {s['seed']}: each run's residual "
-            "bootstrap, the base's seeds resampled). *Holds*: beyond seed noise at the end, and the interval "
+            "bootstrap, the base's seeds resampled; widened in quadrature by the extrapolation's own error, "
+            "0.38 nats at 3x in proportion to log k, measured on the committed back-tests). *Holds*: beyond seed noise at the end, and the interval "
             "excludes zero on the side of today's change. *May flip*: beyond noise, the interval includes zero or "
             "the other side. *Within noise*: the change at the end is within seed noise. *Too few points*: seed "
             "noise unknown (one base seed) or fewer validations after the warmup than the fit needs. Settings: the "
@@ -133,22 +139,63 @@ def curve_verdict(row_runs: list[dict[int, float]], base_runs: list[dict[int, fl
     gap = predict(row_runs, base_runs, s, at=at, warmup=warmup, base_warmup=base_warmup)
     if noise == "within":
         return {"verdict": WITHIN, "why": f"predicted {gap_text(gap)}" if gap else "no prediction: "
-                + _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": gap}
+                + _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": gap,
+                "settle": _settle(gap, delta, s) if gap else None}
     if noise != "beyond":
         return {"verdict": TOO_FEW, "why": "seed noise unknown: one base seed", "gap": gap}
     if gap is None:
         return {"verdict": TOO_FEW, "why": _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": None}
-    sign = _sign(delta)
     from ..sweep.curves import keeps_side
 
-    holds = keeps_side(gap, sign)
-    return {"verdict": HOLDS if holds else MAY_FLIP, "why": gap_text(gap), "gap": gap}
+    holds = keeps_side(gap, _sign(delta))
+    return {"verdict": HOLDS if holds else MAY_FLIP, "why": gap_text(gap), "gap": gap,
+            "settle": None if holds else _settle(gap, delta, s)}
 
 
-def add_verdicts(rows: list, curves: dict, settings: dict | None = None) -> dict:
-    """Each row's ``ppl_verdict`` and ``ppl_verdict_why`` from the table's learning curves (``curves["runs"]``:
-    {variant: [{step: dev PPL} a seed]}, ``curves["warmup"]``: {variant: train.warmup}), its ``delta_ppl`` and
-    ``ppl_noise``. Returns {variant: the verdict (with its ``gap``)} for the figures."""
+def _settle(gap: dict, delta: float, s: dict) -> dict:
+    """The settle budget of a row that may flip or is within noise (:func:`lightning_tfm.sweep.curves.settle_budget`
+    from its predicted gap's fits), ``"kind"`` None when none by :data:`~lightning_tfm.sweep.curves.SETTLE_MOST`
+    x the budget."""
+    from ..sweep.curves import settle_budget
+
+    return settle_budget(gap, delta) or dict.fromkeys(
+        ("kind", "k", "step", "base_step", "sign"))
+
+
+def seconds_per_step(by_variant: dict) -> dict[str, float]:
+    """Each row's training seconds per step on the machine that trained it: its completed runs' wall time over
+    their steps, the mean over seeds (rows without a wall time left out)."""
+    out = {}
+    for v, recs in by_variant.items():
+        each = [r.wall_time_s / r.steps for r in recs if r.completed and r.wall_time_s and r.steps]
+        if each:
+            out[v] = sum(each) / len(each)
+    return out
+
+
+def settle_text(settle: dict | None, flops_per_step: float | None = None, seconds: float | None = None) -> str | None:
+    """A settle budget as the table prints it: ``interval excludes zero at 4.2x: 2520 steps, 3.1e+15 FLOPs,
+    1.3 h`` (FLOPs and hours where the row's cost is known), ``crosses the base at ...``, ``not within 10x``;
+    None without one (a row that holds, or without a prediction)."""
+    from ..sweep.curves import SETTLE_MOST
+
+    if not settle:
+        return None
+    if settle["kind"] is None:
+        return f"not within {SETTLE_MOST:g}x"
+    steps = settle["step"] + 1
+    cost = [f"{steps} steps"] + ([f"{flops_per_step * steps:.2g} FLOPs"] if flops_per_step else []) + (
+        [f"{seconds * steps / 3600:.2g} h"] if seconds else [])
+    what = "interval excludes zero" if settle["kind"] == "settles" else "crosses the base"
+    return f"{what} at {settle['k']:.3g}x: {', '.join(cost)}"
+
+
+def add_verdicts(rows: list, curves: dict, settings: dict | None = None, seconds: dict | None = None) -> dict:
+    """Each row's ``ppl_verdict``, ``ppl_verdict_why`` and ``ppl_settle`` (:func:`settle_text`, with the row's
+    ``flops_per_step`` and ``seconds`` per step: {variant: :func:`seconds_per_step`}) from the table's learning
+    curves (``curves["runs"]``: {variant: [{step: dev PPL} a seed]}, ``curves["warmup"]``: {variant:
+    train.warmup}), its ``delta_ppl`` and ``ppl_noise``. Returns {variant: the verdict (with its ``gap``)} for the
+    figures."""
     runs, warmups = curves.get("runs") or {}, curves.get("warmup") or {}
     base = runs.get("base", [])
     out = {}
@@ -157,6 +204,8 @@ def add_verdicts(rows: list, curves: dict, settings: dict | None = None) -> dict
                           warmup=warmups.get(row["variant"]) or 0, base_warmup=warmups.get("base") or 0)
         row["ppl_verdict"] = v["verdict"] if v else None
         row["ppl_verdict_why"] = v["why"] if v else None
+        row["ppl_settle"] = settle_text(v.get("settle") if v else None, row.get("flops_per_step"),
+                                        (seconds or {}).get(row["variant"]))
         if v:
             out[row["variant"]] = v
     return out
