@@ -18,6 +18,7 @@ import csv
 import io
 from pathlib import Path
 
+from ..training import results
 from ..training.atomic import write_text
 from .compute import COMPUTE_RULE
 from .columns import BLEU, CONFIG, CSV, PPL, columns, shown
@@ -89,16 +90,24 @@ def is_pipeline_check(records) -> bool:
     return any(PIPELINE_CHECK in tags(r) for r in records)
 
 
-# Lightning's precision strings (what train.precision resolved to, in summary.json) as a reader names them
-PRECISIONS = {"32": "fp32", "32-true": "fp32", "64": "fp64", "64-true": "fp64", "16": "fp16 (mixed)",
-              "16-mixed": "fp16 (mixed)", "16-true": "fp16", "bf16": "bf16 (mixed)", "bf16-mixed": "bf16 (mixed)",
-              "bf16-true": "bf16", "transformer-engine": "fp8 (Transformer Engine)",
+# Lightning's precisions by their full names (what summary.json records: training.results.precision_name) as a
+# reader names them
+PRECISIONS = {"32-true": "fp32", "64-true": "fp64", "16-mixed": "fp16 (mixed)", "16-true": "fp16",
+              "bf16-mixed": "bf16 (mixed)", "bf16-true": "bf16", "transformer-engine": "fp8 (Transformer Engine)",
               "transformer-engine-float16": "fp8 (Transformer Engine, fp16)"}
 
 
 def precision_name(precision) -> str:
-    """``"32"`` -> ``"fp32"``, ``"bf16-mixed"`` -> ``"bf16 (mixed)"``; a string Lightning may add later, as it is."""
-    return PRECISIONS.get(str(precision), str(precision))
+    """``"32"`` or ``"32-true"`` -> ``"fp32"``, ``"bf16-mixed"`` -> ``"bf16 (mixed)"``; a string Lightning may add
+    later, as it is."""
+    full = results.precision_name(precision)
+    return PRECISIONS.get(full, full)
+
+
+def precision_names(precisions) -> list[str]:
+    """The precisions as a reader names them, each once (an older export's ``"32"`` and a newer run's
+    ``"32-true"`` are one fp32)."""
+    return list(dict.fromkeys(precision_name(p) for p in precisions))
 
 
 def headline_lines(table: dict) -> list[str]:
@@ -123,7 +132,7 @@ def headline_lines(table: dict) -> list[str]:
                  f"{_duration(info['train_s'])}.")
     precisions = info.get("precisions")  # an export written before they were recorded has none
     lines.append("Machine: " + ("; ".join(map(md_text, info["machines"])) if info["machines"] else "not recorded")
-                 + "; trained in " + (", ".join(md_text(precision_name(p)) for p in precisions) if precisions
+                 + "; trained in " + (", ".join(map(md_text, precision_names(precisions))) if precisions
                                       else "a precision not recorded") + ".")
     return lines
 

@@ -60,7 +60,7 @@ class Summary(TypedDict, total=False):
     world_size: int
     accumulate: int
     effective_batch_tokens: int
-    precision: str               # what train.precision resolved to
+    precision: str               # what train.precision resolved to, Lightning's full name (PRECISION_NAMES)
     train_pairs: int
     skipped_train_pairs: int
     data_cache: str              # the prepared corpus the run trained on, and its hash
@@ -90,6 +90,19 @@ class Summary(TypedDict, total=False):
     wandb_project: str
     wandb_mode: str
     attempts: list               # earlier attempts (their summaries without config), oldest first
+
+
+# Lightning's short precision names and the full ones they stand for: a summary records the full name ("32-true",
+# "bf16-mixed", "16-mixed"); a summary written before it did ("32") reads as the full name (:func:`load_summary`).
+PRECISION_NAMES = {"32": "32-true", "64": "64-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+def precision_name(precision):
+    """Lightning's full name of a precision (``"32"`` -> ``"32-true"``, ``"bf16"`` -> ``"bf16-mixed"``); a full
+    name, or a name Lightning may add later, as it is; None stays None."""
+    if precision is None:
+        return None
+    return PRECISION_NAMES.get(str(precision), str(precision))
 
 
 # The results every consumer shows or copies (runs table, sweep trial attributes, W&B run summary).
@@ -153,7 +166,12 @@ def load_summary(run_dir: str | Path) -> tuple[dict | None, str | None]:
     except ValueError:
         return None, "is not valid JSON (truncated?)"
     problem = summary_problem(summary)
-    return (None, problem) if problem else (summary, None)
+    if problem:
+        return None, problem
+    for part in (summary, *(summary.get("attempts") or [])):  # an older summary's "32" as its full name
+        if part.get("precision") is not None:
+            part["precision"] = precision_name(part["precision"])
+    return summary, None
 
 
 def read_summary(run_dir: str | Path) -> dict | None:
