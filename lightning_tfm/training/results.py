@@ -27,6 +27,17 @@ DEV_BLEU = "dev/bleu"                # sacreBLEU of beam search on the first dec
 DEV_BLEU_RATIO = "dev/bleu_ratio"
 DEV_SAMPLES = "dev/samples"          # W&B table of sample translations
 
+# The fewest training-loss points a run logs (:func:`log_every`): the report's loss panels need a curve.
+MIN_LOSS_POINTS = 10
+
+
+def log_every(log_every_steps: int, max_steps: int) -> int:
+    """How often a run logs TRAIN_LOSS (and the other per-step metrics), in optimizer steps: ``train.log_every_steps``,
+    shortened for a run too short to log :data:`MIN_LOSS_POINTS` points at it (a pipeline check's 20 steps at the
+    default 50 would log none)."""
+    return max(1, min(log_every_steps, max_steps // MIN_LOSS_POINTS))
+
+
 # The summary.json keys a sweep may optimise, with the history key reported at each validation (pruning)
 # and the direction that is better.
 OBJECTIVES: dict[str, tuple[str, str]] = {
