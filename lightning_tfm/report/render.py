@@ -10,7 +10,9 @@ table and notes (the verdict's and the equal-compute rules among them).
 Every string that comes from a sweep, its runs or an export (a row's name, a status, a note, a machine, the
 source) goes in through :func:`~.text.md_text` (or :func:`~.text.md_code`): it reads as itself in the markdown,
 in the HTML page made from it and in the optuna-dashboard note, never as a tag or a link. A pipeline check's
-report (runs tagged ``pipeline-check``: ``make ablation QUICK=1``) says so in its title and first line.
+report (runs tagged ``pipeline-check``: ``make ablation QUICK=1``) says so in its title and first line. Its last
+section says where ``ltfm report`` publishes it (:mod:`.published`): the W&B report run and the command that opens
+the study in optuna-dashboard.
 """
 from __future__ import annotations
 
@@ -230,14 +232,25 @@ def notes_markdown(table: dict) -> str:
     return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"
 
 
+PUBLISHED_TITLE = "## W&B and optuna-dashboard"
+
+
+def published_markdown(table: dict) -> str:
+    """The section of the report's W&B run and optuna-dashboard (:func:`.published.where_published`, in
+    ``table["published"]``); empty when the table has none."""
+    lines = table.get("published") or []
+    return "\n".join([PUBLISHED_TITLE, "", *[f"- {ln}" for ln in lines]]) + "\n" if lines else ""
+
+
 def table_markdown(table: dict) -> str:
     """table3.md: the headline, the lead figure, the PPL table, the BLEU table, the learning curves, the
-    configuration table, notes (what the HTML shows, in the same order); one fact per line, so it diffs well in the
-    repository."""
+    configuration table, notes, where the report is published (W&B, optuna-dashboard) (what the HTML shows, in the
+    same order); one fact per line, so it diffs well in the repository."""
     from .lead import changes_markdown  # matplotlib's figure module: only where a page is written
 
-    return "\n".join(part(table) for part in (headline_markdown, changes_markdown, ppl_markdown, bleu_markdown,
-                                              curves_markdown, config_markdown, notes_markdown))
+    parts = (headline_markdown, changes_markdown, ppl_markdown, bleu_markdown, curves_markdown, config_markdown,
+             notes_markdown, published_markdown)
+    return "\n".join(text for text in (part(table) for part in parts) if text)
 
 
 def table_csv(table: dict) -> str:
