@@ -49,7 +49,7 @@ def test_two_budgets_side_by_side_and_the_export_a_report_writes(tmp_path, data_
     tree = json.loads(export.read_text())
     assert {(r["variant"], r["seed"]) for r in tree["records"]} == {("base", 1), ("base", 2), ("slow", 1)}
     assert all(r["history"] and r["hyps"] is None and "/" not in r["run"] for r in tree["records"])  # no paths
-    assert {r["precision"] for r in tree["records"]} <= {"32", "bf16-mixed"}  # what train.precision auto became
+    assert {r["precision"] for r in tree["records"]} <= {"32-true", "bf16-mixed"}  # what train.precision auto became
     assert not list((short / "export").glob("*.ckpt"))
     by = _csv(short / "table3.csv")
     # 20 steps validated at 9 and 19, a warmup of 10: too few points to fit a curve

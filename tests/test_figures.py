@@ -12,7 +12,7 @@ from xml.etree import ElementTree  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
-from conftest import ROOT, ltfm  # noqa: E402
+from conftest import ROOT, SMOKE, TINY, ltfm  # noqa: E402
 from lightning_tfm.report import figures, lead  # noqa: E402
 from lightning_tfm.report.table import build_table  # noqa: E402
 from lightning_tfm.training.errors import UserError  # noqa: E402
@@ -36,6 +36,14 @@ def test_seed_band_is_mean_min_max_at_common_steps():
     assert figures.seed_band(recs, "dev/ppl") == ([10, 20], [32.0, 31.0], [30.0, 29.0], [34.0, 33.0])
 
 
+def kept(saved: list, real=None):
+    """A stand-in for figures.save_figure that keeps each figure in ``saved`` (and writes it with ``real``)."""
+    def save(fig, path, formats=("png",), empty=None):
+        saved.append(fig)
+        return real(fig, path, formats, empty) if real else str(path)
+    return save
+
+
 def _data(seeds=(1, 2, 3)) -> ReportData:
     sweep = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml")
     curve = lambda scale: [{"step": s, "dev/ppl": scale * 100 / s, "train/loss": scale * (5 - s / 100) + (s % 20) / 10}
@@ -53,7 +61,7 @@ def _legends(fig) -> list[list[str]]:
 
 def test_the_base_is_one_legend_entry_with_its_seeds_shaded(tmp_path, monkeypatch):
     saved = []
-    monkeypatch.setattr(figures, "save_figure", lambda fig, path, formats=("png",): saved.append(fig) or str(path))
+    monkeypatch.setattr(figures, "save_figure", kept(saved))
     figures.plot_dev_ppl_by_family(_data(), tmp_path / "f.png")
     legends = _legends(saved[-1])
     assert legends and all(sum(t.startswith("base") for t in entries) == 1 for entries in legends)
@@ -65,7 +73,7 @@ def test_the_base_is_one_legend_entry_with_its_seeds_shaded(tmp_path, monkeypatc
 
 def test_training_loss_is_smoothed_with_the_raw_points_faint(tmp_path, monkeypatch):
     saved = []
-    monkeypatch.setattr(figures, "save_figure", lambda fig, path, formats=("png",): saved.append(fig) or str(path))
+    monkeypatch.setattr(figures, "save_figure", kept(saved))
     figures.plot_norm_curves(_data(), tmp_path / "n.png")
     full = saved[-1].axes[0]
     assert "smoothed" in full.get_title()
@@ -80,7 +88,7 @@ def test_training_loss_is_smoothed_with_the_raw_points_faint(tmp_path, monkeypat
 
 def test_dev_ppl_against_training_compute_marks_the_bases_budget(tmp_path, monkeypatch):
     saved = []
-    monkeypatch.setattr(figures, "save_figure", lambda fig, path, formats=("png",): saved.append(fig) or str(path))
+    monkeypatch.setattr(figures, "save_figure", kept(saved))
     table = {"sweep": "s", "rows": [{"variant": "base", "flops_per_step": 2e9}, {"variant": "big", "flops_per_step": 6e9},
                                     {"variant": "A1", "flops_per_step": None}],
              "curves": {"rows": {"base": {100: 50.0, 200: 30.0}, "big": {100: 60.0, 200: 25.0, 600: 10.0},
@@ -213,20 +221,24 @@ def test_rows_without_a_change_say_no_data_in_place_of_a_bar(tmp_path, monkeypat
     assert "no data" in _annotations(ppl)[round(y["A1"] - 0.19, 3)] and "no completed base run" in ppl.get_title()
 
 
-def test_an_empty_panel_says_no_data(tmp_path, monkeypatch):
+def test_an_empty_panel_says_no_data_and_a_figure_with_nothing_to_show_is_left_out(tmp_path, monkeypatch):
     saved, real = [], figures.save_figure  # the real one marks the empty panels as it saves
-    monkeypatch.setattr(figures, "save_figure", lambda fig, path, formats=("png",): saved.append(fig) or str(path))
+    monkeypatch.setattr(figures, "save_figure", kept(saved, real))
     figures.plot_dev_ppl_by_family(_data(), tmp_path / "f.png")  # family D: its rows never ran, the base alone
     panel = next(ax for ax in saved[-1].axes if ax.get_title().startswith(figures.FAMILY_TITLES["D"]))
     assert "no data: no row of this family has a curve" in [t.get_text() for t in panel.texts]
-    # nothing at all to draw (a base without a curve, no pre-norm row): every panel says so, none is blank
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+    # nothing at all to draw (a base without a curve, no pre-norm row): no figure, and why
     data = _data(seeds=(1,))
     data.records = [RunRecord("base", family="base", seed=1, status="failed")]
-    monkeypatch.setattr(figures, "save_figure", lambda fig, path, formats=("png",):
-                        saved.append(fig) or real(fig, path, formats))
-    path = figures.plot_norm_curves(data, tmp_path / "n.png")
-    assert [[t.get_text() for t in ax.texts] for ax in saved[-1].axes] == [["no data"]] * 3
-    assert (tmp_path / "n.png").read_bytes()[:4] == b"\x89PNG" and path == str(tmp_path / "n.png")
+    table = build_table(data, bootstrap=False)
+    for name, plot, arg in (("n", figures.plot_norm_curves, data), ("d", figures.plot_dev_ppl_by_family, data),
+                            ("f", figures.plot_ppl_vs_flops, table), ("o", figures.plot_outlook, table)):
+        left = plot(arg, tmp_path / "empty" / f"{name}.png")
+        assert isinstance(left, figures.LeftOut) and left.name == f"{name}.png" and left.why, name
+    assert not (tmp_path / "empty").exists()
+    assert figures.plot_norm_curves(data, tmp_path / "n.png").why == ("neither the base nor a pre-norm row has a "
+                                                                      "training curve")
 
 
 def test_figures_in_paper_formats(tmp_path):
@@ -307,3 +319,51 @@ def test_formats_come_from_the_option_and_only_a_table3_report_takes_them():
         _formats(args("pdf"), search)
     with pytest.raises(UserError, match=r"a comparison \(--against\) writes its figures as PNG only"):
         _formats(args("svg", against="b.yaml"), load_sweep(ROOT / "sweeps" / "table3-cpu.yaml"))
+
+
+# ------------------------------------------------------------------------------- a pipeline check's figures
+# The Makefile's QUICK_ARGS budget (every row 20 steps, validated and checkpointed once) with the protocol's
+# log interval (experiments/multi30k-cpu.yaml: train.log_every_steps 50), on the report tests' tiny model.
+QUICK = {**TINY, "train.max_steps": 20, "train.warmup": 20, "train.val_every_steps": 20,
+         "train.checkpoint_every_steps": 20, "train.log_every_steps": 50, "data.test_split": "null"}
+
+
+def test_a_pipeline_checks_runs_log_their_loss_and_its_report_draws_only_what_it_has(ltfm_here, data_dir, tmp_path,
+                                                                                     monkeypatch):
+    """`make ablation QUICK=1`'s 20 steps log the training loss often enough for the loss panels
+    (results.MIN_LOSS_POINTS points); a figure with nothing to show (one validation: no curve to fit) is not
+    written, and the report shows why in its place."""
+    from lightning_tfm.training import results
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    p = ltfm_here("train", SMOKE, *(f"{k}={v}" for k, v in QUICK.items()), f"data.path={data_dir}",
+                  f"run.results_dir={tmp_path / 'results'}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    history = results.read_metrics(run_dir)
+    losses = [row["step"] for row in history if results.TRAIN_LOSS in row]
+    assert len(losses) >= results.MIN_LOSS_POINTS and losses[-1] == 19, losses
+    assert [row["step"] for row in history if results.DEV_PPL in row] == [19]
+    sweep = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml")
+    recs = [RunRecord(v, family=f, seed=1, status="completed", history=history, dev_ppl=history[-1][results.DEV_PPL],
+                      config={"model.norm": "pre"} if v == "prenorm" else {})
+            for v, f in (("base", "base"), ("A1", "A"), ("prenorm", "norm"))]
+    data = ReportData(sweep=sweep, records=recs, source="a pipeline check", planned={})
+    saved = []
+    monkeypatch.setattr(figures, "save_figure", kept(saved, figures.save_figure))
+    # the loss panels have curves (none says "no data"); every panel is drawn
+    path = figures.plot_norm_curves(data, tmp_path / "norm_curves.png")
+    assert path == str(tmp_path / "norm_curves.png") and (tmp_path / "norm_curves.png").is_file()
+    full, first, dev = saved[-1].axes
+    for ax in (full, first):
+        assert [len(line.get_xdata()) for line in ax.lines if not line.get_label().startswith("_")] \
+            and not [t.get_text() for t in ax.texts], ax.get_title()
+    assert max(len(line.get_xdata()) for line in full.lines) >= results.MIN_LOSS_POINTS
+    # one validation a run: no curve to fit, so no outlook figure, and a line saying why in its place
+    table = build_table(data, bootstrap=False)
+    left = figures.plot_outlook(table, tmp_path / "outlook.png")
+    assert left == figures.LeftOut("outlook.png", left.why) and not (tmp_path / "outlook.png").exists()
+    assert left.why == ("no row's learning curve could be fitted and extrapolated (a fit needs 3 validations after "
+                        "the warmup; the base has 1 in all)"), left.why
+    assert figures.shown(left).data == f"*outlook.png is left out: {left.why}.*"
+    assert figures.shown(path).data == (tmp_path / "norm_curves.png").read_bytes()

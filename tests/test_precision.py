@@ -34,6 +34,27 @@ def test_auto_precision_follows_the_cpu(monkeypatch):
         assert trainer_matmul_dtype(P.resolve_precision("32", "cpu")) == torch.float32
 
 
+def test_the_precision_a_run_uses_is_lightnings_full_name(monkeypatch, tmp_path):
+    """What summary.json records is Lightning's full name ("32-true", "bf16-mixed", "16-mixed"), never the bare "32";
+    a summary written before (its run and its attempts saying "32") reads as the full name, and the report's
+    headline names an older export's "32" and a newer run's "32-true" as one fp32."""
+    import json
+
+    from lightning_tfm.report.render import precision_names
+    from lightning_tfm.training.results import load_summary
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(P, "cpu_has_fast_bf16", lambda: False)
+    assert P.resolve_precision("auto", "cpu") == P.resolve_precision("32", "cpu") == "32-true"
+    assert P.resolve_precision("auto", "mps") == "32-true"
+    assert P.resolve_precision("16-mixed", "cpu") == "16-mixed" and P.resolve_precision("bf16-true", "gpu") == "bf16-true"
+    (tmp_path / "summary.json").write_text(json.dumps({"run_id": "r", "status": "completed", "precision": "32",
+                                                       "attempts": [{"status": "failed", "precision": "32"}]}))
+    summary, problem = load_summary(tmp_path)
+    assert problem is None and summary["precision"] == summary["attempts"][0]["precision"] == "32-true"
+    assert precision_names(["32", "32-true", "bf16-mixed"]) == ["fp32", "bf16 (mixed)"]
+
+
 def test_auto_precision_on_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for bf16, want in ((True, "bf16-mixed"), (False, "16-mixed")):
@@ -66,7 +87,7 @@ def test_smoke_run_records_the_precision_it_used(smoke_run):
 
     summary = json.loads((smoke_run / "summary.json").read_text())
     assert summary["config"]["train"]["precision"] == "auto"
-    assert summary["precision"] == ("bf16-mixed" if isa_has_native_bf16() else "32")
+    assert summary["precision"] == ("bf16-mixed" if isa_has_native_bf16() else "32-true")
 
 
 def test_bench_rejects_unknown_dtypes():

@@ -64,17 +64,42 @@ def test_runs_shows_completed_failed_and_running(results):
     proc = run_ltfm("runs", str(results))
     assert proc.returncode == 0, proc.stderr
     header, rule = proc.stdout.splitlines()[:2]
-    assert header.split() == ["id", "variant", "status", "params", "dev_ppl", "dev_bleu", "test_bleu", "wall", "time"]
+    assert header.split() == ["id", "variant", "arch", "precision", "status", "params", "dev_ppl", "dev_bleu",
+                              "test_bleu", "wall", "time"]
     assert set(rule) == {"-", " "}
     rows = table_rows(proc.stdout)
     assert set(rows) == {"cpu-base-1a2b", "cpu-A1-3c4d", "cpu-A2-5e6f", "cpu-A3-7a8b", "cpu-A4-9c0d",
                          "no-summary-yet"}
-    assert rows["cpu-base-1a2b"] == ["cpu-base-1a2b", "base", "completed", "9.4M", "8.12", "35.3", "34.9", "20m34s"]
-    assert rows["cpu-A1-3c4d"] == ["cpu-A1-3c4d", "A1", "failed", "9.4M", "-", "-", "-", "1m01s"]
-    assert rows["cpu-A2-5e6f"][:5] == ["cpu-A2-5e6f", "A2", "running", "9.3M", "30.50"]
+    assert rows["cpu-base-1a2b"] == ["cpu-base-1a2b", "base", "-", "-", "completed", "9.4M", "8.12", "35.3", "34.9",
+                                     "20m34s"]
+    assert rows["cpu-A1-3c4d"] == ["cpu-A1-3c4d", "A1", "-", "-", "failed", "9.4M", "-", "-", "-", "1m01s"]
+    assert rows["cpu-A2-5e6f"][:7] == ["cpu-A2-5e6f", "A2", "-", "-", "running", "9.3M", "30.50"]
     # running on this machine, but its process is gone: stale; on another machine we cannot tell
-    assert rows["cpu-A3-7a8b"][2] == "stale" and rows["cpu-A4-9c0d"][2] == "running"
-    assert rows["no-summary-yet"][2:4] == ["no", "summary"]
+    assert rows["cpu-A3-7a8b"][4] == "stale" and rows["cpu-A4-9c0d"][4] == "running"
+    assert rows["no-summary-yet"][4:6] == ["no", "summary"]
+
+
+def test_runs_shows_each_runs_architecture_and_precision(tmp_path):
+    """model.arch and the precision the run resolved, by Lightning's full name: an older summary's "32" reads as
+    32-true; a summary from before model.arch existed built the transformer."""
+    r = tmp_path / "results"
+    write_summary(r, "rnn-1", variant="rnn", status="completed", precision="bf16-mixed", steps=20)
+    write_summary(r, "old-2", variant="base", status="completed", precision="32", steps=20)
+    write_summary(r, "gpu-3", variant="base", status="failed", precision="16-mixed")
+    for run, model in (("rnn-1", {"arch": "rnn", "layers": 1}), ("old-2", {"layers": 6}),
+                       ("gpu-3", {"arch": "transformer"})):
+        summary = json.loads((r / run / "summary.json").read_text())
+        summary["config"]["model"] = model
+        (r / run / "summary.json").write_text(json.dumps(summary))
+    proc = run_ltfm("runs", str(r))
+    assert proc.returncode == 0, proc.stderr
+    rows = table_rows(proc.stdout)
+    assert {run: row[2:4] for run, row in rows.items()} == {"rnn-1": ["rnn", "bf16-mixed"],
+                                                           "old-2": ["transformer", "32-true"],
+                                                           "gpu-3": ["transformer", "16-mixed"]}
+    by_id = {row["id"]: row for row in json.loads(run_ltfm("runs", str(r), "--json").stdout)}
+    assert (by_id["old-2"]["arch"], by_id["old-2"]["precision"]) == ("transformer", "32-true")
+    assert [row.split()[0] for row in format_table(list_runs(r), sort="arch").splitlines()[2:]][0] == "rnn-1"
 
 
 def test_runs_json_and_sort(results):

@@ -5,14 +5,19 @@ back-test's) (the lead figure, each row's change beside the paper's, is :mod:`.l
 
 Every figure is written as PNG (what the markdown and the HTML embed) and, on request, also as SVG and PDF beside
 it (:data:`FORMATS`, :func:`parse_formats`: ``ltfm report --formats png,svg,pdf``; :func:`save_figure`). A panel
-left without anything drawn in it says "no data" (:func:`mark_empty`)."""
+left without anything drawn in it says "no data" (:func:`mark_empty`); a figure with nothing to show in any panel
+is not written at all: its function returns a :class:`LeftOut` saying why, which the report shows in its place
+(:func:`shown`)."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+from dataclasses import dataclass
+
 from ..training import results
 from .records import ReportData, RunRecord
+from .text import md_text
 from .paper import load_paper
 from .table import ordered_variants
 
@@ -79,12 +84,39 @@ def mark_empty(fig, message: str = "no data") -> None:
                     fontsize=10)
 
 
-def save_figure(fig, path: str | Path, formats=("png",)) -> str:
+@dataclass(frozen=True)
+class LeftOut:
+    """A figure not written: none of its panels had anything to show (``name``: its file's name, ``why``)."""
+    name: str
+    why: str
+
+    def markdown(self) -> str:
+        return f"*{self.name} is left out: {md_text(self.why)}.*"
+
+
+def has_data(fig) -> bool:
+    """Some visible panel of ``fig`` shows data: a line with points, a band, a bar or an image (texts aside)."""
+    return any(ax.get_visible() and (any(len(line.get_xdata()) for line in ax.lines) or ax.collections
+                                     or ax.patches or ax.images) for ax in fig.axes)
+
+
+def shown(figure: str | LeftOut):
+    """What the report notebook displays for a figure function's result: the image, or the line saying why the
+    figure is left out."""
+    from IPython.display import Image, Markdown
+
+    return Markdown(figure.markdown()) if isinstance(figure, LeftOut) else Image(filename=figure)
+
+
+def save_figure(fig, path: str | Path, formats=("png",), empty: str | None = None) -> str | LeftOut:
     """``fig`` as ``path`` (PNG) and as each other of ``formats`` beside it (``changes.svg``, ``changes.pdf``);
-    returns the PNG's path."""
+    returns the PNG's path. ``empty``: why the figure has nothing to show, when none of its panels has data: then
+    nothing is written and a :class:`LeftOut` is returned."""
     import matplotlib
 
     path = Path(path)
+    if empty is not None and not has_data(fig):
+        return LeftOut(path.name, empty)
     path.parent.mkdir(parents=True, exist_ok=True)
     literal_text(fig)
     mark_empty(fig)
@@ -252,7 +284,7 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path, formats=("png",))
         axes[k // ncols][k % ncols].set_visible(False)
     fig.suptitle(f"Dev perplexity during training, each row family against the base (black); sweep "
                  f"{data.sweep.name}", fontsize=10)
-    return save_figure(fig, path, formats)
+    return save_figure(fig, path, formats, empty="no row has a dev-perplexity curve (no validation logged)")
 
 
 def plot_bleu_vs_params(table: dict, path: str | Path, formats=("png",)) -> str:
@@ -284,7 +316,7 @@ def plot_bleu_vs_params(table: dict, path: str | Path, formats=("png",)) -> str:
         ours.text(0.5, 0.5, "no completed run", ha="center", va="center", transform=ours.transAxes)
     if not paper.lines:
         paper.text(0.5, 0.5, "no row of the paper in this sweep", ha="center", va="center", transform=paper.transAxes)
-    return save_figure(fig, path, formats)
+    return save_figure(fig, path, formats, empty="no completed run with a dev BLEU and no row of the paper")
 
 
 def plot_norm_curves(data: ReportData, path: str | Path, formats=("png",)) -> str:
@@ -339,7 +371,7 @@ def plot_norm_curves(data: ReportData, path: str | Path, formats=("png",)) -> st
     fig.suptitle("Layer norm before (pre-norm) or after (post-norm, the paper's) each sublayer: training curves"
                  + (f" ({'; '.join(missing)})" if missing else ""),
                  fontsize=10)
-    return save_figure(fig, path, formats)
+    return save_figure(fig, path, formats, empty="neither the base nor a pre-norm row has a training curve")
 
 
 def plot_ppl_vs_flops(table: dict, path: str | Path, formats=("png",)) -> str:
@@ -376,7 +408,7 @@ def plot_ppl_vs_flops(table: dict, path: str | Path, formats=("png",)) -> str:
     ax.set_title(f"Dev perplexity against training compute; sweep {table['sweep']}"
                  + (f" (no FLOP count: {', '.join(missing)})" if missing else ""), fontsize=9)
     ax.grid(True, alpha=0.3)
-    return save_figure(fig, path, formats)
+    return save_figure(fig, path, formats, empty="no row has a dev-perplexity curve and a FLOP count")
 
 
 def _side_points(runs: list[dict[int, float]], log: bool = False) -> tuple[list[int], list[float]]:
@@ -405,13 +437,20 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
     runs = (table.get("curves") or {}).get("runs") or {}
     later_runs = (later or {}).get("runs") or {}
     outlook = {v: o for v, o in (table.get("outlook") or {}).items() if o.get("gap")}
-    ncols = min(4, max(len(outlook), 1))
-    nrows = max(math.ceil(len(outlook) / ncols), 1)
+    if not outlook:  # nothing fitted: no figure, the reason instead
+        from ..sweep.curves import points_needed
+        n = max((len(r) for r in runs.get("base") or []), default=0)
+        return LeftOut(Path(path).name, "no row's learning curve could be fitted and extrapolated (a fit needs "
+                       f"{points_needed(s['min_points'], s['family'])} validations after the warmup; the base has "
+                       f"{n} in all)")
+    ncols = min(4, len(outlook))
+    nrows = math.ceil(len(outlook) / ncols)
     from matplotlib.figure import Figure
 
     height = 3.0 * nrows + 1.3
-    fig = Figure(figsize=(3.6 * ncols, height), dpi=100)  # no layout engine: many panels draw fast
-    fig.subplots_adjust(left=0.06 if ncols > 1 else 0.18, right=0.98, top=1 - 1.0 / height, bottom=0.6 / height,
+    width = max(3.6 * ncols, 9.0)  # the titles' room: one panel alone is as wide as two and a half
+    fig = Figure(figsize=(width, height), dpi=100)  # no layout engine: many panels draw fast
+    fig.subplots_adjust(left=0.7 / width, right=0.98, top=1 - 1.0 / height, bottom=0.6 / height,
                         hspace=0.55, wspace=0.2)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     bands: dict = {}
@@ -438,23 +477,17 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
                 ax.plot(*zip(*early), "o", markersize=3.5, markerfacecolor="white", color=color, zorder=4)
             draw(ax, fits, at, color, name)
             lsteps, lppl = _side_points(later_runs.get(side, []), log=True)
-            shown = [(x, y) for x, y in zip(lsteps, lppl) if not steps or x > steps[-1]]
-            if shown:
-                ax.plot(*zip(*shown), "x", markersize=4, color=color, zorder=3, label=f"{name}: measured later")
+            measured = [(x, y) for x, y in zip(lsteps, lppl) if not steps or x > steps[-1]]
+            if measured:
+                ax.plot(*zip(*measured), "x", markersize=4, color=color, zorder=3, label=f"{name}: measured later")
             if side == v and steps:
                 ax.axvline(steps[-1], color="gray", linestyle="--", linewidth=0.7)
         ax.set_title(f"{v}: {o['verdict']}\n{o['why']}", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.3)
-    if outlook:
-        fig.legend(*axes[0][0].get_legend_handles_labels()[:2], loc="lower center", ncol=6, fontsize=7,
-                   frameon=False)
+    fig.legend(*axes[0][0].get_legend_handles_labels()[:2], loc="lower center", ncol=6, fontsize=7, frameon=False)
     for ax in [a for row in axes for a in row][len(outlook):]:
         ax.set_axis_off()
-    if not outlook:
-        axes[0][0].set_axis_on()
-        axes[0][0].text(0.5, 0.5, "no row with a predicted gap", ha="center", va="center",
-                        transform=axes[0][0].transAxes, color="dimgray")
     fig.supylabel("dev log-PPL (nats; the fitted quantity)", fontsize=8, x=0.005)
     fig.suptitle((title or f"Each row's dev log-PPL against the base's, fitted ({s['family']} law) and extrapolated to "
                   f"{s['k']:g} × the budget; sweep {table.get('sweep')}")

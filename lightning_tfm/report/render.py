@@ -10,7 +10,9 @@ table and notes (the verdict's and the equal-compute rules among them).
 Every string that comes from a sweep, its runs or an export (a row's name, a status, a note, a machine, the
 source) goes in through :func:`~.text.md_text` (or :func:`~.text.md_code`): it reads as itself in the markdown,
 in the HTML page made from it and in the optuna-dashboard note, never as a tag or a link. A pipeline check's
-report (runs tagged ``pipeline-check``: ``make ablation QUICK=1``) says so in its title and first line.
+report (runs tagged ``pipeline-check``: ``make ablation QUICK=1``) says so in its title and first line. Its last
+section says where ``ltfm report`` publishes it (:mod:`.published`): the W&B report run and the command that opens
+the study in optuna-dashboard.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import csv
 import io
 from pathlib import Path
 
+from ..training import results
 from ..training.atomic import write_text
 from .compute import COMPUTE_RULE
 from .columns import BLEU, CONFIG, CSV, PPL, columns, shown
@@ -89,16 +92,24 @@ def is_pipeline_check(records) -> bool:
     return any(PIPELINE_CHECK in tags(r) for r in records)
 
 
-# Lightning's precision strings (what train.precision resolved to, in summary.json) as a reader names them
-PRECISIONS = {"32": "fp32", "32-true": "fp32", "64": "fp64", "64-true": "fp64", "16": "fp16 (mixed)",
-              "16-mixed": "fp16 (mixed)", "16-true": "fp16", "bf16": "bf16 (mixed)", "bf16-mixed": "bf16 (mixed)",
-              "bf16-true": "bf16", "transformer-engine": "fp8 (Transformer Engine)",
+# Lightning's precisions by their full names (what summary.json records: training.results.precision_name) as a
+# reader names them
+PRECISIONS = {"32-true": "fp32", "64-true": "fp64", "16-mixed": "fp16 (mixed)", "16-true": "fp16",
+              "bf16-mixed": "bf16 (mixed)", "bf16-true": "bf16", "transformer-engine": "fp8 (Transformer Engine)",
               "transformer-engine-float16": "fp8 (Transformer Engine, fp16)"}
 
 
 def precision_name(precision) -> str:
-    """``"32"`` -> ``"fp32"``, ``"bf16-mixed"`` -> ``"bf16 (mixed)"``; a string Lightning may add later, as it is."""
-    return PRECISIONS.get(str(precision), str(precision))
+    """``"32"`` or ``"32-true"`` -> ``"fp32"``, ``"bf16-mixed"`` -> ``"bf16 (mixed)"``; a string Lightning may add
+    later, as it is."""
+    full = results.precision_name(precision)
+    return PRECISIONS.get(full, full)
+
+
+def precision_names(precisions) -> list[str]:
+    """The precisions as a reader names them, each once (an older export's ``"32"`` and a newer run's
+    ``"32-true"`` are one fp32)."""
+    return list(dict.fromkeys(precision_name(p) for p in precisions))
 
 
 def headline_lines(table: dict) -> list[str]:
@@ -123,7 +134,7 @@ def headline_lines(table: dict) -> list[str]:
                  f"{_duration(info['train_s'])}.")
     precisions = info.get("precisions")  # an export written before they were recorded has none
     lines.append("Machine: " + ("; ".join(map(md_text, info["machines"])) if info["machines"] else "not recorded")
-                 + "; trained in " + (", ".join(md_text(precision_name(p)) for p in precisions) if precisions
+                 + "; trained in " + (", ".join(map(md_text, precision_names(precisions))) if precisions
                                       else "a precision not recorded") + ".")
     return lines
 
@@ -221,14 +232,25 @@ def notes_markdown(table: dict) -> str:
     return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"
 
 
+PUBLISHED_TITLE = "## W&B and optuna-dashboard"
+
+
+def published_markdown(table: dict) -> str:
+    """The section of the report's W&B run and optuna-dashboard (:func:`.published.where_published`, in
+    ``table["published"]``); empty when the table has none."""
+    lines = table.get("published") or []
+    return "\n".join([PUBLISHED_TITLE, "", *[f"- {ln}" for ln in lines]]) + "\n" if lines else ""
+
+
 def table_markdown(table: dict) -> str:
     """table3.md: the headline, the lead figure, the PPL table, the BLEU table, the learning curves, the
-    configuration table, notes (what the HTML shows, in the same order); one fact per line, so it diffs well in the
-    repository."""
+    configuration table, notes, where the report is published (W&B, optuna-dashboard) (what the HTML shows, in the
+    same order); one fact per line, so it diffs well in the repository."""
     from .lead import changes_markdown  # matplotlib's figure module: only where a page is written
 
-    return "\n".join(part(table) for part in (headline_markdown, changes_markdown, ppl_markdown, bleu_markdown,
-                                              curves_markdown, config_markdown, notes_markdown))
+    parts = (headline_markdown, changes_markdown, ppl_markdown, bleu_markdown, curves_markdown, config_markdown,
+             notes_markdown, published_markdown)
+    return "\n".join(text for text in (part(table) for part in parts) if text)
 
 
 def table_csv(table: dict) -> str:

@@ -10,6 +10,8 @@ import sys
 
 import torch
 
+from .results import precision_name
+
 
 @functools.lru_cache(maxsize=None)
 def cpu_has_fast_bf16() -> bool:
@@ -26,7 +28,8 @@ def _on_cuda(accelerator: str) -> bool:
 
 def auto_precision(device: str, native_bf16: bool) -> str:
     """What ``auto`` means on ``device`` ("cuda", "cpu" or another accelerator): bf16-mixed where bf16 is
-    native; on older GPUs 16-mixed with a loss scaler (as fairseq's --fp16); fp32 on other CPUs and devices."""
+    native; on older GPUs 16-mixed with a loss scaler (as fairseq's --fp16); fp32 on other CPUs and devices
+    (:func:`resolve_precision` gives each by its full name)."""
     if device == "cuda":
         return "bf16-mixed" if native_bf16 else "16-mixed"
     if device == "cpu":
@@ -35,16 +38,17 @@ def auto_precision(device: str, native_bf16: bool) -> str:
 
 
 def resolve_precision(precision: str, accelerator: str = "auto") -> str:
-    """The Lightning precision a run uses: ``auto`` as :func:`auto_precision` says for this machine. Other
-    values pass through, with a warning when bf16 is asked for on a CPU that emulates it."""
+    """The Lightning precision a run uses, by its full name (``32-true``, ``bf16-mixed``, ``16-mixed``: what
+    summary.json records, :func:`~.results.precision_name`): ``auto`` as :func:`auto_precision` says for this
+    machine; other values by their full name, with a warning when bf16 is asked for on a CPU that emulates it."""
     cuda = _on_cuda(accelerator)
     if precision == "auto":
         if cuda:
-            return auto_precision("cuda", torch.cuda.is_bf16_supported())
-        return auto_precision("cpu", cpu_has_fast_bf16()) if accelerator in ("auto", "cpu") else "32"
+            return precision_name(auto_precision("cuda", torch.cuda.is_bf16_supported()))
+        return precision_name(auto_precision("cpu", cpu_has_fast_bf16()) if accelerator in ("auto", "cpu") else "32")
     if precision.startswith("bf16") and not cuda and accelerator in ("auto", "cpu") and not cpu_has_fast_bf16():
         _warn_slow_bf16()
-    return precision
+    return precision_name(precision)
 
 
 @functools.lru_cache(maxsize=None)

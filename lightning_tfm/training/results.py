@@ -27,6 +27,17 @@ DEV_BLEU = "dev/bleu"                # sacreBLEU of beam search on the first dec
 DEV_BLEU_RATIO = "dev/bleu_ratio"
 DEV_SAMPLES = "dev/samples"          # W&B table of sample translations
 
+# The fewest training-loss points a run logs (:func:`log_every`): the report's loss panels need a curve.
+MIN_LOSS_POINTS = 10
+
+
+def log_every(log_every_steps: int, max_steps: int) -> int:
+    """How often a run logs TRAIN_LOSS (and the other per-step metrics), in optimizer steps: ``train.log_every_steps``,
+    shortened for a run too short to log :data:`MIN_LOSS_POINTS` points at it (a pipeline check's 20 steps at the
+    default 50 would log none)."""
+    return max(1, min(log_every_steps, max_steps // MIN_LOSS_POINTS))
+
+
 # The summary.json keys a sweep may optimise, with the history key reported at each validation (pruning)
 # and the direction that is better.
 OBJECTIVES: dict[str, tuple[str, str]] = {
@@ -60,7 +71,7 @@ class Summary(TypedDict, total=False):
     world_size: int
     accumulate: int
     effective_batch_tokens: int
-    precision: str               # what train.precision resolved to
+    precision: str               # what train.precision resolved to, Lightning's full name (PRECISION_NAMES)
     train_pairs: int
     skipped_train_pairs: int
     data_cache: str              # the prepared corpus the run trained on, and its hash
@@ -90,6 +101,19 @@ class Summary(TypedDict, total=False):
     wandb_project: str
     wandb_mode: str
     attempts: list               # earlier attempts (their summaries without config), oldest first
+
+
+# Lightning's short precision names and the full ones they stand for: a summary records the full name ("32-true",
+# "bf16-mixed", "16-mixed"); a summary written before it did ("32") reads as the full name (:func:`load_summary`).
+PRECISION_NAMES = {"32": "32-true", "64": "64-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+def precision_name(precision):
+    """Lightning's full name of a precision (``"32"`` -> ``"32-true"``, ``"bf16"`` -> ``"bf16-mixed"``); a full
+    name, or a name Lightning may add later, as it is; None stays None."""
+    if precision is None:
+        return None
+    return PRECISION_NAMES.get(str(precision), str(precision))
 
 
 # The results every consumer shows or copies (runs table, sweep trial attributes, W&B run summary).
@@ -153,7 +177,12 @@ def load_summary(run_dir: str | Path) -> tuple[dict | None, str | None]:
     except ValueError:
         return None, "is not valid JSON (truncated?)"
     problem = summary_problem(summary)
-    return (None, problem) if problem else (summary, None)
+    if problem:
+        return None, problem
+    for part in (summary, *(summary.get("attempts") or [])):  # an older summary's "32" as its full name
+        if part.get("precision") is not None:
+            part["precision"] = precision_name(part["precision"])
+    return summary, None
 
 
 def read_summary(run_dir: str | Path) -> dict | None:

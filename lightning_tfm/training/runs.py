@@ -32,11 +32,11 @@ from .errors import UserError
 from .results import RESULT_FIELDS, latest_completed, load_summary
 
 # Row keys (also the --json keys and the accepted --sort keys).
-ROW_KEYS = ("id", "variant", "family", "study", *RESULT_FIELDS, "wandb_run_id", "wandb_mode", "attempts", "error",
-            "path")
+ROW_KEYS = ("id", "variant", "family", "study", "arch", "precision", *RESULT_FIELDS, "wandb_run_id", "wandb_mode",
+            "attempts", "error", "path")
 # (header, row key) of the terminal table.
-COLUMNS = (("id", "id"), ("variant", "variant"), ("status", "status"), ("params", "params"),
-           ("dev_ppl", "dev_ppl"), ("dev_bleu", "dev_bleu"), ("test_bleu", "test_bleu"), ("wall time", "wall_time_s"))
+COLUMNS = (("id", "id"), ("variant", "variant"), ("arch", "arch"), ("precision", "precision"), ("status", "status"),
+           ("params", "params"), ("dev_ppl", "dev_ppl"), ("dev_bleu", "dev_bleu"), ("test_bleu", "test_bleu"), ("wall time", "wall_time_s"))
 SORT_ALIASES = {"wall_time": "wall_time_s", "wall": "wall_time_s", "time": "wall_time_s", "ppl": "dev_ppl",
                 "bleu": "dev_bleu", "run_id": "id", "name": "id"}
 
@@ -62,6 +62,14 @@ def _status(summary: dict) -> str:
     return status
 
 
+def _default_arch() -> str:
+    """model.arch's default: what a summary written before the key existed built (imported only then: the model
+    package loads torch)."""
+    from ..model.config import ModelConfig
+
+    return ModelConfig.arch
+
+
 def _row(run_dir: Path) -> dict | None:
     summary_path = run_dir / "summary.json"
     row: dict[str, Any] = {k: None for k in ROW_KEYS}
@@ -76,11 +84,14 @@ def _row(run_dir: Path) -> dict | None:
         row["status"] = "unreadable"
         row["error"] = f"summary.json {problem}"
         return row
-    run_cfg = (summary.get("config") or {}).get("run") or {}
+    cfg = summary.get("config") or {}
+    run_cfg = cfg.get("run") or {}
     row.update({k: summary.get(k) for k in ROW_KEYS if k in summary and k not in ("id", "path", "status")})
     row["id"] = summary.get("run_id") or run_dir.name
     for key in ("variant", "family", "study"):
         row[key] = row.get(key) or run_cfg.get(key)
+    if "model" in cfg:  # the architecture built (model.arch)
+        row["arch"] = (cfg.get("model") or {}).get("arch") or _default_arch()
     row["status"] = _status(summary)
     row["attempts"] = len(summary.get("attempts") or []) + 1
     earlier = latest_completed(summary)
@@ -88,7 +99,7 @@ def _row(run_dir: Path) -> dict | None:
         # A continuation that failed keeps the run's earlier completed results: show them, and say so.
         row["status"] = f"{row['status']} (completed before)"
         for key in ROW_KEYS:
-            if key not in ("id", "path", "status", "variant", "family", "study") and row.get(key) is None:
+            if key not in ("id", "path", "status", "variant", "family", "study", "arch") and row.get(key) is None:
                 row[key] = earlier.get(key)
     return row
 
@@ -229,7 +240,7 @@ def _cell(key: str, value: Any) -> str:
 
 
 def format_table(rows: list[dict], sort: str | None = None) -> str:
-    """A plain-text table: id, variant, status, params, dev_ppl, dev_bleu, test_bleu, wall time."""
+    """A plain-text table: id, variant, arch, precision, status, params, dev_ppl, dev_bleu, test_bleu, wall time."""
     rows = sort_rows(rows, sort)
     header = [h for h, _ in COLUMNS]
     body = [[_cell(k, r.get(k)) for _, k in COLUMNS] for r in rows]

@@ -345,7 +345,7 @@ def _trainer_kwargs(cfg: config.Config, accumulate: int) -> dict:
         accumulate_grad_batches=accumulate,
         gradient_clip_val=t.clip_norm or None,
         val_check_interval=t.val_every_steps * accumulate, check_val_every_n_epoch=None,
-        num_sanity_val_steps=0, log_every_n_steps=t.log_every_steps,
+        num_sanity_val_steps=0, log_every_n_steps=results.log_every(t.log_every_steps, t.max_steps),
         use_distributed_sampler=False, enable_model_summary=False,
         enable_progress_bar=t.progress_bar, max_epochs=-1,
     )

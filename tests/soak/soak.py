@@ -35,10 +35,16 @@ Usage (as root: tmpfs mounts, and PostgreSQL runs as the ``postgres`` user)::
 ``--rows N`` soaks only the first N variants (a few minutes, while developing the soak; its figures do not
 compare with a full soak's). Exit 0 when every invariant holds, 1 when one does not (each failure printed),
 2 on bad input.
+
+SIGTERM, SIGINT or SIGHUP (a scheduler's stop, Ctrl-C, a closed terminal) stop the soak cleanly: its workers and
+their trials are stopped, the PostgreSQL server stopped and its folder removed, the tmpfs mounts and the work
+folder removed; one line says so and the exit code is 128 + the signal's number (:func:`stop_on_signals`). The
+chaos log and the logs kept so far stay in the output folder.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -61,6 +67,8 @@ from scale import (CALIBRATION_TIMEOUT_S, CALIBRATION_TRIALS, HOLDS_S, MIN_RATE,
                    trial_time, work_kept, work_rate)
 
 TMPFS_SIZE = "2g"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
 
 def say(msg: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -76,6 +84,55 @@ class ChaosLog:
         self.fh.write(json.dumps(rec) + "\n")
         self.fh.flush()
         say(f"{phase}: {event} " + " ".join(f"{k}={v}" for k, v in kw.items()))
+
+
+# ----------------------------------------------------------------------------------------------- stopping
+class Stopped(BaseException):
+    """A stop signal (:data:`STOP_SIGNALS`) arrived: raised in the main thread, so every ``finally`` cleans up."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_STOP = {"signum": None, "held": 0}
+
+
+def stop_on_signals() -> None:
+    """SIGTERM, SIGINT and SIGHUP raise :class:`Stopped` (at the end of a :func:`signals_held` block when one
+    arrives inside it); a signal ignored when the soak started (``nohup``) stays ignored. The first signal is
+    remembered: a library call that swallows the exception raised inside it does not lose the stop, the driver's
+    loop and each phase's start raise it again (:func:`check_stop`); a second signal, while the cleanup runs, does
+    not cut it short."""
+    def stop(signum, frame):  # noqa: ARG001
+        if _STOP["signum"] is not None:
+            return
+        _STOP["signum"] = signum
+        if not _STOP["held"]:
+            raise Stopped(signum)
+
+    for s in STOP_SIGNALS:
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, stop)
+
+
+def check_stop() -> None:
+    """:class:`Stopped` when a stop signal arrived (and was not acted on yet)."""
+    if _STOP["signum"] is not None and not _STOP["held"]:
+        raise Stopped(_STOP["signum"])
+
+
+@contextlib.contextmanager
+def signals_held():
+    """A stop signal that arrives while the block runs (a server started, a filesystem mounted, a worker started,
+    and each recorded for the cleanup) stops the soak at the block's end, not inside it. (Not by the signal mask:
+    the processes started inside would inherit it.)"""
+    _STOP["held"] += 1
+    try:
+        yield
+    finally:
+        _STOP["held"] -= 1
+    check_stop()
 
 
 # ----------------------------------------------------------------------------------------------- processes
@@ -166,17 +223,37 @@ class Driver:
         log = logs / f"worker-{i}.log"
         env = {**os.environ, STORAGE_ENV: self.p.url, LOCK_LOG_ENV: str(self.lock_log), "PYTHONUNBUFFERED": "1",
                "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-        fh = open(log, "ab")
-        proc = subprocess.Popen(self.command(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=ROOT)
-        fh.close()
-        w = WorkerProc(i, proc, log)
-        self.workers.append(w)
+        with open(log, "ab") as fh, signals_held():  # a stop signal meanwhile finds the worker in the list
+            proc = subprocess.Popen(self.command(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, cwd=ROOT)
+            w = WorkerProc(i, proc, log)
+            self.workers.append(w)
         self.log(self.p.name, "start worker", worker=i, pid=proc.pid)
         return w
 
     def alive(self) -> list[WorkerProc]:
         return [w for w in self.workers if w.proc.poll() is None]
+
+    def stop_workers(self, grace_s: float = 30.0) -> None:
+        """Every worker still running stopped with its trial: woken (SIGCONT) if the chaos stopped it, SIGTERM (a
+        worker stops its trial as for Ctrl-C), then SIGKILL for the worker and its trial after ``grace_s``."""
+        alive = self.alive()
+        trials = {w.index: trial_of(w.proc.pid) for w in alive}
+        for w in alive:
+            signal_pid(trials[w.index], signal.SIGCONT)
+            signal_pid(w.proc.pid, signal.SIGCONT)
+            w.stopped = False
+            signal_pid(w.proc.pid, signal.SIGTERM)
+        deadline = time.time() + grace_s
+        for w in alive:
+            try:
+                w.proc.wait(timeout=max(deadline - time.time(), 0.1))
+            except subprocess.TimeoutExpired:
+                signal_pid(trials[w.index], signal.SIGKILL)
+                trial = trial_of(w.proc.pid)  # a trial started since
+                w.proc.kill()
+                w.proc.wait()
+                signal_pid(trial, signal.SIGKILL)
 
     # -- progress: run folders whose summary says completed
     def completed(self) -> int:
@@ -330,12 +407,12 @@ class Driver:
                     self.start_worker()
                 else:
                     break
+            check_stop()
             time.sleep(0.5)
         for item in self.pending:  # the cap was reached mid-act
             self.undo(item[1], item[2])
-        for w in self.alive():
-            signal_pid(w.proc.pid, signal.SIGCONT)
-            w.proc.kill()
+        self.pending = []
+        self.stop_workers()
         if not fig.get("hit the cap"):
             for s in special:
                 self.p.failures.append(f"{self.p.name}: the act {s[1]} never happened (the sweep ended first)")
@@ -409,6 +486,19 @@ def main(argv=None) -> int:
     if os.geteuid() != 0:
         print("soak: error: the soak mounts tmpfs results folders: run it as root (make soak)", file=sys.stderr)
         return 2
+    stop_on_signals()
+    cleaned: list[str] = []
+    try:
+        return soak(args, storages, data, cleaned)
+    except Stopped as e:
+        print(f"soak: stopped by {signal.Signals(e.signum).name}: {', '.join(cleaned) or 'nothing started yet'}; "
+              f"the logs so far are in {Path(args.out).resolve()}", file=sys.stderr, flush=True)
+        return 128 + e.signum
+
+
+def soak(args, storages: list[str], data: Path, cleaned: list[str]) -> int:
+    """The soak itself (:func:`main` checked its arguments); whatever ends it, the work is cleaned up, and
+    ``cleaned`` says what was (a line's words)."""
     from check import check_phase, figures_table
 
     out = Path(args.out).resolve()
@@ -416,15 +506,16 @@ def main(argv=None) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     work = Path(f"/tmp/ltfm-soak-{os.getpid()}")
-    work.mkdir()
     log = ChaosLog(out / "chaos.log")
     rng = random.Random(args.seed)
     say(f"seed {args.seed}; output in {out}; work in {work}")
     t_all = time.time()
     phases: list[Phase] = []
     mounts: list[Path] = []
+    drivers: list[Driver] = []
     pg = None
     try:
+        work.mkdir()
         plan = []
         if "sqlite" in storages:
             plan.append(("sqlite", "table3-soak.yaml", "variants"))
@@ -433,14 +524,18 @@ def main(argv=None) -> int:
         if "postgresql" in storages:
             plan.append(("postgresql", "table3-soak.yaml", "variants"))
         for storage, sweep_name, kind in plan:
+            check_stop()
             name = f"{storage}-{kind}"
             results = work / name / "results"
-            mount_tmpfs(results)
-            mounts.append(results)
+            with signals_held():
+                mount_tmpfs(results)
+                mounts.append(results)
             if storage == "postgresql":
                 if pg is None:
                     from pg import start_server
-                    pg = start_server()
+                    with signals_held():
+                        pg = start_server()
+                    say(f"PostgreSQL server up on 127.0.0.1:{pg.port}, folder {pg.root}")
                 url = pg.create_database(f"soak_{args.seed}")
             else:
                 url = f"sqlite:///{results / (Path(sweep_name).stem + '.db')}"
@@ -451,6 +546,7 @@ def main(argv=None) -> int:
             phases.append(phase)
             lock_log = out / f"locks-{name}.jsonl"
             driver = Driver(phase, rng, log, args.workers, data, lock_log, pg=pg)
+            drivers.append(driver)
             from check import planned_total, steps_per_trial
             total = planned_total(phase, data)
             phase.steps_per_trial = steps_per_trial(phase, data)
@@ -465,13 +561,20 @@ def main(argv=None) -> int:
             phase.figures["workers"] = args.workers
             keep_logs(phase, out)
             check_phase(phase, data, lock_log, out)
+        check_stop()
     finally:
+        running = sum(len(d.alive()) for d in drivers)
+        for driver in drivers:
+            driver.stop_workers()
+        cleaned.append(f"{running} worker{'s' * (running != 1)} stopped")
         if pg is not None:
             pg.stop()
             shutil.rmtree(pg.root, ignore_errors=True)
+            cleaned.append("the PostgreSQL server stopped and removed")
         for m in mounts:
             subprocess.run(["umount", "-l", str(m)], check=False)
         shutil.rmtree(work, ignore_errors=True)
+        cleaned.append(f"{work} unmounted and removed")
     wall = time.time() - t_all
     table = figures_table(phases, wall, args.seed)
     (out / "figures.md").write_text(table + "\n")
