@@ -389,11 +389,11 @@ def test_the_reason_a_trial_failed_is_never_a_traceback_header(tmp_path):
     """A trial log cut short by a full disk ends inside the logging module's report of a failed handler: the
     worker's one-line reason is the error, not 'Traceback (most recent call last):' (which also read as a
     traceback in the worker's log)."""
-    from lightning_tfm.sweep.worker import _log_error_line
+    from lightning_tfm.sweep.process import log_error_line
 
     log = tmp_path / "trial.log"
     log.write_text("ltfm: run x: 1 process(es)\n--- Logging error ---\nTraceback (most recent call last):\n"
                    '  File "a.py", line 1, in emit\n    self.flush()\nOSError: [Errno 28] No space left on device\n'
                    "Call stack:\n  File \"b.py\", line 2\nMessage: 'Current SDK version'\nArguments: ()\n"
                    "--- Logging error ---\nTraceback (most recent call last):\n  File \"/root/.py")
-    assert _log_error_line(log) == "OSError: [Errno 28] No space left on device"
+    assert log_error_line(log) == "OSError: [Errno 28] No space left on device"

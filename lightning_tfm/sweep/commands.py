@@ -308,7 +308,8 @@ def sweep_cli(args) -> int:
         return _said_done(args, sweep, plan, url, launch(
             args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every,
             per_gpu=per_gpu or WORKERS_PER_GPU, status_hint=status_command(args)))
-    from .worker import Worker, stop_on_sigterm
+    from .process import stop_on_sigterm
+    from .worker import Worker
     retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)
     retry(study.set_user_attr, "ltfm.metric", sweep.metric)
     stop_on_sigterm()

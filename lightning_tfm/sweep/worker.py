@@ -1,6 +1,7 @@
 """The worker: one ``ltfm sweep`` process that joins the study, queues and claims trials, runs each as its own
 ``ltfm train`` process and records what came of it in the trial.
 
+- The trial's process (its death with the worker, SIGTERM, how it ended): :mod:`.process`.
 - Variants: the rows missing from the study are queued and claimed one at a time (:mod:`.queue`); a row
   enqueued twice is closed as a duplicate.
 - Space: ``study.ask()`` with the sweep file's sampler until ``n_trials`` trials exist.
@@ -23,7 +24,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from ..training.redact import scrub_text
 from ..training.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
+from .process import TERMINATED, death_signal, killed_by, log_error_line
 from .queue import claim_waiting, duplicate_of, enqueue_missing
 from .spec import Entry, Sweep, suggest
 from .storage import RESUME_STEP, STORAGE_ENV, Heartbeat, RetryWhileProgressing, retry
@@ -45,78 +46,10 @@ LOCKED_PATIENCE_S = 1800.0
 GPU_ENV = "LTFM_WORKER_GPU"  # set by the launcher: the GPU this worker's trials train on (recorded per trial)
 
 
-def _death_signal():
-    """A preexec_fn making the trial process get SIGKILL when its worker dies (Linux ``PR_SET_PDEATHSIG``),
-    so that a killed worker leaves no orphan training that would race the retried trial. ``prctl`` is looked
-    up here, in the parent: between fork and exec the child only calls it (no imports, no locks)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda: prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-
-
-_TERMINATED = threading.Event()
-
-
-def _on_sigterm(signum, frame):  # noqa: ARG001
-    """SIGTERM (``kill``, a batch system's preemption) and SIGUSR1 (SLURM's warning before it, with
-    ``--signal=USR1@N``) end a worker like Ctrl-C: its trial is stopped and recorded as interrupted, and the
-    next ``ltfm sweep`` resumes it from its checkpoint."""
-    _TERMINATED.set()
-    raise KeyboardInterrupt
-
-
-def stop_on_sigterm() -> None:
-    """Let SIGTERM and SIGUSR1 end this worker as Ctrl-C does (handlers can only be set in the main thread).
-
-    SIGINT too, when this process inherited it ignored (a shell script's background job, ``cmd &``): the worker
-    stops its trial with SIGINT, and an ignored disposition would pass to the trial through exec, leaving it
-    deaf to that (a handler does not pass: the trial starts with the default, which Python makes Ctrl-C)."""
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, _on_sigterm)
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-# Lines of a traceback or of the logging module's report of a failed handler that say nothing of why
-_NOT_A_REASON = ("Traceback (most recent call last)", "--- Logging error ---", "Call stack:", "Message:", "Arguments:",
-                 "During handling of the above exception", "The above exception was the direct cause")
-
-
-def _log_error_line(log: Path) -> str | None:
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        if line.startswith("ltfm: error:"):
-            return line[len("ltfm: error:"):].strip()
-    for line in reversed(lines):
-        if line.strip() and not line.startswith((" ", *_NOT_A_REASON)):
-            return line.strip()[:300]
-    return None
-
-
 # The run's results a trial records in its user attributes (what reports read when the run folder is elsewhere).
 RESULT_ATTRS = RESULT_FIELDS + WANDB_FIELDS
 # What one attempt records in its trial, left out of the attributes its retry inherits
 ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", "trained_past", RESUME_STEP, *RESULT_ATTRS}
-
-
-def killed_by(signum: int) -> str:
-    """A trial process's end by signal, as its error: SIGKILL is what the kernel's out-of-memory killer and a
-    scheduler past its grace period send."""
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        name = f"signal {signum}"
-    hint = " (the out-of-memory killer, a scheduler past its grace period, or kill -9)" if signum == 9 else ""
-    return f"killed by {name}{hint}"
 
 
 def write_trial_config(cfg: config.Config, run_dir: Path) -> Path:
@@ -381,12 +314,12 @@ class Worker:
                 return 0
             attempt = env[ATTEMPT_ENV] = secrets.token_hex(8)
             _, rc = self._run_process(cmd, env, log, trial)
-            if not (rc == 2 and RUN_LOCKED in (_log_error_line(log) or "")):
+            if not (rc == 2 and RUN_LOCKED in (log_error_line(log) or "")):
                 break
             # Another process trains this very run: a stopped trial whose heartbeat lapsed (this trial is its
             # retry), a `ltfm train` by hand, a worker of another sweep. Not this trial's failure: it waits
             # (beating its heart) for the run's lock, then starts again, resuming the run or finding it completed.
-            reason = scrub_text(_log_error_line(log) or "", self.url)
+            reason = scrub_text(log_error_line(log) or "", self.url)
             if deadline is None:
                 deadline = time.monotonic() + LOCKED_PATIENCE_S
                 self.say(f"{label}: already running elsewhere: {reason}; waiting for it to end (up to "
@@ -437,8 +370,8 @@ class Worker:
             elif rc < 0:  # ended by a signal it could not handle: its log's last line says nothing of why
                 error = killed_by(-rc)
             else:
-                error = (_log_error_line(log) if rc == 2 else None) or summary.get("error") or \
-                    _log_error_line(log) or f"exit code {rc}"
+                error = (log_error_line(log) if rc == 2 else None) or summary.get("error") or \
+                    log_error_line(log) or f"exit code {rc}"
             error = scrub_text(error, self.url)
             problem = run_folder.write_problem(self.plan.results_dir)
             if rc > 0 and (problem is not None or run_folder.CANNOT_WRITE in error):
@@ -465,11 +398,11 @@ class Worker:
 
         with open(log, "ab") as fh:
             proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    preexec_fn=_death_signal())
+                                    preexec_fn=death_signal())
             try:
                 return proc, proc.wait()
             except BaseException:  # Ctrl-C: the trial process got SIGINT too; let it save its summary
-                if _TERMINATED.is_set() and proc.poll() is None:
+                if TERMINATED.is_set() and proc.poll() is None:
                     proc.send_signal(signal.SIGINT)  # SIGTERM reached this worker alone: stop the trial the same way
                 with contextlib.suppress(Exception):
                     proc.wait(timeout=30)

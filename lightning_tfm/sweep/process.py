@@ -1,0 +1,77 @@
+"""A trial's process as its worker sees it: the trial dies with its worker (``PR_SET_PDEATHSIG``), the worker
+stops like Ctrl-C on SIGTERM, and how a trial that ended badly is told (its log's error line, the signal that
+killed it)."""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+
+def death_signal():
+    """A preexec_fn making the trial process get SIGKILL when its worker dies (Linux ``PR_SET_PDEATHSIG``),
+    so that a killed worker leaves no orphan training that would race the retried trial. ``prctl`` is looked
+    up here, in the parent: between fork and exec the child only calls it (no imports, no locks)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+
+
+TERMINATED = threading.Event()
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001
+    """SIGTERM (``kill``, a batch system's preemption) and SIGUSR1 (SLURM's warning before it, with
+    ``--signal=USR1@N``) end a worker like Ctrl-C: its trial is stopped and recorded as interrupted, and the
+    next ``ltfm sweep`` resumes it from its checkpoint."""
+    TERMINATED.set()
+    raise KeyboardInterrupt
+
+
+def stop_on_sigterm() -> None:
+    """Let SIGTERM and SIGUSR1 end this worker as Ctrl-C does (handlers can only be set in the main thread).
+
+    SIGINT too, when this process inherited it ignored (a shell script's background job, ``cmd &``): the worker
+    stops its trial with SIGINT, and an ignored disposition would pass to the trial through exec, leaving it
+    deaf to that (a handler does not pass: the trial starts with the default, which Python makes Ctrl-C)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, _on_sigterm)
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# Lines of a traceback or of the logging module's report of a failed handler that say nothing of why
+_NOT_A_REASON = ("Traceback (most recent call last)", "--- Logging error ---", "Call stack:", "Message:", "Arguments:",
+                 "During handling of the above exception", "The above exception was the direct cause")
+
+
+def log_error_line(log: Path) -> str | None:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if line.startswith("ltfm: error:"):
+            return line[len("ltfm: error:"):].strip()
+    for line in reversed(lines):
+        if line.strip() and not line.startswith((" ", *_NOT_A_REASON)):
+            return line.strip()[:300]
+    return None
+
+
+def killed_by(signum: int) -> str:
+    """A trial process's end by signal, as its error: SIGKILL is what the kernel's out-of-memory killer and a
+    scheduler past its grace period send."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    hint = " (the out-of-memory killer, a scheduler past its grace period, or kill -9)" if signum == 9 else ""
+    return f"killed by {name}{hint}"
