@@ -47,7 +47,12 @@ LONG = "x" * 250
     (SMOKE, f"run.name={'é' * 124}", "is 257 bytes, over the 255 of a folder name: shorten run.name (at most 246"),
     (SMOKE, f"run.id={'x' * 256}", "shorten run.id (at most 255 bytes)"),
     (SMOKE, f"run.variant={'v' * 101}", "run.variant='vvv"),
-    (SMOKE, "run.family=a\tb", "run.family='a\\tb' must be one line of at most 100 printable characters"),
+    (SMOKE, "run.family=a\tb", "run.family='a\\tb' must be one line of 1 to 100 printable characters"),
+    (SMOKE, "run.variant=' '", "run.variant=' ' must be one line of 1 to 100 printable characters, not blank"),
+    (SMOKE, f"run.results_dir=/tmp/{'r' * 256}", "run.results_dir='/tmp/rrr"),
+    (SMOKE, "data.path=/x/a\0b", "data.path='/x/a\\x00b' is not a path the file system takes"),
+    (SMOKE, "data.src_lang=e/n", "data.src_lang='e/n' must be a plain name of at most 100 characters"),
+    (SMOKE, "wandb.project=a:b", "wandb.project='a:b' must be at most 128 characters, none of"),
 ])
 def test_a_value_at_the_limit_is_one_line_naming_the_key_and_the_range(ltfm_here, experiment, override, words):
     p = ltfm_here("config", experiment, "data.path=/x", override)

@@ -3,6 +3,7 @@
 key's allowed range."""
 from __future__ import annotations
 
+import os
 import re
 
 from ..model.config import MAX_LAYERS, MAX_POSITIONS, MAX_WIDTH
@@ -48,9 +49,34 @@ def check_labels(run) -> None:
     """run.variant and run.family (a :class:`.config.RunConfig`): one line of at most :data:`LABEL_CHARS`."""
     for key in ("variant", "family"):
         v = getattr(run, key)
-        if v is not None and (len(v) > LABEL_CHARS or not v.isprintable()):
-            raise UserError(f"run.{key}={shown(v)} must be one line of at most {LABEL_CHARS} printable characters "
-                            f"(it has {len(v)}): shorten it")
+        if v is not None and (len(v) > LABEL_CHARS or not v.isprintable() or not v.strip()):
+            raise UserError(f"run.{key}={shown(v)} must be one line of 1 to {LABEL_CHARS} printable characters, not "
+                            f"blank (it has {len(v)}): a row's name, as the report shows it")
+
+
+PATH_KEYS = ("run.results_dir", "data.path", "data.cache_dir", "wandb.dir")
+#: parts of the corpus's file names ({split}.{lang}[.gz]) and of the Hub's split and column names
+NAME_KEYS = ("data.src_lang", "data.tgt_lang", "data.train_split", "data.dev_split", "data.test_split")
+
+
+def check_names(cfg) -> None:
+    """Paths the file system takes (no NUL, at most 255 bytes a name, 4096 in all), plain names for the corpus's
+    file names, a W&B project name W&B takes: one line naming the key (else a traceback, or a run stopped at its
+    W&B init)."""
+    for key in PATH_KEYS + NAME_KEYS + ("wandb.project",):
+        sec, name = key.split(".")
+        v = getattr(getattr(cfg, sec), name)
+        raw = os.fsencode(v) if isinstance(v, str) else b""
+        if key in PATH_KEYS and (b"\0" in raw or len(raw) > 4096 or any(len(p) > 255 for p in raw.split(b"/"))):
+            raise UserError(f"{key}={shown(v)} is not a path the file system takes: no NUL character, at most 255 "
+                            "bytes a folder or file name, 4096 in all")
+        if key in NAME_KEYS and v is not None and (not v or len(v) > LABEL_CHARS or not v.isprintable()
+                                                   or any(c in v for c in "/\\")):
+            raise UserError(f"{key}={shown(v)} must be a plain name of at most {LABEL_CHARS} characters, no '/', '\\' "
+                            "or control characters (it names the corpus's files, {split}.{lang})")
+        if key == "wandb.project" and (not v or len(v) > 128 or not v.isprintable() or any(c in v for c in "/\\#?%:")):
+            raise UserError(f"wandb.project={shown(v)} must be at most 128 characters, none of / \\ # ? % : (W&B's "
+                            "rule)")
 
 
 def check_range(key: str, v) -> None:

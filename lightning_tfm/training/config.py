@@ -36,7 +36,7 @@ import yaml
 from ..model import registry
 from ..model.config import OPT, ModelConfig
 from .errors import UserError
-from .checks import check_data, check_decode, check_devices, check_labels, check_ranges
+from .checks import check_data, check_decode, check_devices, check_labels, check_names, check_ranges
 from .inputs import load_yaml, override_value, read_yaml_text, shown
 
 
@@ -350,6 +350,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
 def resolve_paths(cfg: Config) -> None:
     """data.path (and data.cache_dir) as absolute paths, before the run id is computed: ``small``,
     ``./small`` and ``/abs/small`` are one run, whatever folder the command runs from."""
+    check_names(cfg)  # a NUL or a name over 255 bytes: one line, not resolve()'s ValueError
     d = cfg.data
     if d.path:
         d.path = str(Path(d.path).expanduser().resolve())
@@ -397,6 +398,7 @@ def validate(cfg: Config, data: bool = True) -> None:
     m, t, d, dec = cfg.model, cfg.train, cfg.data, cfg.decode
     check_run_id(run_id(cfg), cfg)
     check_labels(cfg.run)
+    check_names(cfg)
     if not 0 <= cfg.run.seed < 2 ** 32:  # Lightning's seeding takes no other (and would fail inside the run)
         raise UserError(f"run.seed={cfg.run.seed} must be an integer from 0 to 2**32 - 1")
     if m.d_model % 2:
