@@ -163,7 +163,7 @@ def _space_sweep(tmp_path, space: dict):
 
 @pytest.mark.parametrize("space,fragment", [
     ({"model.dropout": {"type": "float", "low": 0, "high": 0.3, "log": True}}, "log: true needs low > 0"),
-    ({"model.d_model": {"type": "int", "low": 0, "high": 512, "log": True}}, "log: true needs low > 0"),
+    ({"decode.max_len_b": {"type": "int", "low": 0, "high": 50, "log": True}}, "log: true needs low > 0"),
     ({"model.dropout": {"type": "float", "low": 0.1, "high": 0.1}}, "must be below high"),
     ({"model.dropout": {"type": "float", "low": 0.3, "high": 0.1}}, "must be below high"),
     ({"model.dropout": {"type": "float", "low": 0.0, "high": ".inf"}}, "finite number"),

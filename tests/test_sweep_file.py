@@ -53,7 +53,7 @@ SPACE = {"name": "s", "experiment": str(SMOKE), "space": {"model.dropout": {"typ
 
 @pytest.mark.parametrize("body,words", [
     ({**GOOD, "heartbeats": {}}, "unknown key 'heartbeats': a sweep file has name"),
-    ({**GOOD, "name": 3}, "name must be set to letters"),
+    ({**GOOD, "name": 3}, "name must be set to at most 100 letters"),
     ({**GOOD, "metric": "bleu"}, "metric must be one of dev_loss"),
     ({**GOOD, "n_trials": "many"}, "n_trials must be a positive integer"),
     ({**GOOD, "sampler": {"type": "grid"}}, "sampler type must be one of tpe"),

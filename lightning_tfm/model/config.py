@@ -15,6 +15,13 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# The largest sizes a model section takes (the training config's range checks and an architecture's own
+# Section.problem read them): far above any model of the paper, below what overflows or cannot be allocated (a
+# positional table of MAX_POSITIONS x d_model, an attention map of MAX_POSITIONS squared a head).
+MAX_WIDTH = 65536      # an embedding, hidden or head width
+MAX_LAYERS = 1000      # stacked layers
+MAX_POSITIONS = 65536  # the longest sequence (model.max_positions; BOS or EOS included)
+
 # A type spec (generated from a field's annotation): int, float, str, bool, list, ("choice", a, b, ...)
 # or ("optional", spec).
 OPT = "optional"

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .config import Section
+from .config import MAX_LAYERS, MAX_POSITIONS, MAX_WIDTH, Section
 from .incremental import EncoderDecoder
 from .registry import register
 from .transformer import PAD
@@ -73,8 +73,9 @@ class RNNConfig(Section):
     def problem(self) -> str | None:
         for key in ("emb_size", "enc_hidden", "dec_hidden", "attention_size", "enc_layers", "dec_layers",
                     "max_positions"):
-            if getattr(self, key) < 1:
-                return f"rnn.{key}={getattr(self, key)} must be a positive integer"
+            most = MAX_LAYERS if key.endswith("layers") else MAX_POSITIONS if key == "max_positions" else MAX_WIDTH
+            if not 1 <= getattr(self, key) <= most:
+                return f"rnn.{key}={getattr(self, key)} must be a positive integer, at most {most}"
         for key in ("dropout", "emb_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 return f"rnn.{key}={getattr(self, key)} must be in [0, 1)"

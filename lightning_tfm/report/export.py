@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..training.atomic import write_text
+from ..training.checks import LABEL_CHARS
+from ..training.config import NAME_BYTES
 from ..training.errors import UserError
 from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from .records import ReportData, RunRecord
@@ -59,9 +61,14 @@ def export_data(data: ReportData, table: dict) -> dict:
 def write_export(data: ReportData, table: dict, out_dir: str | Path) -> Path:
     """``<out_dir>/<sweep name>.json``: the export of the report built from ``data`` (``table``:
     :func:`~lightning_tfm.report.table.build_table` of it)."""
+    text = json.dumps(export_data(data, table), indent=1, sort_keys=True, default=str) + "\n"
+    try:  # what read_export refuses is not written (a run trained by hand may carry any run.variant): one line
+        check_tree(json.loads(text))
+    except Refused as e:
+        raise UserError(f"the export of sweep {data.sweep.name}: {e}: fix that run's config.yaml in its run folder "
+                        "(run.variant, run.family) or move the run out of the results folder") from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(export_data(data, table), indent=1, sort_keys=True, default=str) + "\n"
     return write_text(out / f"{data.sweep.name}.json", text)
 
 
@@ -181,11 +188,12 @@ def _text(field: str, v: Any, limit: int = 1000, optional: bool = True, free: bo
 
 
 def _name(field: str, v: Any) -> None:
-    """A row's name: one line of at most 100 characters. A sweep file's variants are plain names (:data:`NAME`),
-    but a run trained by hand may carry any ``run.variant``: the report shows it as text, so its export holds it."""
+    """A row's name: one line of at most LABEL_CHARS (100) characters. A sweep file's variants are plain names
+    (:data:`NAME`), but a run trained by hand may carry any ``run.variant``: the report shows it as text, so its
+    export holds it."""
     if not isinstance(v, str) or not v.strip():
         _refuse(field, v, "not a row name (a non-empty text)")
-    _text(field, v, 100, optional=False)
+    _text(field, v, LABEL_CHARS, optional=False)
 
 
 def _list(field: str, v: Any, limit: int = 100_000) -> list:
@@ -222,11 +230,19 @@ def _config(field: str, cfg: Any) -> None:
                 _refuse(f"{field}[{key}]", v, "not of the type the config takes")
 
 
+def _run_name(field: str, v: Any) -> None:
+    """A run folder's name, as config.check_run_id allows it (run.name may hold spaces or any letters): one line
+    of at most NAME_BYTES bytes, no path."""
+    _text(field, v, NAME_BYTES)
+    if v is not None and (len(v.encode("utf-8")) > NAME_BYTES or v in ("", ".", "..") or any(c in v for c in "/\\")):
+        _refuse(field, v, "not a run folder's name (no path)")
+
+
 # RunRecord field -> its check (a record's other keys are ignored, as an older reader ignores newer fields)
 def _record_checks() -> dict:
     count, big_int = (lambda f, v: _number(f, v, 0, BIG, True)), (lambda f, v: _number(f, v, -BIG, BIG, True))
     return {
-        "variant": lambda f, v: _name(f, v), "family": lambda f, v: _text(f, v, 100), "seed": big_int,
+        "variant": lambda f, v: _name(f, v), "family": lambda f, v: _text(f, v, LABEL_CHARS), "seed": big_int,
         "status": lambda f, v: None if isinstance(v, str) and STATUS.match(v) else _refuse(
             f, v, "not a status (completed, failed, pruned, ...)"),
         "config": _config, "params": count, "steps": count, "trial": count,
@@ -236,8 +252,7 @@ def _record_checks() -> dict:
         "effective_batch_tokens": lambda f, v: _number(f, v, 1, BIG, True),
         "src_len": lambda f, v: _number(f, v, 1e-9, 1e9), "tgt_len": lambda f, v: _number(f, v, 1e-9, 1e9),
         "hyps": lambda f, v: None if v is None else _refuse(f, v, "not null (an export holds no path)"),
-        "run": lambda f, v: None if v is None or (isinstance(v, str) and NAME.match(v) and len(v) <= 255)
-        else _refuse(f, v, "not a run folder's name (no path)"),
+        "run": _run_name,
         "note": lambda f, v: _text(f, v, 10_000, free=True), "bleu_signature": lambda f, v: _text(f, v, 300),
         "started_at": lambda f, v: _text(f, v, 64), "finished_at": lambda f, v: _text(f, v, 64),
         "host": lambda f, v: _text(f, v, 255), "precision": lambda f, v: _text(f, v, 40),
@@ -319,7 +334,7 @@ def check_tree(tree: dict) -> None:
             raise Refused(f"record {i} has no variant")
         variant, seed = rec.get("variant"), rec.get("seed")
         label = f"record {i}" + (f" ({variant} seed {seed})" if isinstance(variant, str) and NAME.match(variant)
-                                 and (seed is None or isinstance(seed, int)) else "")
+                                 and len(variant) <= LABEL_CHARS and (seed is None or isinstance(seed, int)) else "")
         try:
             for key, check in checks.items():
                 if key in rec:

@@ -17,6 +17,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..model.config import MAX_POSITIONS
+from ..training.checks import LABEL_CHARS, STEPS
 from ..training.errors import UserError
 from ..training.inputs import shown
 from ..training.results import OBJECTIVES
@@ -34,7 +36,12 @@ PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "Percent
            "threshold": "ThresholdPruner", "curve": "CurvePruner"}
 # The curve families the report's verdict can fit (lightning_tfm.sweep.curves.FAMILIES)
 CURVE_FAMILIES = ("power", "saturating", "exponential")
-SEEDS = "a non-empty list of distinct integers (0 to 2**32 - 1), e.g. [1, 2, 3]"
+# The most bootstrap draws of a family's fit: power refits all draws at once (linear least squares), the others
+# refit each draw by nonlinear least squares (about 1 to 2 ms a draw, of every run, at every report or figure):
+# their default 200 takes a minute, 100000 took 15 hours. (checked with the family: :func:`draws_problem`)
+MAX_DRAWS = {"power": 20000, "saturating": 2000, "exponential": 2000}
+MAX_SEEDS, MAX_TRIALS = 100, 10000  # a row's seeds, a space sweep's trials
+SEEDS = f"a non-empty list of at most {MAX_SEEDS} distinct integers (0 to 2**32 - 1), e.g. [1, 2, 3]"
 REQUIRED = "(required)"
 
 
@@ -44,7 +51,7 @@ def _is_seed(v: Any) -> bool:
 
 def _seed_list(v: Any) -> bool:
     """A non-empty list of distinct seeds (integers from 0 to 2**32 - 1, as Lightning's seeding takes them)."""
-    return isinstance(v, list) and bool(v) and all(map(_is_seed, v)) and len(set(v)) == len(v)
+    return isinstance(v, list) and 0 < len(v) <= MAX_SEEDS and all(map(_is_seed, v)) and len(set(v)) == len(v)
 
 
 def _f(default: Any, help: str, want: str | None = None, ok=None, factory=None, section: tuple | None = None):
@@ -89,17 +96,20 @@ class PrunerSpec:
                                                "confidence: lightning_tfm.sweep.curves.CurvePruner)")
     # The curve pruner's arguments (given to another type, its class refuses them)
     min_points: int = _f(3, "curve: reports after the warmup the fit needs before a trial can be pruned (and one "
-                            "more than the family's parameters)", "an integer >= 3 (reports)",
+                            "more than the family's parameters)", "an integer >= 3 (reports; at most 100000)",
                          lambda v: 3 <= v <= 100000)
     warmup: int | None = _f(None, "curve: reports up to this update are left out of the fit (null: the trial's "
-                                  "train.warmup)", "null or an integer >= 0 (updates)", lambda v: v >= 0)
+                                  "train.warmup)", f"null or an integer from 0 to {STEPS} (updates)",
+                          lambda v: 0 <= v <= STEPS)
     final_step: int | None = _f(None, "curve: the update the trial's final value is predicted at (null: the trial's "
-                                      "train.max_steps)", "null or a positive integer (updates)", lambda v: v >= 1)
+                                      "train.max_steps)", f"null or an integer from 1 to {STEPS} (updates)",
+                              lambda v: 1 <= v <= STEPS)
     level: float = _f(0.9, "curve: central share of the bootstrap draws of the predicted final value; pruned when "
                            "its optimistic end is still worse than the best", "a number in (0, 1)",
                       lambda v: 0 < v < 1)
-    bootstraps: int = _f(200, "curve: residual-bootstrap draws of the predicted final value at each report",
-                         "an integer from 20 to 100000", lambda v: 20 <= v <= 100000)
+    bootstraps: int = _f(200, "curve: residual-bootstrap draws of the predicted final value at each report (at most "
+                              "20000 for power, 2000 for the other families)", "an integer from 20 to 20000",
+                         lambda v: 20 <= v <= max(MAX_DRAWS.values()))
     seed: int = _f(0, "curve: seed of the bootstrap (with the trial number: the same reports, the same call)",
                    "an integer from 0 to 2**32 - 1", _is_seed)
     family: Literal[CURVE_FAMILIES] = _f("power", "curve: the curve fitted to the reports (as report.family)")
@@ -123,13 +133,15 @@ class HeartbeatSpec:
 class ReportSpec:
     """The settings of the report's verdict (the rule: lightning_tfm.report.verdict; the fit: sweep.curves)."""
     k: float = _f(3.0, "the budget multiple the verdict predicts at: a row holds when its predicted gap to the base "
-                       "at k x the budget keeps today's sign", "a number >= 1 (budgets)", lambda v: 1 <= v <= 1000)
+                       "at k x the budget keeps today's sign", "a number >= 1 (budgets; at most 1000)", lambda v: 1 <= v <= 1000)
     min_points: int = _f(3, "validations after the warmup a run's curve fit needs at least (and one more than the "
-                            "family's parameters)", "an integer >= 3 (validations)", lambda v: 3 <= v <= 100000)
+                            "family's parameters)", "an integer >= 3 (validations; at most 100000)",
+                         lambda v: 3 <= v <= 100000)
     level: float = _f(0.9, "the central share of the bootstrap draws the predicted gap's interval covers",
                       "a number in (0, 1)", lambda v: 0 < v < 1)
     bootstraps: int = _f(200, "bootstrap draws of the predicted gap (residual bootstrap of each run's fit, the "
-                              "base's seeds resampled)", "an integer from 20 to 100000", lambda v: 20 <= v <= 100000)
+                              "base's seeds resampled; at most 20000 for power, 2000 for the other families)",
+                         "an integer from 20 to 20000", lambda v: 20 <= v <= max(MAX_DRAWS.values()))
     seed: int = _f(0, "seed of the bootstrap: the same seed, the same intervals", "an integer from 0 to 2**32 - 1",
                    _is_seed)
     family: Literal[CURVE_FAMILIES] = _f("power", "the curve fitted to each run's dev log-PPL: power (A t^-alpha, "
@@ -142,7 +154,8 @@ class ReportSpec:
 class VariantSpec:
     """One row of ``variants:`` (name: mapping): its dotted config overrides and these keys of its own."""
     family: str | None = _f(None, "the row's family in the table (default: its name less trailing digits, A1 -> A)",
-                            "a name such as A or norm", bool)
+                            f"a name such as A or norm (one line, at most {LABEL_CHARS} characters)",
+                            lambda v: 0 < len(v) <= LABEL_CHARS and v.isprintable())
     budget: float = _f(1.0, "factor on train.max_steps for this row (the paper's big: 3)",
                        "a positive factor on train.max_steps (at most 1000)", lambda v: 0 < v <= 1000)
     seeds: list[int] | None = _f(None, "the row's own seeds (default: the sweep's): the base at [1, 2, 3] measures "
@@ -164,11 +177,11 @@ class BudgetSpec:
                                         "over the row's (model.arch's train_flops_per_token x target tokens a step), "
                                         "times its budget factor")
     src_len: float | None = _f(None, "flops: the mean source sentence length (tokens) FLOPs are counted at "
-                                     "(default: ltfm bench's, the report's default)", "a positive number of tokens",
-                               lambda v: v > 0)
+                                     "(default: ltfm bench's, the report's default)",
+                               f"a positive number of tokens, at most {MAX_POSITIONS}", lambda v: 0 < v <= MAX_POSITIONS)
     tgt_len: float | None = _f(None, "flops: the mean target sentence length (tokens) FLOPs are counted at "
-                                     "(default: ltfm bench's, the report's default)", "a positive number of tokens",
-                               lambda v: v > 0)
+                                     "(default: ltfm bench's, the report's default)",
+                               f"a positive number of tokens, at most {MAX_POSITIONS}", lambda v: 0 < v <= MAX_POSITIONS)
 
 
 @dataclass
@@ -187,7 +200,8 @@ class DistributionSpec:
 class SweepFile:
     """A sweep file's top level (YAML, in sweeps/): a study, its base experiment, and its rows or its space."""
     name: str = _f(REQUIRED, "the Optuna study's name, and the report's",
-                   "set to letters, digits, '.', '_' or '-' (it names the Optuna study)", NAME_RE.match)
+                   f"set to at most {LABEL_CHARS} letters, digits, '.', '_' or '-' (it names the Optuna study, the "
+                   "report's folder and every trial's run folder)", lambda v: NAME_RE.match(v) and len(v) <= LABEL_CHARS)
     description: str | None = _f(None, "what the sweep is for, in a line (for its reader; nothing reads it)")
     experiment: str = _f(REQUIRED, "the base experiment YAML, relative to the sweep file",
                          "the base experiment YAML (relative to the sweep file)")
@@ -201,8 +215,8 @@ class SweepFile:
     overrides: dict = _f(None, "dotted config keys applied to every trial's experiment (ltfm config --keys)",
                          factory=dict, section=(ConfigKeys, "overrides."))
     heartbeat: HeartbeatSpec = _section(HeartbeatSpec, "heartbeat.")
-    n_trials: int | None = _f(None, "space sweeps: trials in the whole study (default 20)", "a positive integer",
-                              lambda v: v >= 1)
+    n_trials: int | None = _f(None, "space sweeps: trials in the whole study (default 20)",
+                              f"a positive integer, at most {MAX_TRIALS}", lambda v: 1 <= v <= MAX_TRIALS)
     variants: dict[str, VariantSpec] | None = _f(None, "EITHER named rows ([A-Za-z0-9._-]): one trial per variant "
                                                        "and seed", section=(VariantSpec, "variants.<name>."))
     space: dict[str, DistributionSpec] | None = _f(None, "OR Optuna distributions over dotted config keys",
@@ -215,6 +229,15 @@ TOP_KEYS = tuple(f.name for f in dataclasses.fields(SweepFile))
 HEARTBEAT_DEFAULTS = dataclasses.asdict(HeartbeatSpec())
 REPORT_DEFAULTS = dataclasses.asdict(ReportSpec())  # the report's verdict settings when a file sets none
 BUDGET_DEFAULTS = dataclasses.asdict(BudgetSpec())  # equal steps: a file without budget: trains as it always did
+
+
+def draws_problem(section: str, spec: dict) -> str | None:
+    """What is wrong with a section's (``report``, ``pruner``) bootstraps for its family: None, or the line."""
+    family, n = spec.get("family", "power"), spec.get("bootstraps", 200)
+    if family in MAX_DRAWS and n > MAX_DRAWS[family]:
+        return (f"{section}.bootstraps {n} with family {family} must be an integer from 20 to {MAX_DRAWS[family]} (each "
+                f"draw refits the curve: ~1-2 ms a draw of every run); power takes up to {MAX_DRAWS['power']}")
+    return None
 
 
 def err(path, msg: str) -> UserError:

@@ -28,11 +28,12 @@ from typing import Any
 import yaml
 
 from ..training import config
+from ..training.checks import LABEL_CHARS, check_range
 from ..training.errors import UserError
 from ..training.inputs import load_yaml, read_yaml_text, shown
 from .schema import (BUDGET_DEFAULTS, HEARTBEAT_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS,  # noqa: F401
                      RESERVED, SAMPLERS, TOP_KEYS, BudgetSpec, DistributionSpec, HeartbeatSpec, PrunerSpec, ReportSpec,
-                     SamplerSpec, SweepFile, VariantSpec, describe_keys, err, parse)
+                     SamplerSpec, SweepFile, VariantSpec, describe_keys, draws_problem, err, parse)
 
 
 @dataclass
@@ -103,6 +104,7 @@ def _check_override(path, where: str, key: str, value: Any) -> Any:
     try:
         scratch = config.Config()
         config.set_dotted(scratch, key, value)
+        check_range(key, config.get_dotted(scratch, key))  # model.max_positions: 10**20 is refused here, not per trial
     except UserError as e:
         raise err(path, f"{where}: {e}") from None
     return config.get_dotted(scratch, key)
@@ -287,6 +289,9 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     if has_v == has_s:
         raise err(path, "give either variants (named rows) or space (distributions), not both or neither")
     report = ReportSpec(**parse(path, ReportSpec, tree.get("report"), "report", "report.")[0])
+    for section, spec in (("report", dataclasses.asdict(report)), ("pruner", pruner)):
+        if (why := draws_problem(section, spec)) is not None:
+            raise err(path, why)
     budget = BudgetSpec(**parse(path, BudgetSpec, tree.get("budget"), "budget", "budget.")[0])
     sweep = Sweep(p, top["name"], experiment, metric, direction, sampler, pruner, seeds, overrides,
                   dataclasses.asdict(heartbeat), top.get("n_trials"), report=dataclasses.asdict(report),
@@ -313,8 +318,11 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
 def _variant(path, vname: Any, body: Any, equal: str = "steps") -> dict:
     """One row of ``variants:`` (:class:`VariantSpec` and its dotted config keys) as the dict a :class:`Sweep` holds;
     its own experiment (if it names one) as an absolute path, relative to the sweep file as the sweep's is."""
-    if not isinstance(vname, str) or not NAME_RE.match(vname):
-        raise err(path, f"variant name {shown(vname)} must use letters, digits, '.', '_' or '-'")
+    if not isinstance(vname, str) or not NAME_RE.match(vname) or len(vname) > LABEL_CHARS:
+        # at most LABEL_CHARS: the report's row label; with the sweep's name (as long at most), a trial's run id
+        # <study>-<variant>-s<seed>-<hash> and its log file trial-<number>-<variant>-s<seed>.log stay far below
+        # the 255 bytes of a file name
+        raise err(path, f"variant name {shown(vname)} must be at most {LABEL_CHARS} letters, digits, '.', '_' or '-'")
     where = f"variant {vname}"
     known, rest = parse(path, VariantSpec, body, where, f"{where}: ", "a mapping of dotted.key: value")
     family = known.get("family") or re.sub(r"\d+$", "", vname)

@@ -36,11 +36,32 @@ import time
 import torch
 
 from ..model import DEFAULT_ARCH, ModelConfig, build_model, registry
+from ..model.config import MAX_LAYERS, MAX_POSITIONS, MAX_WIDTH
 from .errors import UserError
 
 DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
                 out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1, threads=0)  # threads 0: torch's default
 SHAPES = ("layers", "d_model", "d_ff", "heads")  # the settings that shape the transformer (model_config)
+#: Each setting's (lowest, highest): the highest far above a bench of the paper's models, below a model or batch
+#: that cannot be allocated or a measurement that would not end (bench.batch=0 measured nothing and divided by 0)
+RANGES = dict(layers=(1, MAX_LAYERS), d_model=(2, MAX_WIDTH), d_ff=(1, MAX_WIDTH), heads=(1, 1024), vocab=(16, 2 ** 20),
+              batch=(1, 65536), src_len=(1, MAX_POSITIONS), tgt_len=(1, MAX_POSITIONS), out_len=(1, MAX_POSITIONS),
+              beam=(1, 1024), reps=(1, 100), train_steps=(1, 10000), decode_batches=(1, 10000), threads=(0, 4096))
+MARIAN_POSITIONS = 512  # build_marian's max_position_embeddings
+
+
+def check_settings(s: dict, model_cfg: ModelConfig | None = None, vs: str = "none") -> None:
+    """Every setting within its range, and the sentences within the model's positions (BOS or EOS included, an
+    output's EOS too; Marian's too with ``vs``): one line naming the setting and its range."""
+    for key, (lo, hi) in RANGES.items():
+        if not lo <= s[key] <= hi:
+            raise UserError(f"bench.{key}={s[key]} must be from {lo} to {hi}")
+    positions = getattr(registry.arch_config(model_cfg or model_config(s)), "max_positions", MAX_POSITIONS)
+    positions = min(positions, MARIAN_POSITIONS) if vs == "marian" else positions
+    for key, most in (("src_len", positions - 1), ("tgt_len", positions - 1), ("out_len", positions - 2)):
+        if s[key] > most:
+            raise UserError(f"bench.{key}={s[key]} does not fit the model's {positions} positions (BOS or EOS "
+                            f"included): give at most {most}")
 
 
 # ------------------------------------------------------------------------------------------- measuring
@@ -173,7 +194,7 @@ def build_marian(s: dict):
                        decoder_layers=s["layers"], encoder_attention_heads=s["heads"],
                        decoder_attention_heads=s["heads"], encoder_ffn_dim=s["d_ff"], decoder_ffn_dim=s["d_ff"],
                        activation_function="relu", scale_embedding=True, dropout=0.1, attention_dropout=0.0,
-                       activation_dropout=0.0, max_position_embeddings=512, pad_token_id=PAD, eos_token_id=EOS,
+                       activation_dropout=0.0, max_position_embeddings=MARIAN_POSITIONS, pad_token_id=PAD, eos_token_id=EOS,
                        decoder_start_token_id=PAD, forced_eos_token_id=EOS, share_encoder_decoder_embeddings=True,
                        tie_word_embeddings=True)
     return MarianMTModel(cfg)
@@ -285,6 +306,7 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
             log(f"ltfm bench: this {device} has no native bf16: bf16 is left out, fp32 only")
 
     s = {**DEFAULTS, **(settings or {})}
+    check_settings(s, model_cfg, vs)
     load_before = [round(x, 2) for x in os.getloadavg()]
     if s["threads"]:
         torch.set_num_threads(s["threads"])

@@ -61,6 +61,13 @@ DEFAULT_LENGTHS = (8, 16, 32, 64, 128, 256)
 DEFAULT_OUT = "results/bench-layers"
 #: ``bench.KEY=N`` settings of ``--layers``; threads 0: torch's own count (OMP_NUM_THREADS, else the cores)
 SETTINGS = dict(batch=16, heads=4, kernel_width=3, threads=0, run_ms=200, reps=3)
+#: each setting's (lowest, highest), and the largest --d-model and --lengths and how many of each: a grid whose
+#: every layer can be built and timed (self-attention holds batch x heads x n^2 scores) in a bench that ends
+RANGES = dict(batch=(1, 4096), heads=(1, 1024), kernel_width=(1, 1024), threads=(0, 4096), run_ms=(1, 60000),
+              reps=(1, 100))
+SIZES = {"--d-model": 8192, "--lengths": 8192}
+MAX_SIZES = 32
+MAX_SCORES = 2 ** 32  # batch x heads x n^2 attention scores at the longest length (16 GiB in fp32)
 SETTING_HELP = {"batch": "sentences a batch", "heads": "attention heads", "kernel_width": "the convolution's k",
                 "threads": "torch threads (0: torch's default)", "run_ms": "Timer's minimum run time a figure",
                 "reps": "passes over the grid, each figure the best"}
@@ -79,6 +86,9 @@ def parse_sizes(text: str | None, option: str, default: tuple[int, ...]) -> list
     if not values or any(v < 1 for v in values):
         raise UserError(f"{option} {text!r}: give positive integers separated by commas, e.g. "
                         f"{option} {','.join(map(str, default[:3]))}")
+    most = SIZES.get(option)
+    if most is not None and (max(values) > most or len(set(values)) > MAX_SIZES):
+        raise UserError(f"{option} {text[:60]!r}: give at most {MAX_SIZES} values from 1 to {most}")
     return sorted(set(values))
 
 
@@ -94,8 +104,11 @@ def parse_settings(overrides: list[str]) -> dict:
             s[key] = int(value)
         except ValueError:
             raise UserError(f"bench.{key}={value!r} must be an integer") from None
-        if s[key] < (0 if key == "threads" else 1):
+        lo, hi = RANGES[key]
+        if s[key] < lo:
             raise UserError(f"bench.{key}={value}: must be {'0 or more' if key == 'threads' else 'at least 1'}")
+        if s[key] > hi:
+            raise UserError(f"bench.{key}={value}: must be from {lo} to {hi}")
     return s
 
 
@@ -387,6 +400,10 @@ def bench_layers_cli(args) -> int:
     d_models = parse_sizes(args.d_model, "--d-model", DEFAULT_D_MODELS)
     lengths = parse_sizes(args.lengths, "--lengths", DEFAULT_LENGTHS)
     settings = parse_settings(args.overrides)
+    if settings["batch"] * settings["heads"] * max(lengths) ** 2 > MAX_SCORES:
+        raise UserError(f"--lengths up to {max(lengths)} with bench.batch={settings['batch']} and bench.heads="
+                        f"{settings['heads']}: the self-attention's batch x heads x n^2 scores pass {MAX_SCORES}: "
+                        "give shorter lengths or a smaller batch")
     out = check_out_dir(args.out or DEFAULT_OUT)
     from .bench import default_device
 

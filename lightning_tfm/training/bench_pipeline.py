@@ -28,6 +28,7 @@ from .errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = ROOT.parent / "shared" / "data" / "multi30k"
+MAX_PAIRS = 10 ** 8  # pairs --data generates at most (a few GB of text, hours of BPE)
 TRIAL = ["train.max_steps=1", "train.val_every_steps=1000", "train.checkpoint_every_steps=1000",
          "data.test_split=null", "data.max_dev_pairs=100", "data.max_train_pairs=null", "decode.beam_size=1",
          "decode.max_len_b=5", "train.record_batches=true", "train.progress_bar=false", "train.accelerator=cpu"]
@@ -117,8 +118,8 @@ def run(args: list[str], watch: Path | None = None, env: dict | None = None) -> 
 def bench_data(n: int, source: Path = DEFAULT_SOURCE, work: Path | None = None, ddp: bool = True) -> dict:
     from .corpus import folder_size
 
-    if n < 2:
-        raise UserError(f"--data {n}: give the number of pairs to generate (e.g. 1000000)")
+    if not 2 <= n <= MAX_PAIRS:
+        raise UserError(f"--data {n}: give the number of pairs to generate, from 2 to {MAX_PAIRS} (e.g. 1000000)")
     if not (source / "train.en.gz").is_file() and not (source / "train.en").is_file():
         raise UserError(f"Multi30k not found at {source}: set LTFM_DATA to a folder with train/val .en/.de files")
     work = Path(work or tempfile.mkdtemp(prefix="ltfm-bench-data-"))

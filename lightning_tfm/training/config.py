@@ -36,7 +36,7 @@ import yaml
 from ..model import registry
 from ..model.config import OPT, ModelConfig
 from .errors import UserError
-from .checks import check_data, check_decode, check_devices
+from .checks import check_data, check_decode, check_devices, check_labels, check_names, check_ranges
 from .inputs import load_yaml, override_value, read_yaml_text, shown
 
 
@@ -205,6 +205,7 @@ TABLE3_KNOBS = (("N", "model.layers", "layers"), ("d_model", "model.d_model", "d
                 ("ε_ls", "train.label_smoothing", "label_smoothing"), ("positional", "model.positional", "positional"),
                 ("norm", "model.norm", "norm"), ("train steps", "train.max_steps", "train_steps"))
 
+NAME_BYTES = 255  # the longest name of a file or folder (a path component), in bytes, on the usual file systems
 PLATEAU_KEYS = ("lr_schedule", "lr", "lr_decay_factor", "lr_patience", "lr_min")  # train.*; Config.to_dict
 
 # Keys that do not change what is trained: excluded from the run id hash.
@@ -349,6 +350,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | di
 def resolve_paths(cfg: Config) -> None:
     """data.path (and data.cache_dir) as absolute paths, before the run id is computed: ``small``,
     ``./small`` and ``/abs/small`` are one run, whatever folder the command runs from."""
+    check_names(cfg)  # a NUL or a name over 255 bytes: one line, not resolve()'s ValueError
     d = cfg.data
     if d.path:
         d.path = str(Path(d.path).expanduser().resolve())
@@ -365,11 +367,17 @@ def _check_finite(cfg: Config) -> None:
                 raise UserError(f"{sec}.{name}={v} is not a finite number: give a real value")
 
 
-def check_run_id(rid: str) -> None:
+def check_run_id(rid: str, cfg: Config | None = None) -> None:
     """A run id names one folder inside run.results_dir: no path separators, no '.' or '..'."""
     if not rid or rid in (".", "..") or any(c in rid for c in "/\\\0") or rid.startswith("~") or rid != rid.strip():
         raise UserError(f"run id {shown(rid)} must name a folder inside run.results_dir (no '/', '\\', '..' or "
                         "leading '~'): set run.id (or run.name) to a plain name such as base-1")
+    size = len(os.fsencode(rid))  # the bytes of the folder's name, as the file system counts them
+    if size > NAME_BYTES:
+        key, own = (("run.id", rid) if cfg is None or cfg.run.id else ("run.name", cfg.run.name)
+                    if not (cfg.run.study and cfg.run.variant) else ("run.study and run.variant", "".join(_trial(cfg))))
+        raise UserError(f"run id {shown(rid[:40] + '...')} is {size} bytes, over the {NAME_BYTES} of a folder name: "
+                        f"shorten {key} (at most {NAME_BYTES - size + len(os.fsencode(own))} bytes)")
 
 
 def validate(cfg: Config, data: bool = True) -> None:
@@ -388,12 +396,11 @@ def validate(cfg: Config, data: bool = True) -> None:
     if (why := registry.check(cfg.model)) is not None:  # model.arch, and knobs of another architecture
         raise UserError(why)
     m, t, d, dec = cfg.model, cfg.train, cfg.data, cfg.decode
-    check_run_id(run_id(cfg))
+    check_run_id(run_id(cfg), cfg)
+    check_labels(cfg.run)
+    check_names(cfg)
     if not 0 <= cfg.run.seed < 2 ** 32:  # Lightning's seeding takes no other (and would fail inside the run)
         raise UserError(f"run.seed={cfg.run.seed} must be an integer from 0 to 2**32 - 1")
-    for key in ("layers", "d_model", "d_ff", "heads", "d_k", "d_v", "max_positions"):
-        if getattr(m, key) < 1:
-            raise UserError(f"model.{key}={getattr(m, key)} must be a positive integer")
     if m.d_model % 2:
         raise UserError(f"model.d_model={m.d_model} must be even (sinusoids come in sin/cos pairs)")
     for key in ("dropout", "attention_dropout"):
@@ -401,10 +408,6 @@ def validate(cfg: Config, data: bool = True) -> None:
             raise UserError(f"model.{key}={getattr(m, key)} must be in [0, 1)")
     if not 0.0 <= t.label_smoothing < 1.0:
         raise UserError(f"train.label_smoothing={t.label_smoothing} must be in [0, 1)")
-    for key in ("batch_tokens", "max_steps", "warmup", "accumulate", "val_every_steps", "checkpoint_every_steps",
-                "num_nodes", "log_every_steps"):
-        if getattr(t, key) < 1:
-            raise UserError(f"train.{key}={getattr(t, key)} must be a positive integer")
     if t.batch_tokens_total is not None and t.batch_tokens_total < t.batch_tokens:
         raise UserError(f"train.batch_tokens_total={t.batch_tokens_total} is smaller than "
                         f"train.batch_tokens={t.batch_tokens}: raise it or lower batch_tokens")
@@ -440,9 +443,6 @@ def validate(cfg: Config, data: bool = True) -> None:
     if t.checkpoint_every_seconds is not None and t.checkpoint_every_seconds < 0:
         raise UserError(f"train.checkpoint_every_seconds={t.checkpoint_every_seconds} must be 0 (after every step), "
                         "positive, or null (the step interval alone)")
-    for key in ("keep_checkpoints", "num_workers", "lr_patience", "lr_min"):
-        if getattr(t, key) < 0:
-            raise UserError(f"train.{key}={getattr(t, key)} must be 0 or more")
     if t.threads is not None and t.threads < 1:
         raise UserError(f"train.threads={t.threads} must be a positive thread count (or null: torch's choice)")
     check_devices(t.devices)
@@ -450,8 +450,7 @@ def validate(cfg: Config, data: bool = True) -> None:
     check_decode(dec)
     if not all(isinstance(x, str) for x in cfg.wandb.tags):
         raise UserError(f"wandb.tags={shown(cfg.wandb.tags)} must be a list of strings")
-    if cfg.sweep.trial is not None and cfg.sweep.trial < 0:
-        raise UserError(f"sweep.trial={cfg.sweep.trial} must be 0 or more")
+    check_ranges(cfg)  # every number key's range (training/checks.py)
     cfg._validated = (state, data)
 
 
@@ -482,8 +481,13 @@ def run_id(cfg: Config) -> str:
     '.', '_', '-' made '_'); else ``<run.name>-<hash>``. Same config, same hash (:func:`config_hash`), same folder."""
     if cfg.run.id or not (cfg.run.study and cfg.run.variant):
         return cfg.run.id or f"{cfg.run.name}-{config_hash(cfg)}"
-    study, variant = (re.sub(r"[^A-Za-z0-9._-]", "_", x).lstrip(".-") or "_" for x in (cfg.run.study, cfg.run.variant))
+    study, variant = _trial(cfg)
     return f"{study}-{variant}-s{cfg.run.seed}-{config_hash(cfg)}"
+
+
+def _trial(cfg: Config) -> tuple[str, str]:
+    """run.study and run.variant as a trial's run id holds them (:func:`run_id`)."""
+    return tuple(re.sub(r"[^A-Za-z0-9._-]", "_", x).lstrip(".-") or "_" for x in (cfg.run.study, cfg.run.variant))
 
 
 def saved_yaml(cfg: Config) -> str:

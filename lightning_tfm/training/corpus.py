@@ -22,8 +22,8 @@ workers or ranks build it once while the others wait. A folder whose manifest is
 do not have the recorded sizes and contents is rebuilt, never used.
 
 Training pairs with an empty side or more than ``max_tokens_per_sentence`` pieces are dropped when the
-corpus is prepared; the limits that depend on the model and the batch (``model.max_positions``,
-``train.batch_tokens``) are applied when a run loads it, on the length arrays (:func:`load_corpus`).
+corpus is prepared; the limits that depend on the model and the batch (the architecture's max_positions,
+:func:`model_positions`; ``train.batch_tokens``) are applied when a run loads it, on the length arrays (:func:`load_corpus`).
 """
 from __future__ import annotations
 
@@ -425,12 +425,23 @@ def read_text(folder: Path, role: str, side: str) -> list[str]:
     return read_lines(folder / f"{role}.{side}.txt")
 
 
+def model_positions(cfg: Config) -> int:
+    """The longest sequence (BOS or EOS included) the chosen architecture takes: its section's max_positions
+    (``model.``, ``rnn.``), else its model's, built on the meta device (no memory, no time)."""
+    import torch
+
+    from ..model import registry
+    own = getattr(registry.arch_config(cfg.model), "max_positions", None)
+    with torch.device("meta"):
+        return int(own or registry.build_model(cfg.model, cfg.data.vocab_size).max_positions)
+
+
 class Corpus:
     """What a run uses of a prepared corpus: vocabulary, training pairs after the model's and batch's
     length limits, dev pairs (truncated to the same limit), and the dev/test text for BLEU.
 
     Length rule (training, dev and test alike): a sentence may have at most
-    ``min(data.max_tokens_per_sentence, model.max_positions - 1, train.batch_tokens - 1)`` pieces (one
+    ``min(data.max_tokens_per_sentence, max_positions - 1, train.batch_tokens - 1)`` pieces (one
     position goes to BOS/EOS). Training pairs over it are skipped (``skipped_train_pairs``); dev pairs
     over it are truncated to it for the dev loss (``truncated_dev_pairs``), and BLEU sources are cut to
     the model's positions by the decoder while references stay whole (``truncated_test_pairs``): the
@@ -446,14 +457,14 @@ class Corpus:
         self.hash = self.manifest["hash"]
         self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
         self.vocab_size = self.tokenizer.get_vocab_size()
-        self.limit = min(d.max_tokens_per_sentence, cfg.model.max_positions - 1,
-                         cfg.train.batch_tokens - 1)
+        positions = model_positions(cfg)
+        self.limit = min(d.max_tokens_per_sentence, positions - 1, cfg.train.batch_tokens - 1)
         full = MappedPairs(self.folder, "train")
         s, t = full.lengths()
         keep = np.flatnonzero((s <= self.limit) & (t <= self.limit))
         if len(keep) == 0:
             raise UserError(f"no training pair fits data.max_tokens_per_sentence={d.max_tokens_per_sentence}, "
-                            f"model.max_positions={cfg.model.max_positions} and "
+                            f"the model's max_positions={positions} and "
                             f"train.batch_tokens={cfg.train.batch_tokens}: raise them")
         self.skipped = self.manifest["splits"]["train"]["skipped_pairs"] + len(s) - len(keep)
         self.train = MappedPairs(self.folder, "train", rows=keep)
