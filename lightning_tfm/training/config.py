@@ -403,11 +403,10 @@ def validate(cfg: Config, data: bool = True) -> None:
         raise UserError(f"run.seed={cfg.run.seed} must be an integer from 0 to 2**32 - 1")
     if m.d_model % 2:
         raise UserError(f"model.d_model={m.d_model} must be even (sinusoids come in sin/cos pairs)")
-    for key in ("dropout", "attention_dropout"):
-        if not 0.0 <= getattr(m, key) < 1.0:
-            raise UserError(f"model.{key}={getattr(m, key)} must be in [0, 1)")
-    if not 0.0 <= t.label_smoothing < 1.0:
-        raise UserError(f"train.label_smoothing={t.label_smoothing} must be in [0, 1)")
+    for key in ("model.dropout", "model.attention_dropout", "train.label_smoothing", "train.adam_beta1",
+                "train.adam_beta2"):  # probabilities and decay rates (the paper's betas: 0.9 and 0.98)
+        if not 0.0 <= get_dotted(cfg, key) < 1.0:
+            raise UserError(f"{key}={get_dotted(cfg, key)} must be in [0, 1)")
     if t.batch_tokens_total is not None and t.batch_tokens_total < t.batch_tokens:
         raise UserError(f"train.batch_tokens_total={t.batch_tokens_total} is smaller than "
                         f"train.batch_tokens={t.batch_tokens}: raise it or lower batch_tokens")
@@ -423,9 +422,6 @@ def validate(cfg: Config, data: bool = True) -> None:
                         "(e.g. data.path=../shared/data/multi30k), or data.source=hub")
     if data and d.source == "hub" and not d.hub_name:
         raise UserError("data.hub_name is not set: pass e.g. data.hub_name=wmt14 data.hub_config=de-en")
-    for key in ("adam_beta1", "adam_beta2"):
-        if not 0.0 <= getattr(t, key) < 1.0:
-            raise UserError(f"train.{key}={getattr(t, key)} must be in [0, 1) (the paper: 0.9 and 0.98)")
     for key in ("adam_eps", "lr_scale", "lr"):
         if getattr(t, key) <= 0:
             raise UserError(f"train.{key}={getattr(t, key)} must be positive")
