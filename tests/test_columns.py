@@ -101,4 +101,4 @@ def test_every_column_is_declared_whole():
     assert keys[:3] == ["variant", "family", "in_paper"] and keys[-1] == "status"
     assert [s.title for s in columns.shown(PPL)] == ["row", "dev PPL ours", "dev PPL paper", "ΔPPL ours",
                                                      "ΔPPL ours at base FLOPs", "ΔPPL paper", "PPL agrees",
-                                                     "PPL beyond noise", "budget verdict"]
+                                                     "PPL beyond noise", "budget verdict", "settles at"]

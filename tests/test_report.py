@@ -96,7 +96,7 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     _, bleu = tables["Dev BLEU"]
     _, conf = tables["Configuration"]
     assert list(ppl["base"]) == ["row", "dev PPL ours", "dev PPL paper", "ΔPPL ours", "ΔPPL ours at base FLOPs",
-                                 "ΔPPL paper", "PPL agrees", "PPL beyond noise", "budget verdict"]
+                                 "ΔPPL paper", "PPL agrees", "PPL beyond noise", "budget verdict", "settles at"]
     assert list(bleu["base"]) == ["row", "dev BLEU ours", "dev BLEU paper", "ΔBLEU ours", "ΔBLEU paper",
                                   "BLEU agrees", "BLEU beyond noise", "paired bootstrap"]
     assert list(conf["base"]) == ["row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "ε_ls", "positional",

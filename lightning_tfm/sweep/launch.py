@@ -316,7 +316,7 @@ class _Monitor:
 
 
 def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], storage_url: str, open_study_fn,
-           workers: int | str, every: float = 30.0, out=sys.stdout, per_gpu: int = WORKERS_PER_GPU,
+           workers: int | str, every: float = 30.0, out=None, per_gpu: int = WORKERS_PER_GPU,
            status_hint: str | None = None) -> int:
     """Start the workers, print progress until they have all exited; returns 1 if any worker failed.
     ``status_hint``: the ``--status`` command printed when a trial failed (the caller's results folder and storage)."""
@@ -326,6 +326,7 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
     n = len(slots)
     logs = plan.results_dir / "sweep-logs" / sweep.name
     logs.mkdir(parents=True, exist_ok=True)
+    out = out if out is not None else sys.stdout  # the stream of when it runs, not of the import
     say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
     s0 = slots[0]
     where = (f"{n} worker(s) on {len(gpus)} GPU(s) ({', '.join(f'GPU {g}: {sum(s.gpu == g for s in slots)}' for g in gpus)}), "

@@ -67,10 +67,10 @@ def write_trial_config(cfg: config.Config, run_dir: Path) -> Path:
 class Worker:
     """One ``ltfm sweep`` process: joins the study, claims trials, runs them, records the results."""
 
-    def __init__(self, sweep: Sweep, plan: Plan, storage_url: str, storage, study, out=sys.stdout):
+    def __init__(self, sweep: Sweep, plan: Plan, storage_url: str, storage, study, out=None):
         self.sweep, self.plan, self.url, self.storage, self.study = sweep, plan, storage_url, storage, study
         self.study_id = storage.get_study_id_from_name(sweep.name)
-        self.out = out
+        self.out = out if out is not None else sys.stdout  # the stream of when it runs, not of the import
         self.logs = plan.results_dir / "sweep-logs" / sweep.name
         self.counts = {"completed": 0, "pruned": 0, "failed": 0, "requeued": 0, "skipped": 0}
         self.keys = {plan.grid_key(e) for e in sweep.entries()} if sweep.mode == "variants" else None
