@@ -15,7 +15,8 @@ import pytest
 
 from conftest import SMOKE, ltfm, write_sweep
 from lightning_tfm.training import config, run_folder
-from lightning_tfm.training.config import config_hash, load_config, run_id
+from lightning_tfm.training.config import load_config
+from lightning_tfm.training.run_id import config_hash, run_id
 from lightning_tfm.training.run_folder import existing_run_id
 
 NO_WANDB = {"WANDB_MODE": "disabled"}  # the W&B run costs seconds per trial; the names are what is tested here

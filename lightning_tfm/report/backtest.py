@@ -210,7 +210,7 @@ def _listed(items: list[str], most: int = 4) -> str:
 def _differs(a: dict, b: dict) -> list[str]:
     """The config keys two runs differ in, those that do not change what is trained aside (the run id's
     ``NOT_HASHED``: the budget, the study, the results folder, ...)."""
-    from ..training.config import NOT_HASHED
+    from ..training.run_id import NOT_HASHED
 
     keys = {k for k in set(a) | set(b) if k not in NOT_HASHED and k.split(".")[0] not in NOT_HASHED}
     return sorted(k for k in keys if a.get(k) != b.get(k))
