@@ -238,6 +238,9 @@ def test_a_legacy_folder_is_continued_and_a_folder_is_checked_by_its_corpus(tmp_
     assert legacy.name != run_ids.run_id(cfg) and existing_run_id(cfg, others=False) == legacy.name
     shown = ltfm_here("config", SMOKE, f"data.path={a}", f"run.results_dir={results}")
     assert shown.returncode == 0 and shown.stdout.startswith(f"# run id: {legacy.name} "), shown.stderr[-2000:]
+    done = ltfm_here("train", SMOKE, f"data.path={a}", f"run.results_dir={results}", "train.max_steps=10")
+    assert done.returncode == 0 and f"run {legacy.name} is already completed" in done.stderr, done.stderr[-2000:]
+    assert sorted(d.name for d in results.iterdir()) == [legacy.name]
     # a legacy folder of another config is not taken: the run starts in its own
     other = load_config(SMOKE, [f"data.path={a}", f"run.results_dir={results}", "model.dropout=0.3"])
     write_run(results / run_ids.legacy_id(other), cfg)
