@@ -6,7 +6,7 @@ One schema: the dataclasses below (:class:`RunConfig`, :class:`DataConfig`, :cla
 ``cfg.train.warmup``); a registered architecture other than the transformer adds its own section (``cfg.toy``,
 model/registry.py). Each field has its type (``Literal[...]`` for choices, ``X | None`` for optional keys),
 its default and a help string in ``metadata["help"]``. Coercion, unknown-key errors, overrides, :func:`flatten`,
-the run id hash and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated
+the run id hash (training/run_id.py) and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated
 ``{section: {key: (type spec, default, help)}}`` view of them, never edited by hand. A typo or a wrong type
 stops the run before anything is written (exit 2), naming the key.
 

@@ -346,7 +346,8 @@ def existing_run_id(cfg: Config, others: bool = True) -> str:
     try:
         if others:
             digests = dict.fromkeys([ids.config_hash(cfg), ids.legacy_hash(cfg)])
-            candidates = sorted({d for h in digests for d in results_dir.glob(f"*-{h}") if d.name != rid and d.is_dir()})
+            candidates = sorted({d for h in digests for d in results_dir.glob(f"*-{h}")
+                                 if d.name != rid and d.is_dir()})
         else:
             candidates = [d for d in [results_dir / ids.legacy_id(cfg)] if d.name != rid and d.is_dir()]
     except OSError:

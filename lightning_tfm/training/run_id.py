@@ -184,5 +184,6 @@ def check_run_id(rid: str, cfg=None) -> None:
 
 
 def check_name(cfg) -> None:
-    """The config's run id makes one folder name (:func:`check_run_id`), its corpus not read: every hash has 8 digits."""
+    """The config's run id makes one folder name (:func:`check_run_id`), checked without reading its corpus: every
+    hash has 8 digits."""
     check_run_id(_named(cfg, "0" * 8), cfg)
