@@ -298,6 +298,23 @@ def test_the_reference_sweeps_dry_run_continues_its_folders_and_starts_changed_r
     assert all(rows[v]["trained_steps"] is None for v in ("A1", "D1"))
 
 
+@pytest.mark.slow  # the session's smoke run (one training), then trained on 10 steps from a copy of its corpus
+def test_a_trained_run_records_its_corpus_and_trains_on_from_a_copy_of_it(tmp_path, smoke_run, data_dir):
+    cfg = load_config(smoke_run / "config.yaml")
+    summary = json.loads((smoke_run / "summary.json").read_text())
+    assert summary["corpus"] == run_ids.hashed(cfg)[run_ids.CORPUS_KEY] and smoke_run.name == run_ids.run_id(cfg)
+    copy, results = tmp_path / "copy", tmp_path / "results"
+    shutil.copytree(data_dir, copy)
+    shutil.copytree(smoke_run, results / smoke_run.name)
+    p = ltfm("train", SMOKE, f"data.path={copy}", f"run.results_dir={results}",
+             f"train.max_steps={summary['steps'] + 10}", env=NO_WANDB)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [d.name for d in results.iterdir()] == [smoke_run.name]  # resumed there (the vocabulary rebuilt alike)
+    after = json.loads((results / smoke_run.name / "summary.json").read_text())
+    assert after["steps"] == summary["steps"] + 10 and after["corpus"] == summary["corpus"]
+    assert after["config"]["data"]["path"] == str(copy) and len(after["attempts"]) == 1
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Real sweeps
 # ------------------------------------------------------------------------------------------------------------
