@@ -255,3 +255,11 @@ def test_backtest_to_refuses_what_is_not_these_rows_continued_to_a_later_budget(
     # the continued export as it is still passes (the rows it continued, each to 1800 steps)
     p = ltfm_here("report", SWEEP, "--from-export", EXPORT, "--backtest-to", LATER, "--json")
     assert p.returncode == 0 and len(json.loads(p.stdout)["rows"]) == 8
+
+    def without_a_default_key(by):  # written by a version before train.clip_norm (at its default in this export)
+        for recs in by.values():
+            for r in recs:
+                del r["config"]["train.clip_norm"]
+    p = ltfm_here("report", SWEEP, "--from-export", EXPORT, "--backtest-to",
+                  later_export(tmp_path, "older", without_a_default_key), "--json")
+    assert p.returncode == 0 and len(json.loads(p.stdout)["rows"]) == 8, p.stderr[-2000:]

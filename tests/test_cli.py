@@ -19,6 +19,7 @@ from conftest import ROOT, SMOKE, TINY, default_signals, ltfm
 from lightning_tfm import cli
 from lightning_tfm.cli import build_parser
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 
 
 def _parsers(parser):
@@ -50,11 +51,11 @@ def test_config_prints_what_the_run_saves_and_loads_back_with_its_run_id(tmp_pat
     assert p.returncode == 0, p.stderr
     first, body = p.stdout.split("\n", 1)
     cfg = config.load_config(ROOT / args[0], args[1:])
-    assert first.startswith(f"# run id: {config.run_id(cfg)} ")
+    assert first.startswith(f"# run id: {run_ids.run_id(cfg)} ")
     saved = tmp_path / "resolved.yaml"
     saved.write_text(p.stdout)
     again = config.load_config(saved)
-    assert config.run_id(again) == config.run_id(cfg) and config.flatten(again) == config.flatten(cfg)
+    assert run_ids.run_id(again) == run_ids.run_id(cfg) and config.flatten(again) == config.flatten(cfg)
     assert body == config.dump_yaml(cfg)  # the exact config.yaml the run writes (no secret in it to mask)
 
 

@@ -9,6 +9,7 @@ import yaml
 from conftest import ROOT
 from lightning_tfm.model.config import ModelConfig
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 from lightning_tfm.training.errors import UserError
 
 SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"
@@ -17,8 +18,8 @@ SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"
 def test_run_id_is_pinned_across_refactors():
     # Pins run ids across refactors of the config code: computed with the dict-based config (before the
     # typed dataclasses). A change here re-trains every existing run folder instead of resuming it.
-    assert config.run_id(config.load_config(SMOKE, ["data.path=/x"])) == "multi30k-smoke-9e45a369"
-    assert config.run_id(config.load_config(SMOKE, ["data.path=/x", "model.heads=4", "train.adam_eps=1e-8"])) == \
+    assert run_ids.run_id(config.load_config(SMOKE, ["data.path=/x"])) == "multi30k-smoke-9e45a369"
+    assert run_ids.run_id(config.load_config(SMOKE, ["data.path=/x", "model.heads=4", "train.adam_eps=1e-8"])) == \
         "multi30k-smoke-d291b654"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from conftest import ROOT, SMOKE
 from lightning_tfm import cli
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 from lightning_tfm.training.commands import DEFAULT_DATA
 
 SMALL = ["data.max_train_pairs=300", "data.max_dev_pairs=20", "data.max_test_pairs=10"]
@@ -98,7 +99,7 @@ def test_data_path_defaults_to_the_shared_multi30k_where_it_exists(ltfm_here, tm
     p = ltfm_here("config", SMOKE)
     assert p.returncode == 0, p.stderr
     assert p.stderr.strip() == f"ltfm: data.path={DEFAULT_DATA} (no data.path given; that folder exists)"
-    explicit = config.run_id(config.load_config(SMOKE, [f"data.path={DEFAULT_DATA}"]))
+    explicit = run_ids.run_id(config.load_config(SMOKE, [f"data.path={DEFAULT_DATA}"]))
     assert p.stdout.startswith(f"# run id: {explicit} ")
     results = f"run.results_dir={tmp_path / 'results'}"
     sweep = ROOT / "sweeps" / "table2-smoke.yaml"

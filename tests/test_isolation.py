@@ -13,6 +13,7 @@ from pathlib import Path
 import conftest
 from conftest import DATA, OUTPUTS, ROOT, SMOKE, changes, plant_decoy, snapshot
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 from lightning_tfm.training.run_folder import existing_run_id
 
 
@@ -30,7 +31,7 @@ def test_the_default_results_folder_holds_the_readme_smoke_run_as_a_decoy():
     folder, is taken for the decoy (a sweep trains on in a folder of the same config under another name)."""
     row = config.load_config(SMOKE, {"data.path": str(DATA), "run.study": "mixed", "run.variant": "tfm"})
     decoy = existing_run_id(row)
-    assert decoy != config.run_id(row) and decoy.startswith("multi30k-smoke-")
+    assert decoy != run_ids.run_id(row) and decoy.startswith("multi30k-smoke-")
     assert (Path(row.run.results_dir).absolute() / decoy).parent == conftest.WORK / "results"
 
 

@@ -18,6 +18,7 @@ from lightning_tfm.cli import main as cli_main
 from lightning_tfm.model import EOS, PAD, EncoderDecoder, ModelConfig, Section, Transformer, build_model, register
 from lightning_tfm.model import registry
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 from lightning_tfm.training.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -117,7 +118,7 @@ def test_a_toy_architecture_trains_decodes_and_is_reported(tmp_path, data_dir, m
     summary = train(cfg)  # what `ltfm train` runs, through Lightning, ending with the final evaluation
     assert summary["status"] == "completed" and summary["steps"] == 20
     assert summary["dev_ppl"] > 1 and summary["dev_bleu"] is not None
-    run_dir = tmp_path / "results" / config.run_id(cfg)
+    run_dir = tmp_path / "results" / run_ids.run_id(cfg)
     assert summary["params"] == Toy.count_parameters(cfg.toy, summary["vocab_size"])
 
     # the checkpoint comes back as a Toy; beam 4 through the protocol, incremental state against the prefix
@@ -158,7 +159,7 @@ def test_the_transformer_keeps_its_run_ids_and_saved_config(tmp_path):
     smoke run's id below is the one computed before the registry existed."""
     plain = config.load_config(SMOKE, ["data.path=/data/multi30k"])
     explicit = config.load_config(SMOKE, ["data.path=/data/multi30k", "model.arch=transformer"])
-    assert config.run_id(plain) == config.run_id(explicit) == "multi30k-smoke-924b143a"
+    assert run_ids.run_id(plain) == run_ids.run_id(explicit) == "multi30k-smoke-924b143a"
     assert config.saved_yaml(plain) == config.saved_yaml(explicit) and "arch" not in config.saved_yaml(plain)
     assert "toy" not in plain.to_dict() and "arch" not in plain.to_dict()["model"]
     assert isinstance(build_model(plain.model, 60), Transformer)
@@ -167,7 +168,7 @@ def test_the_transformer_keeps_its_run_ids_and_saved_config(tmp_path):
     toy = config.load_config(None, ["data.path=/data/multi30k", "model.arch=toy"])
     wider = config.load_config(None, ["data.path=/data/multi30k", "model.arch=toy", "toy.hidden=64"])
     base = config.load_config(None, ["data.path=/data/multi30k"])
-    assert len({config.config_hash(c) for c in (toy, wider, base)}) == 3
+    assert len({run_ids.config_hash(c) for c in (toy, wider, base)}) == 3
 
 
 @pytest.mark.parametrize("experiment,overrides,words", [

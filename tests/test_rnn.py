@@ -19,6 +19,7 @@ from lightning_tfm.cli import main as cli_main
 from lightning_tfm.model import EOS, PAD, EncoderDecoder, build_model
 from lightning_tfm.model.rnn import RNN, RNNConfig, additive_attention
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 from lightning_tfm.training.optim import make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -220,18 +221,19 @@ def test_the_new_keys_move_no_run_id():
     committed reference report keep their ids."""
     smoke = config.load_config(SMOKE, ["data.path=/work/shared/data/multi30k"])
     explicit = config.load_config(SMOKE, ["data.path=/work/shared/data/multi30k", "train.lr_schedule=noam"])
-    assert config.run_id(smoke) == config.run_id(explicit) == "multi30k-smoke-3027ec60"
+    assert run_ids.run_id(smoke) == run_ids.run_id(explicit)
+    assert run_ids.legacy_id(smoke) == run_ids.legacy_id(explicit) == "multi30k-smoke-3027ec60"  # data.path hashed
     assert "lr_schedule" not in config.saved_yaml(smoke) and "lr_patience" not in config.flatten(smoke)
     export = json.loads((ROOT / "reports/reference/table3-cpu-2026-11-25/export/table3-cpu.json").read_text())
-    ids = [(r["run"], config.config_hash(config.Config.from_dict(_flat_tree(r["config"]), checked=False)))
+    ids = [(r["run"], run_ids.legacy_hash(config.Config.from_dict(_flat_tree(r["config"]), checked=False)))
            for r in export["records"]]
     assert len(ids) > 20 and all(run.endswith("-" + h) for run, h in ids)
     plateau = config.load_config(SMOKE, ["data.path=/work/shared/data/multi30k", "train.lr_schedule=plateau"])
-    assert config.run_id(plateau) != config.run_id(smoke)
+    assert run_ids.run_id(plateau) != run_ids.run_id(smoke)
     saved = yaml.safe_load(config.saved_yaml(plateau))["train"]
     assert saved["lr_schedule"] == "plateau" and saved["lr"] == 2e-4 and saved["lr_patience"] == 8
-    assert config.run_id(config.Config.from_dict(yaml.safe_load(config.saved_yaml(plateau)))) == \
-        config.run_id(plateau)
+    assert run_ids.run_id(config.Config.from_dict(yaml.safe_load(config.saved_yaml(plateau)))) == \
+        run_ids.run_id(plateau)
 
 
 @pytest.mark.parametrize("overrides,words", [
@@ -282,7 +284,7 @@ def test_an_rnn_run_trains_resumes_averages_evaluates_and_translates(tmp_path, d
                  "train.threads=1", "train.lr_patience=0", "decode.max_len_b=10", "decode.beam_size=4"]
     cfg = config.load_config(RNN_SMOKE, [*small_run, "train.max_steps=30"])
     summary = train(cfg)  # what `ltfm train` runs
-    run_dir = results / config.run_id(cfg)
+    run_dir = results / run_ids.run_id(cfg)
     assert summary["status"] == "completed" and summary["steps"] == 30 and summary["dev_bleu"] is not None
     assert summary["params"] == RNN.count_parameters(cfg.rnn, summary["vocab_size"])
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"] == {"arch": "rnn"}
@@ -302,7 +304,7 @@ def test_an_rnn_run_trains_resumes_averages_evaluates_and_translates(tmp_path, d
     # resume: a larger budget continues the same run from its last checkpoint (step 30) with the schedule's state,
     # and gives the schedule the dev loss of step 30 it had not seen (that validation is not run again)
     more = config.load_config(RNN_SMOKE, [*small_run, "train.max_steps=40"])
-    assert config.run_id(more) == run_dir.name
+    assert run_ids.run_id(more) == run_dir.name
     summary = train(more)
     assert summary["steps"] == 40 and [a["steps"] for a in summary["attempts"]] == [30]  # the earlier attempt
     dev2, state2 = plateau_state()

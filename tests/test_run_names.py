@@ -1,7 +1,10 @@
 """Run folders named after their row: a sweep trial's run id is ``<sweep>-<variant>-s<seed>-<hash>``, a plain
 ``ltfm train`` keeps ``<run.name>-<hash>``, and a sweep finds an earlier run of the same config under another name
 (the name every trial had before, ``<run.name>-<hash>``; another sweep's row defined the same way) and trains on
-there instead of training again. The slow tests run real smoke-scale sweeps (``ltfm sweep``, a few seconds a trial).
+there instead of training again. Run ids survive growth (training/run_id.py): a new key at its default renames no
+folder, the corpus is hashed by its content (its folder by the legacy id, whose folders are still continued), and
+the committed reference exports' run names are reproduced and found. The slow tests run real smoke-scale sweeps
+(``ltfm sweep``, a few seconds a trial).
 """
 from __future__ import annotations
 
@@ -13,9 +16,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import SMOKE, ltfm, write_sweep
+from conftest import ROOT, SMOKE, ltfm, write_sweep
 from lightning_tfm.training import config, run_folder
-from lightning_tfm.training.config import config_hash, load_config, run_id
+from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import load_config
+from lightning_tfm.training.run_id import config_hash, run_id
 from lightning_tfm.training.run_folder import existing_run_id
 
 NO_WANDB = {"WANDB_MODE": "disabled"}  # the W&B run costs seconds per trial; the names are what is tested here
@@ -91,6 +96,223 @@ def test_a_folder_being_trained_now_is_a_run(tmp_path):
     with run_folder.RunLock(legacy, legacy.name):  # its first attempt has not written its summary yet
         assert existing_run_id(cfg) == legacy.name
     assert existing_run_id(cfg) == run_id(cfg)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Run ids that survive growth (#45)
+# ------------------------------------------------------------------------------------------------------------
+REFERENCE = sorted((ROOT / "reports" / "reference").glob("*/export/*.json"))
+
+
+def tree_of(flat: dict) -> dict:
+    """An export's flat config ({"model.heads": 4}) as the nested dict a config is made from."""
+    out: dict = {}
+    for key, value in flat.items():
+        sec, name = key.split(".", 1)
+        out.setdefault(sec, {})[name] = value
+    return out
+
+
+def reference_runs(export: Path) -> list[tuple[str, config.Config, dict]]:
+    """(run name, config, record) of every run of a committed reference export."""
+    records = json.loads(export.read_text())["records"]
+    return [(r["run"], config.Config.from_dict(tree_of(r["config"]), checked=False), r) for r in records]
+
+
+def corpus(folder: Path, lines: int = 6, **edit) -> Path:
+    """A tiny corpus as the smoke experiment reads it (train, val, test_2016_flickr; en and de); ``edit``:
+    {file name: (line, new text)}."""
+    folder.mkdir(parents=True)
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            text = [f"{split} {lang} sentence {i}" for i in range(lines)]
+            line, new = edit.get(f"{split}.{lang}", (None, None))
+            if line is not None:
+                text[line] = new
+            (folder / f"{split}.{lang}").write_text("\n".join(text) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("export", REFERENCE, ids=lambda p: p.parent.parent.name)
+def test_the_reference_exports_run_names_are_reproduced_and_found(tmp_path, export):
+    """Every run of a committed reference export keeps its name: its hash is the legacy hash of its config (the
+    corpus by its folder), and a sweep trial of that config finds its folder (built from the export: config.yaml and
+    summary.json) whatever the run id now, the corpus hashed by its content, names."""
+    runs = reference_runs(export)
+    assert len(runs) >= 10
+    for name, cfg, record in runs:
+        assert name.endswith("-" + run_ids.legacy_hash(cfg)), name
+        write_run(tmp_path / name, cfg, steps=record["steps"])
+    for name, cfg, _ in runs:
+        cfg.run.results_dir = str(tmp_path)
+        assert existing_run_id(cfg) == name
+        assert run_folder.reuse_problem(cfg, tmp_path / name) is None
+        if run_ids.hashed(cfg).get(run_ids.CORPUS_KEY):  # the corpus is here: its id is another, the folder found
+            assert run_ids.run_id(cfg) != name
+
+
+def add_field(monkeypatch, kind: type, name: str, default) -> None:
+    """A new field of section dataclass ``kind`` with ``default``, as a later version would add one (every
+    instance, made before or after, has it at its default)."""
+    import dataclasses
+
+    new = dataclasses.fields(dataclasses.make_dataclass("New", [(name, type(default), dataclasses.field(
+        default=default, metadata={"help": "a knob added later"}))]))[0]
+    monkeypatch.setitem(kind.__dataclass_fields__, name, new)
+    monkeypatch.setitem(kind.__annotations__, name, type(default).__name__)
+    monkeypatch.setattr(kind, name, default, raising=False)
+    monkeypatch.setattr(config.SCHEMA, "_schemas", {})  # the schema as generated from the fields now
+
+
+@pytest.mark.parametrize("section,kind", [("train", config.TrainConfig), ("model", config.ModelConfig),
+                                          ("data", config.DataConfig)])
+def test_a_new_field_at_its_default_changes_no_run_id(tmp_path, monkeypatch, section, kind):
+    """A field added with a default that keeps today's behaviour renames no run folder (every reference export's
+    run, the smoke run, a trial, the recurrent baseline, the plateau schedule); given another value, it is another
+    run; a folder saved before the field existed is still trained on."""
+    small = corpus(tmp_path / "small")
+    made = [load_config(SMOKE, [f"data.path={small}"]), load_config(SMOKE, ["data.path=/x"]), trial_cfg(tmp_path),
+            load_config(ROOT / "experiments" / "multi30k-rnn-smoke.yaml", ["data.path=/x"]),
+            load_config(SMOKE, ["data.path=/x", "train.lr_schedule=plateau", "train.lr=0.001"]),
+            *(cfg for export in REFERENCE for _, cfg, _ in reference_runs(export))]
+    before = [(run_ids.run_id(c), run_ids.legacy_id(c)) for c in made]
+    old = write_run(tmp_path / "old", made[0])  # config.yaml without the new key
+    add_field(monkeypatch, kind, "new_knob", 3)
+    assert f"{section}.new_knob" in config.flatten(made[0]) and "new_knob" in config.SCHEMA[section]
+    assert [(run_ids.run_id(c), run_ids.legacy_id(c)) for c in made] == before
+    assert run_folder.reuse_problem(made[0], old) is None and existing_run_id(made[0], others=False) != "old"
+    other = load_config(SMOKE, [f"data.path={small}", f"{section}.new_knob=4"])
+    assert run_ids.run_id(other) != before[0][0]
+    assert run_folder.reuse_problem(other, old) == (f"run folder {old} holds a run of another config, differing in "
+                                                    f"{section}.new_knob (unset there, 4 asked): give another "
+                                                    f"run.id (or run.results_dir), or delete the folder to train "
+                                                    f"there anew")
+
+
+def test_a_key_removed_from_the_schema_keeps_its_frozen_default(monkeypatch):
+    """A key hashed since the first run ids, removed later, is hashed at its frozen default where the config would
+    have saved it: the runs trained at its default keep their ids (and a key of an absent section is not added)."""
+    cfg = load_config(SMOKE, ["data.path=/x"])
+    before = run_ids._digest({**run_ids.hashed(cfg), "train.gone": 0.5})
+    monkeypatch.setitem(run_ids.KEYS_V1, "train.gone", 0.5)
+    monkeypatch.setitem(run_ids.KEYS_V1, "toy.gone", 1)
+    assert run_ids.config_hash(cfg) == before
+
+
+def test_the_corpus_is_identified_by_its_content_not_its_folder(tmp_path):
+    """The same corpus in another folder, or compressed, is the same run; one line changed is another; a corpus
+    that cannot be read (not there, the Hub) is hashed by its name as before (the pinned ids: test_config.py)."""
+    import gzip
+
+    def rid(folder, *more):
+        return run_ids.run_id(load_config(SMOKE, [f"data.path={folder}", *more]))
+
+    a, copy = corpus(tmp_path / "a"), tmp_path / "elsewhere" / "b"
+    shutil.copytree(a, copy)
+    packed = corpus(tmp_path / "packed")
+    for f in packed.iterdir():
+        f.with_name(f.name + ".gz").write_bytes(gzip.compress(f.read_bytes()))
+        f.unlink()
+    edited = corpus(tmp_path / "edited", **{"train.de": (3, "ein anderer Satz")})
+    assert rid(a) == rid(copy) == rid(packed) != rid(edited)
+    assert rid(a) != rid(a, "model.dropout=0.3") and rid(a) == rid(a, "train.max_steps=7")
+    assert len({run_ids.legacy_id(load_config(SMOKE, [f"data.path={f}"])) for f in (a, copy, packed)}) == 3
+    # only the files read: the dev and test splits count, another language does not
+    assert rid(corpus(tmp_path / "test-edited", **{"test_2016_flickr.en": (0, "x")})) != rid(a)
+    (copy / "train.fr").write_text("un\n")
+    assert rid(copy) == rid(a)
+    # nothing to read: the folder stands for it, as before
+    missing = load_config(SMOKE, [f"data.path={tmp_path / 'none'}"])
+    assert run_ids.run_id(missing) == run_ids.legacy_id(missing)
+    hub = load_config(SMOKE, ["data.source=hub", "data.hub_name=bentrevett/multi30k"], data=False)
+    assert run_ids.run_id(hub) == run_ids.legacy_id(hub)
+
+
+def test_a_legacy_folder_is_continued_and_a_folder_is_checked_by_its_corpus(tmp_path, ltfm_here):
+    """``ltfm train`` (and ``ltfm config``'s line) continue a run in the folder of its legacy id when its own holds
+    none; a folder's saved config is compared by the corpus's content: a copy elsewhere passes, one line changed
+    does not, and a corpus moved away is known by what the run recorded (else its folder is compared)."""
+    a, results = corpus(tmp_path / "a"), tmp_path / "results"
+    cfg = load_config(SMOKE, [f"data.path={a}", f"run.results_dir={results}"])
+    legacy = write_run(results / run_ids.legacy_id(cfg), cfg)
+    assert legacy.name != run_ids.run_id(cfg) and existing_run_id(cfg, others=False) == legacy.name
+    shown = ltfm_here("config", SMOKE, f"data.path={a}", f"run.results_dir={results}")
+    assert shown.returncode == 0 and shown.stdout.startswith(f"# run id: {legacy.name} "), shown.stderr[-2000:]
+    done = ltfm_here("train", SMOKE, f"data.path={a}", f"run.results_dir={results}", "train.max_steps=10")
+    assert done.returncode == 0 and f"run {legacy.name} is already completed" in done.stderr, done.stderr[-2000:]
+    assert sorted(d.name for d in results.iterdir()) == [legacy.name]
+    # a legacy folder of another config is not taken: the run starts in its own
+    other = load_config(SMOKE, [f"data.path={a}", f"run.results_dir={results}", "model.dropout=0.3"])
+    write_run(results / run_ids.legacy_id(other), cfg)
+    assert existing_run_id(other, others=False) == run_ids.run_id(other)
+    # its own folder, once it holds a run, comes first
+    own = write_run(results / run_ids.run_id(cfg), cfg)
+    assert existing_run_id(cfg, others=False) == own.name
+
+    copy = tmp_path / "b"
+    shutil.copytree(a, copy)
+    there = load_config(SMOKE, [f"data.path={copy}", f"run.results_dir={results}"])
+    assert run_folder.reuse_problem(there, own) is None
+    edited = load_config(SMOKE, [f"data.path={corpus(tmp_path / 'c', **{'val.en': (1, 'x')})}",
+                                 f"run.results_dir={results}"])
+    assert "differing in data.corpus (sha256:" in run_folder.reuse_problem(edited, own)
+    # the corpus the run trained on moved away: what it recorded speaks; without a record, its folder
+    summary = json.loads((own / "summary.json").read_text())
+    (own / "summary.json").write_text(json.dumps({**summary, "corpus": run_ids.hashed(cfg)[run_ids.CORPUS_KEY]}))
+    shutil.rmtree(a)
+    assert run_folder.reuse_problem(there, own) is None
+    assert run_folder.reuse_problem(edited, own).startswith(f"run folder {own} holds a run of another config, "
+                                                             "differing in data.corpus (sha256:")
+    (own / "summary.json").write_text(json.dumps(summary))
+    assert f"data.path ({a} there, {copy} asked)" in run_folder.reuse_problem(there, own)
+
+
+def test_the_reference_sweeps_dry_run_continues_its_folders_and_starts_changed_rows_afresh(tmp_path, data_dir,
+                                                                                              ltfm_here):
+    """``make reference``'s dry run over folders of the committed reference runs (config.yaml and summary.json
+    from the export, the corpus at this checkout's data.path): each row continues its folder under its legacy
+    name; a row whose folder holds a really changed config starts afresh under its own id."""
+    export = ROOT / "reports" / "reference" / "table3-cpu" / "export" / "table3-cpu.json"
+    results, placed = tmp_path / "results", {}
+    for name, cfg, record in reference_runs(export):
+        if record["variant"] in ("base", "C1", "big", "E") and record["seed"] == 1:
+            cfg.data.path = str(data_dir)
+            if str(data_dir) == "/work/shared/data/multi30k":  # where the reference ran: the same names
+                assert run_ids.legacy_id(cfg) == name
+            changed = record["variant"] == "E"
+            if changed:
+                cfg.model.dropout = 0.3
+            placed[record["variant"]] = (write_run(results / run_ids.legacy_id(cfg), cfg, steps=record["steps"]),
+                                         changed)
+    dry = ltfm_here("sweep", ROOT / "sweeps" / "table3-cpu.yaml", "--dry-run", "--json", f"data.path={data_dir}",
+                    f"run.results_dir={results}")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(dry.stdout) if r["seed"] == 1}
+    assert len(placed) == 4
+    for variant, (folder, changed) in placed.items():
+        row = rows[variant]
+        if changed:
+            assert row["run_id"] != folder.name and row["trained_steps"] is None, row
+        else:
+            assert row["run_id"] == folder.name and row["trained_steps"] == row["max_steps"], row
+    assert all(rows[v]["trained_steps"] is None for v in ("A1", "D1"))
+
+
+@pytest.mark.slow  # the session's smoke run (one training), then trained on 10 steps from a copy of its corpus
+def test_a_trained_run_records_its_corpus_and_trains_on_from_a_copy_of_it(tmp_path, smoke_run, data_dir):
+    cfg = load_config(smoke_run / "config.yaml")
+    summary = json.loads((smoke_run / "summary.json").read_text())
+    assert summary["corpus"] == run_ids.hashed(cfg)[run_ids.CORPUS_KEY] and smoke_run.name == run_ids.run_id(cfg)
+    copy, results = tmp_path / "copy", tmp_path / "results"
+    shutil.copytree(data_dir, copy)
+    shutil.copytree(smoke_run, results / smoke_run.name)
+    p = ltfm("train", SMOKE, f"data.path={copy}", f"run.results_dir={results}",
+             f"train.max_steps={summary['steps'] + 10}", env=NO_WANDB)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [d.name for d in results.iterdir()] == [smoke_run.name]  # resumed there (the vocabulary rebuilt alike)
+    after = json.loads((results / smoke_run.name / "summary.json").read_text())
+    assert after["steps"] == summary["steps"] + 10 and after["corpus"] == summary["corpus"]
+    assert after["config"]["data"]["path"] == str(copy) and len(after["attempts"]) == 1
 
 
 # ------------------------------------------------------------------------------------------------------------

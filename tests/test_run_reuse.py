@@ -18,6 +18,7 @@ import torch
 from conftest import ROOT, SMOKE
 from lightning_tfm.model import build_model
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 from lightning_tfm.training.data import read_lines, train_tokenizer
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
@@ -94,7 +95,7 @@ def test_a_hash_named_folder_of_another_config_is_never_resumed(tmp_path, data_d
     args = [f"data.path={data_dir}", f"run.results_dir={results}"]
     cfg = config.load_config(SMOKE, args)
     older = config.load_config(SMOKE, [*args, "train.warmup=4000"])
-    run = finished_run(results / config.run_id(cfg), older)
+    run = finished_run(results / run_ids.run_id(cfg), older)
     before = snapshot(run)
     one_line(ltfm_here("train", SMOKE, *args), "train.warmup (4000 there, 100 asked)", "delete the folder")
     assert snapshot(run) == before
@@ -243,7 +244,7 @@ def test_a_resume_from_a_checkpoint_of_another_vocabulary_is_refused(tmp_path, d
     args = [f"data.path={data_dir}", f"run.results_dir={results}", "data.max_train_pairs=300", "data.max_dev_pairs=10",
             "data.vocab_size=200", "data.test_split=null", "train.max_steps=2"]
     cfg = config.load_config(SMOKE, args)
-    run = finished_run(results / config.run_id(cfg), cfg, steps=1)
+    run = finished_run(results / run_ids.run_id(cfg), cfg, steps=1)
     (run / "summary.json").unlink()
     (run / "tokenizer.json").unlink()
     ck = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)

@@ -15,6 +15,7 @@ import torch
 
 from conftest import ROOT, SMOKE, TINY
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 
 sys.path.insert(0, str(ROOT / "tests" / "soak"))
 import check as soak_check  # noqa: E402
@@ -193,8 +194,8 @@ def test_the_new_key_leaves_run_ids_alone_and_is_checked():
 
     base = config.load_config(SMOKE, ["data.path=/x"])
     assert base.train.checkpoint_every_seconds == 600.0
-    assert config.run_id(config.load_config(SMOKE, ["data.path=/x", "train.checkpoint_every_seconds=5"])) == \
-        config.run_id(base) == "multi30k-smoke-9e45a369"  # tests/test_config.py pins this id
+    assert run_ids.run_id(config.load_config(SMOKE, ["data.path=/x", "train.checkpoint_every_seconds=5"])) == \
+        run_ids.run_id(base) == "multi30k-smoke-9e45a369"  # tests/test_config.py pins this id
     assert config.load_config(SMOKE, ["data.path=/x", "train.checkpoint_every_seconds=null"]).train \
         .checkpoint_every_seconds is None
     with pytest.raises(UserError, match="checkpoint_every_seconds=-1.0 must be 0"):
@@ -229,7 +230,7 @@ def test_a_run_killed_between_step_checkpoints_resumes_from_the_seconds_checkpoi
                  "train.max_steps": 9, "train.checkpoint_every_steps": 5, "train.val_every_steps": 5,
                  "train.checkpoint_every_seconds": 0, "train.progress_bar": False}
     cfg = config.load_config(SMOKE, overrides)
-    run_dir = tmp_path / "results" / config.run_id(cfg)
+    run_dir = tmp_path / "results" / run_ids.run_id(cfg)
 
     class Killed(pl.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):

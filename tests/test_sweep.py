@@ -301,7 +301,8 @@ def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_pat
     assert summary["wandb_run_id"] and base.user_attrs["wandb_run_id"] == summary["wandb_run_id"]
     assert list(Path(summary["wandb_dir"]).glob(f"run-{summary['wandb_run_id']}.wandb"))  # the offline W&B run
     # the trial's config was made once by the worker: the run folder's config.yaml, which the trial trained from
-    from lightning_tfm.training.config import load_config, run_id
+    from lightning_tfm.training.config import load_config
+    from lightning_tfm.training.run_id import run_id
     kept = load_config(Path(base.user_attrs["run_dir"]) / "config.yaml")
     assert run_id(kept) == base.user_attrs["run_id"] and kept.sweep.trial == base.number
     assert kept.sweep.storage is None and summary["config"]["sweep"]["storage"] is None  # the URL: environment only
@@ -552,7 +553,7 @@ def test_a_worker_with_nothing_to_claim_waits_and_runs_a_killed_workers_row(tmp_
     for it, beating its heart), so A's row is still running, with a live heartbeat, whenever B gets to it;
     only then is A killed and the lock let go."""
     from lightning_tfm.sweep import Plan, load_sweep
-    from lightning_tfm.training.config import run_id
+    from lightning_tfm.training.run_id import run_id
     from lightning_tfm.training.run_folder import RunLock
 
     results = tmp_path / "results"

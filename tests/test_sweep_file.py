@@ -14,6 +14,7 @@ from lightning_tfm.sweep import Plan, dry_run, load_sweep, trial_config
 from lightning_tfm.sweep import schema
 from lightning_tfm.sweep.spec import describe_keys
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 from lightning_tfm.training.errors import UserError
 
 SECTIONS = {"": schema.SweepFile, "sampler.": schema.SamplerSpec, "pruner.": schema.PrunerSpec,
@@ -104,7 +105,7 @@ def test_dry_run_ids_of_the_committed_sweeps_are_those_of_ltfm_config(name, data
             continue
         ov = {**sweep.overrides, "data.path": str(data_dir), **row["overrides"], "run.seed": row["seed"],
               "run.study": sweep.name, "run.variant": row["name"]}
-        assert row["run_id"] == config.run_id(config.load_config(row["experiment"], ov)), row
+        assert row["run_id"] == run_ids.run_id(config.load_config(row["experiment"], ov)), row
         assert row["run_id"].startswith(f"{sweep.name}-{row['name']}-s{row['seed']}-"), row
 
 

@@ -17,6 +17,7 @@ from lightning_tfm.model.transformer import Transformer
 from lightning_tfm.sweep import Plan, dry_run, load_sweep, trial_config
 from lightning_tfm.sweep.spec import describe_keys
 from lightning_tfm.training import config
+from lightning_tfm.training import run_id as run_ids
 from lightning_tfm.training.bench import DEFAULTS
 from lightning_tfm.training.errors import UserError
 
@@ -121,7 +122,7 @@ def test_mixed_dry_run_lists_both_architectures_with_params_steps_flops_and_run_
         assert r["experiment"] == str(exp)
         ov = {"data.path": str(data_dir), **r["overrides"], "run.seed": r["seed"], "run.study": "mixed",
               "run.variant": name}
-        assert r["run_id"] == config.run_id(config.load_config(exp, ov)), r
+        assert r["run_id"] == run_ids.run_id(config.load_config(exp, ov)), r
         assert r["run_id"].startswith(f"mixed-{name}-s1-")
         assert r["train_flops"] == pytest.approx(r["max_steps"] * r["flops_per_step"])
     # equal FLOPs: every row of budget 1 spends the base's (up to the rounding of its steps)

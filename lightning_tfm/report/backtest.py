@@ -209,11 +209,17 @@ def _listed(items: list[str], most: int = 4) -> str:
 
 def _differs(a: dict, b: dict) -> list[str]:
     """The config keys two runs differ in, those that do not change what is trained aside (the run id's
-    ``NOT_HASHED``: the budget, the study, the results folder, ...)."""
-    from ..training.config import NOT_HASHED
+    ``NOT_HASHED``: the budget, the study, the results folder, ...); a key one export lacks (written before the key
+    existed) is at its default there, as the run id has it (training/run_id.py)."""
+    from ..training.config import SCHEMA
+    from ..training.run_id import KEYS_V1, NOT_HASHED
+
+    def default(k: str):
+        sec, _, name = k.partition(".")
+        return SCHEMA[sec][name][1] if sec in SCHEMA and name in SCHEMA[sec] else KEYS_V1.get(k)
 
     keys = {k for k in set(a) | set(b) if k not in NOT_HASHED and k.split(".")[0] not in NOT_HASHED}
-    return sorted(k for k in keys if a.get(k) != b.get(k))
+    return sorted(k for k in keys if a.get(k, default(k)) != b.get(k, default(k)))
 
 
 def _check_later(earlier, later, path: str, curves: dict, later_curves: dict) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..training.atomic import write_text
 from ..training.checks import LABEL_CHARS
-from ..training.config import NAME_BYTES
+from ..training.run_id import NAME_BYTES
 from ..training.errors import UserError
 from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from .records import ReportData, RunRecord
@@ -231,7 +231,7 @@ def _config(field: str, cfg: Any) -> None:
 
 
 def _run_name(field: str, v: Any) -> None:
-    """A run folder's name, as config.check_run_id allows it (run.name may hold spaces or any letters): one line
+    """A run folder's name, as run_id.check_run_id allows it (run.name may hold spaces or any letters): one line
     of at most NAME_BYTES bytes, no path."""
     _text(field, v, NAME_BYTES)
     if v is not None and (len(v.encode("utf-8")) > NAME_BYTES or v in ("", ".", "..") or any(c in v for c in "/\\")):

@@ -37,7 +37,8 @@ def train_cli(args) -> int:
     :func:`~lightning_tfm.training.train.train`."""
     import signal
 
-    from ..training.config import load_config, run_id
+    from ..training.config import load_config
+    from ..training.run_folder import existing_run_id
     from ..training.train import Abandoned, stop_reason, train
 
     cfg = load_config(args.config, args.overrides, checked=False)  # train() validates it
@@ -52,7 +53,7 @@ def train_cli(args) -> int:
         if not sys.stderr.isatty():
             cfg.train.progress_bar = False  # Lightning's bar in a log is a line per refresh (not part of the run id)
         if wants_lines(cfg, sys.stderr.isatty()):
-            callbacks.append(ProgressLines(run_id(cfg)))
+            callbacks.append(ProgressLines(existing_run_id(cfg, others=False)))
     if "SLURM_JOB_ID" not in os.environ:  # SLURM's requeue warning outside SLURM: stop as on SIGTERM (in SLURM,
         # Lightning's SLURM environment handles SIGUSR1 itself and requeues the job)
         signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
@@ -71,7 +72,8 @@ def train_cli(args) -> int:
     if summary.get("status") not in ("completed", "pruned"):
         return 1
     if cfg.sweep.trial is None:  # a trial's sweep says what comes next
-        run, results = shlex.quote(f"{cfg.run.results_dir}/{run_id(cfg)}"), shlex.quote(cfg.run.results_dir)
+        rid = summary.get("run_id") or existing_run_id(cfg, others=False)  # the folder it trained in
+        run, results = shlex.quote(f"{cfg.run.results_dir}/{rid}"), shlex.quote(cfg.run.results_dir)
         say_done(f"{run}/ (summary.json: dev and test BLEU; checkpoints/, hyps/, logs/)",
                  f"ltfm runs {results}   or   echo 'A man rides a bike.' | ltfm translate {run}")
     return 0
@@ -167,7 +169,7 @@ def _check_local_data(cfg: Config) -> None:
     d = cfg.data
     if d.source != "local":
         return
-    from ..training.data import split_file  # here: data imports torch, which a worker (it trains nothing itself) never needs
+    from ..training.corpus_id import split_file
     for split in (d.train_split, d.dev_split, d.test_split):
         if split:
             for lang in (d.src_lang, d.tgt_lang):

@@ -40,7 +40,8 @@ from ..training.results import history_key
 from .curves import CurvePruner
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
-from ..training.config import Config, run_id
+from ..training.config import Config
+from ..training.run_id import run_id
 
 
 class OptunaPruning(pl.Callback):

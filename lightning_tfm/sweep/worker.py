@@ -30,6 +30,7 @@ from pathlib import Path
 from ..training import config, run_folder
 from ..training.errors import UserError
 from ..training.redact import scrub_text
+from ..training.run_id import run_id
 from ..training.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
@@ -54,7 +55,7 @@ ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", "trained_past
 
 def write_trial_config(cfg: config.Config, run_dir: Path) -> Path:
     """Write a trial's resolved config to ``<run_dir>/config.yaml`` (atomically, secrets masked): the file the
-    trial process trains from and the run keeps. Its run id is the trial's (``config.run_id`` of the loaded
+    trial process trains from and the run keeps. Its run id is the trial's (``run_id`` of the loaded
     file equals that of ``cfg``)."""
     from ..training import atomic
 
@@ -273,7 +274,7 @@ class Worker:
         # The run folder is named after the row (<sweep>-<variant>-s<seed>-<hash>); a run of this config under
         # another name (<run.name>-<hash>, another sweep's same row) is trained on in its folder: run.id names it.
         rid = run_folder.existing_run_id(cfg)
-        if rid != config.run_id(cfg):
+        if rid != run_id(cfg):
             cfg.run.id = rid
         run_dir = self.plan.results_dir / rid
         self.logs.mkdir(parents=True, exist_ok=True)

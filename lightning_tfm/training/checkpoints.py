@@ -99,16 +99,17 @@ def newest_readable(run_dir: str | Path) -> tuple[Path, dict] | None:
 
 
 def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: str | None, whose: str,
-                    sections: set[str] | None = None) -> str | None:
+                    sections: set[str] | None = None, corpus: str | None = None) -> str | None:
     """Why checkpoint ``ck`` (at ``path``) is not one of the run ``whose`` (a run folder) with config ``cfg`` and
     vocabulary hash ``vocab``: another vocabulary, or another config in ``sections``' keys (all the run id's keys
-    when None: :func:`~.run_folder.differences`); None when it is, or cannot tell."""
+    when None: :func:`~.run_folder.differences`, the checkpoint's corpus as ``corpus`` identifies it); None when it
+    is, or cannot tell."""
     theirs = checkpoint_tokenizer(ck, path)
     if vocab is not None and theirs is not None and theirs != vocab:
         return (f"checkpoint {path} was trained with another vocabulary (tokenizer {theirs}) than {whose} (tokenizer "
                 f"{vocab}), whatever their sizes: its ids would decode to other words")
     ck_cfg = recorded_config(ck, path)
-    diff = run_folder.differences(ck_cfg, cfg, sections, ("checkpoint", "run")) if ck_cfg and cfg else []
+    diff = run_folder.differences(ck_cfg, cfg, sections, ("checkpoint", "run"), corpus) if ck_cfg and cfg else []
     if diff:
         return (f"checkpoint {path} is of another {'model' if sections else 'config'} than {whose}, differing in "
                 f"{', '.join(diff)}")
@@ -119,7 +120,8 @@ def check_resumable(run_dir: Path, cfg: "config.Config", vocab: str) -> None:
     """The checkpoint a resume of ``run_dir`` would load must be of ``cfg`` and of the vocabulary ``vocab``: else one
     line (a checkpoint copied in, a folder whose ``tokenizer.json`` was replaced or deleted), before training."""
     found = newest_readable(run_dir)
-    why = foreign_problem(found[1], found[0], cfg, vocab, f"run {run_dir.name}") if found else None
+    why = foreign_problem(found[1], found[0], cfg, vocab, f"run {run_dir.name}",
+                          corpus=run_folder.recorded_corpus(run_dir)) if found else None
     if why is not None:
         raise UserError(f"{why}: cannot resume {run_dir} from it; give another run.id (or run.results_dir), or "
                         f"delete the folder to train there anew")

@@ -79,6 +79,7 @@ def config_cli(args) -> int:
     comment with its run id; ``ltfm config --keys [PREFIX]``: every key of the schema with its type, default,
     allowed values and meaning (the schema validation uses, so nothing here can fall out of date)."""
     from . import config
+    from .run_folder import existing_run_id
 
     if args.keys is not None:
         if args.config or args.overrides:
@@ -94,7 +95,8 @@ def config_cli(args) -> int:
         raise UserError("give an experiment file (ltfm config experiments/multi30k-smoke.yaml [k=v ...]) or --keys")
     overrides = default_data(config.load_config(args.config, args.overrides, checked=False)) + args.overrides
     cfg = config.load_config(args.config, overrides)
-    print(f"# run id: {config.run_id(cfg)} (its folder: {cfg.run.results_dir}/{config.run_id(cfg)})")
+    rid = existing_run_id(cfg, others=False)
+    print(f"# run id: {rid} (its folder: {cfg.run.results_dir}/{rid})")
     print(config.saved_yaml(cfg), end="")
     return 0
 

@@ -6,7 +6,7 @@ One schema: the dataclasses below (:class:`RunConfig`, :class:`DataConfig`, :cla
 ``cfg.train.warmup``); a registered architecture other than the transformer adds its own section (``cfg.toy``,
 model/registry.py). Each field has its type (``Literal[...]`` for choices, ``X | None`` for optional keys),
 its default and a help string in ``metadata["help"]``. Coercion, unknown-key errors, overrides, :func:`flatten`,
-the run id hash and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated
+the run id hash (training/run_id.py) and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated
 ``{section: {key: (type spec, default, help)}}`` view of them, never edited by hand. A typo or a wrong type
 stops the run before anything is written (exit 2), naming the key.
 
@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
-import json
 import math
 import os
-import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +35,7 @@ from ..model.config import OPT, ModelConfig
 from .errors import UserError
 from .checks import check_data, check_decode, check_devices, check_labels, check_names, check_ranges
 from .inputs import load_yaml, override_value, read_yaml_text, shown
+from .run_id import check_name
 
 
 def _f(default: Any, help: str, factory=None):
@@ -205,15 +203,8 @@ TABLE3_KNOBS = (("N", "model.layers", "layers"), ("d_model", "model.d_model", "d
                 ("ε_ls", "train.label_smoothing", "label_smoothing"), ("positional", "model.positional", "positional"),
                 ("norm", "model.norm", "norm"), ("train steps", "train.max_steps", "train_steps"))
 
-NAME_BYTES = 255  # the longest name of a file or folder (a path component), in bytes, on the usual file systems
 PLATEAU_KEYS = ("lr_schedule", "lr", "lr_decay_factor", "lr_patience", "lr_min")  # train.*; Config.to_dict
 
-# Keys that do not change what is trained: excluded from the run id hash.
-# The training budget is not hashed either: re-running with a larger train.max_steps continues the run.
-NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
-              "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
-              "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches", "model.attention_kernel",
-              "model.fast_dropout", "data.cache_dir", "wandb", "sweep", "train.checkpoint_every_seconds"}
 
 
 def choices(key: str) -> tuple | None:
@@ -367,19 +358,6 @@ def _check_finite(cfg: Config) -> None:
                 raise UserError(f"{sec}.{name}={v} is not a finite number: give a real value")
 
 
-def check_run_id(rid: str, cfg: Config | None = None) -> None:
-    """A run id names one folder inside run.results_dir: no path separators, no '.' or '..'."""
-    if not rid or rid in (".", "..") or any(c in rid for c in "/\\\0") or rid.startswith("~") or rid != rid.strip():
-        raise UserError(f"run id {shown(rid)} must name a folder inside run.results_dir (no '/', '\\', '..' or "
-                        "leading '~'): set run.id (or run.name) to a plain name such as base-1")
-    size = len(os.fsencode(rid))  # the bytes of the folder's name, as the file system counts them
-    if size > NAME_BYTES:
-        key, own = (("run.id", rid) if cfg is None or cfg.run.id else ("run.name", cfg.run.name)
-                    if not (cfg.run.study and cfg.run.variant) else ("run.study and run.variant", "".join(_trial(cfg))))
-        raise UserError(f"run id {shown(rid[:40] + '...')} is {size} bytes, over the {NAME_BYTES} of a folder name: "
-                        f"shorten {key} (at most {NAME_BYTES - size + len(os.fsencode(own))} bytes)")
-
-
 def validate(cfg: Config, data: bool = True) -> None:
     """Cross-key checks: every combination the model cannot build is named here, before any work (the data
     source's only with ``data``: see :func:`has_data`).
@@ -396,7 +374,7 @@ def validate(cfg: Config, data: bool = True) -> None:
     if (why := registry.check(cfg.model)) is not None:  # model.arch, and knobs of another architecture
         raise UserError(why)
     m, t, d, dec = cfg.model, cfg.train, cfg.data, cfg.decode
-    check_run_id(run_id(cfg), cfg)
+    check_name(cfg)  # the run id's folder name (training/run_id.py)
     check_labels(cfg.run)
     check_names(cfg)
     if not 0 <= cfg.run.seed < 2 ** 32:  # Lightning's seeding takes no other (and would fail inside the run)
@@ -460,30 +438,6 @@ def flatten(cfg: Config | dict) -> dict:
     Takes a :class:`Config` or a nested dict (a summary's "config")."""
     tree = cfg.to_dict() if isinstance(cfg, Config) else cfg
     return {f"{sec}.{k}": v for sec, body in tree.items() for k, v in body.items()}
-
-
-def hashed(cfg: Config | dict) -> dict:
-    """The flat keys that say what a run trains (all but :data:`NOT_HASHED`): its run id's hash, and what a run
-    folder's saved config must match to be trained on (:func:`~.run_folder.reuse_problem`)."""
-    return {k: v for k, v in flatten(cfg).items() if k not in NOT_HASHED and k.split(".")[0] not in NOT_HASHED}
-
-
-def config_hash(cfg: Config) -> str:
-    return hashlib.sha1(json.dumps(hashed(cfg), sort_keys=True, default=str).encode()).hexdigest()[:8]
-
-
-def run_id(cfg: Config) -> str:
-    """``run.id``; else a sweep trial's ``<study>-<variant>-s<seed>-<hash>`` (other characters than letters, digits,
-    '.', '_', '-' made '_'); else ``<run.name>-<hash>``. Same config, same hash (:func:`config_hash`), same folder."""
-    if cfg.run.id or not (cfg.run.study and cfg.run.variant):
-        return cfg.run.id or f"{cfg.run.name}-{config_hash(cfg)}"
-    study, variant = _trial(cfg)
-    return f"{study}-{variant}-s{cfg.run.seed}-{config_hash(cfg)}"
-
-
-def _trial(cfg: Config) -> tuple[str, str]:
-    """run.study and run.variant as a trial's run id holds them (:func:`run_id`)."""
-    return tuple(re.sub(r"[^A-Za-z0-9._-]", "_", x).lstrip(".-") or "_" for x in (cfg.run.study, cfg.run.variant))
 
 
 def saved_yaml(cfg: Config) -> str:

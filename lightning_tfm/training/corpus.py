@@ -43,6 +43,7 @@ import numpy as np
 from . import atomic
 from .errors import UserError
 from .config import Config
+from .corpus_id import fingerprint, split_file
 
 FORMAT_VERSION = 1
 # The tokenizer's construction in data.train_tokenizer: bump when it changes (a new cache is built).
@@ -72,8 +73,6 @@ def splits_of(cfg: Config) -> dict[str, tuple[str, int | None]]:
 def cache_key(cfg: Config) -> dict:
     """Everything that decides the token ids, as a JSON-able dict (local files: path, size, mtime)."""
     import tokenizers
-
-    from .data import split_file
 
     d = cfg.data
     key: dict = {"format": FORMAT_VERSION, "tokenizer": TOKENIZER_SETTINGS, "tokenizers": tokenizers.__version__,
@@ -454,7 +453,7 @@ class Corpus:
         d = cfg.data
         show = cfg.train.progress_bar if progress is None else progress
         self.folder, self.manifest = prepare(cfg, progress=show)
-        self.hash = self.manifest["hash"]
+        self.hash, self.identity = self.manifest["hash"], fingerprint(d)  # the corpus by its content (run ids)
         self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
         self.vocab_size = self.tokenizer.get_vocab_size()
         positions = model_positions(cfg)
@@ -481,7 +480,7 @@ class Corpus:
     def summary(self) -> dict:
         """What summary.json records about the data."""
         out = {"data_cache": str(self.folder), "data_cache_hash": self.hash, "train_pairs": len(self.train),
-               "skipped_train_pairs": self.skipped, "length_limit": self.limit}
+               "skipped_train_pairs": self.skipped, "length_limit": self.limit, "corpus": self.identity}
         out.update({f"truncated_{role}_pairs": n for role, n in self.truncated.items()})
         return out
 

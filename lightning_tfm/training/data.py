@@ -18,6 +18,7 @@ from torch.utils.data import Sampler
 from .errors import UserError
 from ..model import BOS, EOS, PAD, UNK
 from .config import Config
+from .corpus_id import split_file  # the corpus folder's file names (corpus_id.py)
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3 = PAD, BOS, EOS, UNK
 assert [PAD, BOS, EOS, UNK] == [0, 1, 2, 3]
@@ -43,18 +44,6 @@ def read_lines(path: str | Path) -> list[str]:
         return [x[:-1] if x.endswith("\r") else x for x in lines]
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise UserError(f"cannot read {p}: {e.__class__.__name__}: {e}; give a UTF-8 text file (optionally .gz)") from None
-
-
-def split_file(folder: str | Path, split: str, lang: str) -> Path:
-    folder = Path(folder)
-    for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
-        if (folder / name).is_file():
-            return folder / name
-    if not folder.is_dir():
-        raise UserError(f"data folder {str(folder)!r} does not exist: set data.path to a folder of "
-                        f"{{split}}.{{lang}}[.gz] files")
-    raise UserError(f"missing data file {folder / f'{split}.{lang}'}[.gz]: check data.path, the split names "
-                    f"(data.train_split/dev_split/test_split) and the languages (data.src_lang/tgt_lang)")
 
 
 def read_parallel(folder: str | Path, split: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:

@@ -76,6 +76,7 @@ class Summary(TypedDict, total=False):
     skipped_train_pairs: int
     data_cache: str              # the prepared corpus the run trained on, and its hash
     data_cache_hash: str
+    corpus: str | None           # the corpus's content identity, hashed in the run id (corpus_id.fingerprint)
     length_limit: int            # longest sentence (pieces) trained on; longer dev/test pairs are truncated
     truncated_dev_pairs: int
     truncated_test_pairs: int

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import config, results
+from . import config, results, run_id as ids
 from .errors import UserError
 from .config import Config
 
@@ -274,20 +274,32 @@ def model_sections() -> set[str]:
 _UNSET = object()
 
 
-def differences(there: Config | dict, asked: Config | dict, sections: set[str] | None = None,
-                names: tuple[str, str] = ("there", "asked")) -> list[str]:
+def recorded_corpus(run_dir: Path) -> str | None:
+    """The content identity of the corpus the run in ``run_dir`` trained on, as its summary records it (``corpus``:
+    :func:`~.corpus_id.fingerprint`), or None (a run of an older version, or none yet)."""
+    found = (results.read_summary(run_dir) or {}).get("corpus")
+    return found if isinstance(found, str) else None
+
+
+def differences(there: Config, asked: Config, sections: set[str] | None = None,
+                names: tuple[str, str] = ("there", "asked"), there_corpus: str | None = None) -> list[str]:
     """The keys, ``"model.dropout (0.1 there, 0.3 asked)"`` for the first few, in which two configs differ: every
-    key of the run id's hash (:func:`~.config.hashed`; not :data:`~.config.NOT_HASHED`'s: the budget, the
-    bookkeeping, the sweep's keys, which a run may change when it trains on), secrets masked as saved; only
-    ``sections``' keys when given. A key one config leaves out (another architecture's section) differs too."""
+    key of the run id's hash (:func:`~.run_id.hashed`; not :data:`~.run_id.NOT_HASHED`'s: the budget, the
+    bookkeeping, the sweep's keys, which a run may change when it trains on; a newer key at its default is no
+    difference), the corpus by its content (``data.corpus``; ``there_corpus``: as the folder recorded it; its
+    folder, ``data.path``, where a side's files cannot be read: :func:`~.run_id.compared`), secrets masked as
+    saved; only ``sections``' keys when given. A key one config leaves out (another architecture's section)
+    differs too."""
     from .redact import scrub
 
-    a, b = (scrub(config.hashed(c)) for c in (there, asked))
+    a, b = (scrub(flat) for flat in ids.compared(there, asked, there_corpus))
     keys = sorted((k for k in dict.fromkeys([*b, *a]) if (sections is None or k.split(".")[0] in sections)
                    and a.get(k, _UNSET) != b.get(k, _UNSET)), key=lambda k: k != "model.arch")  # the arch first
 
     def shown(flat, k):  # a key left out of a saved config: model.arch's default (transformer), another section's
-        return flat[k] if k in flat else config.SCHEMA["model"]["arch"][1] if k == "model.arch" else "unset"
+        if k in flat:  # a corpus's identity: its first 12 hex digits
+            return flat[k][:len(ids.CORPUS_PREFIX) + 12] if k == ids.CORPUS_KEY else flat[k]
+        return config.SCHEMA["model"]["arch"][1] if k == "model.arch" else "unset"
 
     out = [f"{k} ({shown(a, k)} {names[0]}, {shown(b, k)} {names[1]})" if i < 3 else k for i, k in enumerate(keys)]
     return out if len(out) <= 10 else out[:8] + [f"and {len(out) - 8} more"]
@@ -303,7 +315,7 @@ def reuse_problem(cfg: Config, run_dir: Path) -> str | None:
     if saved is None:
         return None if unreadable is None else \
             f"run folder {run_dir} records a config this version cannot read ({unreadable}): {way_out}"
-    diff = differences(saved, cfg)
+    diff = differences(saved, cfg, there_corpus=recorded_corpus(run_dir))
     if not diff:
         return None
     return (f"run folder {run_dir} holds a run of another config, differing in {', '.join(diff)}: "
@@ -317,28 +329,33 @@ def check_reuse(cfg: Config, run_dir: Path) -> None:
         raise UserError(problem)
 
 
-def existing_run_id(cfg: Config) -> str:
-    """The run id a sweep trial trains under: its own (:func:`~.config.run_id`) when that folder holds a run
+def existing_run_id(cfg: Config, others: bool = True) -> str:
+    """The run id ``cfg`` trains under: its own (:func:`~.run_id.run_id`) when that folder holds a run
     (:func:`holds_run`); else that of a folder in run.results_dir holding a run of the same config under another
-    name, the one trained furthest of several; else its own. Another name: ``<run.name>-<hash>`` (a run outside a
-    sweep, and the trial folders of versions that named trials so) or another sweep's row defined the same way
-    (``sweeps/table3-cpu-continued.yaml`` continues ``sweeps/table3-cpu.yaml``'s runs). The hash ends every name
-    (the run's bookkeeping and budget are not hashed); each candidate's saved config is compared with ``cfg``
-    (:func:`differences`). Its own folder is returned whatever it holds: a trial refuses it when it holds another
-    config (:func:`check_reuse`)."""
-    rid = config.run_id(cfg)
+    name, the one trained furthest of several; else its own. Another name: its legacy id (the corpus hashed by its
+    folder: :func:`~.run_id.legacy_id`); with ``others`` (a sweep trial), also ``<run.name>-<hash>`` (a run outside
+    a sweep, and the trial folders of versions that named trials so) or another sweep's row defined the same way
+    (``sweeps/table3-cpu-continued.yaml`` continues ``sweeps/table3-cpu.yaml``'s runs), under either hash. The hash
+    ends every name (the run's bookkeeping and budget are not hashed); each candidate's saved config is compared
+    with ``cfg`` (:func:`differences`). Its own folder is returned whatever it holds: a run refuses it when it
+    holds another config (:func:`check_reuse`)."""
+    rid = ids.run_id(cfg)
     results_dir = Path(cfg.run.results_dir)
     if cfg.run.id or holds_run(results_dir / rid):
         return rid
-    digest = config.config_hash(cfg)
     try:
-        candidates = sorted(d for d in results_dir.glob(f"*-{digest}") if d.name != rid and d.is_dir())
+        if others:
+            digests = dict.fromkeys([ids.config_hash(cfg), ids.legacy_hash(cfg)])
+            candidates = sorted({d for h in digests for d in results_dir.glob(f"*-{h}")
+                                 if d.name != rid and d.is_dir()})
+        else:
+            candidates = [d for d in [results_dir / ids.legacy_id(cfg)] if d.name != rid and d.is_dir()]
     except OSError:
         return rid
     found = []
     for d in candidates:
         saved = saved_config(d)[0] if holds_run(d) else None
-        if saved is not None and not differences(saved, cfg):
+        if saved is not None and not differences(saved, cfg, there_corpus=recorded_corpus(d)):
             steps = (results.read_summary(d) or {}).get("steps")
             found.append((steps if isinstance(steps, int) else -1, d.name))
     return max(found)[1] if found else rid

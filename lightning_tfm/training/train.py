@@ -46,7 +46,7 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
     # "--- Logging error ---" and a traceback for each one: the run's own writes report the disk, in one line.
     logging.raiseExceptions = False
     config.validate(cfg)
-    rid = config.run_id(cfg)
+    rid = run_folder.existing_run_id(cfg, others=False)  # its id's folder, else that of its legacy id holding it
     results_dir = Path(cfg.run.results_dir)
     run_dir = results_dir / rid
     run_folder.check_reuse(cfg, run_dir)  # a folder of another config stops here, untouched, whatever its name
