@@ -166,6 +166,10 @@ class ModelConfig(Section):
                         Range(2, MAX_WIDTH), Table3("d_model", 2, tex=r"$d_{\mathrm{model}}$"))
     d_ff: int = knob(2048, "d_ff: inner width of the position-wise feed-forward networks (Sec. 3.3)", WIDTH,
                      Table3("d_ff", 3, tex=r"$d_{\mathrm{ff}}$"))
+    activation: Literal["relu", "gelu"] = knob(
+        "relu", "the feed-forward networks' nonlinearity: relu, the paper's max(0, x W_1 + b_1) (Sec. 3.3, Eq. 2), "
+                "or gelu (Hendrycks & Gimpel, 2016), x Phi(x), as in BERT (Devlin et al., 2019) and GPT (Radford et "
+                "al., 2018)", table3=Table3("activation", 11, label="{} FFN"))
     heads: int = knob(8, "h: parallel attention heads per multi-head attention (Sec. 3.2.2)", Range(1, 1024),
                       Table3("h", 4, csv="heads", tex="$h$"))
     d_k: int = knob(64, "d_k: width of each head's queries and keys (Sec. 3.2.2)", WIDTH, Table3("d_k", 5, tex="$d_k$"))
