@@ -200,7 +200,7 @@ def test_good_search_spaces_pass(tmp_path):
         "model.dropout": {"type": "float", "low": "1e-5", "high": 0.3, "log": True},  # 1e-5: YAML 1.1 text
         "train.lr_scale": {"type": "float", "low": 0.5, "high": 2.0, "step": 0.25},
         "model.d_ff": {"type": "int", "low": 64, "high": 256, "step": 64},
-        "train.label_smoothing": {"type": "int", "low": 0, "high": 1},  # an int range of a float key
+        "train.clip_norm": {"type": "int", "low": 0, "high": 1},  # an int range of a float key
         "model.norm": {"type": "categorical", "choices": ["pre", "post"]}}))
     dist = distributions(sweep.space)
     assert dist["model.dropout"].low == 1e-5 and dist["model.d_ff"].step == 64

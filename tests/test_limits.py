@@ -42,7 +42,8 @@ LONG = "x" * 250
     (RNN, f"rnn.max_positions={BIG}", f"rnn.max_positions={BIG} must be a positive integer, at most 65536"),
     (SMOKE, f"decode.max_len_b={BIG}", f"decode.max_len_b={BIG} must be 0 or more, at most 65536"),
     (SMOKE, f"train.max_steps={BIG}", "train.max_steps"),
-    (SMOKE, f"train.max_time_minutes=1e+308", "train.max_time_minutes=1e+308 must be 0 or more, at most"),
+    (SMOKE, f"train.max_time_minutes=1e+308", "train.max_time_minutes=1e+308 must be positive, at most 10000000"),
+    (SMOKE, "train.max_time_minutes=0", "train.max_time_minutes=0.0 must be positive, at most 10000000"),  # one range
     (SMOKE, f"run.name={LONG}", "is 259 bytes, over the 255 of a folder name: shorten run.name (at most 246 bytes)"),
     (SMOKE, f"run.name={'é' * 124}", "is 257 bytes, over the 255 of a folder name: shorten run.name (at most 246"),
     (SMOKE, f"run.id={'x' * 256}", "shorten run.id (at most 255 bytes)"),
@@ -94,6 +95,9 @@ SPACE = {"name": "s", "experiment": str(SMOKE), "space": {"model.dropout": {"typ
      "space model.max_positions: model.max_positions="),
     ({**SPACE, "space": {"model.layers": {"type": "categorical", "choices": [2, BIG]}}},
      "space model.layers: model.layers="),
+    ({**SPACE, "space": {"train.label_smoothing": {"type": "int", "low": 0, "high": 1}}},  # [0, 1): one range too
+     "space train.label_smoothing: train.label_smoothing=1.0 must be in [0, 1)"),
+    ({**GOOD, "variants": {"A1": {"rnn.dropout": 1}}}, "variant A1: rnn.dropout=1.0 must be in [0, 1)"),
 ])
 def test_a_sweep_file_value_at_the_limit_is_refused_when_loaded(tmp_path, body, words):
     from lightning_tfm.sweep import load_sweep

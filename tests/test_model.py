@@ -176,3 +176,49 @@ def test_dropout_is_active_in_training_only():
     assert not torch.allclose(a, b)
     m.eval()
     torch.testing.assert_close(m(src, tgt), m(src, tgt))
+
+
+@pytest.mark.parametrize("activation,phi", [("relu", lambda h: torch.clamp(h, min=0)),
+                                            ("gelu", lambda h: h * 0.5 * (1 + torch.erf(h / math.sqrt(2))))])
+def test_feed_forward_applies_model_activation(activation, phi):
+    """Eq. 2's max(0, .) (the paper), or GELU x Phi(x) written out (BERT's, GPT's)."""
+    from lightning_tfm.model.layers import FeedForward
+
+    torch.manual_seed(0)
+    ffn = FeedForward(ModelConfig(d_model=8, d_ff=16, activation=activation))
+    x = torch.randn(2, 3, 8)
+    torch.testing.assert_close(ffn(x), ffn.w_2(phi(ffn.w_1(x))))
+    models = []
+    for act in ("relu", "gelu"):  # the same weights (the same seed): the nonlinearity alone differs
+        torch.manual_seed(0)
+        models.append(Transformer(ModelConfig(layers=2, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, activation=act),
+                                  V).eval())
+    assert all(torch.equal(a, b) for a, b in zip(*(m.state_dict().values() for m in models)))
+    assert not torch.allclose(models[0](*batch()), models[1](*batch()))
+
+
+def test_model_activation_is_one_field_that_the_report_the_dashboard_and_the_search_see(tmp_path):
+    """model.activation is declared once (its field, with its Table 3 column): a config key with its choices, a
+    column of the report's configuration table and CSV, a word of the lead figure's row names, an Optuna param of
+    the sweep dashboard, a key sweeps/search.yaml samples; absent from the paper's CSV, the paper's rows have none."""
+    from conftest import ROOT, SMOKE
+    from lightning_tfm.report import columns
+    from lightning_tfm.report.lead import row_label
+    from lightning_tfm.report.paper import load_paper
+    from lightning_tfm.sweep import load_sweep
+    from lightning_tfm.sweep.queue import DASHBOARD_CHOICES
+    from lightning_tfm.training import config
+    from lightning_tfm.training.errors import UserError
+
+    assert config.load_config(SMOKE, ["data.path=/x", "model.activation=gelu"]).model.activation == "gelu"
+    assert config.Config().model.activation == "relu"  # the paper's
+    with pytest.raises(UserError, match=r"model.activation='swish' is not one of: relu \| gelu"):
+        config.load_config(SMOKE, ["data.path=/x", "model.activation=swish"])
+    assert "model.activation" in [k.key for k in config.TABLE3_KNOBS]
+    assert "activation" in [c.key for c in columns.columns(columns.CSV)]
+    assert "activation" in [c.shown[columns.CONFIG].title for c in columns.columns(columns.CONFIG)]
+    assert row_label({"variant": "bert", "knobs": {"model.activation": "gelu"}},
+                     {"variant": "base", "knobs": {"model.activation": "relu"}}) == "bert: gelu FFN"
+    assert DASHBOARD_CHOICES["model.activation"] == ("relu", "gelu")
+    assert load_sweep(ROOT / "sweeps" / "search.yaml").space["model.activation"]["choices"] == ["relu", "gelu"]
+    assert "activation" not in load_paper()["base"]

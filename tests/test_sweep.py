@@ -19,7 +19,7 @@ import yaml
 
 from conftest import ROOT, SMOKE, ltfm, ltfm_in
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
-from lightning_tfm.training.config import Config, flatten, load_config
+from lightning_tfm.training.config import TABLE3_KNOBS, Config, choices, flatten, load_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -35,9 +35,9 @@ LONG_ROW = 200
 PAPER = {r["name"]: r for r in csv.DictReader((ROOT / "lightning_tfm/resources/paper_table3.csv").open())}
 ROWS = ["base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "D1", "D2", "D3",
         "D4", "E", "big", "prenorm"]
-KNOBS = {"layers": "model.layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "heads": "model.heads",
-         "d_k": "model.d_k", "d_v": "model.d_v", "dropout": "model.dropout",
-         "label_smoothing": "train.label_smoothing", "positional": "model.positional"}
+# The paper's knob columns (CSV name -> config key): the Table 3 knobs the paper's CSV has, but the budget (max_steps)
+KNOBS = {k.csv: k.key for k in TABLE3_KNOBS if k.csv in PAPER["base"] and k.key != "train.max_steps"}
+NUMBERS = {csv for csv, key in KNOBS.items() if choices(key) is None}  # the others: choices (positional)
 
 
 def write_sweep(folder: Path, name: str, variants: dict, **extra) -> Path:
@@ -82,8 +82,8 @@ def test_table3_dry_run_lists_the_paper_rows_with_its_parameter_counts(ltfm_here
     for name, paper in PAPER.items():
         cfg = resolved(base_cfg, by[name]["overrides"])
         for col, key in KNOBS.items():  # the paper's values, row by row
-            want = paper[col] if col == "positional" else float(paper[col])
-            got = cfg[key] if col == "positional" else float(cfg[key])
+            want = float(paper[col]) if col in NUMBERS else paper[col]
+            got = float(cfg[key]) if col in NUMBERS else cfg[key]
             assert got == want, (name, key, got, want)
         assert by[name]["max_steps"] == int(paper["train_steps"]), name
         if paper["params_m"]:
@@ -112,6 +112,7 @@ def test_dashboard_sees_the_metric_name_each_rows_name_family_and_knobs(tmp_path
     (not "Objective 0"), each trial's row and family, the Table 3 knobs as params (so Hyperparameter Importance
     has something to rank once rows complete), the worker's machine."""
     from lightning_tfm.sweep import Plan, claim_waiting, enqueue_missing, load_sweep, open_storage, open_study
+    from lightning_tfm.sweep.queue import DASHBOARD_KNOBS
 
     sweep = load_sweep(ROOT / "sweeps/table3-cpu.yaml")
     url = f"sqlite:///{tmp_path / 'dash.db'}"
@@ -137,8 +138,7 @@ def test_dashboard_sees_the_metric_name_each_rows_name_family_and_knobs(tmp_path
     assert (c4.params["model.d_model"], c4.params["model.d_k"], c4.params["model.layers"]) == (64, 16, 3)
     assert pre.params["model.norm"] == "pre" and trials[("base", 10)].params["model.norm"] == "post"
     assert big.user_attrs["family"] == "big" and big.params["model.dropout"] == pytest.approx(0.3)
-    assert set(a1.params) >= {"model.layers", "model.d_model", "model.d_ff", "model.heads", "model.d_k",
-                              "model.d_v", "model.dropout", "train.label_smoothing", "model.positional"}
+    assert set(a1.params) == set(DASHBOARD_KNOBS) and "model.heads" in a1.params  # every Table 3 knob but the budget
     importances = optuna.importance.get_param_importances(read)
     assert importances and set(importances) <= set(a1.params)
 
@@ -158,7 +158,7 @@ def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir, ltfm_here):
     for name, paper in PAPER.items():
         cfg = resolved(base, rows[name]["overrides"])
         for col, key in KNOBS.items():
-            if col == "positional":
+            if col not in NUMBERS:  # a choice: changed where the paper changes it
                 assert (cfg[key] == cpu_base[key]) == (paper[col] == paper_base[col]), (name, key)
                 continue
             # every knob moves in the paper's direction from its base, or stays where the paper keeps it
@@ -198,9 +198,12 @@ def test_search_dry_run_samples_the_space(data_dir, ltfm_here):
     assert p.returncode == 0, p.stderr[-2000:]
     rows = json.loads(p.stdout)
     assert len(rows) == 6
+    from lightning_tfm.sweep import load_sweep
+
+    space = load_sweep(ROOT / "sweeps" / "search.yaml").space
+    assert {"model.heads", "model.d_model", "model.positional"} <= set(space)
     for r in rows:
-        assert set(r["overrides"]) == {"model.heads", "model.d_model", "model.d_k", "model.dropout",
-                                       "model.positional", "model.norm"}
+        assert set(r["overrides"]) == set(space)  # every key of the file's space sampled
         assert r["params"] > 0
 
 

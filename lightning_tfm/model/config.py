@@ -1,4 +1,11 @@
-"""The model section of an experiment config, as a typed dataclass (fairseq style), and the schema of a section.
+"""The model section of an experiment config, as a typed dataclass (fairseq style), and what every config section
+is made of: :class:`Section`, and :func:`knob`, a field with everything said about it beside it.
+
+A knob is one field: its type, its default and its help, and in its metadata its check (a :class:`Range` for a
+number: what config validation refuses, one line naming the key and the range) and, for a knob of the paper's
+Table 3, its :class:`Table3` column (its title, its CSV and LaTeX names: the report's configuration table, the
+paper's rows in ``resources/paper_table3.csv`` and the sweep dashboard's Optuna params read it). Each section checks
+its own values (:meth:`Section.problem`: the fields' checks, then the rules across its keys).
 
 :class:`ModelConfig` holds ``arch`` (which registered architecture is built: model/registry.py) and the
 architecture knobs of the paper's Transformer (Vaswani et al., 2017, Table 3 column names in the help strings),
@@ -13,11 +20,11 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, ClassVar, Literal
 
-# The largest sizes a model section takes (the training config's range checks and an architecture's own
-# Section.problem read them): far above any model of the paper, below what overflows or cannot be allocated (a
-# positional table of MAX_POSITIONS x d_model, an attention map of MAX_POSITIONS squared a head).
+# The largest sizes a model section takes (the model's ranges, an architecture's own section's, ``ltfm bench``'s
+# settings): far above any model of the paper, below what overflows or cannot be allocated (a positional table of
+# MAX_POSITIONS x d_model, an attention map of MAX_POSITIONS squared a head).
 MAX_WIDTH = 65536      # an embedding, hidden or head width
 MAX_LAYERS = 1000      # stacked layers
 MAX_POSITIONS = 65536  # the longest sequence (model.max_positions; BOS or EOS included)
@@ -25,6 +32,68 @@ MAX_POSITIONS = 65536  # the longest sequence (model.max_positions; BOS or EOS i
 # A type spec (generated from a field's annotation): int, float, str, bool, list, ("choice", a, b, ...)
 # or ("optional", spec).
 OPT = "optional"
+
+#: A field's own check (metadata "check"): (dotted key, value) -> what is wrong, in one line, or None.
+Check = Callable[[str, Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number key takes: ``lo`` to ``hi``, an open end excluding its bound (``model.dropout``: [0, 1);
+    ``train.lr``: positive). A null (an optional key unset) passes. Called as a field's check."""
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __call__(self, key: str, v: Any) -> str | None:
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        if (self.lo < v or v == self.lo and not self.lo_open) and (v < self.hi or v == self.hi and not self.hi_open):
+            return None
+        return f"{key}={v} must be {self.words(v)}"
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return self.lo, self.hi
+
+    def words(self, v: Any = 0.0) -> str:
+        """The allowed values in words: ``a positive integer, at most 1000``, ``in [0, 1)``."""
+        if self.hi_open:
+            return f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi})"
+        low = ("positive" if self.lo == 0 else f"more than {self.lo}") if self.lo_open else \
+            "a positive integer" if self.lo == 1 and isinstance(v, int) else "0 or more" if self.lo == 0 else \
+            f"{self.lo} or more"
+        return f"{low}, at most {self.hi}"
+
+
+UNIT = Range(0, 1, hi_open=True)  # a probability or a decay rate: dropout, label smoothing, Adam's betas
+
+
+@dataclass(frozen=True)
+class Table3:
+    """A knob's column among the Table 3 knobs (metadata "table3"): the report's configuration table and CSV, the
+    paper's rows (``resources/paper_table3.csv``), table3.tex and the sweep dashboard's Optuna params."""
+    title: str           # the column's title: the paper's symbol (N, h, P_drop) or a word
+    place: int           # its column among the knobs, ascending (the training budget last)
+    csv: str = ""        # its column of table3.csv and of the paper's CSV (default: the field's name)
+    tex: str = ""        # its header in table3.tex, for a column of the paper's own Table 3 ("": none)
+    label: str = ""      # how a row's name in the lead figure shows a value ("{} positions"; default "title value")
+
+
+def knob(default: Any, help: str, check: Check | None = None, table3: Table3 | None = None,
+         factory: Callable[[], Any] | None = None) -> Any:
+    """A config field (fairseq style): its default, its one-line meaning (``metadata["help"]``), its own check of a
+    value (``metadata["check"]``: a :class:`Range` for a number) and, for a Table 3 knob, its column."""
+    meta = {"help": help, **({"check": check} if check else {}), **({"table3": table3} if table3 else {})}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def check_of(kind: type | Section, name: str) -> Check | None:
+    """The check of field ``name`` of a section dataclass (or of a section): its :class:`Range` for a number."""
+    return next((f.metadata.get("check") for f in dataclasses.fields(kind) if f.name == name), None)
 
 
 def type_spec(hint) -> Any:
@@ -52,9 +121,12 @@ def section_schema(kind: type) -> dict[str, tuple]:
 
 
 class Section:
-    """Base of a config section dataclass: it remembers which keys were set after it was made (:meth:`given`),
-    so that a knob given for an architecture that does not have it is an error (model/registry.py), while
-    the defaults it carries are not."""
+    """Base of a config section dataclass. It checks its own values (:meth:`problem`) and remembers which keys were
+    set after it was made (:meth:`given`), so that a knob given for an architecture that does not have it is an
+    error (model/registry.py), while the defaults it carries are not. ``SECTION`` is its name in the config, the
+    head of its keys (``model``; an architecture's: the name it is registered under)."""
+
+    SECTION: ClassVar[str] = ""
 
     def __post_init__(self):
         object.__setattr__(self, "_given", set())
@@ -69,40 +141,57 @@ class Section:
         return set(self.__dict__.get("_given", ()))
 
     def problem(self) -> str | None:
-        """What is wrong with the values, in one line naming the key and the way out (None: nothing): an
-        architecture's section checks its ranges here, and config validation stops on it before any work."""
+        """What is wrong with the values, in one line naming the key and the way out (None: nothing): each field's
+        own check (its metadata's, as a :class:`Range`), in field order. A section with rules across its keys adds
+        them (overriding this, calling it); config validation stops on it before any work."""
+        for f in dataclasses.fields(self):
+            check = f.metadata.get("check")
+            if check is not None and (why := check(f"{self.SECTION}.{f.name}", getattr(self, f.name))) is not None:
+                return why
         return None
+
+
+WIDTH, LAYERS = Range(1, MAX_WIDTH), Range(1, MAX_LAYERS)
 
 
 @dataclass
 class ModelConfig(Section):
-    arch: str = field(default="transformer", metadata={
-        "help": "architecture to build (model/registry.py): transformer (the knobs below), or another registered "
-                "one, whose knobs are its own section"})
-    layers: int = field(default=6, metadata={"help": "N: identical layers in the encoder stack and in the decoder "
-                                                     "stack (Sec. 3.1)"})
-    d_model: int = field(default=512, metadata={"help": "d_model: width of every sublayer output and of the "
-                                                        "embeddings (Sec. 3.1)"})
-    d_ff: int = field(default=2048, metadata={"help": "d_ff: inner width of the position-wise feed-forward "
-                                                      "networks (Sec. 3.3)"})
-    heads: int = field(default=8, metadata={"help": "h: parallel attention heads per multi-head attention "
-                                                    "(Sec. 3.2.2)"})
-    d_k: int = field(default=64, metadata={"help": "d_k: width of each head's queries and keys (Sec. 3.2.2)"})
-    d_v: int = field(default=64, metadata={"help": "d_v: width of each head's values (Sec. 3.2.2)"})
-    dropout: float = field(default=0.1, metadata={"help": "P_drop: residual dropout on every sublayer output and "
-                                                          "on the embedding sums (Sec. 5.4)"})
-    attention_dropout: float = field(default=0.0, metadata={
-        "help": "dropout on attention weights (not in the paper; fairseq's attention_dropout)"})
-    positional: Literal["sinusoidal", "learned"] = field(default="sinusoidal", metadata={
-        "help": "positional encoding: the paper's fixed sinusoids (Sec. 3.5) or learned position embeddings "
-                "(Table 3 row E)"})
-    norm: Literal["post", "pre"] = field(default="post", metadata={
-        "help": "post: the paper's LayerNorm(x + Sublayer(x)); pre: x + Sublayer(LayerNorm(x))"})
-    max_positions: int = field(default=1024, metadata={
-        "help": "longest sequence (learned positions have one vector each)"})
-    attention_kernel: Literal["auto", "matmul", "sdpa"] = field(default="auto", metadata={
-        "help": "how Eq. 1 is computed: sdpa (torch's fused kernel), matmul, auto (matmul for short sequences "
-                "on CPU; model/fast.py)"})
-    fast_dropout: bool = field(default=True, metadata={
-        "help": "dropout mask drawn as 16-bit lanes on CPU (speed path, model/fast.py); false: torch's dropout"})
+    SECTION: ClassVar[str] = "model"
 
+    arch: str = knob("transformer", "architecture to build (model/registry.py): transformer (the knobs below), or "
+                                    "another registered one, whose knobs are its own section")
+    layers: int = knob(6, "N: identical layers in the encoder stack and in the decoder stack (Sec. 3.1)", LAYERS,
+                       Table3("N", 1, tex="$N$"))
+    d_model: int = knob(512, "d_model: width of every sublayer output and of the embeddings (Sec. 3.1)",
+                        Range(2, MAX_WIDTH), Table3("d_model", 2, tex=r"$d_{\mathrm{model}}$"))
+    d_ff: int = knob(2048, "d_ff: inner width of the position-wise feed-forward networks (Sec. 3.3)", WIDTH,
+                     Table3("d_ff", 3, tex=r"$d_{\mathrm{ff}}$"))
+    activation: Literal["relu", "gelu"] = knob(
+        "relu", "the feed-forward networks' nonlinearity: relu, the paper's max(0, x W_1 + b_1) (Sec. 3.3, Eq. 2), "
+                "or gelu (Hendrycks & Gimpel, 2016), x Phi(x), as in BERT (Devlin et al., 2019) and GPT (Radford et "
+                "al., 2018)", table3=Table3("activation", 11, label="{} FFN"))
+    heads: int = knob(8, "h: parallel attention heads per multi-head attention (Sec. 3.2.2)", Range(1, 1024),
+                      Table3("h", 4, csv="heads", tex="$h$"))
+    d_k: int = knob(64, "d_k: width of each head's queries and keys (Sec. 3.2.2)", WIDTH, Table3("d_k", 5, tex="$d_k$"))
+    d_v: int = knob(64, "d_v: width of each head's values (Sec. 3.2.2)", WIDTH, Table3("d_v", 6, tex="$d_v$"))
+    dropout: float = knob(0.1, "P_drop: residual dropout on every sublayer output and on the embedding sums "
+                               "(Sec. 5.4)", UNIT, Table3("P_drop", 7, tex=r"$P_{\mathrm{drop}}$"))
+    attention_dropout: float = knob(0.0, "dropout on attention weights (not in the paper; fairseq's "
+                                         "attention_dropout)", UNIT)
+    positional: Literal["sinusoidal", "learned"] = knob(
+        "sinusoidal", "positional encoding: the paper's fixed sinusoids (Sec. 3.5) or learned position embeddings "
+                      "(Table 3 row E)", table3=Table3("positional", 9, label="{} positions"))
+    norm: Literal["post", "pre"] = knob("post", "post: the paper's LayerNorm(x + Sublayer(x)); pre: x + "
+                                                "Sublayer(LayerNorm(x))", table3=Table3("norm", 10, label="{}-norm"))
+    max_positions: int = knob(1024, "longest sequence (learned positions have one vector each)",
+                              Range(1, MAX_POSITIONS))
+    attention_kernel: Literal["auto", "matmul", "sdpa"] = knob(
+        "auto", "how Eq. 1 is computed: sdpa (torch's fused kernel), matmul, auto (matmul for short sequences on "
+                "CPU; model/fast.py)")
+    fast_dropout: bool = knob(True, "dropout mask drawn as 16-bit lanes on CPU (speed path, model/fast.py); false: "
+                                    "torch's dropout")
+
+    def problem(self) -> str | None:
+        if self.d_model % 2:
+            return f"model.d_model={self.d_model} must be even (sinusoids come in sin/cos pairs)"
+        return super().problem()

@@ -1,6 +1,7 @@
 """Encoder and decoder layers (Section 3.1) and the position-wise feed-forward network (Section 3.3)."""
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
@@ -9,11 +10,14 @@ from .fast import make_dropout
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (Sec. 3.3, Eq. 2), inner width d_ff."""
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (Sec. 3.3, Eq. 2), inner width d_ff; with ``model.activation: gelu``,
+    GELU(x W_1 + b_1) W_2 + b_2, GELU(x) = x Phi(x) with Phi the standard normal CDF (Hendrycks & Gimpel, 2016), as
+    BERT's (Devlin et al., 2019) and GPT's (Radford et al., 2018) feed-forward layers (torch's exact erf form)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d_model, d_ff = cfg.d_model, cfg.d_ff
+        self.activation = F.gelu if cfg.activation == "gelu" else F.relu
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         for w in (self.w_1, self.w_2):
@@ -21,7 +25,7 @@ class FeedForward(nn.Module):
             nn.init.zeros_(w.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(self.w_1(x).relu())
+        return self.w_2(self.activation(self.w_1(x)))
 
 
 class Residual(nn.Module):

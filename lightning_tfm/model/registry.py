@@ -57,6 +57,8 @@ def register(name: str, section: type[Section] | None = None) -> Callable[[type]
         if not issubclass(cls, EncoderDecoder):
             raise TypeError(f"architecture {name!r}: {cls.__name__} must derive from "
                             "lightning_tfm.model.incremental.EncoderDecoder")
+        if section is not None and not section.SECTION:
+            section.SECTION = name  # its keys' head in the messages of its checks (Section.problem)
         ARCHITECTURES[name] = Architecture(name, cls, section)
         return cls
     return add
@@ -102,7 +104,7 @@ def check(cfg: ModelConfig) -> str | None:
     """What is wrong with the architecture choice, in one line naming the key and the way out, else None:
     an unregistered ``model.arch``, a value its section refuses (:meth:`Section.problem`), a transformer knob
     (``model.heads``) given with another architecture, or a key of another architecture's section given.
-    (The transformer's own ranges are checked with the rest of the config, training/config.py.)"""
+    (The transformer's knobs, the model section's own: ``ModelConfig.problem``, with the config's other sections.)"""
     if cfg.arch not in ARCHITECTURES:
         return (f"model.arch={cfg.arch!r} is not a registered architecture: use one of "
                 f"{', '.join(ARCHITECTURES)}")

@@ -32,54 +32,40 @@ and every :meth:`RNN.decode_step` leaves its step's weights in ``state["attentio
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from dataclasses import dataclass
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .config import MAX_LAYERS, MAX_POSITIONS, MAX_WIDTH, Section
+from .config import LAYERS, MAX_POSITIONS, UNIT, WIDTH, Range, Section, knob
 from .incremental import EncoderDecoder
 from .registry import register
 from .transformer import PAD
 
 
-def _help(default, text: str):
-    return field(default=default, metadata={"help": text})
-
-
 @dataclass
 class RNNConfig(Section):
-    cell: Literal["gru", "lstm"] = _help("gru", "recurrent unit of the encoder and the decoder: gru (Bahdanau's "
-                                                "gated unit, joeynmt's recipe) or lstm")
-    emb_size: int = _help(620, "width of the source and target embeddings and of the deep output t_i (Bahdanau: "
-                               "620)")
-    enc_hidden: int = _help(500, "encoder state width of each direction; the annotations h_j are twice as wide")
-    dec_hidden: int = _help(1000, "decoder state width (s_i); also the d_model the noam schedule would scale by")
-    attention_size: int = _help(1000, "width of the alignment model's hidden layer (W_a, U_a: n' in Bahdanau's "
-                                      "Appendix A)")
-    enc_layers: int = _help(1, "stacked bidirectional encoder layers")
-    dec_layers: int = _help(1, "stacked decoder layers (the top one's state is the attention's query)")
-    dropout: float = _help(0.2, "dropout on the deep output's input [s_i; E y_{i-1}; c_i] and between stacked "
-                                "layers (joeynmt's hidden_dropout)")
-    emb_dropout: float = _help(0.0, "dropout on the source and target embeddings")
-    shared_embeddings: bool = _help(False, "one embedding matrix for source and target (the BPE vocabulary is "
-                                           "shared)")
-    tied_embeddings: bool = _help(False, "the target embedding is also the pre-softmax projection")
-    max_positions: int = _help(1024, "longest sequence decoded (BOS or EOS included): sources are cut to it, "
-                                     "outputs end before it")
+    SECTION: ClassVar[str] = "rnn"
 
-    def problem(self) -> str | None:
-        for key in ("emb_size", "enc_hidden", "dec_hidden", "attention_size", "enc_layers", "dec_layers",
-                    "max_positions"):
-            most = MAX_LAYERS if key.endswith("layers") else MAX_POSITIONS if key == "max_positions" else MAX_WIDTH
-            if not 1 <= getattr(self, key) <= most:
-                return f"rnn.{key}={getattr(self, key)} must be a positive integer, at most {most}"
-        for key in ("dropout", "emb_dropout"):
-            if not 0.0 <= getattr(self, key) < 1.0:
-                return f"rnn.{key}={getattr(self, key)} must be in [0, 1)"
-        return None
+    cell: Literal["gru", "lstm"] = knob("gru", "recurrent unit of the encoder and the decoder: gru (Bahdanau's gated "
+                                               "unit, joeynmt's recipe) or lstm")
+    emb_size: int = knob(620, "width of the source and target embeddings and of the deep output t_i (Bahdanau: 620)",
+                         WIDTH)
+    enc_hidden: int = knob(500, "encoder state width of each direction; the annotations h_j are twice as wide", WIDTH)
+    dec_hidden: int = knob(1000, "decoder state width (s_i); also the d_model the noam schedule would scale by", WIDTH)
+    attention_size: int = knob(1000, "width of the alignment model's hidden layer (W_a, U_a: n' in Bahdanau's "
+                                     "Appendix A)", WIDTH)
+    enc_layers: int = knob(1, "stacked bidirectional encoder layers", LAYERS)
+    dec_layers: int = knob(1, "stacked decoder layers (the top one's state is the attention's query)", LAYERS)
+    dropout: float = knob(0.2, "dropout on the deep output's input [s_i; E y_{i-1}; c_i] and between stacked layers "
+                               "(joeynmt's hidden_dropout)", UNIT)
+    emb_dropout: float = knob(0.0, "dropout on the source and target embeddings", UNIT)
+    shared_embeddings: bool = knob(False, "one embedding matrix for source and target (the BPE vocabulary is shared)")
+    tied_embeddings: bool = knob(False, "the target embedding is also the pre-softmax projection")
+    max_positions: int = knob(1024, "longest sequence decoded (BOS or EOS included): sources are cut to it, outputs "
+                                    "end before it", Range(1, MAX_POSITIONS))
 
 
 class EncoderOut(NamedTuple):

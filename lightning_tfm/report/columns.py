@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..training.config import TABLE3_KNOBS, choices
+from ..training.config import TABLE3_KNOBS, Knob, choices
 from .stats import BLEU_FLOOR, NOISE_K
 from .text import fmt, fmt_knob, md_text
 from .verdict import HOLDS, MAY_FLIP, TOO_FEW
@@ -231,13 +231,6 @@ def _params_paper(row: Row, table: dict) -> str:  # noqa: ARG001
     return "" if row.paper_params_m is None else f"{row.paper_params_m:g}"
 
 
-# table3.tex: the paper's Table 3 columns among the knobs, with the paper's headers (positional and norm are none of
-# them: a row that changes one says so beside its name, as the paper's row E does)
-TEX_KNOBS = {"model.layers": "$N$", "model.d_model": r"$d_{\mathrm{model}}$", "model.d_ff": r"$d_{\mathrm{ff}}$",
-             "model.heads": "$h$", "model.d_k": "$d_k$", "model.d_v": "$d_v$", "model.dropout": r"$P_{\mathrm{drop}}$",
-             "train.label_smoothing": r"$\epsilon_{\mathrm{ls}}$", "train.max_steps": "train steps"}
-
-
 def _base(table: dict) -> Row | None:
     return next((r for r in table["rows"] if r.variant == "base"), None)
 
@@ -255,19 +248,21 @@ def _tex_knob(key: str) -> Cell:
 def _tex_name(row: Row, table: dict) -> str:
     """The row's name, with the knobs it changes that are not among the paper's columns (``prenorm (norm pre)``)."""
     base = _base(table)
-    changed = [f"{title} {fmt_knob(row.knobs.get(key))}" for title, key, _ in TABLE3_KNOBS if key not in TEX_KNOBS
-               and base is not None and row is not base and row.knobs.get(key) != base.knobs.get(key)]
+    changed = [f"{k.title} {fmt_knob(row.knobs.get(k.key))}" for k in TABLE3_KNOBS if not k.tex
+               and base is not None and row is not base and row.knobs.get(k.key) != base.knobs.get(k.key)]
     return row.variant + (f" ({', '.join(changed)})" if changed else "")
 
 
 ROW = Shown("row", _name, left=True)
 
 
-def _knob(title: str, key: str, csv_name: str) -> Column:
-    return Column(csv_name, f"Table 3 knob {title} (config key {key})", frozenset({CSV}),
-                  {CONFIG: Shown(title, lambda r, t: md_text(fmt_knob(r.knobs.get(key))), left=choices(key) is not None)},
-                  value=lambda r: r.knobs.get(key),
-                  latex=Shown(TEX_KNOBS[key], _tex_knob(key)) if key in TEX_KNOBS else None)
+def _knob(k: Knob) -> Column:
+    """A Table 3 knob's column (its metadata: model/config.py's Table3); in table3.tex, the paper's own columns
+    (positions and norm are none of them: a row that changes one says so beside its name, as the paper's row E)."""
+    return Column(k.csv, f"Table 3 knob {k.title} (config key {k.key})", frozenset({CSV}),
+                  {CONFIG: Shown(k.title, lambda r, t: md_text(fmt_knob(r.knobs.get(k.key))),
+                                 left=choices(k.key) is not None)},
+                  value=lambda r: r.knobs.get(k.key), latex=Shown(k.tex, _tex_knob(k.key)) if k.tex else None)
 
 
 C = Column
@@ -281,7 +276,7 @@ COLUMNS: list[Column] = [
       {PPL: ROW, BLEU: ROW, CONFIG: ROW, COMPARE: ROW}, latex=S("", _tex_name, left=True)),
     C("family", "the row's family (A-E, big, or the sweep's own)", _T | {COMPARE_ROW}),
     C("in_paper", "the paper's Table 3 has this row", frozenset({CSV, COMPARE_ROW})),
-    *[_knob(title, key, csv_name) for title, key, csv_name in TABLE3_KNOBS],
+    *[_knob(k) for k in TABLE3_KNOBS],
     C("seeds_completed", "completed seeds of the row"),
     C("seeds_total", "seeds the row has or plans"),
     C("dev_ppl", "our dev perplexity, the mean over the completed seeds", _P,

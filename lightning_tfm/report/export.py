@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..training.atomic import write_text
-from ..training.checks import LABEL_CHARS
 from ..training.run_id import NAME_BYTES
+from ..training.sections import LABEL_CHARS
 from ..training.errors import UserError
 from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from .records import ReportData, RunRecord

@@ -35,8 +35,6 @@ AGREES, OPPOSITE, NO_SIGN, PAPER = "#1f77b4", "#ff7f0e", "#9467bd", "#8c8c8c"   
 PALE = 0.35           # the alpha of our bar within seed noise
 VERDICT_STYLE = {HOLDS: {"color": "black", "fontweight": "bold"}, MAY_FLIP: {"color": "black", "fontstyle": "italic"},
                  WITHIN: {"color": "dimgray"}, TOO_FEW: {"color": "dimgray", "fontstyle": "italic"}}
-# How a knob reads in a row's name (its Table 3 title, else these)
-_KNOB_WORDS = {"model.positional": "{} positions", "model.norm": "{}-norm", "train.max_steps": "{} steps"}
 _BAR, _GAP = 0.36, 0.19   # a bar's height; each bar's offset from its row's line (ours above, the paper's below)
 
 
@@ -48,12 +46,11 @@ def row_label(row, base) -> str:
     """The row's name and the Table 3 knobs it sets apart from the base's (``A1: h 1, d_k 128, d_v 128``)."""
     knobs, base_knobs = _get(row, "knobs") or {}, (_get(base, "knobs") or {}) if base is not None else {}
     parts = []
-    for title, key, _ in TABLE3_KNOBS:
-        v = knobs.get(key)
-        if v is None or v == base_knobs.get(key) or not base_knobs:
+    for k in TABLE3_KNOBS:  # each as its Table 3 column labels it ("h 1", "learned positions")
+        v = knobs.get(k.key)
+        if v is None or v == base_knobs.get(k.key) or not base_knobs:
             continue
-        word = _KNOB_WORDS.get(key)
-        parts.append(word.format(fmt_knob(v)) if word else f"{title} {fmt_knob(v)}")
+        parts.append(k.label.format(fmt_knob(v)))
     name = str(_get(row, "variant"))
     return textwrap.fill(name + (": " + ", ".join(parts) if parts else ""), 46, subsequent_indent="  ")
 

@@ -8,6 +8,8 @@ import csv
 import io
 from importlib import resources
 
+from ..training.config import SCHEMA, TABLE3_KNOBS
+
 
 PAPER_ORDER = ("base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
                "D1", "D2", "D3", "D4", "E", "big")
@@ -33,13 +35,17 @@ def load_paper2() -> dict[str, dict]:
 
 
 def load_paper() -> dict[str, dict]:
-    """The paper's Table 3 (lightning_tfm/resources/paper_table3.csv): name -> row with numbers parsed."""
+    """The paper's Table 3 (lightning_tfm/resources/paper_table3.csv): name -> row with numbers parsed. Its knob
+    columns are those of the Table 3 knobs it has (:data:`~lightning_tfm.training.config.TABLE3_KNOBS`' CSV names),
+    each read as its config key's type."""
     out = {}
     for row in _rows("paper_table3.csv"):
         parsed = dict(row)
-        for key in ("dev_ppl", "dev_bleu", "params_m", "dropout", "label_smoothing"):
+        for key in ("dev_ppl", "dev_bleu", "params_m"):
             parsed[key] = float(row[key]) if row[key] else None
-        for key in ("layers", "d_model", "d_ff", "heads", "d_k", "d_v", "train_steps"):
-            parsed[key] = int(row[key]) if row[key] else None
+        for knob in TABLE3_KNOBS:
+            kind = SCHEMA[knob.key.split(".")[0]][knob.key.split(".")[1]][0]
+            if knob.csv in row and kind in (int, float):
+                parsed[knob.csv] = kind(row[knob.csv]) if row[knob.csv] else None
         out[row["name"]] = parsed
     return out

@@ -11,9 +11,8 @@ seeds: mean ± sample standard deviation. Change (Δ) = the row's value minus it
 and the paper's against the paper's base, each also given relative to its base. Each row also gets its change at
 the base's training compute (:mod:`.compute`) and its verdict from the learning curves extrapolated (:mod:`.verdict`).
 
-:data:`KNOBS` are the table's knob columns (header, flat config key), :data:`CSV_KNOBS` their CSV column
-names, both from ``training.config.TABLE3_KNOBS``. The statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the
-markdown and the CSV in :mod:`.render`.
+A row's knobs are those of ``training.config.TABLE3_KNOBS`` (the config fields with a Table 3 column). The
+statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the markdown and the CSV in :mod:`.render`.
 """
 from __future__ import annotations
 
@@ -29,12 +28,6 @@ from .compute import add_equal_compute
 from .stats import (agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict, paired_bootstrap,
                     relative)
 from .verdict import add_verdicts, seconds_per_step, verdict_summary
-
-
-# (column header, flat config key): the knob columns of Table 3 (ours), plus positions, norm and the budget.
-KNOBS = tuple((column, key) for column, key, _ in TABLE3_KNOBS)
-# flat config key -> CSV column name
-CSV_KNOBS = {key: csv for _, key, csv in TABLE3_KNOBS}
 
 
 def ordered_variants(sweep, records: list[RunRecord]) -> list[str]:
@@ -126,7 +119,7 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
         vseeds = own_seeds.get(v, seeds)  # a row's own seeds (the base at three, for the noise), else the sweep's
         row = Row(variant=v, family=next((r.family for r in recs if r.family), None)
                   or ((sweep.variants or {}).get(v) or {}).get("family"), in_paper=p is not None,
-                  knobs={key: cfg.get(key) for _, key in KNOBS},
+                  knobs={k.key: cfg.get(k.key) for k in TABLE3_KNOBS},
                   seeds_completed=a["n_done"], seeds_total=max(len(vseeds), len(recs)),
                   dev_ppl=a["ppl"], dev_ppl_std=a["ppl_sd"], dev_bleu=a["bleu"], dev_bleu_std=a["bleu_sd"],
                   params=a["params"], paper_dev_ppl=p["dev_ppl"] if p else None,

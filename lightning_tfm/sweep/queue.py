@@ -47,7 +47,7 @@ def enqueue_missing(study, plan: Plan) -> int:
 # optuna-dashboard's trials table, parallel coordinates and Hyperparameter Importance show them. Nothing
 # samples them: they describe the row.
 # The training budget (train.max_steps) is the trial's budget, not a knob of the row: left out.
-DASHBOARD_KNOBS = tuple(key for _, key, _ in config.TABLE3_KNOBS if key != "train.max_steps")
+DASHBOARD_KNOBS = tuple(k.key for k in config.TABLE3_KNOBS if k.key != "train.max_steps")
 # Categorical knobs get every allowed value as choices (the config field's Literal), the same in every study:
 # Optuna refuses a parameter whose categorical choices differ between the trials of one study.
 DASHBOARD_CHOICES = {key: config.choices(key) for key in DASHBOARD_KNOBS if config.choices(key)}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..model.config import MAX_POSITIONS
-from ..training.checks import LABEL_CHARS, STEPS
+from ..training.sections import LABEL_CHARS, STEPS
 from ..training.errors import UserError
 from ..training.inputs import shown
 from ..training.results import OBJECTIVES

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from ..training import config
-from ..training.checks import LABEL_CHARS, check_range
+from ..training.sections import LABEL_CHARS
 from ..training.errors import UserError
 from ..training.inputs import load_yaml, read_yaml_text, shown
 from .schema import (BUDGET_DEFAULTS, HEARTBEAT_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS,  # noqa: F401
@@ -104,7 +104,7 @@ def _check_override(path, where: str, key: str, value: Any) -> Any:
     try:
         scratch = config.Config()
         config.set_dotted(scratch, key, value)
-        check_range(key, config.get_dotted(scratch, key))  # model.max_positions: 10**20 is refused here, not per trial
+        config.check_value(key, config.get_dotted(scratch, key))  # model.max_positions: 10**20 is refused here, not per trial
     except UserError as e:
         raise err(path, f"{where}: {e}") from None
     return config.get_dotted(scratch, key)

@@ -36,17 +36,19 @@ import time
 import torch
 
 from ..model import DEFAULT_ARCH, ModelConfig, build_model, registry
-from ..model.config import MAX_LAYERS, MAX_POSITIONS, MAX_WIDTH
+from ..model.config import MAX_POSITIONS, check_of
 from .errors import UserError
+from .sections import DataConfig, DecodeConfig
 
 DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
                 out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1, threads=0)  # threads 0: torch's default
 SHAPES = ("layers", "d_model", "d_ff", "heads")  # the settings that shape the transformer (model_config)
 #: Each setting's (lowest, highest): the highest far above a bench of the paper's models, below a model or batch
 #: that cannot be allocated or a measurement that would not end (bench.batch=0 measured nothing and divided by 0)
-RANGES = dict(layers=(1, MAX_LAYERS), d_model=(2, MAX_WIDTH), d_ff=(1, MAX_WIDTH), heads=(1, 1024), vocab=(16, 2 ** 20),
+RANGES = dict(**{k: check_of(ModelConfig, k).bounds for k in SHAPES}, vocab=check_of(DataConfig, "vocab_size").bounds,
               batch=(1, 65536), src_len=(1, MAX_POSITIONS), tgt_len=(1, MAX_POSITIONS), out_len=(1, MAX_POSITIONS),
-              beam=(1, 1024), reps=(1, 100), train_steps=(1, 10000), decode_batches=(1, 10000), threads=(0, 4096))
+              beam=check_of(DecodeConfig, "beam_size").bounds, reps=(1, 100), train_steps=(1, 10000),
+              decode_batches=(1, 10000), threads=(0, 4096))  # a model's sizes, the vocabulary, the beam: the config's
 MARIAN_POSITIONS = 512  # build_marian's max_position_embeddings
 
 
