@@ -148,7 +148,7 @@ def test_a_rows_own_seeds_and_bad_ones(tmp_path):
     for bad in ([], [1, 1], "1", [1.5]):
         body["variants"]["base"]["seeds"] = bad
         f.write_text(yaml.safe_dump(body, sort_keys=False))
-        with pytest.raises(UserError, match="variant base: seeds must be a non-empty list of distinct integers"):
+        with pytest.raises(UserError, match="variant base: seeds must be a non-empty list of at most 100 distinct integers"):
             load_sweep(f)
 
 

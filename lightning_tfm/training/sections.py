@@ -150,7 +150,9 @@ class TrainConfig(Section):
                           Table3("train steps", 100, csv="train_steps", tex="train steps", label="{} steps"))
     max_time_minutes: float | None = knob(None, "stop training after this much wall time", positive(10 ** 7))
     warmup: int = knob(4000, "warmup_steps of the learning-rate schedule (Sec. 5.3, Eq. 3)", steps())
-    lr_scale: float = knob(1.0, "factor on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)", positive(1000))
+    # no tight upper bound: a scale too large costs nothing but a diverging loss, which stops the run at once
+    # naming its step and loss (training/train.py's non-finite-loss check)
+    lr_scale: float = knob(1.0, "factor on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)", positive(1e30))
     lr_schedule: Literal["noam", "plateau"] = knob("noam", "noam: Eq. 3 (warmup, lr_scale); plateau: the recurrent "
                                                    "recipes' constant train.lr, decayed when the dev loss stalls")
     lr: float = knob(2e-4, "plateau: the learning rate until the first decay (joeynmt's IWSLT14 RNN: 2e-4)",
