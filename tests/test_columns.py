@@ -102,3 +102,17 @@ def test_every_column_is_declared_whole():
     assert [s.title for s in columns.shown(PPL)] == ["row", "dev PPL ours", "dev PPL paper", "ΔPPL ours",
                                                      "ΔPPL ours at base FLOPs", "ΔPPL paper", "PPL agrees",
                                                      "PPL beyond noise", "budget verdict", "settles at"]
+
+
+def test_a_knob_newer_than_a_run_reads_at_its_default_and_another_architectures_not():
+    """model.activation came after the committed references' runs: their saved model section lacks it, and they
+    trained with its default (relu), which the report shows; an RNN row's model section (model.arch alone) has no
+    Transformer knob to show, and a frozen key the config lacks stays empty."""
+    from lightning_tfm.report.table import knob_value
+
+    old_run = {"model.layers": 3, "model.d_model": 128, "train.max_steps": 600}
+    assert knob_value(old_run, "model.activation") == "relu"
+    assert knob_value({**old_run, "model.activation": "gelu"}, "model.activation") == "gelu"
+    assert knob_value({"model.arch": "rnn", "rnn.hidden": 64}, "model.activation") is None
+    assert knob_value({"train.max_steps": 600}, "model.activation") is None  # no model section saved
+    assert knob_value({"model.d_model": 128}, "model.layers") is None  # a frozen key: what the run saved, or empty

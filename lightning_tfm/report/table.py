@@ -20,7 +20,8 @@ import contextlib
 import dataclasses
 
 from ..training import results
-from ..training.config import TABLE3_KNOBS
+from ..training.config import SCHEMA, TABLE3_KNOBS
+from ..training.run_id import KEYS_V1
 from .paper import PAPER_ORDER, load_paper
 from .columns import Row
 from .records import DONE, ReportData, RunRecord, _nonfinite, mark_diverged
@@ -28,6 +29,18 @@ from .compute import add_equal_compute
 from .stats import (agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict, paired_bootstrap,
                     relative)
 from .verdict import add_verdicts, seconds_per_step, verdict_summary
+
+
+def knob_value(cfg: dict, key: str):
+    """A Table 3 knob of a row's flat config; a key newer than the run (not among the keys the run ids froze,
+    :data:`~lightning_tfm.training.run_id.KEYS_V1`) that its saved section lacks reads at its default: the
+    behaviour the run trained with, as its run id says (a new key's default keeps today's behaviour)."""
+    if key in cfg or key in KEYS_V1:
+        return cfg.get(key)
+    sec, name = key.split(".")
+    if not any(k.startswith(sec + ".") for k in cfg) or (sec == "model" and "model.arch" in cfg):
+        return None  # no such section saved, or another architecture's model section
+    return SCHEMA[sec][name][1]
 
 
 def ordered_variants(sweep, records: list[RunRecord]) -> list[str]:
@@ -119,7 +132,7 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
         vseeds = own_seeds.get(v, seeds)  # a row's own seeds (the base at three, for the noise), else the sweep's
         row = Row(variant=v, family=next((r.family for r in recs if r.family), None)
                   or ((sweep.variants or {}).get(v) or {}).get("family"), in_paper=p is not None,
-                  knobs={k.key: cfg.get(k.key) for k in TABLE3_KNOBS},
+                  knobs={k.key: knob_value(cfg, k.key) for k in TABLE3_KNOBS},
                   seeds_completed=a["n_done"], seeds_total=max(len(vseeds), len(recs)),
                   dev_ppl=a["ppl"], dev_ppl_std=a["ppl_sd"], dev_bleu=a["bleu"], dev_bleu_std=a["bleu_sd"],
                   params=a["params"], paper_dev_ppl=p["dev_ppl"] if p else None,
