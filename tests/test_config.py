@@ -30,7 +30,7 @@ def test_plain_dicts_round_trip_in_section_order():
     assert config.Config.from_dict(tree) == cfg and config.Config.from_dict(yaml.safe_load(config.dump_yaml(cfg))) == cfg
     assert config.flatten(cfg)["model.heads"] == cfg.model.heads == tree["model"]["heads"]
     assert config.flatten(cfg) == config.flatten(tree)
-    with pytest.raises(UserError, match="did you mean model.layers\? model has arch, layers"):
+    with pytest.raises(UserError, match=r"did you mean model.layers\? model has arch, layers"):
         config.Config.from_dict({"model": {"layer": 2}}, checked=False)
 
 

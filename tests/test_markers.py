@@ -81,3 +81,19 @@ def test_a_marian_test_without_transformers_is_skipped_naming_make_bench(tmp_pat
     assert p.returncode == 0 and "1 passed, 1 skipped" in p.stdout, p.stdout + p.stderr
     (line,) = [line for line in p.stdout.splitlines() if line.startswith("SKIPPED")]
     assert "test_it.py:4" in line and "transformers" in line and "make bench" in line and ".[bench]" in line, line
+
+
+def test_the_fixtures_and_files_conftest_selects_by_name_exist():
+    """What conftest still selects by name: a test using one of SLOW_FIXTURES is marked slow (a renamed fixture
+    would silently put its tests back into make test-fast), and LONGEST_FIRST orders the files."""
+    import ast
+
+    import conftest
+
+    fixtures = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list):
+                fixtures.add(node.name)
+    assert conftest.SLOW_FIXTURES <= fixtures, conftest.SLOW_FIXTURES - fixtures
+    assert [name for name in conftest.LONGEST_FIRST if not (ROOT / "tests" / name).is_file()] == []
