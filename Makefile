@@ -10,6 +10,8 @@
 # make test     : set up .venv and run the test suite (what CI runs)
 # make test-long: the long end-to-end tests make test leaves out (several sweeps each)
 # make test-fast: the suite without the slow end-to-end tests (development)
+# make bench    : the comparison with Hugging Face's MarianMTModel: installs the bench extra (transformers, which the
+#                 test environment leaves out), runs the tests marked marian, then ltfm bench --vs marian
 # make soak     : a sweep through a bad night (chaos: kills, stops, a full disk, a database restart), then its invariants
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.
 #                 Default: ../shared/data/multi30k when it exists (offline machines; the ltfm commands' default
@@ -43,7 +45,7 @@ BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-long test-fast train clean gpu-check gpu-prep soak
+.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak
 
 # A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
 # system's packages and pip installs no torch over it. Elsewhere torch is installed first, pinned: an open range
@@ -57,6 +59,11 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed
+
+# the bench extra on top of setup (make bench, make gpu-check)
+$(VENV)/.bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $@
 
 ablation: setup
 	$(VENV)/bin/ltfm sweep $(SWEEP) --workers $(WORKERS) $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS) || \
@@ -97,16 +104,22 @@ PYTEST = $(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 )$(PY) -m pytest -q
 test: setup
 	$(PYTEST) -m "not long" $(PYTEST_ARGS)
 
-# the long end-to-end tests make test leaves out (tests/conftest.py, LONG): several sweeps each, ~15 minutes
+# the long end-to-end tests make test leaves out (marked long on the tests themselves): several sweeps each, ~15 minutes
 test-long: setup
 	$(PYTEST) -m long $(PYTEST_ARGS)
+
+# the tests marked marian (skipped where transformers is missing: make test), then the benchmark at its default
+# shapes; ARGS="--device cuda --json" or ARGS="bench.batch=256 ..." are passed to ltfm bench
+bench: $(VENV)/.bench
+	$(PY) -m pytest -q -m marian $(PYTEST_ARGS)
+	$(VENV)/bin/ltfm bench --vs marian $(ARGS)
 
 # make gpu-check: the first thing to run on a GPU machine (tests/gpu_check.sh: CUDA tests, bf16 smoke run, evaluate and
 # translate, bench against Marian, 1-GPU DDP, the GPU protocol's rows for a trial's time, make ablation QUICK=1), each step
 # timed within an 8-minute budget; gpu-check.log and summary.md in results-gpu-check/. Without CUDA: its rehearsal (the
 # CPU-side steps; the GPU steps listed as skipped). make gpu-prep: .gpu-carry/ for a lent GPU machine (tests/gpu/prep.sh:
 # the wheels its image lacks, the Multi30k copy, the size that travels); the device call is at the top of gpu_check.sh.
-gpu-check: setup
+gpu-check: $(VENV)/.bench
 	PY=$(PY) $(if $(filter command line environment,$(origin DATA)),DATA=$(DATA),) bash tests/gpu_check.sh
 
 gpu-prep:

@@ -278,26 +278,6 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-# The long end-to-end tests: several sweeps or trainings each, a minute or more of CPU. `make test` (what CI runs,
-# 12 minutes on 2 cores) leaves them out; `make test-long` runs them. Each one's behaviour is also exercised by
-# `make soak` (kills, stops past the heartbeat, a full disk, continued budgets, on SQLite and PostgreSQL) or by a
-# shorter test of the suite (noted beside it).
-LONG = {
-    "test_launch.py::test_sigterm_to_the_launcher_stops_its_workers_and_the_same_command_finishes_the_table",
-    "test_sweep.py::test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value",
-    "test_sweep.py::test_a_woken_trial_never_reports_its_unfinished_run_as_completed",
-    "test_sweep.py::test_a_worker_with_nothing_to_claim_waits_and_runs_a_killed_workers_row",
-    "test_sweep.py::test_a_full_results_disk_pauses_the_sweep_and_its_trial_is_queued_again",
-    "test_sweep.py::test_a_killed_workers_search_point_is_re_run",
-    "test_sweep.py::test_a_trial_killed_by_sigkill_is_recorded_as_killed_and_queued_again",
-    "test_sweep.py::test_two_workers_share_one_study_and_train_each_variant_once[sqlite]",  # [postgresql] stays
-    "test_sweep.py::test_a_schedulers_signal_to_a_worker_stops_its_trial_like_ctrl_c[10]",  # [15] stays
-    "test_faults.py::test_full_disk_one_line_failed_summary_history_kept_then_resume",  # a prepared corpus's stays
-    # reading rows at their own budget: test_report_inputs' two-budget export tests stay
-    "test_compare.py::test_two_budgets_side_by_side_and_the_export_a_report_writes",
-}
-
-
 # Fixtures that train a model in a subprocess (or start a database server): a test using one is slow.
 SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", "pg_url"}
 # The longest test files, collected first: `make test` hands whole files to its two pytest-xdist workers in
@@ -306,18 +286,37 @@ SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", 
 LONGEST_FIRST = ("test_sweep.py", "test_launch.py", "test_faults.py", "test_report.py", "test_compare.py")
 
 
-def pytest_collection_modifyitems(config, items):
+
+
+def _has_cuda() -> bool:
     import torch
 
-    no_cuda = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False); make gpu-check runs these")
-    for item in items:
-        if "cuda" in item.keywords and not torch.cuda.is_available():
-            item.add_marker(no_cuda)
-    for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.slow)
-        if f"{item.path.name}::{item.name}" in LONG:
-            item.add_marker(pytest.mark.long)
+    return torch.cuda.is_available()
+
+
+def _has_transformers() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("transformers") is not None
+
+
+# The optional tests, by marker (pyproject.toml declares the markers): each is skipped, with the reason, where what
+# it needs is missing. Long end-to-end tests are marked `long` on the tests themselves (make test leaves them out).
+OPTIONAL = {
+    "cuda": (_has_cuda, "needs a CUDA GPU (torch.cuda.is_available() is False); make gpu-check runs these"),
+    "marian": (_has_transformers, "needs Hugging Face transformers, which the test environment leaves out: "
+                                  "make bench runs these (or pip install -e '.[bench]')"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for marker, (available, reason) in OPTIONAL.items():
+        marked = [item for item in items if item.get_closest_marker(marker)]
+        if marked and not available():
+            for item in marked:
+                item.add_marker(pytest.mark.skip(reason=reason))
+    for item in items:  # a long test is slow too (make test-fast leaves it out)
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("long"):
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its tests' order

@@ -70,9 +70,10 @@ def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dash
     cells = dict(zip(logged["columns"], logged["data"][0]))
     assert cells["variant"] == "base" and cells[NEW.key] == pytest.approx(value, rel=1e-5)
 
-    # the study's optuna-dashboard note: written and read back through optuna-dashboard
-    optuna = pytest.importorskip("optuna")
-    od = pytest.importorskip("optuna_dashboard")
+    # the study's optuna-dashboard note: written and read back through optuna-dashboard (the dev extra has it)
+    import optuna
+    import optuna_dashboard as od
+
     study = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
     od.save_note(study, dashboards.merge_note("", dashboards.note_text(table, str(out / "table3.html"))))
     note = _ppl_section(od.get_note(optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")))

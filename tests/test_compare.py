@@ -36,6 +36,7 @@ def _one_line(p) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # rows read at their own budget: make test keeps test_report_inputs.py's two-budget tests
 def test_two_budgets_side_by_side_and_the_export_a_report_writes(tmp_path, data_dir):
     sweep = write_sweep(tmp_path / "bud.yaml", "bud", VARIANTS)
     results = tmp_path / "results"

@@ -38,7 +38,7 @@ def ltfm(*args, stdin: str | None = None, cwd=None) -> subprocess.CompletedProce
 
 
 def save_checkpoint(path: Path, model: torch.nn.Module, cfg: config.Config, step: int, extra: dict | None = None) -> None:
-    """A checkpoint shaped like Lightning's (what TransformerModule writes: the config as a plain dict)."""
+    """A checkpoint shaped like Lightning's (what training's Seq2SeqModule writes: the config as a plain dict)."""
     state = {"model." + k: v.clone() for k, v in model.state_dict().items()}
     state.update(extra or {})
     torch.save({"state_dict": state, "hyper_parameters": {"config": cfg.to_dict(), "vocab_size": model.vocab_size},

@@ -223,6 +223,7 @@ def test_a_failed_writer_leaves_nothing(tmp_path):
 
 # ----------------------------------------------------------------------------- full / read-only disk
 @pytest.mark.slow
+@pytest.mark.long  # make test keeps test_a_prepared_corpus_on_a_full_disk_is_one_line
 def test_full_disk_one_line_failed_summary_history_kept_then_resume(smoke_run, data_dir, tmp_path, tmpfs):
     size = du_kb(smoke_run) + 1200  # room for the small files, not for one more checkpoint
     results = tmpfs(size)

@@ -163,6 +163,7 @@ def test_bad_workers_argument_stops_with_one_line(tmp_path, data_dir, ltfm_here)
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_sigterm_to_the_launcher_stops_its_workers_and_the_same_command_finishes_the_table(tmp_path, data_dir):
     """`kill` of the one process a user started: no worker or trial is left running, nothing finished is lost,
     and the same command again completes the rows."""

@@ -144,6 +144,15 @@ def test_a_toy_architecture_trains_decodes_and_is_reported(tmp_path, data_dir, m
     (csv_base,) = [r for r in csv.DictReader(io.StringIO(rd.render.table_csv(table))) if r["variant"] == "base"]
     assert float(csv_base["dev_ppl"]) == pytest.approx(summary["dev_ppl"])
 
+    # no attention weights from a toy: the alignment figure names the registered architectures that give them
+    from lightning_tfm.report.attention import alignments
+
+    seeing = type("SeeingToy", (Toy,), {"features": lambda self, src, tgt_in, need_attention=False: None})
+    monkeypatch.setitem(registry.ARCHITECTURES, "seeing", registry.Architecture("seeing", seeing, ToyConfig))
+    with pytest.raises(UserError, match=r"architecture 'toy' does not give its attention weights .*alignments are "
+                                        r"drawn for runs of transformer, rnn, seeing$"):
+        alignments(run_dir, ["A man ."])
+
 
 def test_the_architectures_section_is_a_config_section_with_help(capsys):
     assert cli_main(["config", "--keys", "toy."]) == 0
@@ -151,7 +160,9 @@ def test_the_architectures_section_is_a_config_section_with_help(capsys):
     assert [line.split()[0] for line in out] == ["toy.hidden", "toy.dropout"]
     assert "width of the toy's embeddings" in out[0]
     assert cli_main(["config", "--keys", "model.arch"]) == 0
-    assert "architecture to build" in capsys.readouterr().out
+    (line,) = capsys.readouterr().out.splitlines()
+    # the registered architectures, this file's toy too: derived from the registry, not written in the help
+    assert "architecture to build" in line and line.endswith("registered: transformer | rnn | toy"), line
 
 
 def test_the_transformer_keeps_its_run_ids_and_saved_config(tmp_path):

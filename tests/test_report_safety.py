@@ -332,7 +332,7 @@ def test_a_pipeline_check_is_its_own_group_and_report_run_and_says_so(tmp_path, 
     soup = BeautifulSoup((out / "table3.html").read_text(encoding="utf-8"), "html.parser")
     assert soup.title.string == soup.find("h1").get_text().rstrip("¶") == "Pipeline check, not a result: sweep rep"
     assert r"\caption{Pipeline check, not a result" in (out / "table3.tex").read_text()
-    od = pytest.importorskip("optuna_dashboard")
+    import optuna_dashboard as od  # the dev extra has it
     note = od.get_note(optuna.load_study(study_name="rep", storage=f"sqlite:///{results / 'rep.db'}"))
     assert "# Pipeline check, not a result: sweep `rep`" in note and first in note
 

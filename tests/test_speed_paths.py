@@ -261,10 +261,10 @@ def test_min_len_holds_every_output_to_a_length():
     assert all(len(h.tokens) == 3 and h.score > float("-inf") for h in capped)
 
 
+@pytest.mark.marian
 def test_bench_marian_matches_our_architecture():
     """``ltfm bench --vs marian`` compares like with like: same trainable parameter count (post-norm,
     shared embeddings, static sinusoids, no extra norms), ReLU, sqrt(d_model) embedding scale."""
-    pytest.importorskip("transformers")  # the optional [bench] extra
     from lightning_tfm.training import bench
 
     s = {**bench.DEFAULTS, "layers": 2, "d_model": 32, "d_ff": 64, "heads": 4, "vocab": 100}
@@ -282,8 +282,8 @@ def test_bench_marian_matches_our_architecture():
     assert not any("layernorm_embedding" in n or n.endswith("encoder.layer_norm.weight") for n, _ in marian.named_parameters())
 
 
+@pytest.mark.marian
 def test_bench_runs_both_models_to_the_same_output_length():
-    pytest.importorskip("transformers")
     from lightning_tfm.training import bench
     from lightning_tfm.training.precision import cpu_has_fast_bf16
 
@@ -298,6 +298,19 @@ def test_bench_runs_both_models_to_the_same_output_length():
             assert {"train_tokens_per_s", "decode_sentences_per_s", "peak_memory_mb", "mfu"} <= set(v)
             assert v["train_tokens_per_s"] > 0 and v["decode_sentences_per_s"] > 0 and 0 < v["mfu"] < 1
     assert set(r["speedup"]) == set(r["dtypes"])
+
+
+def test_bench_vs_marian_without_transformers_is_one_line_naming_how_to_install_it(ltfm_here, monkeypatch):
+    """transformers is the bench extra's alone (the test environment leaves it out): without it ``--vs marian``
+    stops before anything is built or measured, naming the extra and ``make bench``."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as where it is not installed: import fails
+    p = ltfm_here("bench", "--vs", "marian", "--json", "bench.layers=1", "bench.d_model=8", "bench.d_ff=8",
+                  "bench.heads=1", "bench.vocab=16", "bench.batch=1", "bench.reps=1")
+    assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "transformers" in p.stderr and "pip install -e '.[bench]'" in p.stderr and "make bench" in p.stderr
 
 
 # ----------------------------------------------------------------------------------- training speed paths

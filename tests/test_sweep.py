@@ -339,7 +339,7 @@ def _versions(run_dir: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("backend", [pytest.param("sqlite", marks=pytest.mark.long), "postgresql"])
 def test_two_workers_share_one_study_and_train_each_variant_once(backend, tmp_path, data_dir, request):
     results = tmp_path / "results"
     variants = {"base": {}, "prenorm": {"family": "norm", "model.norm": "pre"}}
@@ -486,6 +486,7 @@ def test_search_samples_the_space_and_honours_the_trial_budget(tmp_path, data_di
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_trial_killed_by_sigkill_is_recorded_as_killed_and_queued_again(tmp_path, data_dir):
     """The out-of-memory killer's SIGKILL leaves no summary error and a log ending in whatever Lightning last
     printed: the trial's error says it was killed, and by what; the worker queues the row again (Optuna's retry,
@@ -512,7 +513,7 @@ def test_a_trial_killed_by_sigkill_is_recorded_as_killed_and_queued_again(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.long)])
 def test_a_schedulers_signal_to_a_worker_stops_its_trial_like_ctrl_c(sig, tmp_path, data_dir):
     """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before it) reach the worker alone: it stops its trial
     as Ctrl-C would (the trial saves its summary), records it as interrupted and exits 130; nothing is left
@@ -547,6 +548,7 @@ def wait_for_line(path: Path, text: str, proc: subprocess.Popen) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_worker_with_nothing_to_claim_waits_and_runs_a_killed_workers_row(tmp_path, data_dir):
     """Worker A claims a row and is killed; worker B, started beside it, trains the other row, then finds nothing
     to claim while A's row is still RUNNING: it waits, and once that row's heartbeat lapses, runs its retry. The
@@ -602,6 +604,7 @@ def test_a_worker_with_nothing_to_claim_waits_and_runs_a_killed_workers_row(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
     """A search sweep's trial whose worker was killed is re-run at the same point by the next worker (Optuna's
     retry of the stale trial), and does not count twice toward n_trials."""
@@ -633,6 +636,7 @@ def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, data_dir):
     """Ctrl-Z (SIGSTOP) a worker and its trial past the heartbeat grace: another worker's retry finds the run
     folder locked and waits for it (never trains it beside the stopped one); woken (SIGCONT), the old trial
@@ -676,6 +680,7 @@ def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, d
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value(tmp_path, data_dir, ltfm_here):
     """A larger train.max_steps makes new trials that resume the same run folders; each new trial holds the
     dev value of every validation, the one at the resumed step too (its checkpoint predates that validation)."""
@@ -703,6 +708,7 @@ def test_a_larger_budget_continues_the_runs_and_its_trials_hold_every_dev_value(
 # A bad night: a results disk that fills for a while, a database that restarts
 # ------------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_full_results_disk_pauses_the_sweep_and_its_trial_is_queued_again(tmp_path, data_dir, tmpfs):
     """The results filesystem fills while a trial trains: the trial fails, the worker records why, queues the
     row again and claims nothing while the disk stays full (one line); freed, the retry resumes the run to its

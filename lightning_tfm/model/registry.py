@@ -149,9 +149,15 @@ def section_of(cfg: ModelConfig | None, name: str) -> Section:
     return section(cfg, name)
 
 
+def arch_help(help: str) -> str:
+    """``model.arch``'s help with the architectures registered now: derived, so a new one is named there."""
+    return f"{help}; registered: {' | '.join(ARCHITECTURES)}"
+
+
 class Sections(Mapping):
     """{section: {key: (type spec, default, help)}}: the ``fixed`` sections ({name: dataclass}), then the section
-    of every registered architecture that has one, as registered now (a test may register one)."""
+    of every registered architecture that has one, as registered now (a test may register one); the model
+    section's ``arch`` names the registered architectures in its help (:func:`arch_help`)."""
 
     def __init__(self, fixed: dict[str, type]):
         self._fixed = fixed
@@ -165,7 +171,11 @@ class Sections(Mapping):
         kind = self._kinds()[sec]
         if kind not in self._schemas:
             self._schemas[kind] = section_schema(kind)
-        return self._schemas[kind]
+        schema = self._schemas[kind]
+        if kind is ModelConfig:
+            spec, default, help = schema["arch"]
+            return {**schema, "arch": (spec, default, arch_help(help))}
+        return schema
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._kinds())

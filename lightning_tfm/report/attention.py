@@ -74,7 +74,7 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
 
     import torch
 
-    from ..model import BOS, EOS
+    from ..model import BOS, EOS, registry
     from ..training.checkpoints import load_model
     from ..training.data import encode_lines
     from ..training.decode import translate_ids
@@ -83,9 +83,11 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
     run_dir = Path(run_dir)
     checkpoint = checkpoint or _checkpoint_of(run_dir)
     model, cfg, tokenizer = load_model(run_dir, checkpoint)
-    if "need_attention" not in inspect.signature(model.features).parameters:
+    gives = lambda cls: "need_attention" in inspect.signature(cls.features).parameters  # noqa: E731
+    if not gives(type(model)):
+        drawn = ", ".join(name for name, a in registry.ARCHITECTURES.items() if gives(a.cls))
         raise UserError(f"{run_dir}: architecture {cfg.model.arch!r} does not give its attention weights "
-                        f"(features(..., need_attention=True)); alignments are drawn for transformer and rnn runs")
+                        f"(features(..., need_attention=True)); alignments are drawn for runs of {drawn}")
     lines = _dev_sentences(cfg, sentences) if isinstance(sentences, int) else list(sentences)
     lines = [line for line in lines if line.strip()]
     if not lines:

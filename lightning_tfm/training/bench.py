@@ -28,6 +28,7 @@ measurement on that device; on CUDA every timed region ends with a synchronize.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import threading
@@ -50,6 +51,10 @@ RANGES = dict(**{k: check_of(ModelConfig, k).bounds for k in SHAPES}, vocab=chec
               beam=check_of(DecodeConfig, "beam_size").bounds, reps=(1, 100), train_steps=(1, 10000),
               decode_batches=(1, 10000), threads=(0, 4096))  # a model's sizes, the vocabulary, the beam: the config's
 MARIAN_POSITIONS = 512  # build_marian's max_position_embeddings
+#: transformers is the bench extra's alone (not in the dev extra either: where it is installed, every import of
+#: Lightning imports it, through torchmetrics)
+MARIAN_NEEDS = ("--vs marian needs Hugging Face transformers, the bench extra: pip install -e '.[bench]' (make bench "
+                "installs it and runs the Marian comparison)")
 
 
 def check_settings(s: dict, model_cfg: ModelConfig | None = None, vs: str = "none") -> None:
@@ -58,6 +63,8 @@ def check_settings(s: dict, model_cfg: ModelConfig | None = None, vs: str = "non
     for key, (lo, hi) in RANGES.items():
         if not lo <= s[key] <= hi:
             raise UserError(f"bench.{key}={s[key]} must be from {lo} to {hi}")
+    if vs == "marian" and importlib.util.find_spec("transformers") is None:
+        raise UserError(MARIAN_NEEDS)
     positions = getattr(registry.arch_config(model_cfg or model_config(s)), "max_positions", MAX_POSITIONS)
     positions = min(positions, MARIAN_POSITIONS) if vs == "marian" else positions
     for key, most in (("src_len", positions - 1), ("tgt_len", positions - 1), ("out_len", positions - 2)):
@@ -188,7 +195,7 @@ def build_marian(s: dict):
     try:
         from transformers import MarianConfig, MarianMTModel
     except ImportError:
-        raise UserError("--vs marian needs Hugging Face transformers: pip install -e '.[bench]'") from None
+        raise UserError(MARIAN_NEEDS) from None
     from ..model import EOS, PAD
 
     torch.manual_seed(0)

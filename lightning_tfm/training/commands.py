@@ -354,7 +354,7 @@ RUNS = Command("runs", "table of the runs in a results folder, or one run's W&B 
 def _bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--config", metavar="CONFIG.yaml", help="take the model's shapes from an experiment")
     b.add_argument("--vs", choices=["marian", "none"], default="none", help="also measure Hugging Face's "
-                   "MarianMTModel at the same shapes (pip install -e '.[bench]')")
+                   "MarianMTModel at the same shapes (pip install -e '.[bench]', or make bench)")
     b.add_argument("--json", action="store_true", help="JSON instead of a table")
     b.add_argument("--dtypes", help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the device has it)")
     b.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",

@@ -18,9 +18,10 @@ from .optim import make_optimizer
 from .config import Config
 
 
-class TransformerModule(pl.LightningModule):
-    """Trains the model ``config.model.arch`` names (the Transformer by default) with label-smoothed
-    cross-entropy, Adam and its learning-rate schedule (``train.lr_schedule``: the paper's, or decay on a plateau)."""
+class Seq2SeqModule(pl.LightningModule):
+    """Trains any registered architecture, the encoder-decoder ``config.model.arch`` names (the Transformer by
+    default), with label-smoothed cross-entropy, Adam and its learning-rate schedule (``train.lr_schedule``: the
+    paper's, or decay on a plateau). Its checkpoints hold its hyper-parameters (plain dicts), not its class name."""
 
     def __init__(self, config: Config, vocab_size: int, tokenizer: str | None = None):
         super().__init__()

@@ -126,7 +126,7 @@ class Run:
         """Seed, the run folder's config and tokenizer, the model, and the summary of a running attempt."""
         import pytorch_lightning as pl
 
-        from .lit import TransformerModule
+        from .lit import Seq2SeqModule
         from .tracking import scrub
 
         cfg = self.cfg
@@ -134,7 +134,7 @@ class Run:
         if self.is_zero:
             self.corpus.use_in_run(self.run_dir, write=True)
             atomic.write_text(self.run_dir / "config.yaml", config.saved_yaml(cfg))
-        module = TransformerModule(cfg, self.corpus.vocab_size, tokenizer_hash(self.corpus.folder / "tokenizer.json"))
+        module = Seq2SeqModule(cfg, self.corpus.vocab_size, tokenizer_hash(self.corpus.folder / "tokenizer.json"))
         module.run_id = self.rid
         self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg.to_dict()),
                         "params": module.model.num_parameters(), "vocab_size": self.corpus.vocab_size,
