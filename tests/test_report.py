@@ -100,7 +100,7 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert list(bleu["base"]) == ["row", "dev BLEU ours", "dev BLEU paper", "ΔBLEU ours", "ΔBLEU paper",
                                   "BLEU agrees", "BLEU beyond noise", "paired bootstrap"]
     assert list(conf["base"]) == ["row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "ε_ls", "positional",
-                                  "norm", "train steps", "params ours (M)", "params paper (M)", "status"]
+                                  "norm", "activation", "train steps", "params ours (M)", "params paper (M)", "status"]
     rows = {v: {**conf[v], **ppl[v], **bleu[v]} for v in ORDER}
     s = summaries(swept["results"])
     assert {"base", "A1", "prenorm"} <= set(s)
