@@ -63,14 +63,15 @@ def check_settings(s: dict, model_cfg: ModelConfig | None = None, vs: str = "non
     for key, (lo, hi) in RANGES.items():
         if not lo <= s[key] <= hi:
             raise UserError(f"bench.{key}={s[key]} must be from {lo} to {hi}")
-    if vs == "marian" and importlib.util.find_spec("transformers") is None:
-        raise UserError(MARIAN_NEEDS)
     positions = getattr(registry.arch_config(model_cfg or model_config(s)), "max_positions", MAX_POSITIONS)
     positions = min(positions, MARIAN_POSITIONS) if vs == "marian" else positions
     for key, most in (("src_len", positions - 1), ("tgt_len", positions - 1), ("out_len", positions - 2)):
         if s[key] > most:
             raise UserError(f"bench.{key}={s[key]} does not fit the model's {positions} positions (BOS or EOS "
                             f"included): give at most {most}")
+    # after the settings: a setting out of range is the user's to fix whether or not the extra is installed
+    if vs == "marian" and importlib.util.find_spec("transformers") is None:
+        raise UserError(MARIAN_NEEDS)
 
 
 # ------------------------------------------------------------------------------------------- measuring
