@@ -134,11 +134,13 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
 # --------------------------------------------------------------------------------------------------------
 # Curves at the edges: a verdict or one line, never a traceback (an export of the re-run, trimmed to a few rows)
 # --------------------------------------------------------------------------------------------------------
-def trimmed(tmp_path, name: str, change=None, rows=("base", "A1", "C1", "big")) -> str:
-    """The every-50-steps export with ``rows`` only (its sweep's file still lists them all), ``change(records by
-    variant)`` applied; its folder."""
-    tree = json.loads((ROOT / "reports/reference/table3-cpu/export/table3-cpu.json").read_text())
-    tree["records"] = [r for r in tree["records"] if r["variant"] in rows]
+def edited(export: str, tmp_path, name: str, change=None, rows=None) -> str:
+    """The committed export of ``reports/reference/<export>/`` with ``rows`` only (all when None; its sweep's file
+    still lists them all), ``change(records by variant)`` applied, written to ``tmp_path/name``; that folder."""
+    path = next((ROOT / "reports/reference" / export / "export").glob("*.json"))
+    tree = json.loads(path.read_text())
+    if rows is not None:
+        tree["records"] = [r for r in tree["records"] if r["variant"] in rows]
     if change is not None:
         by = {}
         for r in tree["records"]:
@@ -146,8 +148,13 @@ def trimmed(tmp_path, name: str, change=None, rows=("base", "A1", "C1", "big")) 
         change(by)
     folder = tmp_path / name
     folder.mkdir()
-    (folder / "table3-cpu.json").write_text(json.dumps(tree))
+    (folder / path.name).write_text(json.dumps(tree))
     return str(folder)
+
+
+def trimmed(tmp_path, name: str, change=None, rows=("base", "A1", "C1", "big")) -> str:
+    """The every-50-steps export with ``rows`` only, ``change(records by variant)`` applied; its folder."""
+    return edited("table3-cpu", tmp_path, name, change, rows)
 
 
 def ppl(recs, value) -> None:
@@ -217,15 +224,7 @@ def test_a_perplexity_near_a_floats_range_gives_a_result(ltfm_here, tmp_path):
 # --------------------------------------------------------------------------------------------------------
 def later_export(tmp_path, name: str, change) -> str:
     """The continued sweep's export, ``change(records by variant)`` applied; its folder."""
-    tree = json.loads((ROOT / "reports/reference/table3-cpu-continued/export/table3-cpu-continued.json").read_text())
-    by = {}
-    for r in tree["records"]:
-        by.setdefault(r["variant"], []).append(r)
-    change(by)
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "table3-cpu-continued.json").write_text(json.dumps(tree))
-    return str(folder)
+    return edited("table3-cpu-continued", tmp_path, name, change)
 
 
 def test_backtest_to_refuses_what_is_not_these_rows_continued_to_a_later_budget(ltfm_here, tmp_path):
