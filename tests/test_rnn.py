@@ -208,14 +208,6 @@ def test_the_plateau_schedule_decays_after_patience_stalled_validations(tmp_path
 
 
 # ------------------------------------------------------------------------------------------------ the config
-def _flat_tree(flat: dict) -> dict:
-    tree: dict = {}
-    for key, value in flat.items():
-        sec, name = key.split(".", 1)
-        tree.setdefault(sec, {})[name] = value
-    return tree
-
-
 def test_the_new_keys_move_no_run_id():
     """The schedule keys at the paper's schedule are neither saved nor hashed: the smoke run and every run of the
     committed reference report keep their ids."""
@@ -225,7 +217,7 @@ def test_the_new_keys_move_no_run_id():
     assert run_ids.legacy_id(smoke) == run_ids.legacy_id(explicit) == "multi30k-smoke-3027ec60"  # data.path hashed
     assert "lr_schedule" not in config.saved_yaml(smoke) and "lr_patience" not in config.flatten(smoke)
     export = json.loads((ROOT / "reports/reference/table3-cpu-2026-11-25/export/table3-cpu.json").read_text())
-    ids = [(r["run"], run_ids.legacy_hash(config.Config.from_dict(_flat_tree(r["config"]), checked=False)))
+    ids = [(r["run"], run_ids.legacy_hash(config.Config.from_dict(config.unflatten(r["config"]), checked=False)))
            for r in export["records"]]
     assert len(ids) > 20 and all(run.endswith("-" + h) for run, h in ids)
     plateau = config.load_config(SMOKE, ["data.path=/work/shared/data/multi30k", "train.lr_schedule=plateau"])

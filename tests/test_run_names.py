@@ -104,19 +104,10 @@ def test_a_folder_being_trained_now_is_a_run(tmp_path):
 REFERENCE = sorted((ROOT / "reports" / "reference").glob("*/export/*.json"))
 
 
-def tree_of(flat: dict) -> dict:
-    """An export's flat config ({"model.heads": 4}) as the nested dict a config is made from."""
-    out: dict = {}
-    for key, value in flat.items():
-        sec, name = key.split(".", 1)
-        out.setdefault(sec, {})[name] = value
-    return out
-
-
 def reference_runs(export: Path) -> list[tuple[str, config.Config, dict]]:
     """(run name, config, record) of every run of a committed reference export."""
     records = json.loads(export.read_text())["records"]
-    return [(r["run"], config.Config.from_dict(tree_of(r["config"]), checked=False), r) for r in records]
+    return [(r["run"], config.Config.from_dict(config.unflatten(r["config"]), checked=False), r) for r in records]
 
 
 def corpus(folder: Path, lines: int = 6, **edit) -> Path:

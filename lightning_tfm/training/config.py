@@ -307,6 +307,16 @@ def flatten(cfg: Config | dict) -> dict:
     return {f"{sec}.{k}": v for sec, body in tree.items() for k, v in body.items()}
 
 
+def unflatten(flat: dict) -> dict:
+    """{"model.heads": 8} -> {"model": {"heads": 8}}: :func:`flatten`'s inverse (an export's flat config as the
+    nested dict :meth:`Config.from_dict` takes)."""
+    tree: dict = {}
+    for key, value in flat.items():
+        sec, name = key.split(".", 1)
+        tree.setdefault(sec, {})[name] = value
+    return tree
+
+
 def saved_yaml(cfg: Config) -> str:
     """The ``config.yaml`` a run keeps (and a sweep trial trains from): the resolved config as plain YAML, with
     secrets masked."""
