@@ -141,7 +141,7 @@ def test_a_bench_setting_at_the_limit_is_one_line(ltfm_here, tmp_path, args, wor
 
 
 def test_bench_data_refuses_a_count_it_could_not_generate(tmp_path):
-    from lightning_tfm.training.bench_pipeline import bench_data
+    from lightning_tfm.bench.pipeline import bench_data
 
     with pytest.raises(UserError, match=f"--data {BIG}: give the number of pairs to generate, from 2 to"):
         bench_data(BIG, source=tmp_path, work=tmp_path / "work")

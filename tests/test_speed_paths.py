@@ -265,7 +265,7 @@ def test_min_len_holds_every_output_to_a_length():
 def test_bench_marian_matches_our_architecture():
     """``ltfm bench --vs marian`` compares like with like: same trainable parameter count (post-norm,
     shared embeddings, static sinusoids, no extra norms), ReLU, sqrt(d_model) embedding scale."""
-    from lightning_tfm.training import bench
+    from lightning_tfm.bench import speed as bench
 
     s = {**bench.DEFAULTS, "layers": 2, "d_model": 32, "d_ff": 64, "heads": 4, "vocab": 100}
     ours, marian = bench.build_ours(s), bench.build_marian(s)
@@ -284,7 +284,7 @@ def test_bench_marian_matches_our_architecture():
 
 @pytest.mark.marian
 def test_bench_runs_both_models_to_the_same_output_length():
-    from lightning_tfm.training import bench
+    from lightning_tfm.bench import speed as bench
     from lightning_tfm.training.precision import cpu_has_fast_bf16
 
     s = dict(layers=1, d_model=32, d_ff=64, heads=2, vocab=60, batch=4, src_len=5, tgt_len=5, out_len=4,

@@ -18,7 +18,7 @@ from lightning_tfm.sweep import Plan, dry_run, load_sweep, trial_config
 from lightning_tfm.sweep.spec import describe_keys
 from lightning_tfm.training import config
 from lightning_tfm.training import run_id as run_ids
-from lightning_tfm.training.bench import DEFAULTS
+from lightning_tfm.bench.speed import DEFAULTS
 from lightning_tfm.training.errors import UserError
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"

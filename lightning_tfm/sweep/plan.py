@@ -71,8 +71,8 @@ def experiment_config(sweep: Sweep, overrides: dict, checked: bool = True, data:
 def sentence_lengths(sweep: Sweep) -> tuple[float, float]:
     """(source, target) mean sentence length in tokens that training FLOPs are counted at: the sweep file's
     ``budget.src_len`` and ``budget.tgt_len`` (a prepared corpus's means), else ``ltfm bench``'s, the report's
-    default too (one home: training/bench.py)."""
-    from ..training.bench import DEFAULTS
+    default too (one home: bench/speed.py)."""
+    from ..bench.speed import DEFAULTS
 
     return (sweep.budget.get("src_len") or float(DEFAULTS["src_len"]),
             sweep.budget.get("tgt_len") or float(DEFAULTS["tgt_len"]))
