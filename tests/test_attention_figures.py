@@ -14,7 +14,7 @@ import torch
 from lightning_tfm.model import BOS, EOS, PAD, ModelConfig, Transformer, build_model, sinusoid_table
 from lightning_tfm.report import attention as att
 from lightning_tfm.report.records import RunRecord
-from lightning_tfm.training import config
+from lightning_tfm.training.config import config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 

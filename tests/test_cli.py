@@ -18,8 +18,8 @@ import warm
 from conftest import ROOT, SMOKE, TINY, default_signals, ltfm
 from lightning_tfm import cli
 from lightning_tfm.cli import build_parser
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 
 
 def _parsers(parser):

@@ -88,7 +88,7 @@ def test_bad_config_values_stop_before_anything_is_written(override, words, data
 
 
 def test_good_device_specs_still_pass():
-    from lightning_tfm.training.config import load_config
+    from lightning_tfm.training.config.config import load_config
 
     for devices in ("1", "2", "-1", "auto", "0,1", "0,"):
         load_config(SMOKE, [f"train.devices={devices}", "data.path=x"])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import conftest
 from conftest import DATA, OUTPUTS, ROOT, SMOKE, changes, plant_decoy, snapshot
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.run_folder import existing_run_id
 
 

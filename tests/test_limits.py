@@ -8,7 +8,7 @@ import yaml
 
 from conftest import ROOT, SMOKE
 from lightning_tfm.model.config import OPT
-from lightning_tfm.training import config
+from lightning_tfm.training.config import config
 from lightning_tfm.training.errors import UserError
 
 RNN = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"

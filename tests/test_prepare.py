@@ -11,8 +11,8 @@ import pytest
 
 from conftest import ROOT, SMOKE, default_signals
 from lightning_tfm.training import corpus as K
-from lightning_tfm.training.config import load_config
-from lightning_tfm.training.run_id import run_id
+from lightning_tfm.training.config.config import load_config
+from lightning_tfm.training.config.run_id import run_id
 from lightning_tfm.training.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
 
 

@@ -17,8 +17,8 @@ from conftest import SMOKE, ltfm
 from lightning_tfm.cli import main as cli_main
 from lightning_tfm.model import EOS, PAD, EncoderDecoder, ModelConfig, Section, Transformer, build_model, register
 from lightning_tfm.model import registry
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py

@@ -17,8 +17,8 @@ import torch
 
 from conftest import ROOT, SMOKE
 from lightning_tfm.model import build_model
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.data import read_lines, train_tokenizer
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"

@@ -196,7 +196,7 @@ def wandb_run(tmp_path_factory):
     samples table at the end), ended by ``tracking.finish``; and its summary.json. Offline wandb, every file of
     it inside the folder. Returns (run folder, finish()'s answers)."""
     from lightning_tfm.training import results, tracking
-    from lightning_tfm.training.config import load_config
+    from lightning_tfm.training.config.config import load_config
 
     root = tmp_path_factory.mktemp("wandb-runs")
     with pytest.MonkeyPatch.context() as mp:

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from conftest import ROOT, SMOKE, TINY
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 
 sys.path.insert(0, str(ROOT / "tests" / "soak"))
 import check as soak_check  # noqa: E402

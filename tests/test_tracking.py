@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import wandb
 from lightning_tfm.training import results, tracking
-from lightning_tfm.training.config import Config, load_config
+from lightning_tfm.training.config.config import Config, load_config
 from lightning_tfm.training.errors import UserError
 from wandb_offline import find_run_files, read_records, read_run, read_runs
 from conftest import ltfm_in

@@ -39,7 +39,7 @@ import torch
 from ..model import DEFAULT_ARCH, ModelConfig, build_model, registry
 from ..model.config import MAX_POSITIONS, check_of
 from ..training.errors import UserError
-from ..training.sections import DataConfig, DecodeConfig
+from ..training.config.sections import DataConfig, DecodeConfig
 
 DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
                 out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1, threads=0)  # threads 0: torch's default
@@ -410,7 +410,7 @@ def bench_speed_cli(args) -> int:
             except ValueError:
                 raise UserError(f"bench.{key}={value!r} must be an integer") from None
     if experiment:
-        from ..training.config import load_config
+        from ..training.config.config import load_config
 
         cfg = load_config(experiment, stray + ([] if any(o.startswith("data.path") for o in stray)
                                                else ["data.path=unused"]))

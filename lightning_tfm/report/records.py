@@ -129,7 +129,7 @@ def mark_diverged(rec: RunRecord, raw: dict) -> RunRecord:
 
 
 def _flatten(cfg: dict) -> dict:
-    from ..training.config import flatten
+    from ..training.config.config import flatten
     return flatten({k: v for k, v in (cfg or {}).items() if isinstance(v, dict)})
 
 
@@ -264,7 +264,7 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
     given to the sweep included: a row of the sweep's experiment gets its trial overrides on that run's config, a
     row of its own experiment (``variants.<name>.experiment``: another architecture) its trial config from that
     experiment with the keys the base run's config changed from the sweep's plan of it (:func:`_cli_of`)."""
-    from ..training.config import flatten
+    from ..training.config.config import flatten
     from ..sweep import Entry, trial_config, trial_overrides
 
     if sweep.mode != "variants":
@@ -295,7 +295,7 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
 def _cli_of(sweep, base: RunRecord, base_budget: float) -> dict:
     """The command-line overrides a completed base run shows: the keys of its config (run.* bookkeeping aside) that
     differ from the sweep's own plan of the base row, its train.max_steps without the base's budget factor."""
-    from ..training.config import flatten
+    from ..training.config.config import flatten
     from ..sweep import Entry, trial_config
 
     v = sweep.variants["base"]

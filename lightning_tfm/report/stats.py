@@ -130,7 +130,7 @@ _REFS_CACHE: dict[tuple, list[str]] = {}
 
 def dev_references(config: dict) -> list[str]:
     """The dev references a run was scored against: its config's dev split, first data.max_dev_pairs."""
-    from ..training.config import Config
+    from ..training.config.config import Config
     from ..training.data import load_split
 
     key = tuple(config.get(k) for k in ("data.source", "data.path", "data.hub_name", "data.hub_config",

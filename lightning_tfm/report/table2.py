@@ -51,7 +51,7 @@ def arch_of(config: dict) -> str:
 def planned_archs(sweep) -> dict[str, str]:
     """variant -> the architecture its trial config builds (the sweep's own
     :func:`~lightning_tfm.sweep.trial_config`)."""
-    from ..training.config import flatten
+    from ..training.config.config import flatten
     from ..training.errors import UserError
     from ..sweep import Entry, trial_config
 

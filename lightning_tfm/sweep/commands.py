@@ -21,7 +21,7 @@ from ..training.commands import OVERRIDES, Command, default_data, print_keys, sa
 from ..training.errors import UserError
 
 if TYPE_CHECKING:
-    from ..training.config import Config
+    from ..training.config.config import Config
     from .plan import Plan
 
 
@@ -37,7 +37,7 @@ def train_cli(args) -> int:
     :func:`~lightning_tfm.training.train.train`."""
     import signal
 
-    from ..training.config import load_config
+    from ..training.config.config import load_config
     from ..training.run_folder import existing_run_id
     from ..training.train import Abandoned, stop_reason, train
 
@@ -108,7 +108,7 @@ def _prepare_arguments(pr: argparse.ArgumentParser) -> None:
 def prepare_cli(args) -> int:
     """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of an experiment,
     or of a sweep's base experiment with the sweep's own overrides (what its trials use)."""
-    from ..training.config import load_config, read_yaml
+    from ..training.config.config import load_config, read_yaml
     from ..training.corpus import folder_size, prepare
 
     if "experiment" in read_yaml(args.config):  # a sweep file
@@ -177,7 +177,7 @@ def _check_local_data(cfg: Config) -> None:
 
 
 def _corpus_line(cfg: Config) -> str:
-    from ..training.config import has_data
+    from ..training.config.config import has_data
     from ..training.corpus import status as corpus_status
 
     if not has_data(cfg):

@@ -2,7 +2,7 @@
 
 ``ltfm sweep`` starts each trial as its own ``ltfm train`` process with ``sweep.storage``, ``sweep.study``,
 ``sweep.trial`` (the trial *number*) and ``sweep.metric``; the command line (``ltfm train`` in
-:mod:`lightning_tfm.cli`) then hands :class:`OptunaPruning` to :func:`lightning_tfm.train.train` as an
+:mod:`lightning_tfm.cli`) then hands :class:`OptunaPruning` to :func:`lightning_tfm.training.train.train` as an
 extra Lightning callback: training knows nothing of sweeps, and ends a run as ``pruned`` when a callback
 says so (its ``pruned`` attribute). The callback reports to the already RUNNING trial that the sweep
 worker claimed, through Optuna's public API: ``optuna.load_study`` plus ``optuna.trial.Trial(study,
@@ -40,8 +40,8 @@ from ..training.results import history_key
 from .curves import CurvePruner
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
-from ..training.config import Config
-from ..training.run_id import run_id
+from ..training.config.config import Config
+from ..training.config.run_id import run_id
 
 
 class OptunaPruning(pl.Callback):

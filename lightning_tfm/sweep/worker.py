@@ -27,10 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..training import config, run_folder
+from ..training.config import config
+from ..training import run_folder
 from ..training.errors import UserError
 from ..training.redact import scrub_text
-from ..training.run_id import run_id
+from ..training.config.run_id import run_id
 from ..training.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable

@@ -16,7 +16,7 @@ import torch
 
 from ..model import build_model
 from . import atomic
-from . import config
+from .config import config
 from . import run_folder
 from .errors import UserError
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 from .errors import UserError
 
 if TYPE_CHECKING:
-    from .config import Config
+    from .config.config import Config
 
 #: The help of the ``dotted.key=value`` arguments of the commands that read an experiment file.
 OVERRIDES = "dotted.key=value settings on top of the file (ltfm config --keys lists every key)"
@@ -79,7 +79,7 @@ def config_cli(args) -> int:
     """``ltfm config CONFIG.yaml [k=v ...]``: the resolved config as the run saves it (``config.yaml``), under a
     comment with its run id; ``ltfm config --keys [PREFIX]``: every key of the schema with its type, default,
     allowed values and meaning (the schema validation uses, so nothing here can fall out of date)."""
-    from . import config
+    from .config import config
     from .run_folder import existing_run_id
 
     if args.keys is not None:
@@ -132,7 +132,7 @@ AVERAGE = Command("average", "average the last N checkpoints of a run into one f
 
 def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
     """``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides."""
-    from . import config
+    from .config import config
 
     cfg = copy.deepcopy(cfg)
     for text in overrides or []:
@@ -148,7 +148,7 @@ def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
 
 
 def _average_last_override(overrides: list[str] | None) -> int | None:
-    from . import config
+    from .config import config
 
     for text in overrides or []:
         key, value = config.parse_override(text)

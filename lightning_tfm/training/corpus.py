@@ -42,7 +42,7 @@ import numpy as np
 
 from . import atomic
 from .errors import UserError
-from .config import Config
+from .config.config import Config
 from .corpus_id import fingerprint, split_file
 
 FORMAT_VERSION = 1

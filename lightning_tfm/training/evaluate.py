@@ -18,7 +18,7 @@ from . import atomic
 from .checkpoints import load_model, step_checkpoints, write_average
 from .decode import Hypothesis, translate_ids
 from .errors import UserError
-from .config import Config, DecodeConfig
+from .config.config import Config, DecodeConfig
 
 
 # ------------------------------------------------------------------------------------------------ BLEU

@@ -44,11 +44,11 @@ from lightning_fabric.utilities.logger import _convert_params
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
-from .config import flatten
+from .config.config import flatten
 from .errors import UserError
 from .redact import MASK, is_secret_key, scrub  # noqa: F401 - redact.py is the one place secrets are masked
 from .results import DEV_SAMPLES, RESULT_FIELDS
-from .config import Config
+from .config.config import Config
 from .wandb_files import ID_FILE  # the file naming a run folder's W&B run: one home, beside its reader
 
 SAMPLE_COLUMNS = ["source", "reference", "hypothesis"]

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from . import atomic
-from . import config
+from .config import config
 from . import results
 from . import run_folder
 from .checkpoints import atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint, tokenizer_hash
