@@ -113,7 +113,7 @@ def test_the_corpus_length_limit_is_the_architectures_own_max_positions(tmp_path
     """rnn.max_positions, not the model section's (unused by the rnn) bounds the training and dev sentences."""
     from test_prepare import small_corpus
 
-    from lightning_tfm.training import corpus
+    from lightning_tfm.training.data import corpus
 
     cfg = config.load_config(RNN, [f"data.path={small_corpus(tmp_path / 'data')}", f"run.results_dir={tmp_path}",
                                    "data.max_train_pairs=null", "data.vocab_size=100", "rnn.max_positions=8"])

@@ -19,7 +19,7 @@ from conftest import ROOT, SMOKE
 from lightning_tfm.model import build_model
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
-from lightning_tfm.training.data import read_lines, train_tokenizer
+from lightning_tfm.training.data.data import read_lines, train_tokenizer
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
 TOKENIZER = "tokenizer_sha256"  # the hyper-parameter naming a checkpoint's vocabulary (checkpoints.TOKENIZER)

@@ -51,7 +51,7 @@ class Alignment:
 
 
 def _dev_sentences(cfg, n: int) -> list[str]:
-    from ..training.data import load_split
+    from ..training.data.data import load_split
 
     if not cfg.data.dev_split:
         from ..training.errors import UserError
@@ -76,7 +76,7 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
 
     from ..model import BOS, EOS, registry
     from ..training.checkpoints import load_model
-    from ..training.data import encode_lines
+    from ..training.data.data import encode_lines
     from ..training.decode import translate_ids
     from ..training.errors import UserError
 

@@ -109,7 +109,7 @@ def prepare_cli(args) -> int:
     """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of an experiment,
     or of a sweep's base experiment with the sweep's own overrides (what its trials use)."""
     from ..training.config.config import load_config, read_yaml
-    from ..training.corpus import folder_size, prepare
+    from ..training.data.corpus import folder_size, prepare
 
     if "experiment" in read_yaml(args.config):  # a sweep file
         from .plan import Plan
@@ -169,7 +169,7 @@ def _check_local_data(cfg: Config) -> None:
     d = cfg.data
     if d.source != "local":
         return
-    from ..training.corpus_id import split_file
+    from ..training.data.corpus_id import split_file
     for split in (d.train_split, d.dev_split, d.test_split):
         if split:
             for lang in (d.src_lang, d.tgt_lang):
@@ -178,7 +178,7 @@ def _check_local_data(cfg: Config) -> None:
 
 def _corpus_line(cfg: Config) -> str:
     from ..training.config.config import has_data
-    from ..training.corpus import status as corpus_status
+    from ..training.data.corpus import status as corpus_status
 
     if not has_data(cfg):
         return ("prepared corpus and run folders: not shown without the data (data.path=FOLDER, or data.hub_name "
@@ -196,7 +196,7 @@ def _join(sweep, plan: Plan, url: str, given: bool):
 
     A given ``--storage`` is checked first (fails fast, writes nothing here); the default SQLite file is only
     created once the data and the results folder are known to be fine."""
-    from ..training.corpus import prepare
+    from ..training.data.corpus import prepare
     from .storage import open_storage, open_study, retry
 
     storage = open_storage(url, heartbeat=sweep.heartbeat) if given else None

@@ -218,7 +218,7 @@ def evaluate_cli(args) -> int:
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
     from .checkpoints import load_model
-    from .data import load_split, read_lines
+    from .data.data import load_split, read_lines
     from .evaluate import decode_dtype, evaluate_texts, format_bleu
 
     if args.split and (args.src or args.ref):

@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from .checkpoints import RESUME_ONLY, TOKENIZER
-from .corpus import MappedPairs
-from .data import Batch, TokenBatchSampler, collate
+from .data.corpus import MappedPairs
+from .data.data import Batch, TokenBatchSampler, collate
 from ..model import PAD, build_model
 from . import results
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
@@ -154,7 +154,7 @@ class Seq2SeqModule(pl.LightningModule):
 class TranslationDataModule(pl.LightningDataModule):
     """Token-budget batches of a tokenized corpus; the train sampler is sharded across ranks itself
     (``use_distributed_sampler=False`` in the Trainer). The pairs are the memory-mapped
-    :class:`lightning_tfm.training.corpus.MappedPairs` of a prepared corpus: the sampler reads only their width arrays."""
+    :class:`lightning_tfm.training.data.corpus.MappedPairs` of a prepared corpus: the sampler reads only their width arrays."""
 
     def __init__(self, config: Config, train_pairs: MappedPairs, dev_pairs: MappedPairs):
         super().__init__()

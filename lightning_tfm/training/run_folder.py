@@ -9,7 +9,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import socket
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from .config import config, run_id as ids
 from . import results
+from .atomic import free_space
 from .errors import UserError
 from .config.config import Config
 
@@ -24,21 +24,6 @@ from .config.config import Config
 def rank_zero() -> bool:
     return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0 and \
         int(os.environ.get("NODE_RANK", "0")) == 0
-
-
-def free_space(path: Path) -> str:
-    """Free space on the filesystem of ``path`` (or of its nearest existing ancestor), e.g. ``12.0 MB``."""
-    p = path.absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    try:
-        free = shutil.disk_usage(p).free
-    except OSError:
-        return "unknown"
-    for div, unit in ((2 ** 30, "GB"), (2 ** 20, "MB"), (2 ** 10, "kB")):
-        if free >= div:
-            return f"{free / div:.1f} {unit}"
-    return f"{free} bytes"
 
 
 def check_writable(results_dir: Path) -> None:
@@ -277,7 +262,7 @@ _UNSET = object()
 
 def recorded_corpus(run_dir: Path) -> str | None:
     """The content identity of the corpus the run in ``run_dir`` trained on, as its summary records it (``corpus``:
-    :func:`~.corpus_id.fingerprint`), or None (a run of an older version, or none yet)."""
+    :func:`~.data.corpus_id.fingerprint`), or None (a run of an older version, or none yet)."""
     found = (results.read_summary(run_dir) or {}).get("corpus")
     return found if isinstance(found, str) else None
 

@@ -29,7 +29,7 @@ from .config import config
 from . import results
 from . import run_folder
 from .checkpoints import atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint, tokenizer_hash
-from .corpus import Corpus
+from .data.corpus import Corpus
 from .errors import UserError
 from .precision import resolve_precision
 

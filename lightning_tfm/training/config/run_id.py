@@ -11,7 +11,7 @@ What is hashed (:func:`hashed`) is what decides what a run trains, and nothing w
   in :data:`KEYS_V1`);
 * a key of :data:`KEYS_V1` since removed from the schema at its frozen default, where the config would have
   saved it (:func:`_was_saved`): the runs trained with it keep their ids;
-* the local corpus by its content (``data.corpus``, :func:`~..corpus_id.fingerprint`) in place of ``data.path``:
+* the local corpus by its content (``data.corpus``, :func:`~..data.corpus_id.fingerprint`) in place of ``data.path``:
   the same corpus in another folder is the same run, a corpus with one line changed is another. Where the files
   cannot be read (none there yet, a dry run elsewhere), ``data.path`` stands for them as before.
 
@@ -35,7 +35,7 @@ import os
 import re
 from typing import Any
 
-from ..corpus_id import PREFIX as CORPUS_PREFIX, fingerprint
+from ..data.corpus_id import PREFIX as CORPUS_PREFIX, fingerprint
 from ..errors import UserError
 from .inputs import shown
 
@@ -112,7 +112,7 @@ def _keys(cfg) -> dict:
 def hashed(cfg, corpus: str | None = None) -> dict:
     """The flat keys that say what a run trains: its run id's hash, and what a run folder's saved config must match
     to be trained on (:func:`~..run_folder.reuse_problem`). The local corpus is ``data.corpus``, its content identity
-    (``corpus``, else the files' :func:`~..corpus_id.fingerprint`), in place of ``data.path`` where there is one."""
+    (``corpus``, else the files' :func:`~..data.corpus_id.fingerprint`), in place of ``data.path`` where there is one."""
     keys = _keys(cfg)
     corpus = corpus or fingerprint(cfg.data)
     if corpus and cfg.data.source == "local":
