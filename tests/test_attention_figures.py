@@ -68,7 +68,7 @@ def test_transformer_gives_its_last_cross_attention_on_request(kernel):
 # ------------------------------------------------------------------------------------ a run folder by hand
 def write_run(folder: Path, overrides: dict) -> Path:
     """A run folder as ``ltfm train`` leaves it (config.yaml, tokenizer.json, checkpoints/last.ckpt) of an
-    untrained model: what :func:`~lightning_tfm.training.checkpoints.load_model` reads, without training."""
+    untrained model: what :func:`~lightning_tfm.training.runs.checkpoints.load_model` reads, without training."""
     from lightning_tfm.training.data.data import train_tokenizer
 
     lines = ["a man rides a bike .", "two dogs play in the snow .", "ein Mann fährt Fahrrad .",
@@ -148,7 +148,7 @@ def test_alignment_figure_of_the_smoke_run(smoke_run, tmp_path):
     """The smoke run's first dev sentences decoded with its decode settings (beam 2), each hypothesis fed back:
     the figure's axes carry the BPE pieces of the source and of the hypothesis (EOS last), the weights are the
     mean over the 4 heads, and a second file holds every head of sentence 1."""
-    from lightning_tfm.training.checkpoints import load_model
+    from lightning_tfm.training.runs.checkpoints import load_model
     from lightning_tfm.training.data.data import encode_lines, load_split
     from lightning_tfm.training.decode import translate_ids
 

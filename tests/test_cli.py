@@ -146,7 +146,7 @@ def test_train_reads_and_validates_its_config_once(monkeypatch, tmp_path, data_d
     it is given; the command does not check it a second time). The run stops right after validation."""
     import signal
 
-    from lightning_tfm.training import run_folder
+    from lightning_tfm.training.runs import run_folder
     from lightning_tfm.training.errors import UserError
 
     calls = {"read_yaml": 0, "validate": 0}

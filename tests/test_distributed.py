@@ -7,7 +7,7 @@ import torch
 
 from conftest import ROOT, SMOKE, ltfm
 from lightning_tfm.training.data.data import TokenBatchSampler
-from lightning_tfm.training.results import read_metrics
+from lightning_tfm.training.runs.results import read_metrics
 from lightning_tfm.training.config.config import TrainConfig
 from lightning_tfm.training.train import accumulation, world_size
 

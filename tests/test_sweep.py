@@ -559,7 +559,7 @@ def test_a_worker_with_nothing_to_claim_waits_and_runs_a_killed_workers_row(tmp_
     only then is A killed and the lock let go."""
     from lightning_tfm.sweep import Plan, load_sweep
     from lightning_tfm.training.config.run_id import run_id
-    from lightning_tfm.training.run_folder import RunLock
+    from lightning_tfm.training.runs.run_folder import RunLock
 
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "wait", {"base": {}, "C1": {"model.d_ff": 32}},

@@ -19,7 +19,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import wandb
-from lightning_tfm.training import results, tracking
+from lightning_tfm.training.runs import results
+from lightning_tfm.training import tracking
 from lightning_tfm.training.config.config import Config, load_config
 from lightning_tfm.training.errors import UserError
 from wandb_offline import find_run_files, read_records, read_run, read_runs

@@ -301,7 +301,7 @@ def plotly_dev_ppl_by_family(data):
     custom plot in a 450-pixel-high card, too small for a grid of panels)."""
     import plotly.graph_objects as go
 
-    from ..training.results import DEV_PPL
+    from ..training.runs.results import DEV_PPL
     from .figures import FAMILY_TITLES, _panel_of, _series, family_panels
 
     variants, panels = family_panels(data)

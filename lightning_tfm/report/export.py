@@ -34,7 +34,7 @@ from ..training.atomic import write_text
 from ..training.config.run_id import NAME_BYTES
 from ..training.config.sections import LABEL_CHARS
 from ..training.errors import UserError
-from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
+from ..training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from .records import ReportData, RunRecord
 
 FORMAT = "ltfm-report-export"

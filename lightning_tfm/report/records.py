@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
+from ..training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from ..training.errors import UserError
 from .text import first_line
 

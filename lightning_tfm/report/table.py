@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from ..training import results
+from ..training.runs import results
 from ..training.config.config import SCHEMA, TABLE3_KNOBS
 from ..training.config.run_id import KEYS_V1
 from .paper import PAPER_ORDER, load_paper

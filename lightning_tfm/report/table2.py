@@ -28,7 +28,7 @@ import io
 import math
 from pathlib import Path
 
-from ..training import results
+from ..training.runs import results
 from ..training.atomic import write_text
 from .compute import step_flops
 from .paper import PAPER2_SHOWN, load_paper2
@@ -77,7 +77,7 @@ def is_table2(sweep) -> bool:
 # ------------------------------------------------------------------------------------- a run's numbers
 def _summary(rec: RunRecord) -> dict:
     """The run folder's summary.json (local runs), else {}."""
-    from ..training.results import read_summary
+    from ..training.runs.results import read_summary
 
     return (read_summary(Path(rec.run)) or {}) if rec.run and Path(rec.run).is_dir() else {}
 

@@ -38,7 +38,7 @@ def train_cli(args) -> int:
     import signal
 
     from ..training.config.config import load_config
-    from ..training.run_folder import existing_run_id
+    from ..training.runs.run_folder import existing_run_id
     from ..training.train import Abandoned, stop_reason, train
 
     cfg = load_config(args.config, args.overrides, checked=False)  # train() validates it

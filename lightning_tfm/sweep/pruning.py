@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from ..training.results import history_key
+from ..training.runs.results import history_key
 from .curves import CurvePruner
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
@@ -120,7 +120,7 @@ class OptunaPruning(pl.Callback):
         """Dev values the run folder's metrics hold up to the resumed step (``upto``): a step checkpoint is
         written before that step's validation, so its saved history lacks the value at its own step. Lightning
         logs a validation at ``global_step - 1``; the trial is told at ``global_step``, as in training."""
-        from ..training.results import read_metrics
+        from ..training.runs.results import read_metrics
 
         with contextlib.suppress(OSError, ValueError):
             for row in read_metrics(self.run_dir):

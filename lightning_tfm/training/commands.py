@@ -80,7 +80,7 @@ def config_cli(args) -> int:
     comment with its run id; ``ltfm config --keys [PREFIX]``: every key of the schema with its type, default,
     allowed values and meaning (the schema validation uses, so nothing here can fall out of date)."""
     from .config import config
-    from .run_folder import existing_run_id
+    from .runs.run_folder import existing_run_id
 
     if args.keys is not None:
         if args.config or args.overrides:
@@ -115,7 +115,7 @@ def _average_arguments(a: argparse.ArgumentParser) -> None:
 
 def average_cli(args) -> int:
     """``ltfm average RUN_DIR [--last N] [--out PATH]``."""
-    from .checkpoints import write_average
+    from .runs.checkpoints import write_average
 
     check_out_file(args.out)
     out, chosen = write_average(args.run_dir, args.last, args.out)
@@ -190,7 +190,7 @@ def checkpoint_label(checkpoint: str, run_dir: Path) -> str:
     (``step=000050``) when the file is one of the run's own; another run's checkpoint is named with its run folder
     (``<run>.last``; a file elsewhere: with its folder), so that its hypotheses never take the place of the run's
     own under the same label (the user asked for that checkpoint's translations beside, not instead of, the run's)."""
-    from .checkpoints import own_run
+    from .runs.checkpoints import own_run
 
     if checkpoint in ("last", "best", "average"):
         return checkpoint
@@ -217,7 +217,7 @@ def evaluate_cli(args) -> int:
 
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
-    from .checkpoints import load_model
+    from .runs.checkpoints import load_model
     from .data.data import load_split, read_lines
     from .evaluate import decode_dtype, evaluate_texts, format_bleu
 
@@ -274,7 +274,7 @@ def translate_cli(args) -> int:
     Reads and translates in chunks (line by line when stdin is a terminal); an empty or blank input line
     gives an empty output line, so the line count is kept exactly. Empty stdin is an error.
     """
-    from .checkpoints import load_model
+    from .runs.checkpoints import load_model
     from .evaluate import decode_dtype, translate_lines
 
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, _average_last_override(args.overrides))
@@ -319,14 +319,14 @@ def runs_cli(args) -> int:
     """``ltfm runs [RESULTS_DIR] [--json] [--sort KEY]``; ``ltfm runs RUN --wandb [--json]``."""
     import json
 
-    from .runs import find_run, format_table, list_runs, results_hint, sort_key, sort_rows
+    from .runs.runs import find_run, format_table, list_runs, results_hint, sort_key, sort_rows
 
     if args.wandb:
         if args.sort:
             raise UserError("--sort orders the table of runs; --wandb shows one run: give one or the other")
         if not args.folder:
             raise UserError("--wandb shows one run: ltfm runs RUN --wandb, RUN a run folder or a run id")
-        from .results import load_summary
+        from .runs.results import load_summary
         from .wandb_files import describe, format_run, read_run_folder
 
         run_dir = find_run(args.folder)

@@ -15,7 +15,7 @@ import torch
 
 from ..model import Transformer
 from . import atomic
-from .checkpoints import load_model, step_checkpoints, write_average
+from .runs.checkpoints import load_model, step_checkpoints, write_average
 from .decode import Hypothesis, translate_ids
 from .errors import UserError
 from .config.config import Config, DecodeConfig

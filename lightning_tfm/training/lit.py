@@ -8,11 +8,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from .checkpoints import RESUME_ONLY, TOKENIZER
+from .runs.checkpoints import RESUME_ONLY, TOKENIZER
 from .data.corpus import MappedPairs
 from .data.data import Batch, TokenBatchSampler, collate
 from ..model import PAD, build_model
-from . import results
+from .runs import results
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
 from .config.config import Config

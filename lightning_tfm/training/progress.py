@@ -10,7 +10,7 @@ import time
 
 import pytorch_lightning as pl
 
-from . import results
+from .runs import results
 from .config.config import Config
 
 #: Seconds between two progress lines when no validation came between (the sweep's --every default too).

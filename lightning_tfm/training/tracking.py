@@ -47,7 +47,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from .config.config import flatten
 from .errors import UserError
 from .redact import MASK, is_secret_key, scrub  # noqa: F401 - redact.py is the one place secrets are masked
-from .results import DEV_SAMPLES, RESULT_FIELDS
+from .runs.results import DEV_SAMPLES, RESULT_FIELDS
 from .config.config import Config
 from .wandb_files import ID_FILE  # the file naming a run folder's W&B run: one home, beside its reader
 

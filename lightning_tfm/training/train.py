@@ -4,9 +4,9 @@
 ``<run.results_dir>/<run id>``; the run id is derived from the config, so re-running the same command
 resumes from ``checkpoints/last.ckpt`` (and a completed run is not trained again).
 
-Nothing finished is lost: one process trains a run folder at a time (:mod:`.run_folder`); checkpoints, the
+Nothing finished is lost: one process trains a run folder at a time (:mod:`.runs.run_folder`); checkpoints, the
 summary, config and hypotheses are written atomically inside the run folder (:mod:`.atomic`,
-:mod:`.checkpoints`); an unreadable ``last.ckpt`` or ``summary.json`` is set aside with a warning and the
+:mod:`.runs.checkpoints`); an unreadable ``last.ckpt`` or ``summary.json`` is set aside with a warning and the
 newest readable step checkpoint is used; earlier attempts stay in ``summary["attempts"]``; a full or
 read-only disk and a diverging loss end as one line, exit 2, with the attempt recorded as ``failed``.
 """
@@ -26,9 +26,9 @@ import torch
 
 from . import atomic
 from .config import config
-from . import results
-from . import run_folder
-from .checkpoints import atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint, tokenizer_hash
+from .runs import results
+from .runs import run_folder
+from .runs.checkpoints import atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint, tokenizer_hash
 from .data.corpus import Corpus
 from .errors import UserError
 from .precision import resolve_precision

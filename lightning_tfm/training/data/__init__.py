@@ -9,5 +9,5 @@
 
 Not here: the ``data.*`` keys themselves (:mod:`lightning_tfm.training.config.sections`), beam search over the
 ids (:mod:`lightning_tfm.training.decode`), the tokenizer a checkpoint carries
-(:mod:`lightning_tfm.training.checkpoints`).
+(:mod:`lightning_tfm.training.runs.checkpoints`).
 """
