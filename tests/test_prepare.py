@@ -267,7 +267,7 @@ def test_a_killed_builds_temporary_folder_is_removed(tmp_path, capfd):
 
 SIGNALLED_BUILD = """
 import os, signal, sys
-from lightning_tfm.training import corpus as K
+from lightning_tfm.training.data import corpus as K
 from lightning_tfm.cli import main
 
 real = K.build

@@ -196,7 +196,7 @@ def wandb_run(tmp_path_factory):
     samples table at the end), ended by ``tracking.finish``; and its summary.json. Offline wandb, every file of
     it inside the folder. Returns (run folder, finish()'s answers)."""
     from lightning_tfm.training.runs import results
-    from lightning_tfm.training import tracking
+    from lightning_tfm.training.tracking import tracking
     from lightning_tfm.training.config.config import load_config
 
     root = tmp_path_factory.mktemp("wandb-runs")
@@ -238,7 +238,7 @@ def sections(text: str) -> dict[str, list[str]]:
 
 def test_runs_wandb_shows_the_config_summary_and_history_of_a_resumed_run(wandb_run, capsys, monkeypatch):
     from lightning_tfm import cli
-    from lightning_tfm.training import tracking, wandb_files
+    from lightning_tfm.training.tracking import tracking, wandb_files
 
     run_dir, infos = wandb_run
     run_id = infos[0]["wandb_run_id"]
@@ -275,7 +275,7 @@ def test_runs_wandb_shows_the_config_summary_and_history_of_a_resumed_run(wandb_
 
 def test_the_segments_of_a_resumed_run_are_read_as_one(wandb_run):
     from lightning_tfm.training.runs import results
-    from lightning_tfm.training import wandb_files
+    from lightning_tfm.training.tracking import wandb_files
 
     run_dir, infos = wandb_run
     segments = wandb_files.read_runs(run_dir)
@@ -293,7 +293,7 @@ def test_a_run_whose_wandb_dir_is_shared_reads_its_own_segments(wandb_run, tmp_p
     summary names, beside another run's."""
     import shutil
 
-    from lightning_tfm.training import wandb_files
+    from lightning_tfm.training.tracking import wandb_files
 
     run_dir, infos = wandb_run
     run_id = infos[0]["wandb_run_id"]
@@ -316,7 +316,7 @@ def test_runs_wandb_mistakes_are_one_line(wandb_run, tmp_path, monkeypatch, caps
     import shutil
 
     from lightning_tfm import cli
-    from lightning_tfm.training import wandb_files
+    from lightning_tfm.training.tracking import wandb_files
 
     run_dir, _ = wandb_run
     monkeypatch.chdir(tmp_path)

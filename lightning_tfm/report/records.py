@@ -212,7 +212,7 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
     import socket
     from urllib.parse import urlparse
 
-    from ..training.tracking import has_api_key
+    from ..training.tracking.tracking import has_api_key
     check_wandb_path(path)
     if not has_api_key():
         raise UserError("--from-wandb needs a W&B API key: set WANDB_API_KEY or run `wandb login` "
@@ -338,7 +338,7 @@ def fetch_wandb_records(path: str, group: str, timeout: int = 20) -> list[RunRec
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - no network, bad key, no such project: one line
-        from ..training.tracking import scrub
+        from ..training.redact import scrub
         first = first_line(scrub(str(e)))
         raise UserError(f"cannot read W&B project {path!r} ({e.__class__.__name__}: {first}); check ENTITY/PROJECT, "
                         "the API key and the network") from None

@@ -49,7 +49,7 @@ def train_cli(args) -> int:
         from .pruning import OptunaPruning
         callbacks.append(OptunaPruning(cfg))
     else:  # by hand: progress lines where Lightning's bar would not show (a log, a pipe), and where it all went
-        from ..training.progress import ProgressLines, wants_lines
+        from ..training.tracking.progress import ProgressLines, wants_lines
         if not sys.stderr.isatty():
             cfg.train.progress_bar = False  # Lightning's bar in a log is a line per refresh (not part of the run id)
         if wants_lines(cfg, sys.stderr.isatty()):

@@ -327,7 +327,7 @@ def runs_cli(args) -> int:
         if not args.folder:
             raise UserError("--wandb shows one run: ltfm runs RUN --wandb, RUN a run folder or a run id")
         from .runs.results import load_summary
-        from .wandb_files import describe, format_run, read_run_folder
+        from .tracking.wandb_files import describe, format_run, read_run_folder
 
         run_dir = find_run(args.folder)
         run = read_run_folder(run_dir, load_summary(run_dir)[0])

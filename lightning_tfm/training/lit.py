@@ -25,7 +25,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     def __init__(self, config: Config, vocab_size: int, tokenizer: str | None = None):
         super().__init__()
-        from .tracking import scrub
+        from .redact import scrub
 
         # config (as a plain nested dict, secrets masked), vocab_size and the vocabulary's hash (tokenizer: its
         # checkpoints.tokenizer_hash) go into every checkpoint
@@ -203,7 +203,7 @@ class DevBleu(pl.Callback):
         if not every or step == 0 or (step % every and not last) or trainer.sanity_checking or trainer.global_rank:
             return
         from .evaluate import decode_dtype, evaluate_texts
-        from .tracking import log_samples
+        from .tracking.tracking import log_samples
 
         hyps, result = evaluate_texts(pl_module.model, self.tokenizer, self.src, self.ref, self.config.decode,
                                       self.config.data.tgt_lang, decode_dtype(self.config))
