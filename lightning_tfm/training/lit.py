@@ -154,7 +154,8 @@ class Seq2SeqModule(pl.LightningModule):
 class TranslationDataModule(pl.LightningDataModule):
     """Token-budget batches of a tokenized corpus; the train sampler is sharded across ranks itself
     (``use_distributed_sampler=False`` in the Trainer). The pairs are the memory-mapped
-    :class:`lightning_tfm.training.data.corpus.MappedPairs` of a prepared corpus: the sampler reads only their width arrays."""
+    :class:`lightning_tfm.training.data.corpus.MappedPairs` of a prepared corpus: the sampler reads only their width
+    arrays."""
 
     def __init__(self, config: Config, train_pairs: MappedPairs, dev_pairs: MappedPairs):
         super().__init__()

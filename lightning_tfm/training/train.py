@@ -26,9 +26,9 @@ import torch
 
 from . import atomic
 from .config import config
-from .runs import results
-from .runs import run_folder
-from .runs.checkpoints import atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint, tokenizer_hash
+from .runs import results, run_folder
+from .runs.checkpoints import (atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint,
+                               tokenizer_hash)
 from .data.corpus import Corpus
 from .errors import UserError
 from .precision import resolve_precision

@@ -1,6 +1,6 @@
 """Run ids: the folder a config trains in, ``<run.name>-<hash>`` (a sweep trial's ``<study>-<variant>-s<seed>-<hash>``),
 and the keys its hash covers, which are also what a run folder's saved config must match to be trained on
-(:func:`~..runs.run_folder.reuse_problem`).
+(:func:`~.run_folder.reuse_problem`).
 
 What is hashed (:func:`hashed`) is what decides what a run trains, and nothing whose default changes nothing:
 
@@ -11,7 +11,7 @@ What is hashed (:func:`hashed`) is what decides what a run trains, and nothing w
   in :data:`KEYS_V1`);
 * a key of :data:`KEYS_V1` since removed from the schema at its frozen default, where the config would have
   saved it (:func:`_was_saved`): the runs trained with it keep their ids;
-* the local corpus by its content (``data.corpus``, :func:`~..data.corpus_id.fingerprint`) in place of ``data.path``:
+* the local corpus by its content (``data.corpus``, :func:`~.corpus_id.fingerprint`) in place of ``data.path``:
   the same corpus in another folder is the same run, a corpus with one line changed is another. Where the files
   cannot be read (none there yet, a dry run elsewhere), ``data.path`` stands for them as before.
 
@@ -21,7 +21,7 @@ schedule's unused keys and another architecture's section are left out of the sa
 
 The id before the corpus was identified by its content (``data.path`` hashed: :func:`legacy_id`) still names the
 folders made then: a run continues in the folder of its legacy id when the folder of its id holds no run and that
-one holds a run of the same config (:func:`~..runs.run_folder.existing_run_id`).
+one holds a run of the same config (:func:`~.run_folder.existing_run_id`).
 
 This module reads a config through its methods and fields only: :mod:`.config` imports it (to check the id of
 every config it validates), never the other way.
@@ -111,8 +111,9 @@ def _keys(cfg) -> dict:
 
 def hashed(cfg, corpus: str | None = None) -> dict:
     """The flat keys that say what a run trains: its run id's hash, and what a run folder's saved config must match
-    to be trained on (:func:`~..runs.run_folder.reuse_problem`). The local corpus is ``data.corpus``, its content identity
-    (``corpus``, else the files' :func:`~..data.corpus_id.fingerprint`), in place of ``data.path`` where there is one."""
+    to be trained on (:func:`~.run_folder.reuse_problem`). The local corpus is ``data.corpus``, its content
+    identity (``corpus``, else the files' :func:`~.corpus_id.fingerprint`), in place of ``data.path`` where there
+    is one."""
     keys = _keys(cfg)
     corpus = corpus or fingerprint(cfg.data)
     if corpus and cfg.data.source == "local":
@@ -155,7 +156,7 @@ def _named(cfg, digest: str) -> str:
 def run_id(cfg) -> str:
     """``run.id``; else a sweep trial's ``<study>-<variant>-s<seed>-<hash>`` (other characters than letters, digits,
     '.', '_', '-' made '_'); else ``<run.name>-<hash>``. Same config, same hash (:func:`config_hash`), same folder
-    (a folder of an older id: :func:`~..runs.run_folder.existing_run_id`)."""
+    (a folder of an older id: :func:`~.run_folder.existing_run_id`)."""
     return _named(cfg, config_hash(cfg))
 
 

@@ -41,7 +41,6 @@ from pathlib import Path
 import numpy as np
 
 from .. import atomic
-from ..atomic import free_space
 from ..errors import UserError
 from ..config.config import Config
 from .corpus_id import fingerprint, split_file
@@ -347,8 +346,8 @@ def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[
     except OSError as e:  # a full, read-only or quota-bound disk: the user's to fix
         why = e.strerror or (str(e).splitlines()[0] if str(e) else e.__class__.__name__)
         raise UserError(f"cannot write the prepared corpus in {folder.parent} ({why}; "
-                        f"{free_space(folder.parent)} free): free space there, or set data.cache_dir to a folder "
-                        "you can write") from None
+                        f"{atomic.free_space(folder.parent)} free): free space there, or set data.cache_dir to a "
+                        "folder you can write") from None
     print(f"ltfm prepare: {folder} ({manifest['splits']['train']['pairs']:,} training pairs, "
           f"vocabulary {manifest['vocab_size']}, {manifest['build_time_s']} s)", file=sys.stderr)
     return folder, manifest

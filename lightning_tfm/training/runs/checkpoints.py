@@ -22,7 +22,7 @@ from ..errors import UserError
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
 #: A key of a checkpoint written only as a resume point (``last.ckpt`` by ``train.checkpoint_every_seconds``,
-#: :class:`~..lit.CheckpointEverySeconds`): averaging leaves it out, so the averaged steps keep the step cadence.
+#: :class:`~.lit.CheckpointEverySeconds`): averaging leaves it out, so the averaged steps keep the step cadence.
 RESUME_ONLY = "ltfm_resume_only"
 #: The hyper-parameter naming the vocabulary a checkpoint was trained with (:func:`tokenizer_hash`): ids of another
 #: vocabulary of the same size decode to garbage, so a checkpoint is only decoded or resumed with its own.
@@ -48,7 +48,7 @@ def load_checkpoint(path: Path) -> dict:
 
 def tokenizer_hash(path: Path) -> str:
     """A vocabulary's identity: the SHA-256 of its ``tokenizer.json`` (a run folder's copy is byte-identical to its
-    prepared corpus's, :meth:`~..data.corpus.Corpus.use_in_run`), 16 hex digits."""
+    prepared corpus's, :meth:`~.data.corpus.Corpus.use_in_run`), 16 hex digits."""
     import hashlib
 
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]

@@ -262,7 +262,7 @@ _UNSET = object()
 
 def recorded_corpus(run_dir: Path) -> str | None:
     """The content identity of the corpus the run in ``run_dir`` trained on, as its summary records it (``corpus``:
-    :func:`~..data.corpus_id.fingerprint`), or None (a run of an older version, or none yet)."""
+    :func:`~.data.corpus_id.fingerprint`), or None (a run of an older version, or none yet)."""
     found = (results.read_summary(run_dir) or {}).get("corpus")
     return found if isinstance(found, str) else None
 
@@ -270,10 +270,10 @@ def recorded_corpus(run_dir: Path) -> str | None:
 def differences(there: Config, asked: Config, sections: set[str] | None = None,
                 names: tuple[str, str] = ("there", "asked"), there_corpus: str | None = None) -> list[str]:
     """The keys, ``"model.dropout (0.1 there, 0.3 asked)"`` for the first few, in which two configs differ: every
-    key of the run id's hash (:func:`~..config.run_id.hashed`; not :data:`~..config.run_id.NOT_HASHED`'s: the budget, the
+    key of the run id's hash (:func:`~.run_id.hashed`; not :data:`~.run_id.NOT_HASHED`'s: the budget, the
     bookkeeping, the sweep's keys, which a run may change when it trains on; a newer key at its default is no
     difference), the corpus by its content (``data.corpus``; ``there_corpus``: as the folder recorded it; its
-    folder, ``data.path``, where a side's files cannot be read: :func:`~..config.run_id.compared`), secrets masked as
+    folder, ``data.path``, where a side's files cannot be read: :func:`~.run_id.compared`), secrets masked as
     saved; only ``sections``' keys when given. A key one config leaves out (another architecture's section)
     differs too."""
     from ..redact import scrub
@@ -316,10 +316,10 @@ def check_reuse(cfg: Config, run_dir: Path) -> None:
 
 
 def existing_run_id(cfg: Config, others: bool = True) -> str:
-    """The run id ``cfg`` trains under: its own (:func:`~..config.run_id.run_id`) when that folder holds a run
+    """The run id ``cfg`` trains under: its own (:func:`~.run_id.run_id`) when that folder holds a run
     (:func:`holds_run`); else that of a folder in run.results_dir holding a run of the same config under another
     name, the one trained furthest of several; else its own. Another name: its legacy id (the corpus hashed by its
-    folder: :func:`~..config.run_id.legacy_id`); with ``others`` (a sweep trial), also ``<run.name>-<hash>`` (a run outside
+    folder: :func:`~.run_id.legacy_id`); with ``others`` (a sweep trial), also ``<run.name>-<hash>`` (a run outside
     a sweep, and the trial folders of versions that named trials so) or another sweep's row defined the same way
     (``sweeps/table3-cpu-continued.yaml`` continues ``sweeps/table3-cpu.yaml``'s runs), under either hash. The hash
     ends every name (the run's bookkeeping and budget are not hashed); each candidate's saved config is compared
