@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 
+from .bench import commands as bench_commands
 from .report import commands as report_commands
 from .sweep import commands as sweep_commands
 from .training import commands as training_commands
@@ -38,7 +39,7 @@ every config key, its type, default and meaning: ltfm config --keys [PREFIX]"""
 COMMANDS: tuple[Command, ...] = (sweep_commands.TRAIN, training_commands.CONFIG, sweep_commands.PREPARE,
                                  sweep_commands.SWEEP, report_commands.REPORT, training_commands.RUNS,
                                  training_commands.EVALUATE, training_commands.TRANSLATE, training_commands.AVERAGE,
-                                 training_commands.BENCH)
+                                 bench_commands.BENCH)
 
 
 def description(command: Command) -> str:

@@ -139,7 +139,7 @@ fi
 cuda_tests=$(grep -l 'mark\.cuda' tests/test_*.py | tr '\n' ' ')
 gpu_step "CUDA-marked tests" 90 "$PY" -m pytest -q -p no:cacheprovider -m cuda $cuda_tests
 gpu_step "smoke training, bf16 on cuda" 90 "${LTFM[@]}" train "${smoke[@]}"
-run=$("$PY" -c 'import sys; from lightning_tfm.training.config import load_config; from lightning_tfm.training.run_folder import existing_run_id; print(existing_run_id(load_config(sys.argv[1], sys.argv[2:]), others=False))' "${smoke[@]}" 2>>"$log")
+run=$("$PY" -c 'import sys; from lightning_tfm.training.config.config import load_config; from lightning_tfm.training.runs.run_folder import existing_run_id; print(existing_run_id(load_config(sys.argv[1], sys.argv[2:]), others=False))' "${smoke[@]}" 2>>"$log")
 gpu_step "evaluate from its checkpoint" 45 "${LTFM[@]}" evaluate "$WORK/smoke/$run" --split val
 gpu_step "translate from its checkpoint" 30 bash -c 'echo "A man rides a bike." | "$@"' _ "${LTFM[@]}" translate "$WORK/smoke/$run"
 gpu_step "bench vs Marian, the paper's base shapes" 75 "${INTO[@]}" "$WORK/bench-base.json" "${LTFM[@]}" bench --vs marian \

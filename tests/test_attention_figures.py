@@ -14,7 +14,7 @@ import torch
 from lightning_tfm.model import BOS, EOS, PAD, ModelConfig, Transformer, build_model, sinusoid_table
 from lightning_tfm.report import attention as att
 from lightning_tfm.report.records import RunRecord
-from lightning_tfm.training import config
+from lightning_tfm.training.config import config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
@@ -68,8 +68,8 @@ def test_transformer_gives_its_last_cross_attention_on_request(kernel):
 # ------------------------------------------------------------------------------------ a run folder by hand
 def write_run(folder: Path, overrides: dict) -> Path:
     """A run folder as ``ltfm train`` leaves it (config.yaml, tokenizer.json, checkpoints/last.ckpt) of an
-    untrained model: what :func:`~lightning_tfm.training.checkpoints.load_model` reads, without training."""
-    from lightning_tfm.training.data import train_tokenizer
+    untrained model: what :func:`~lightning_tfm.training.runs.checkpoints.load_model` reads, without training."""
+    from lightning_tfm.training.data.data import train_tokenizer
 
     lines = ["a man rides a bike .", "two dogs play in the snow .", "ein Mann fährt Fahrrad .",
              "zwei Hunde spielen im Schnee ."] * 5
@@ -148,8 +148,8 @@ def test_alignment_figure_of_the_smoke_run(smoke_run, tmp_path):
     """The smoke run's first dev sentences decoded with its decode settings (beam 2), each hypothesis fed back:
     the figure's axes carry the BPE pieces of the source and of the hypothesis (EOS last), the weights are the
     mean over the 4 heads, and a second file holds every head of sentence 1."""
-    from lightning_tfm.training.checkpoints import load_model
-    from lightning_tfm.training.data import encode_lines, load_split
+    from lightning_tfm.training.runs.checkpoints import load_model
+    from lightning_tfm.training.data.data import encode_lines, load_split
     from lightning_tfm.training.decode import translate_ids
 
     pngs = att.alignment_figure(smoke_run, 2, tmp_path / "align.png")

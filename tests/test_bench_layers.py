@@ -9,7 +9,7 @@ import json
 import pytest
 
 from lightning_tfm import cli
-from lightning_tfm.training import bench_layers as bl
+from lightning_tfm.bench import layers as bl
 
 KINDS = ["self-attention", "gru", "lstm", "conv"]
 

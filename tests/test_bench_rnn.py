@@ -1,4 +1,4 @@
-"""``ltfm bench`` of the recurrent baseline (training/bench.py): ``ltfm bench experiments/multi30k-rnn-smoke.yaml``
+"""``ltfm bench`` of the recurrent baseline (bench/speed.py): ``ltfm bench experiments/multi30k-rnn-smoke.yaml``
 measures the RNN its experiment builds (training tokens/s, beam-4 decoding, MFU from the RNN class's own
 ``train_flops_per_token``), and what does not apply to it is a one-line error."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT, ltfm
 from lightning_tfm.model.rnn import RNN, RNNConfig
-from lightning_tfm.training import bench
+from lightning_tfm.bench import speed as bench
 from lightning_tfm.training.errors import UserError
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
@@ -53,5 +53,5 @@ def args(*overrides, vs="none", config=None) -> argparse.Namespace:
 ])
 def test_what_does_not_apply_is_one_line(a, words):
     with pytest.raises(UserError) as e:
-        bench.bench_cli(a)
+        bench.bench_speed_cli(a)
     assert words in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -22,7 +22,7 @@ from lightning_tfm.sweep.launch import _Monitor, progress
 from lightning_tfm.sweep.status import format_status, row_verdicts, status_rows
 from lightning_tfm.sweep.worker import write_trial_config
 from lightning_tfm.training import atomic
-from lightning_tfm.training.run_id import config_hash
+from lightning_tfm.training.config.run_id import config_hash
 
 LATER = list(range(649, 1800, 50))  # the continued sweep's validations, to 1,800 steps
 

@@ -18,8 +18,8 @@ import warm
 from conftest import ROOT, SMOKE, TINY, default_signals, ltfm
 from lightning_tfm import cli
 from lightning_tfm.cli import build_parser
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 
 
 def _parsers(parser):
@@ -100,12 +100,13 @@ def test_the_status_hint_after_failed_trials_finds_the_same_study():
 
 def test_every_declared_command_is_on_the_command_line():
     """A command is declared once, in its layer's ``commands.py``; the command line lists every one of them
-    (a declared command left out of ``ltfm`` would be dead code), each name once."""
-    from lightning_tfm.report import commands as report_commands
-    from lightning_tfm.sweep import commands as sweep_commands
-    from lightning_tfm.training import commands as training_commands
+    (a declared command left out of ``ltfm`` would be dead code), each name once. Every layer's ``commands.py``
+    is found on disk, so that a new layer's commands are checked too."""
+    import importlib
 
-    declared = [*training_commands.COMMANDS, *sweep_commands.COMMANDS, *report_commands.COMMANDS]
+    layers = sorted(p.parent.name for p in (ROOT / "lightning_tfm").glob("*/commands.py"))
+    assert {"training", "bench", "sweep", "report"} <= set(layers)
+    declared = [c for layer in layers for c in importlib.import_module(f"lightning_tfm.{layer}.commands").COMMANDS]
     assert sorted(c.name for c in cli.COMMANDS) == sorted(c.name for c in declared)
     assert set(cli.COMMANDS) == set(declared) and len(set(c.name for c in cli.COMMANDS)) == len(cli.COMMANDS)
 
@@ -145,7 +146,7 @@ def test_train_reads_and_validates_its_config_once(monkeypatch, tmp_path, data_d
     it is given; the command does not check it a second time). The run stops right after validation."""
     import signal
 
-    from lightning_tfm.training import run_folder
+    from lightning_tfm.training.runs import run_folder
     from lightning_tfm.training.errors import UserError
 
     calls = {"read_yaml": 0, "validate": 0}

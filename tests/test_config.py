@@ -8,8 +8,8 @@ import yaml
 
 from conftest import ROOT
 from lightning_tfm.model.config import ModelConfig
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.errors import UserError
 
 SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"

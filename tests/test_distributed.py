@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from conftest import ROOT, SMOKE, ltfm
-from lightning_tfm.training.data import TokenBatchSampler
-from lightning_tfm.training.results import read_metrics
-from lightning_tfm.training.config import TrainConfig
+from lightning_tfm.training.data.data import TokenBatchSampler
+from lightning_tfm.training.runs.results import read_metrics
+from lightning_tfm.training.config.config import TrainConfig
 from lightning_tfm.training.train import accumulation, world_size
 
 COMMON = ["data.max_train_pairs=400", "data.max_dev_pairs=100", "train.batch_tokens=1024", "train.accelerator=cpu",

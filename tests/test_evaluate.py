@@ -21,9 +21,9 @@ import sacrebleu
 import torch
 
 import conftest
-from lightning_tfm.training import config
-from lightning_tfm.training.data import read_lines, train_tokenizer
-from lightning_tfm.training.checkpoints import average_checkpoints, load_model, write_average
+from lightning_tfm.training.config import config
+from lightning_tfm.training.data.data import read_lines, train_tokenizer
+from lightning_tfm.training.runs.checkpoints import average_checkpoints, load_model, write_average
 from lightning_tfm.training.evaluate import bleu, tokenize_compound_split, tokenized_bleu_compound_split, translate_lines
 from lightning_tfm.model import build_model
 

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import SMOKE, ltfm
 from lightning_tfm import cli
-from lightning_tfm.training.checkpoints import checkpoint_problem, step_checkpoints
+from lightning_tfm.training.runs.checkpoints import checkpoint_problem, step_checkpoints
 
 # A fresh small run (not the smoke fixture): checkpoints every 10 steps, a quick final evaluation.
 SMALL = ["train.val_every_steps=10", "train.checkpoint_every_steps=10", "data.max_dev_pairs=20",
@@ -88,7 +88,7 @@ def test_bad_config_values_stop_before_anything_is_written(override, words, data
 
 
 def test_good_device_specs_still_pass():
-    from lightning_tfm.training.config import load_config
+    from lightning_tfm.training.config.config import load_config
 
     for devices in ("1", "2", "-1", "auto", "0,1", "0,"):
         load_config(SMOKE, [f"train.devices={devices}", "data.path=x"])
@@ -140,7 +140,7 @@ def test_truncated_last_checkpoint_is_set_aside_and_the_run_resumes(smoke_run, d
 
 
 def test_no_readable_checkpoint_means_starting_over_and_saying_so(tmp_path, capsys):
-    from lightning_tfm.training.checkpoints import resume_checkpoint
+    from lightning_tfm.training.runs.checkpoints import resume_checkpoint
 
     ckpt = tmp_path / "run" / "checkpoints"
     ckpt.mkdir(parents=True)
@@ -156,7 +156,7 @@ def test_no_readable_checkpoint_means_starting_over_and_saying_so(tmp_path, caps
 def test_a_run_killed_before_writing_last_ckpt_resumes_from_its_newest_step_checkpoint(smoke_run, tmp_path, capsys):
     """Killed between writing step=N.ckpt and last.ckpt: the newest step checkpoint is the run's state. Starting
     over instead would train the steps again and write step=N-v1.ckpt beside the old file."""
-    from lightning_tfm.training.checkpoints import resume_checkpoint
+    from lightning_tfm.training.runs.checkpoints import resume_checkpoint
 
     run_dir = copy_run(smoke_run, tmp_path / "results")
     ckpt = run_dir / "checkpoints"
@@ -170,7 +170,7 @@ def test_a_run_killed_before_writing_last_ckpt_resumes_from_its_newest_step_chec
 def test_a_last_ckpt_older_than_the_newest_step_checkpoint_is_not_resumed_from(smoke_run, tmp_path, capsys):
     """Killed after writing step=N.ckpt but before last.ckpt was updated: last.ckpt holds an earlier step, and the
     run resumes from step=N.ckpt (the chaos soak found step=N-v1.ckpt written by a resume from last.ckpt)."""
-    from lightning_tfm.training.checkpoints import resume_checkpoint
+    from lightning_tfm.training.runs.checkpoints import resume_checkpoint
 
     run_dir = copy_run(smoke_run, tmp_path / "results")
     ckpt = run_dir / "checkpoints"

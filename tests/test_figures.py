@@ -333,7 +333,7 @@ def test_a_pipeline_checks_runs_log_their_loss_and_its_report_draws_only_what_it
     """`make ablation QUICK=1`'s 20 steps log the training loss often enough for the loss panels
     (results.MIN_LOSS_POINTS points); a figure with nothing to show (one validation: no curve to fit) is not
     written, and the report shows why in its place."""
-    from lightning_tfm.training import results
+    from lightning_tfm.training.runs import results
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     p = ltfm_here("train", SMOKE, *(f"{k}={v}" for k, v in QUICK.items()), f"data.path={data_dir}",

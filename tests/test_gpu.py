@@ -227,7 +227,7 @@ def test_beam_search_on_cuda_gives_the_cpus_hypotheses_with_one_sync_a_step():
 
 @cuda
 def test_pinned_batches_reach_the_gpu_unchanged():
-    from lightning_tfm.training.data import collate
+    from lightning_tfm.training.data.data import collate
 
     batch = collate([([5, 6, 7], [8, 9]), ([10], [11, 12, 13])]).pin_memory()
     assert batch.src.is_pinned() and batch.tgt_out.is_pinned()

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, SMOKE
-from lightning_tfm.training import config
+from lightning_tfm.training.config import config
 from lightning_tfm.training.errors import UserError
 
 

@@ -239,7 +239,7 @@ def test_a_search_sweeps_progress_line_counts_its_trials():
 def test_written_status_names_run_folders_within_the_results_folder(tmp_path):
     from lightning_tfm.sweep import load_sweep
     from lightning_tfm.sweep.status import format_status
-    from lightning_tfm.training.results import in_results, storage_in_results
+    from lightning_tfm.training.runs.results import in_results, storage_in_results
 
     results = tmp_path / "results"
     assert in_results(str(results / "table3-cpu-base-1234"), results) == "table3-cpu-base-1234"

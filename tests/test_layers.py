@@ -10,13 +10,15 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "lightning_tfm"
-# One package a layer, as the README's diagram: model <- training <- sweep <- report <- the command line.
-LAYERS = {"model": 0, "training": 1, "sweep": 2, "report": 3, "cli": 4, "__main__": 4}
+# One package a layer, as the README's diagram: model <- training <- bench <- sweep <- report <- the command line.
+LAYERS = {"model": 0, "training": 1, "bench": 2, "sweep": 3, "report": 4, "cli": 5, "__main__": 5}
 
 
 def _layer(module: str) -> int:
+    """The layer of a dotted module name (``pkg.training.config.config``): its package's top-level package's; a
+    sub-package belongs to the layer it sits in. The package itself is the command line's."""
     parts = module.split(".")
-    return LAYERS[parts[1]] if len(parts) > 1 else 4
+    return LAYERS[parts[1]] if len(parts) > 1 else LAYERS["cli"]
 
 
 def _module(path, root: Path = ROOT) -> str:
@@ -37,10 +39,10 @@ def _import_nodes(path, root: Path = ROOT):
                 yield node, a.name
 
 
-def _imports(path) -> list[tuple[int, str]]:
+def _imports(path, root: Path = ROOT) -> list[tuple[int, str]]:
     """(line, absolute module) of every import in the file, inside functions too."""
     out = []
-    for node, target in _import_nodes(path):
+    for node, target in _import_nodes(path, root):
         if isinstance(node, ast.ImportFrom):
             names = [f"{target}.{a.name}" for a in node.names] if node.module is None else [target]
             out += [(node.lineno, n) for n in names]
@@ -49,15 +51,22 @@ def _imports(path) -> list[tuple[int, str]]:
     return out
 
 
+def _upward(package: Path) -> list[str]:
+    """Every import of a module from a layer above its own (inside functions too), as ``path:line imports X``."""
+    root, upward = package.parent, []
+    for path in sorted(package.rglob("*.py")):
+        module = _module(path, root)
+        for line, target in _imports(path, root):
+            if target.startswith(package.name + ".") and _layer(target) > _layer(module):
+                upward.append(f"{path.relative_to(root)}:{line} imports {target}")
+    return upward
+
+
 def test_imports_point_one_way():
     """A module never imports from a layer above it (not even inside a function): the paper's model knows
-    nothing of training, training nothing of sweeps, sweeps nothing of reports."""
-    upward = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        module = _module(path)
-        for line, target in _imports(path):
-            if target.startswith("lightning_tfm.") and _layer(target) > _layer(module):
-                upward.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    nothing of training, training nothing of the benchmarks, the benchmarks nothing of sweeps, sweeps nothing of
+    reports. A module of a sub-package (``training/config/``) is of its layer (``training``)."""
+    upward = _upward(PACKAGE)
     assert not upward, upward
 
 
@@ -70,6 +79,32 @@ def test_every_module_belongs_to_a_layer_and_none_is_over_500_lines():
         {k for k in LAYERS if k not in ("cli", "__main__")}
     long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
     assert not long, long
+
+
+def _rooms(package: Path) -> list[str]:
+    """What is wrong with the package's folders: a folder of modules that is no package (no ``__init__.py``: a
+    namespace package, which the layer checks would still walk but which says nothing of what it holds), a package
+    whose ``__init__`` has no docstring saying what lives there, a sub-package of a layer with fewer than three
+    modules (a concern gets its own folder at three)."""
+    root, found = package.parent, []
+    for folder in sorted({p.parent for p in package.rglob("*.py")}):
+        init, where = folder / "__init__.py", folder.relative_to(root)
+        if not init.exists():
+            found.append(f"{where}/: modules but no __init__.py")
+        elif not ast.get_docstring(ast.parse(init.read_text())):
+            found.append(f"{where}/__init__.py: no docstring saying what lives there")
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"] + \
+            [d for d in folder.iterdir() if (d / "__init__.py").exists()]
+        if len(where.parts) > 2 and len(modules) < 3:
+            found.append(f"{where}/: {len(modules)} module(s); a sub-package holds three or more")
+    return found
+
+
+def test_every_package_says_what_lives_in_it():
+    """Every package and sub-package has an ``__init__.py`` whose docstring says what lives there (the code map
+    of the folder), and a layer's sub-package gathers a concern of three or more modules."""
+    problems = _rooms(PACKAGE)
+    assert not problems, problems
 
 
 def _graph(package: Path) -> dict[str, dict[str, str]]:
@@ -181,6 +216,27 @@ def test_the_checks_see_planted_violations(tmp_path):
     assert [c.split(": ")[1] for c in calls] == ["m.Net(...)", "N.from_config(...)"]
     (package / "sub" / "b.py").write_text("def f():\n    pass\n")
     assert not _cycles(package)
+
+
+def test_the_layer_and_room_checks_see_planted_violations(tmp_path):
+    """An upward import from inside a sub-package is found (the sub-package is of its layer) while a downward one
+    into a sub-package is not; a folder of modules without ``__init__.py``, an ``__init__`` without a docstring
+    and a sub-package of two modules are found."""
+    package = _plant(tmp_path, {
+        "__init__.py": '"""The package."""\n',
+        "training/__init__.py": '"""One run."""\n',
+        "training/config/__init__.py": "",
+        "training/config/a.py": "def f():\n    from ...sweep import s\n",
+        "training/config/b.py": "",
+        "sweep/__init__.py": '"""Sweeps."""\n',
+        "sweep/s.py": "from ..training.config.a import f\nfrom ..training.config import b\n",
+        "sweep/loose/x.py": ""})
+    assert _layer("pkg.training.config.a") == LAYERS["training"]
+    assert _upward(package) == ["pkg/training/config/a.py:2 imports pkg.sweep"]
+    assert _rooms(package) == ["pkg/sweep/loose/: modules but no __init__.py",
+                               "pkg/sweep/loose/: 1 module(s); a sub-package holds three or more",
+                               "pkg/training/config/__init__.py: no docstring saying what lives there",
+                               "pkg/training/config/: 2 module(s); a sub-package holds three or more"]
 
 
 def test_help_and_argument_errors_import_neither_torch_nor_optuna():

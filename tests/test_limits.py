@@ -8,7 +8,7 @@ import yaml
 
 from conftest import ROOT, SMOKE
 from lightning_tfm.model.config import OPT
-from lightning_tfm.training import config
+from lightning_tfm.training.config import config
 from lightning_tfm.training.errors import UserError
 
 RNN = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
@@ -113,7 +113,7 @@ def test_the_corpus_length_limit_is_the_architectures_own_max_positions(tmp_path
     """rnn.max_positions, not the model section's (unused by the rnn) bounds the training and dev sentences."""
     from test_prepare import small_corpus
 
-    from lightning_tfm.training import corpus
+    from lightning_tfm.training.data import corpus
 
     cfg = config.load_config(RNN, [f"data.path={small_corpus(tmp_path / 'data')}", f"run.results_dir={tmp_path}",
                                    "data.max_train_pairs=null", "data.vocab_size=100", "rnn.max_positions=8"])
@@ -141,7 +141,7 @@ def test_a_bench_setting_at_the_limit_is_one_line(ltfm_here, tmp_path, args, wor
 
 
 def test_bench_data_refuses_a_count_it_could_not_generate(tmp_path):
-    from lightning_tfm.training.bench_pipeline import bench_data
+    from lightning_tfm.bench.pipeline import bench_data
 
     with pytest.raises(UserError, match=f"--data {BIG}: give the number of pairs to generate, from 2 to"):
         bench_data(BIG, source=tmp_path, work=tmp_path / "work")

@@ -207,7 +207,7 @@ def test_model_activation_is_one_field_that_the_report_the_dashboard_and_the_sea
     from lightning_tfm.report.paper import load_paper
     from lightning_tfm.sweep import load_sweep
     from lightning_tfm.sweep.queue import DASHBOARD_CHOICES
-    from lightning_tfm.training import config
+    from lightning_tfm.training.config import config
     from lightning_tfm.training.errors import UserError
 
     assert config.load_config(SMOKE, ["data.path=/x", "model.activation=gelu"]).model.activation == "gelu"

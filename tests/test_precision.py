@@ -41,7 +41,7 @@ def test_the_precision_a_run_uses_is_lightnings_full_name(monkeypatch, tmp_path)
     import json
 
     from lightning_tfm.report.render import precision_names
-    from lightning_tfm.training.results import load_summary
+    from lightning_tfm.training.runs.results import load_summary
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(P, "cpu_has_fast_bf16", lambda: False)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, SMOKE, default_signals
-from lightning_tfm.training import corpus as K
-from lightning_tfm.training.config import load_config
-from lightning_tfm.training.run_id import run_id
-from lightning_tfm.training.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
+from lightning_tfm.training.data import corpus as K
+from lightning_tfm.training.config.config import load_config
+from lightning_tfm.training.config.run_id import run_id
+from lightning_tfm.training.data.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
 
 
 # ------------------------------------------------------------------ the pipeline before prepared corpora
@@ -267,7 +267,7 @@ def test_a_killed_builds_temporary_folder_is_removed(tmp_path, capfd):
 
 SIGNALLED_BUILD = """
 import os, signal, sys
-from lightning_tfm.training import corpus as K
+from lightning_tfm.training.data import corpus as K
 from lightning_tfm.cli import main
 
 real = K.build

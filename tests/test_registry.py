@@ -17,8 +17,8 @@ from conftest import SMOKE, ltfm
 from lightning_tfm.cli import main as cli_main
 from lightning_tfm.model import EOS, PAD, EncoderDecoder, ModelConfig, Section, Transformer, build_model, register
 from lightning_tfm.model import registry
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -102,10 +102,10 @@ def toy_experiment(tmp_path, data_dir, study="toys") -> str:
 
 def test_a_toy_architecture_trains_decodes_and_is_reported(tmp_path, data_dir, monkeypatch):
     from lightning_tfm import report as rd
-    from lightning_tfm.training.checkpoints import load_model
-    from lightning_tfm.training.data import pad
+    from lightning_tfm.training.runs.checkpoints import load_model
+    from lightning_tfm.training.data.data import pad
     from lightning_tfm.training.decode import beam_search
-    from lightning_tfm.training.runs import format_table, list_runs
+    from lightning_tfm.training.runs.runs import format_table, list_runs
     from lightning_tfm.training.train import train
 
     monkeypatch.setenv("WANDB_MODE", "offline")

@@ -425,7 +425,7 @@ def test_several_seeds_give_mean_std_and_a_paired_bootstrap_against_base(tmp_pat
 
 def test_identical_outputs_are_never_significant_and_clearly_different_ones_are(tmp_path, data_dir):
     """sacreBLEU's bootstrap alone calls two identical outputs different (p = 1/1001): the report's test may not."""
-    from lightning_tfm.training.data import read_lines
+    from lightning_tfm.training.data.data import read_lines
 
     refs = rd.dev_references({"data.source": "local", "data.path": str(data_dir), "data.dev_split": "val",
                               "data.src_lang": "en", "data.tgt_lang": "de", "data.max_dev_pairs": 200})

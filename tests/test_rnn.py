@@ -18,8 +18,8 @@ from conftest import ROOT, SMOKE, ltfm
 from lightning_tfm.cli import main as cli_main
 from lightning_tfm.model import EOS, PAD, EncoderDecoder, build_model
 from lightning_tfm.model.rnn import RNN, RNNConfig, additive_attention
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.optim import make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -263,8 +263,8 @@ def test_the_real_command_line_refuses_a_transformer_knob_on_an_rnn_run(tmp_path
 # ------------------------------------------------------------------------------------------------ a real run
 @pytest.mark.slow
 def test_an_rnn_run_trains_resumes_averages_evaluates_and_translates(tmp_path, data_dir, monkeypatch, capsys):
-    from lightning_tfm.training.checkpoints import load_checkpoint, load_model
-    from lightning_tfm.training.results import read_metrics
+    from lightning_tfm.training.runs.checkpoints import load_checkpoint, load_model
+    from lightning_tfm.training.runs.results import read_metrics
     from lightning_tfm.training.train import train
 
     monkeypatch.setenv("WANDB_MODE", "offline")

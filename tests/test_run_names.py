@@ -1,7 +1,7 @@
 """Run folders named after their row: a sweep trial's run id is ``<sweep>-<variant>-s<seed>-<hash>``, a plain
 ``ltfm train`` keeps ``<run.name>-<hash>``, and a sweep finds an earlier run of the same config under another name
 (the name every trial had before, ``<run.name>-<hash>``; another sweep's row defined the same way) and trains on
-there instead of training again. Run ids survive growth (training/run_id.py): a new key at its default renames no
+there instead of training again. Run ids survive growth (training/config/run_id.py): a new key at its default renames no
 folder, the corpus is hashed by its content (its folder by the legacy id, whose folders are still continued), and
 the committed reference exports' run names are reproduced and found. The slow tests run real smoke-scale sweeps
 (``ltfm sweep``, a few seconds a trial).
@@ -17,11 +17,12 @@ import optuna
 import pytest
 
 from conftest import ROOT, SMOKE, ltfm, write_sweep
-from lightning_tfm.training import config, run_folder
-from lightning_tfm.training import run_id as run_ids
-from lightning_tfm.training.config import load_config
-from lightning_tfm.training.run_id import config_hash, run_id
-from lightning_tfm.training.run_folder import existing_run_id
+from lightning_tfm.training.config import config
+from lightning_tfm.training.runs import run_folder
+from lightning_tfm.training.config import run_id as run_ids
+from lightning_tfm.training.config.config import load_config
+from lightning_tfm.training.config.run_id import config_hash, run_id
+from lightning_tfm.training.runs.run_folder import existing_run_id
 
 NO_WANDB = {"WANDB_MODE": "disabled"}  # the W&B run costs seconds per trial; the names are what is tested here
 

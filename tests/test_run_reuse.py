@@ -17,9 +17,9 @@ import torch
 
 from conftest import ROOT, SMOKE
 from lightning_tfm.model import build_model
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
-from lightning_tfm.training.data import read_lines, train_tokenizer
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
+from lightning_tfm.training.data.data import read_lines, train_tokenizer
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
 TOKENIZER = "tokenizer_sha256"  # the hyper-parameter naming a checkpoint's vocabulary (checkpoints.TOKENIZER)
@@ -89,7 +89,7 @@ def test_a_run_id_of_another_configs_folder_is_refused_in_one_line_and_nothing_i
 def test_a_hash_named_folder_of_another_config_is_never_resumed(tmp_path, data_dir, ltfm_here):
     """The folder a config's run id names holds another config (a hash collision; a folder an older version wrote
     with other defaults): refused as a run.id would be, in ``ltfm train`` and in a sweep's trial."""
-    from lightning_tfm.training.run_folder import reuse_problem
+    from lightning_tfm.training.runs.run_folder import reuse_problem
 
     results = tmp_path / "results"
     args = [f"data.path={data_dir}", f"run.results_dir={results}"]
@@ -257,7 +257,7 @@ def test_a_resume_from_a_checkpoint_of_another_vocabulary_is_refused(tmp_path, d
 
 @pytest.mark.slow
 def test_training_records_its_vocabulary_in_every_checkpoint(smoke_run):
-    from lightning_tfm.training.checkpoints import TOKENIZER as KEY, load_checkpoint, tokenizer_hash
+    from lightning_tfm.training.runs.checkpoints import TOKENIZER as KEY, load_checkpoint, tokenizer_hash
 
     assert KEY == TOKENIZER
     want = tokenizer_hash(smoke_run / "tokenizer.json")

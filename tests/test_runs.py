@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ltfm_in
 from lightning_tfm.training.errors import UserError
-from lightning_tfm.training.runs import format_table, list_runs
+from lightning_tfm.training.runs.runs import format_table, list_runs
 
 
 def write_summary(results: Path, run_id: str, **fields) -> None:
@@ -195,8 +195,9 @@ def wandb_run(tmp_path_factory):
     logging through the project's W&B logger what training logs (train loss every step, dev perplexity and a
     samples table at the end), ended by ``tracking.finish``; and its summary.json. Offline wandb, every file of
     it inside the folder. Returns (run folder, finish()'s answers)."""
-    from lightning_tfm.training import results, tracking
-    from lightning_tfm.training.config import load_config
+    from lightning_tfm.training.runs import results
+    from lightning_tfm.training.tracking import tracking
+    from lightning_tfm.training.config.config import load_config
 
     root = tmp_path_factory.mktemp("wandb-runs")
     with pytest.MonkeyPatch.context() as mp:
@@ -237,7 +238,7 @@ def sections(text: str) -> dict[str, list[str]]:
 
 def test_runs_wandb_shows_the_config_summary_and_history_of_a_resumed_run(wandb_run, capsys, monkeypatch):
     from lightning_tfm import cli
-    from lightning_tfm.training import tracking, wandb_files
+    from lightning_tfm.training.tracking import tracking, wandb_files
 
     run_dir, infos = wandb_run
     run_id = infos[0]["wandb_run_id"]
@@ -273,7 +274,8 @@ def test_runs_wandb_shows_the_config_summary_and_history_of_a_resumed_run(wandb_
 
 
 def test_the_segments_of_a_resumed_run_are_read_as_one(wandb_run):
-    from lightning_tfm.training import results, wandb_files
+    from lightning_tfm.training.runs import results
+    from lightning_tfm.training.tracking import wandb_files
 
     run_dir, infos = wandb_run
     segments = wandb_files.read_runs(run_dir)
@@ -291,7 +293,7 @@ def test_a_run_whose_wandb_dir_is_shared_reads_its_own_segments(wandb_run, tmp_p
     summary names, beside another run's."""
     import shutil
 
-    from lightning_tfm.training import wandb_files
+    from lightning_tfm.training.tracking import wandb_files
 
     run_dir, infos = wandb_run
     run_id = infos[0]["wandb_run_id"]
@@ -314,7 +316,7 @@ def test_runs_wandb_mistakes_are_one_line(wandb_run, tmp_path, monkeypatch, caps
     import shutil
 
     from lightning_tfm import cli
-    from lightning_tfm.training import wandb_files
+    from lightning_tfm.training.tracking import wandb_files
 
     run_dir, _ = wandb_run
     monkeypatch.chdir(tmp_path)

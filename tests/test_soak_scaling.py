@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from conftest import ROOT, SMOKE, TINY
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 
 sys.path.insert(0, str(ROOT / "tests" / "soak"))
 import check as soak_check  # noqa: E402
@@ -114,7 +114,7 @@ def _fit(tmp_path, max_steps: int, **train):
     (every save as (step, resume only), the seconds callback or None, the checkpoint folder)."""
     import pytorch_lightning as pl
 
-    from lightning_tfm.training.checkpoints import RESUME_ONLY, atomic_checkpoint_io
+    from lightning_tfm.training.runs.checkpoints import RESUME_ONLY, atomic_checkpoint_io
     from lightning_tfm.training.train import checkpoint_callbacks
 
     saves = []
@@ -152,7 +152,7 @@ def _fit(tmp_path, max_steps: int, **train):
 def test_last_ckpt_comes_every_n_seconds_between_the_step_checkpoints(tmp_path):
     """Steps every 4, seconds every 2.5 (a step takes 1 s on the test's clock), whichever first: last.ckpt at
     steps 3 and 7 (resume only), the step checkpoints at 4 and 8 untouched; no last-v1.ckpt."""
-    from lightning_tfm.training.checkpoints import RESUME_ONLY, newest_step
+    from lightning_tfm.training.runs.checkpoints import RESUME_ONLY, newest_step
 
     saves, timed, ckpt_dir = _fit(tmp_path, 10, checkpoint_every_steps=4, checkpoint_every_seconds=2.5)
     assert timed.saved_steps == [3, 7]
@@ -205,7 +205,7 @@ def test_the_new_key_leaves_run_ids_alone_and_is_checked():
 def test_averaging_leaves_a_resume_only_last_ckpt_out(tmp_path):
     """A run whose last.ckpt was written by the seconds cadence past its newest step checkpoint averages its
     step checkpoints alone (as it did before that cadence existed)."""
-    from lightning_tfm.training.checkpoints import RESUME_ONLY, averaged_checkpoint
+    from lightning_tfm.training.runs.checkpoints import RESUME_ONLY, averaged_checkpoint
 
     ckpt = tmp_path / "checkpoints"
     ckpt.mkdir()
@@ -222,7 +222,7 @@ def test_a_run_killed_between_step_checkpoints_resumes_from_the_seconds_checkpoi
     cadence (0: every step) holds step 7, and the same run resumes there, not at step 5."""
     import pytorch_lightning as pl
 
-    from lightning_tfm.training.checkpoints import newest_step
+    from lightning_tfm.training.runs.checkpoints import newest_step
     from lightning_tfm.training.train import train
 
     monkeypatch.setenv("WANDB_MODE", "disabled")

@@ -104,8 +104,8 @@ def test_auto_kernel_choice():
 
 
 def test_kernel_is_chosen_by_the_constructor_and_the_config():
-    from lightning_tfm.training.config import load_config
-    from lightning_tfm.training.run_id import config_hash
+    from lightning_tfm.training.config.config import load_config
+    from lightning_tfm.training.config.run_id import config_hash
     from lightning_tfm.training.errors import UserError
 
     for name in fast.ATTENTION_KERNELS:
@@ -265,7 +265,7 @@ def test_min_len_holds_every_output_to_a_length():
 def test_bench_marian_matches_our_architecture():
     """``ltfm bench --vs marian`` compares like with like: same trainable parameter count (post-norm,
     shared embeddings, static sinusoids, no extra norms), ReLU, sqrt(d_model) embedding scale."""
-    from lightning_tfm.training import bench
+    from lightning_tfm.bench import speed as bench
 
     s = {**bench.DEFAULTS, "layers": 2, "d_model": 32, "d_ff": 64, "heads": 4, "vocab": 100}
     ours, marian = bench.build_ours(s), bench.build_marian(s)
@@ -284,7 +284,7 @@ def test_bench_marian_matches_our_architecture():
 
 @pytest.mark.marian
 def test_bench_runs_both_models_to_the_same_output_length():
-    from lightning_tfm.training import bench
+    from lightning_tfm.bench import speed as bench
     from lightning_tfm.training.precision import cpu_has_fast_bf16
 
     s = dict(layers=1, d_model=32, d_ff=64, heads=2, vocab=60, batch=4, src_len=5, tgt_len=5, out_len=4,

@@ -19,7 +19,7 @@ import yaml
 
 from conftest import ROOT, SMOKE, ltfm, ltfm_in
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
-from lightning_tfm.training.config import TABLE3_KNOBS, Config, choices, flatten, load_config
+from lightning_tfm.training.config.config import TABLE3_KNOBS, Config, choices, flatten, load_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -232,7 +232,7 @@ def test_workers_of_a_seeded_search_propose_different_points_and_one_worker_is_r
 
 
 def test_trial_overrides_reach_the_trial_process_exactly():
-    from lightning_tfm.training.config import parse_override
+    from lightning_tfm.training.config.config import parse_override
     from lightning_tfm.sweep import yaml_value
     for value in [1e-9, 0.1, 3, "pre", "1", "null", None, True, "/a b/c", [1, 2]]:
         assert parse_override(f"k={yaml_value(value)}") == ("k", value), value
@@ -304,8 +304,8 @@ def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_pat
     assert summary["wandb_run_id"] and base.user_attrs["wandb_run_id"] == summary["wandb_run_id"]
     assert list(Path(summary["wandb_dir"]).glob(f"run-{summary['wandb_run_id']}.wandb"))  # the offline W&B run
     # the trial's config was made once by the worker: the run folder's config.yaml, which the trial trained from
-    from lightning_tfm.training.config import load_config
-    from lightning_tfm.training.run_id import run_id
+    from lightning_tfm.training.config.config import load_config
+    from lightning_tfm.training.config.run_id import run_id
     kept = load_config(Path(base.user_attrs["run_dir"]) / "config.yaml")
     assert run_id(kept) == base.user_attrs["run_id"] and kept.sweep.trial == base.number
     assert kept.sweep.storage is None and summary["config"]["sweep"]["storage"] is None  # the URL: environment only
@@ -558,8 +558,8 @@ def test_a_worker_with_nothing_to_claim_waits_and_runs_a_killed_workers_row(tmp_
     for it, beating its heart), so A's row is still running, with a live heartbeat, whenever B gets to it;
     only then is A killed and the lock let go."""
     from lightning_tfm.sweep import Plan, load_sweep
-    from lightning_tfm.training.run_id import run_id
-    from lightning_tfm.training.run_folder import RunLock
+    from lightning_tfm.training.config.run_id import run_id
+    from lightning_tfm.training.runs.run_folder import RunLock
 
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "wait", {"base": {}, "C1": {"model.d_ff": 32}},

@@ -255,7 +255,7 @@ def test_planned_configs_of_rows_of_their_own_experiment(tmp_path, data_dir):
     from conftest import ROOT, SMOKE
     from lightning_tfm.report.records import planned_configs
     from lightning_tfm.sweep import Entry, Plan, load_sweep, trial_config
-    from lightning_tfm.training.config import flatten
+    from lightning_tfm.training.config.config import flatten
 
     rnn_smoke = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
     (tmp_path / "mixed.yaml").write_text(yaml.safe_dump({

@@ -16,9 +16,9 @@ from lightning_tfm.model.rnn import RNN, RNNConfig
 from lightning_tfm.model.transformer import Transformer
 from lightning_tfm.sweep import Plan, dry_run, load_sweep, trial_config
 from lightning_tfm.sweep.spec import describe_keys
-from lightning_tfm.training import config
-from lightning_tfm.training import run_id as run_ids
-from lightning_tfm.training.bench import DEFAULTS
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
+from lightning_tfm.bench.speed import DEFAULTS
 from lightning_tfm.training.errors import UserError
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"

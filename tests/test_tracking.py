@@ -19,8 +19,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import wandb
-from lightning_tfm.training import results, tracking
-from lightning_tfm.training.config import Config, load_config
+from lightning_tfm.training import redact
+from lightning_tfm.training.runs import results
+from lightning_tfm.training.tracking import tracking
+from lightning_tfm.training.config.config import Config, load_config
 from lightning_tfm.training.errors import UserError
 from wandb_offline import find_run_files, read_records, read_run, read_runs
 from conftest import ltfm_in
@@ -61,7 +63,7 @@ class Toy(pl.LightningModule):
     def __init__(self, cfg: Config):
         super().__init__()
         # what lit.py should do: never hand a secret to save_hyperparameters (hparams.yaml, checkpoints)
-        self.save_hyperparameters({"config": tracking.scrub(cfg.to_dict()), "vocab_size": 11})
+        self.save_hyperparameters({"config": redact.scrub(cfg.to_dict()), "vocab_size": 11})
         self.lin = torch.nn.Linear(4, 1)
         self.samples_logged: list[tuple[int, list]] = []
 
@@ -225,7 +227,7 @@ def test_secrets_appear_nowhere_in_the_run_folder_or_wandb_files(wandb_env, monk
     run_dir = wandb_env / "results" / "secretive"
     cfg = make_cfg(**{"sweep.storage": STORAGE, "sweep.study": "table3"})
     info, _ = toy_train(run_dir, cfg)
-    (run_dir / "summary.json").write_text(json.dumps(tracking.scrub({"config": cfg.to_dict(), **info})))
+    (run_dir / "summary.json").write_text(json.dumps(redact.scrub({"config": cfg.to_dict(), **info})))
     assert sys.argv == argv  # restored for Lightning's DDP launcher
 
     checked = 0
@@ -271,7 +273,7 @@ def test_scrub_masks_secrets_but_not_lookalike_keys(monkeypatch):
         "log": "connected with tok-123456789",
         "data": {"path": "/work/somewhere/data", "sock": "/tmp/ssh-agent.sock"},
     }
-    out = tracking.scrub(data)
+    out = redact.scrub(data)
     assert out["wandb"] == {"api_key": "***", "WANDB_API_KEY": "***", "project": "p"}
     assert out["db"]["password"] == "***" and out["db"]["passwordless"] is True
     assert out["db"]["url"] == "mysql+pymysql://u:***@h:3306/db?x=1"
@@ -344,7 +346,8 @@ from pathlib import Path
 from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, {tests!r})
 from test_tracking import Toy, make_cfg
-from lightning_tfm.training import results, tracking
+from lightning_tfm.training.runs import results
+from lightning_tfm.training.tracking import tracking
 
 run_dir = Path({run_dir!r})
 cfg = make_cfg()
@@ -469,7 +472,6 @@ def test_a_pipeline_checks_runs_have_a_group_of_their_own():
 def test_hidden_parameters_reach_the_child_only_through_the_environment(monkeypatch):
     """What a report's notebook is given is masked (papermill writes it down); the kernel reveals the real value
     from the environment, and only for the parameter it was masked from."""
-    from lightning_tfm.training import redact
 
     shown, hidden = redact.hide({"storage": STORAGE, "results_dir": "/r", "against_storage": None,
                                  "other": "sqlite:///x.db?password=hunter2"})

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from conftest import SMOKE, ltfm
-from lightning_tfm.training.results import ATTEMPT_ENV, read_metrics
+from lightning_tfm.training.runs.results import ATTEMPT_ENV, read_metrics
 
 SUMMARY_KEYS = {"run_id", "status", "config", "params", "dev_loss", "dev_ppl", "steps", "train_tokens", "wall_time_s"}
 

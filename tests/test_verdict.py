@@ -16,7 +16,7 @@ from lightning_tfm import report as rd
 from lightning_tfm.report import compare, compute, verdict
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
 from lightning_tfm.model.transformer import train_flops_per_step
-from lightning_tfm.training.bench import DEFAULTS
+from lightning_tfm.bench.speed import DEFAULTS
 from lightning_tfm.training.errors import UserError
 
 STEPS = range(100, 700, 100)  # validations at 100 .. 600 (the equal-compute cases)

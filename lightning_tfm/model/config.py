@@ -12,7 +12,7 @@ architecture knobs of the paper's Transformer (Vaswani et al., 2017, Table 3 col
 plus two speed switches that change rounding and random draws, not the model. Another architecture's knobs are
 its own :class:`Section` dataclass, a config section of its own (``toy.hidden``), kept beside the model section
 (:func:`lightning_tfm.model.registry.section`). This module imports nothing of the training layer; the training config
-(``training/config.py``) embeds it as ``Config.model`` and lists every section with :func:`section_schema`.
+(``training/config/config.py``) embeds it as ``Config.model`` and lists every section with :func:`section_schema`.
 """
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ class Alignment:
 
 
 def _dev_sentences(cfg, n: int) -> list[str]:
-    from ..training.data import load_split
+    from ..training.data.data import load_split
 
     if not cfg.data.dev_split:
         from ..training.errors import UserError
@@ -75,8 +75,8 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
     import torch
 
     from ..model import BOS, EOS, registry
-    from ..training.checkpoints import load_model
-    from ..training.data import encode_lines
+    from ..training.runs.checkpoints import load_model
+    from ..training.data.data import encode_lines
     from ..training.decode import translate_ids
     from ..training.errors import UserError
 
@@ -302,7 +302,7 @@ def cosine_similarity(table):
 def learned_positions(run_dir: str | Path, checkpoint: str | None = None):
     """(d_model, the learned position table (max_positions, d_model) or None for sinusoids) of a Transformer run."""
     from ..model import LearnedPositions
-    from ..training.checkpoints import load_model
+    from ..training.runs.checkpoints import load_model
     from ..training.errors import UserError
 
     run_dir = Path(run_dir)

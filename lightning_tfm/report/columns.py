@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..training.config import TABLE3_KNOBS, Knob, choices
+from ..training.config.config import TABLE3_KNOBS, Knob, choices
 from .stats import BLEU_FLOOR, NOISE_K
 from .text import fmt, fmt_knob, md_text
 from .verdict import HOLDS, MAY_FLIP, TOO_FEW

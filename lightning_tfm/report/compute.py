@@ -73,7 +73,7 @@ def _tokens_per_step(rec: RunRecord) -> float | None:
 def row_shapes(rec: RunRecord) -> tuple[dict | None, bool]:
     """(the shapes :func:`~lightning_tfm.model.transformer.train_flops_per_step` takes, whether the sentence
     lengths were measured on the run's corpus) of a run; (None, False) when its config lacks a shape or its tokens."""
-    from ..training.bench import DEFAULTS
+    from ..bench.speed import DEFAULTS
 
     shapes = {k: rec.config.get(key) for k, key in SHAPE_KEYS.items()}
     shapes["vocab"] = rec.vocab_size or rec.config.get("data.vocab_size")
@@ -115,7 +115,7 @@ def step_flops(rec: RunRecord) -> tuple[float | None, bool]:
     """(training FLOPs of one optimizer step of a run, whether its sentence lengths were measured on its corpus): its
     architecture's ``train_flops_per_token`` (:func:`model_config`) x its target tokens a step; (None, False) without
     a registered architecture with a FLOPs count, its shapes, a vocabulary or the tokens."""
-    from ..training.bench import DEFAULTS
+    from ..bench.speed import DEFAULTS
 
     built, tokens = model_config(rec), _tokens_per_step(rec)
     vocab = rec.vocab_size or rec.config.get("data.vocab_size")

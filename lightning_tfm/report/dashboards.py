@@ -127,7 +127,7 @@ def report_run_id(sweep_name: str, kind: str = KIND, pipeline_check: bool = Fals
     """``report-<sweep>-<kind>``: one W&B run per (sweep, report kind), whatever the machine or the day; a
     pipeline check's (``make ablation QUICK=1``) is ``report-<sweep>-pipeline-check-<kind>``, never the real one."""
     if pipeline_check:
-        from ..training.tracking import PIPELINE_CHECK
+        from ..training.tracking.tracking import PIPELINE_CHECK
         sweep_name = f"{sweep_name}-{PIPELINE_CHECK}"
     rid = f"report-{sweep_name}-{kind}"
     if len(rid) > 64:  # a long sweep name: keep the id short, and unique with a hash of the full name
@@ -141,7 +141,7 @@ def wandb_target(sweep, wandb_path: str | None = None) -> dict:
     import os
 
     from ..sweep import trial_config
-    from ..training.tracking import resolve_mode
+    from ..training.tracking.tracking import resolve_mode
 
     cfg = trial_config(sweep, checked=False)
     target = {"mode": resolve_mode(cfg), "project": os.environ.get("WANDB_PROJECT") or cfg.wandb.project,
@@ -194,10 +194,10 @@ def _log_run(sweep, out: Path, table: dict, target: dict, root: Path, run_id: st
     import wandb
 
     from ..training.redact import scrub
-    from ..training.tracking import PIPELINE_CHECK, _scrubbed_argv, wandb_group  # wandb records the command line
+    from ..training.tracking.tracking import PIPELINE_CHECK, scrubbed_argv, wandb_group  # wandb records sys.argv
 
     tags = [JOB_TYPE, kind] + ([PIPELINE_CHECK] if pipeline_check else [])
-    with _scrubbed_argv():
+    with scrubbed_argv():
         run = wandb.init(id=run_id, resume="allow", mode=target["mode"], dir=str(root), project=target["project"],
                          entity=target["entity"], group=wandb_group(sweep.name, tags), job_type=JOB_TYPE,
                          name=f"{sweep.name} {kind}" + (f" ({PIPELINE_CHECK})" if pipeline_check else ""), tags=tags,
@@ -301,7 +301,7 @@ def plotly_dev_ppl_by_family(data):
     custom plot in a 450-pixel-high card, too small for a grid of panels)."""
     import plotly.graph_objects as go
 
-    from ..training.results import DEV_PPL
+    from ..training.runs.results import DEV_PPL
     from .figures import FAMILY_TITLES, _panel_of, _series, family_panels
 
     variants, panels = family_panels(data)

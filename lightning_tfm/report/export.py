@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from ..training.atomic import write_text
-from ..training.run_id import NAME_BYTES
-from ..training.sections import LABEL_CHARS
+from ..training.config.run_id import NAME_BYTES
+from ..training.config.sections import LABEL_CHARS
 from ..training.errors import UserError
-from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
+from ..training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from .records import ReportData, RunRecord
 
 FORMAT = "ltfm-report-export"
@@ -206,7 +206,7 @@ def _list(field: str, v: Any, limit: int = 100_000) -> list:
 
 def _config(field: str, cfg: Any) -> None:
     """A flat config: ``section.name`` keys; scalars or lists of scalars; a known key's value of its type."""
-    from ..training.config import SCHEMA, Config, set_dotted
+    from ..training.config.config import SCHEMA, Config, set_dotted
 
     if not isinstance(cfg, dict):
         _refuse(field, cfg, "not an object of section.name keys")

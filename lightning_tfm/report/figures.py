@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dataclasses import dataclass
 
-from ..training import results
+from ..training.runs import results
 from .records import ReportData, RunRecord
 from .text import md_text
 from .paper import load_paper

@@ -22,7 +22,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from ..training.config import TABLE3_KNOBS
+from ..training.config.config import TABLE3_KNOBS
 from .figures import FAMILY_TITLES, OTHER, save_figure
 from .stats import NOISE_K
 from .text import fmt_knob

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..training.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
+from ..training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from ..training.errors import UserError
 from .text import first_line
 
@@ -129,7 +129,7 @@ def mark_diverged(rec: RunRecord, raw: dict) -> RunRecord:
 
 
 def _flatten(cfg: dict) -> dict:
-    from ..training.config import flatten
+    from ..training.config.config import flatten
     return flatten({k: v for k, v in (cfg or {}).items() if isinstance(v, dict)})
 
 
@@ -212,7 +212,7 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
     import socket
     from urllib.parse import urlparse
 
-    from ..training.tracking import has_api_key
+    from ..training.tracking.tracking import has_api_key
     check_wandb_path(path)
     if not has_api_key():
         raise UserError("--from-wandb needs a W&B API key: set WANDB_API_KEY or run `wandb login` "
@@ -264,7 +264,7 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
     given to the sweep included: a row of the sweep's experiment gets its trial overrides on that run's config, a
     row of its own experiment (``variants.<name>.experiment``: another architecture) its trial config from that
     experiment with the keys the base run's config changed from the sweep's plan of it (:func:`_cli_of`)."""
-    from ..training.config import flatten
+    from ..training.config.config import flatten
     from ..sweep import Entry, trial_config, trial_overrides
 
     if sweep.mode != "variants":
@@ -295,7 +295,7 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
 def _cli_of(sweep, base: RunRecord, base_budget: float) -> dict:
     """The command-line overrides a completed base run shows: the keys of its config (run.* bookkeeping aside) that
     differ from the sweep's own plan of the base row, its train.max_steps without the base's budget factor."""
-    from ..training.config import flatten
+    from ..training.config.config import flatten
     from ..sweep import Entry, trial_config
 
     v = sweep.variants["base"]
@@ -338,7 +338,7 @@ def fetch_wandb_records(path: str, group: str, timeout: int = 20) -> list[RunRec
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - no network, bad key, no such project: one line
-        from ..training.tracking import scrub
+        from ..training.redact import scrub
         first = first_line(scrub(str(e)))
         raise UserError(f"cannot read W&B project {path!r} ({e.__class__.__name__}: {first}); check ENTITY/PROJECT, "
                         "the API key and the network") from None

@@ -20,7 +20,7 @@ import csv
 import io
 from pathlib import Path
 
-from ..training import results
+from ..training.runs import results
 from ..training.atomic import write_text
 from .compute import COMPUTE_RULE
 from .columns import BLEU, CONFIG, CSV, PPL, columns, shown

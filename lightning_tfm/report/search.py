@@ -13,7 +13,7 @@ from typing import Any
 from .figures import literal_text, placeholder
 from .records import DONE, ReportData
 from ..training.atomic import write_text
-from ..training.results import history_key
+from ..training.runs.results import history_key
 from .text import fmt, fmt_knob, md_cell, md_code, md_text
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sweep.budget import PAST_BUDGET
-from ..training.results import storage_in_results
+from ..training.runs.results import storage_in_results
 from .budget import budget_note, of_other_studies, read_at_budget
 from .compute import corpus_lengths
 from .export import read_export
@@ -38,7 +38,7 @@ def load_report_data(sweep_file: str | Path, results_dir: str | Path | None = No
 
 def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> RunRecord:
     """A run folder's ``summary.json`` (+ its metric history and dev hypotheses when ``run_dir`` is given)."""
-    from ..training.results import read_metrics
+    from ..training.runs.results import read_metrics
 
     cfg = summary.get("config") or {}
     run_cfg = cfg.get("run") or {}
@@ -88,7 +88,7 @@ def record_from_trial(trial, results_dir: Path, study: str | None = None) -> Run
             break
     summary = None
     if run_dir is not None:
-        from ..training.results import read_summary
+        from ..training.runs.results import read_summary
         summary = read_summary(run_dir)
     if summary is not None:
         rec = record_from_summary(summary, run_dir)
@@ -134,7 +134,7 @@ def of_this_file(sweep, trials: list) -> tuple[list, list]:
 
 
 def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportData:
-    from ..training.results import read_summary
+    from ..training.runs.results import read_summary
     from ..sweep import open_storage, open_study
 
     records: list[RunRecord] = []

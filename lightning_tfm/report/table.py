@@ -19,9 +19,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from ..training import results
-from ..training.config import SCHEMA, TABLE3_KNOBS
-from ..training.run_id import KEYS_V1
+from ..training.runs import results
+from ..training.config.config import SCHEMA, TABLE3_KNOBS
+from ..training.config.run_id import KEYS_V1
 from .paper import PAPER_ORDER, load_paper
 from .columns import Row
 from .records import DONE, ReportData, RunRecord, _nonfinite, mark_diverged

@@ -28,7 +28,7 @@ import io
 import math
 from pathlib import Path
 
-from ..training import results
+from ..training.runs import results
 from ..training.atomic import write_text
 from .compute import step_flops
 from .paper import PAPER2_SHOWN, load_paper2
@@ -51,7 +51,7 @@ def arch_of(config: dict) -> str:
 def planned_archs(sweep) -> dict[str, str]:
     """variant -> the architecture its trial config builds (the sweep's own
     :func:`~lightning_tfm.sweep.trial_config`)."""
-    from ..training.config import flatten
+    from ..training.config.config import flatten
     from ..training.errors import UserError
     from ..sweep import Entry, trial_config
 
@@ -77,7 +77,7 @@ def is_table2(sweep) -> bool:
 # ------------------------------------------------------------------------------------- a run's numbers
 def _summary(rec: RunRecord) -> dict:
     """The run folder's summary.json (local runs), else {}."""
-    from ..training.results import read_summary
+    from ..training.runs.results import read_summary
 
     return (read_summary(Path(rec.run)) or {}) if rec.run and Path(rec.run).is_dir() else {}
 

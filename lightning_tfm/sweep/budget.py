@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..training.results import DEV_LOSS, DEV_PPL, read_metrics, read_summary
+from ..training.runs.results import DEV_LOSS, DEV_PPL, read_metrics, read_summary
 
 DONE = "completed"
 #: A run trained past a sweep's budget whose folder cannot say where it stood at the budget

@@ -21,7 +21,7 @@ from ..training.commands import OVERRIDES, Command, default_data, print_keys, sa
 from ..training.errors import UserError
 
 if TYPE_CHECKING:
-    from ..training.config import Config
+    from ..training.config.config import Config
     from .plan import Plan
 
 
@@ -37,8 +37,8 @@ def train_cli(args) -> int:
     :func:`~lightning_tfm.training.train.train`."""
     import signal
 
-    from ..training.config import load_config
-    from ..training.run_folder import existing_run_id
+    from ..training.config.config import load_config
+    from ..training.runs.run_folder import existing_run_id
     from ..training.train import Abandoned, stop_reason, train
 
     cfg = load_config(args.config, args.overrides, checked=False)  # train() validates it
@@ -49,7 +49,7 @@ def train_cli(args) -> int:
         from .pruning import OptunaPruning
         callbacks.append(OptunaPruning(cfg))
     else:  # by hand: progress lines where Lightning's bar would not show (a log, a pipe), and where it all went
-        from ..training.progress import ProgressLines, wants_lines
+        from ..training.tracking.progress import ProgressLines, wants_lines
         if not sys.stderr.isatty():
             cfg.train.progress_bar = False  # Lightning's bar in a log is a line per refresh (not part of the run id)
         if wants_lines(cfg, sys.stderr.isatty()):
@@ -108,8 +108,8 @@ def _prepare_arguments(pr: argparse.ArgumentParser) -> None:
 def prepare_cli(args) -> int:
     """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of an experiment,
     or of a sweep's base experiment with the sweep's own overrides (what its trials use)."""
-    from ..training.config import load_config, read_yaml
-    from ..training.corpus import folder_size, prepare
+    from ..training.config.config import load_config, read_yaml
+    from ..training.data.corpus import folder_size, prepare
 
     if "experiment" in read_yaml(args.config):  # a sweep file
         from .plan import Plan
@@ -169,7 +169,7 @@ def _check_local_data(cfg: Config) -> None:
     d = cfg.data
     if d.source != "local":
         return
-    from ..training.corpus_id import split_file
+    from ..training.data.corpus_id import split_file
     for split in (d.train_split, d.dev_split, d.test_split):
         if split:
             for lang in (d.src_lang, d.tgt_lang):
@@ -177,8 +177,8 @@ def _check_local_data(cfg: Config) -> None:
 
 
 def _corpus_line(cfg: Config) -> str:
-    from ..training.config import has_data
-    from ..training.corpus import status as corpus_status
+    from ..training.config.config import has_data
+    from ..training.data.corpus import status as corpus_status
 
     if not has_data(cfg):
         return ("prepared corpus and run folders: not shown without the data (data.path=FOLDER, or data.hub_name "
@@ -196,7 +196,7 @@ def _join(sweep, plan: Plan, url: str, given: bool):
 
     A given ``--storage`` is checked first (fails fast, writes nothing here); the default SQLite file is only
     created once the data and the results folder are known to be fine."""
-    from ..training.corpus import prepare
+    from ..training.data.corpus import prepare
     from .storage import open_storage, open_study, retry
 
     storage = open_storage(url, heartbeat=sweep.heartbeat) if given else None

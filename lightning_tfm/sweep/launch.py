@@ -32,7 +32,7 @@ import sys
 import time
 
 from ..training.errors import UserError
-from ..training.results import read_metrics
+from ..training.runs.results import read_metrics
 from .budget import PAST_BUDGET, cut_history
 from .plan import Plan, check_buildable
 from .spec import Sweep

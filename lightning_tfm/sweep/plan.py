@@ -5,7 +5,7 @@ file's ``overrides`` < the command line's ``dotted.key=value`` < the variant's (
 (the variant's ``budget`` factor on train.max_steps; with the file's ``budget: {equal: flops}``, the sweep
 experiment's steps x its training FLOPs per step over the row's, :func:`step_flops`) < the run.* bookkeeping
 (seed, variant, family, study). :func:`trial_overrides` says it as overrides and
-:func:`trial_config` as the typed :class:`~lightning_tfm.training.config.Config`. Overrides stay plain
+:func:`trial_config` as the typed :class:`~lightning_tfm.training.config.config.Config`. Overrides stay plain
 ``{"dotted.key": value}`` dicts (they are what Optuna's user attributes and the sweep file hold); the worker (:class:`Plan`), the dry run and the reports
 (:mod:`lightning_tfm.report.records`) all go through them. Every config is built from an experiment YAML the
 sweep read once (:meth:`~.spec.Sweep.experiment_tree`), and a trial's config is validated once, when built.
@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from ..training import config
+from ..training.config import config
 from ..training.errors import UserError
-from ..training.inputs import shown
+from ..training.config.inputs import shown
 from .spec import RESERVED, Entry, Sweep
 
 #: What a worker adds under the command line (a sweep file may set it otherwise): a trial's output goes to
@@ -71,8 +71,8 @@ def experiment_config(sweep: Sweep, overrides: dict, checked: bool = True, data:
 def sentence_lengths(sweep: Sweep) -> tuple[float, float]:
     """(source, target) mean sentence length in tokens that training FLOPs are counted at: the sweep file's
     ``budget.src_len`` and ``budget.tgt_len`` (a prepared corpus's means), else ``ltfm bench``'s, the report's
-    default too (one home: training/bench.py)."""
-    from ..training.bench import DEFAULTS
+    default too (one home: bench/speed.py)."""
+    from ..bench.speed import DEFAULTS
 
     return (sweep.budget.get("src_len") or float(DEFAULTS["src_len"]),
             sweep.budget.get("tgt_len") or float(DEFAULTS["tgt_len"]))

@@ -2,7 +2,7 @@
 
 ``ltfm sweep`` starts each trial as its own ``ltfm train`` process with ``sweep.storage``, ``sweep.study``,
 ``sweep.trial`` (the trial *number*) and ``sweep.metric``; the command line (``ltfm train`` in
-:mod:`lightning_tfm.cli`) then hands :class:`OptunaPruning` to :func:`lightning_tfm.train.train` as an
+:mod:`lightning_tfm.cli`) then hands :class:`OptunaPruning` to :func:`lightning_tfm.training.train.train` as an
 extra Lightning callback: training knows nothing of sweeps, and ends a run as ``pruned`` when a callback
 says so (its ``pruned`` attribute). The callback reports to the already RUNNING trial that the sweep
 worker claimed, through Optuna's public API: ``optuna.load_study`` plus ``optuna.trial.Trial(study,
@@ -36,12 +36,12 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from ..training.results import history_key
+from ..training.runs.results import history_key
 from .curves import CurvePruner
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
-from ..training.config import Config
-from ..training.run_id import run_id
+from ..training.config.config import Config
+from ..training.config.run_id import run_id
 
 
 class OptunaPruning(pl.Callback):
@@ -120,7 +120,7 @@ class OptunaPruning(pl.Callback):
         """Dev values the run folder's metrics hold up to the resumed step (``upto``): a step checkpoint is
         written before that step's validation, so its saved history lacks the value at its own step. Lightning
         logs a validation at ``global_step - 1``; the trial is told at ``global_step``, as in training."""
-        from ..training.results import read_metrics
+        from ..training.runs.results import read_metrics
 
         with contextlib.suppress(OSError, ValueError):
             for row in read_metrics(self.run_dir):

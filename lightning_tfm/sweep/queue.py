@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ..training import config
+from ..training.config import config
 from .budget import PAST_BUDGET
 from .plan import Plan
 from .spec import Entry

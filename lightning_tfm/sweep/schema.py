@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..model.config import MAX_POSITIONS
-from ..training.sections import LABEL_CHARS, STEPS
+from ..training.config.sections import LABEL_CHARS, STEPS
 from ..training.errors import UserError
-from ..training.inputs import shown
-from ..training.results import OBJECTIVES
+from ..training.config.inputs import shown
+from ..training.runs.results import OBJECTIVES
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # The summary.json keys a sweep may optimise, and the direction that is better (results.OBJECTIVES).

@@ -27,11 +27,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..training import config, run_folder
+from ..training.config import config
+from ..training.runs import run_folder
 from ..training.errors import UserError
 from ..training.redact import scrub_text
-from ..training.run_id import run_id
-from ..training.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
+from ..training.config.run_id import run_id
+from ..training.runs.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
 from .process import TERMINATED, death_signal, killed_by, log_error_line
@@ -269,7 +270,7 @@ class Worker:
         import optuna
         from optuna.trial import TrialState
 
-        from ..training.checkpoints import newest_step
+        from ..training.runs.checkpoints import newest_step
 
         # The run folder is named after the row (<sweep>-<variant>-s<seed>-<hash>); a run of this config under
         # another name (<run.name>-<hash>, another sweep's same row) is trained on in its folder: run.id names it.

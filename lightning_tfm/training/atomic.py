@@ -7,6 +7,8 @@ target with ``os.replace`` (atomic on POSIX), and the folder is fsynced so the r
 power cut. On any error -- a full disk, a read-only folder, an exception in the writer, Ctrl-C -- the
 temporary file is removed and the old target (if any) is untouched. A process killed by SIGKILL mid-write
 leaves only a ``.<name>.tmp-*`` file, which no reader of ours ever opens.
+
+Where a write fails for want of room, the one-line error says how much is free there (:func:`free_space`).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -94,3 +97,18 @@ def remove_stale_temps(folder: str | os.PathLike) -> None:
             if p.is_file() and is_temp(p):
                 with contextlib.suppress(OSError):
                     p.unlink()
+
+
+def free_space(path: Path) -> str:
+    """Free space on the filesystem of ``path`` (or of its nearest existing ancestor), e.g. ``12.0 MB``."""
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        free = shutil.disk_usage(p).free
+    except OSError:
+        return "unknown"
+    for div, unit in ((2 ** 30, "GB"), (2 ** 20, "MB"), (2 ** 10, "kB")):
+        if free >= div:
+            return f"{free / div:.1f} {unit}"
+    return f"{free} bytes"

@@ -1,7 +1,8 @@
 """The training layer's commands, each declared once beside its handler: ``ltfm config``, ``evaluate``,
-``translate``, ``average``, ``runs`` and ``bench``; and :class:`Command`, what every layer's ``commands.py``
-declares (``train``, ``prepare`` and ``sweep`` are in :mod:`lightning_tfm.sweep.commands`, ``report`` in
-:mod:`lightning_tfm.report.commands`; :mod:`lightning_tfm.cli` lists them and builds the parser from them).
+``translate``, ``average`` and ``runs``; and :class:`Command`, what every layer's ``commands.py`` declares
+(``bench`` is in :mod:`lightning_tfm.bench.commands`, ``train``, ``prepare`` and ``sweep`` in
+:mod:`lightning_tfm.sweep.commands`, ``report`` in :mod:`lightning_tfm.report.commands`; :mod:`lightning_tfm.cli`
+lists them and builds the parser from them).
 
 A module that declares commands imports only the standard library at the top (and :mod:`.errors`): ``ltfm
 --help`` and every argument error build the whole parser, and must not import torch, Lightning or Optuna. A
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 from .errors import UserError
 
 if TYPE_CHECKING:
-    from .config import Config
+    from .config.config import Config
 
 #: The help of the ``dotted.key=value`` arguments of the commands that read an experiment file.
 OVERRIDES = "dotted.key=value settings on top of the file (ltfm config --keys lists every key)"
@@ -78,8 +79,8 @@ def config_cli(args) -> int:
     """``ltfm config CONFIG.yaml [k=v ...]``: the resolved config as the run saves it (``config.yaml``), under a
     comment with its run id; ``ltfm config --keys [PREFIX]``: every key of the schema with its type, default,
     allowed values and meaning (the schema validation uses, so nothing here can fall out of date)."""
-    from . import config
-    from .run_folder import existing_run_id
+    from .config import config
+    from .runs.run_folder import existing_run_id
 
     if args.keys is not None:
         if args.config or args.overrides:
@@ -114,7 +115,7 @@ def _average_arguments(a: argparse.ArgumentParser) -> None:
 
 def average_cli(args) -> int:
     """``ltfm average RUN_DIR [--last N] [--out PATH]``."""
-    from .checkpoints import write_average
+    from .runs.checkpoints import write_average
 
     check_out_file(args.out)
     out, chosen = write_average(args.run_dir, args.last, args.out)
@@ -131,7 +132,7 @@ AVERAGE = Command("average", "average the last N checkpoints of a run into one f
 
 def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
     """``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides."""
-    from . import config
+    from .config import config
 
     cfg = copy.deepcopy(cfg)
     for text in overrides or []:
@@ -147,7 +148,7 @@ def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
 
 
 def _average_last_override(overrides: list[str] | None) -> int | None:
-    from . import config
+    from .config import config
 
     for text in overrides or []:
         key, value = config.parse_override(text)
@@ -189,7 +190,7 @@ def checkpoint_label(checkpoint: str, run_dir: Path) -> str:
     (``step=000050``) when the file is one of the run's own; another run's checkpoint is named with its run folder
     (``<run>.last``; a file elsewhere: with its folder), so that its hypotheses never take the place of the run's
     own under the same label (the user asked for that checkpoint's translations beside, not instead of, the run's)."""
-    from .checkpoints import own_run
+    from .runs.checkpoints import own_run
 
     if checkpoint in ("last", "best", "average"):
         return checkpoint
@@ -216,8 +217,8 @@ def evaluate_cli(args) -> int:
 
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
-    from .checkpoints import load_model
-    from .data import load_split, read_lines
+    from .runs.checkpoints import load_model
+    from .data.data import load_split, read_lines
     from .evaluate import decode_dtype, evaluate_texts, format_bleu
 
     if args.split and (args.src or args.ref):
@@ -273,7 +274,7 @@ def translate_cli(args) -> int:
     Reads and translates in chunks (line by line when stdin is a terminal); an empty or blank input line
     gives an empty output line, so the line count is kept exactly. Empty stdin is an error.
     """
-    from .checkpoints import load_model
+    from .runs.checkpoints import load_model
     from .evaluate import decode_dtype, translate_lines
 
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, _average_last_override(args.overrides))
@@ -318,15 +319,15 @@ def runs_cli(args) -> int:
     """``ltfm runs [RESULTS_DIR] [--json] [--sort KEY]``; ``ltfm runs RUN --wandb [--json]``."""
     import json
 
-    from .runs import find_run, format_table, list_runs, results_hint, sort_key, sort_rows
+    from .runs.runs import find_run, format_table, list_runs, results_hint, sort_key, sort_rows
 
     if args.wandb:
         if args.sort:
             raise UserError("--sort orders the table of runs; --wandb shows one run: give one or the other")
         if not args.folder:
             raise UserError("--wandb shows one run: ltfm runs RUN --wandb, RUN a run folder or a run id")
-        from .results import load_summary
-        from .wandb_files import describe, format_run, read_run_folder
+        from .runs.results import load_summary
+        from .tracking.wandb_files import describe, format_run, read_run_folder
 
         run_dir = find_run(args.folder)
         run = read_run_folder(run_dir, load_summary(run_dir)[0])
@@ -351,55 +352,5 @@ RUNS = Command("runs", "table of the runs in a results folder, or one run's W&B 
                "time), or with --wandb one run's offline W&B run read from its files.")
 
 
-def _bench_arguments(b: argparse.ArgumentParser) -> None:
-    b.add_argument("--config", metavar="CONFIG.yaml", help="take the model's shapes from an experiment")
-    b.add_argument("--vs", choices=["marian", "none"], default="none", help="also measure Hugging Face's "
-                   "MarianMTModel at the same shapes (pip install -e '.[bench]', or make bench)")
-    b.add_argument("--json", action="store_true", help="JSON instead of a table")
-    b.add_argument("--dtypes", help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the device has it)")
-    b.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="where both models run (auto: cuda when torch sees a GPU, else cpu)")
-    b.add_argument("--data", type=int, metavar="N", help="instead: benchmark the data pipeline on a generated "
-                   "corpus of N pairs (prepare time, second trial's time to its first step, RSS, cache size)")
-    b.add_argument("--layers", action="store_true", help="instead: the paper's Table 1 measured: one "
-                   "self-attention, GRU, LSTM and convolutional layer timed over sentence lengths (forward + "
-                   "backward, one decoding step), with fitted slopes, a table and a figure")
-    b.add_argument("--d-model", metavar="D,D", help="with --layers: comma-separated widths (default 128,256)")
-    b.add_argument("--lengths", metavar="N,N,...", help="with --layers: comma-separated sentence lengths "
-                   "(default 8,16,32,64,128,256)")
-    b.add_argument("--attention-kernel", choices=["matmul", "sdpa", "auto"], help="with --layers: how the "
-                   "self-attention computes Eq. 1 at every length (default matmul; model.attention_kernel)")
-    b.add_argument("--out", metavar="DIR", help="with --layers: folder for layers.json, .csv, .png and .svg "
-                   "(default results/bench-layers)")
-    b.add_argument("overrides", nargs="*", help="bench.KEY=N shapes (bench.batch=256, bench.d_model=512, ...) "
-                   "and, with --config, config overrides; with --layers bench.batch, heads, kernel_width, "
-                   "threads, run_ms, reps")
-
-
-def bench_cli(args) -> int:
-    """``ltfm bench``: training and decoding speed (:mod:`.bench`); with ``--data N``, the data pipeline's
-    instead (:mod:`.bench_pipeline`); with ``--layers``, one layer of each type over sentence lengths, the paper's
-    Table 1 (:mod:`.bench_layers`)."""
-    layer_options = [o for o, v in (("--d-model", args.d_model), ("--lengths", args.lengths), ("--out", args.out),
-                                    ("--attention-kernel", args.attention_kernel)) if v is not None]
-    if args.layers:
-        from .bench_layers import DEFAULT_OUT, bench_layers_cli
-        code = bench_layers_cli(args)
-        if code == 0:
-            say_done(f"{args.out or DEFAULT_OUT}/ (layers.json, .csv, .png, .svg)",
-                     "compare with the committed measurement, reports/table1.md")
-        return code
-    if layer_options:
-        raise UserError(f"{layer_options[0]} goes with --layers: add --layers, or leave it out")
-    if args.data is not None:
-        from .bench_pipeline import bench_data_cli
-        return bench_data_cli(args)
-    from . import bench
-    return bench.bench_cli(args)
-
-
-BENCH = Command("bench", "training and decoding speed, ours against MarianMTModel (--layers: Table 1's layers)",
-                _bench_arguments, bench_cli)
-
 #: This layer's commands (:mod:`lightning_tfm.cli` sets the order of ``ltfm --help``).
-COMMANDS = (CONFIG, EVALUATE, TRANSLATE, AVERAGE, RUNS, BENCH)
+COMMANDS = (CONFIG, EVALUATE, TRANSLATE, AVERAGE, RUNS)

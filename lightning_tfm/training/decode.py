@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .data import pad
+from .data.data import pad
 from ..model import BOS, EOS, PAD, EncoderDecoder
 
 

@@ -15,10 +15,10 @@ import torch
 
 from ..model import Transformer
 from . import atomic
-from .checkpoints import load_model, step_checkpoints, write_average
+from .runs.checkpoints import load_model, step_checkpoints, write_average
 from .decode import Hypothesis, translate_ids
 from .errors import UserError
-from .config import Config, DecodeConfig
+from .config.config import Config, DecodeConfig
 
 
 # ------------------------------------------------------------------------------------------------ BLEU
@@ -106,7 +106,7 @@ def decode_dtype(cfg: Config) -> torch.dtype | None:
 def translate_lines(model: Transformer, tokenizer, lines: list[str], decode_cfg: DecodeConfig,
                     dtype: torch.dtype | None = None) -> tuple[list[str], list[Hypothesis]]:
     """Detokenized translations (one line each: newlines inside a hypothesis become spaces) and hypotheses."""
-    from .data import decode_ids, encode_lines
+    from .data.data import decode_ids, encode_lines
 
     device = next(model.parameters()).device
     hyps = translate_ids(model, encode_lines(tokenizer, lines), beam_size=decode_cfg.beam_size,

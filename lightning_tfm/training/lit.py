@@ -8,14 +8,14 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from .checkpoints import RESUME_ONLY, TOKENIZER
-from .corpus import MappedPairs
-from .data import Batch, TokenBatchSampler, collate
+from .runs.checkpoints import RESUME_ONLY, TOKENIZER
+from .data.corpus import MappedPairs
+from .data.data import Batch, TokenBatchSampler, collate
 from ..model import PAD, build_model
-from . import results
+from .runs import results
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
-from .config import Config
+from .config.config import Config
 
 
 class Seq2SeqModule(pl.LightningModule):
@@ -25,7 +25,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     def __init__(self, config: Config, vocab_size: int, tokenizer: str | None = None):
         super().__init__()
-        from .tracking import scrub
+        from .redact import scrub
 
         # config (as a plain nested dict, secrets masked), vocab_size and the vocabulary's hash (tokenizer: its
         # checkpoints.tokenizer_hash) go into every checkpoint
@@ -154,7 +154,8 @@ class Seq2SeqModule(pl.LightningModule):
 class TranslationDataModule(pl.LightningDataModule):
     """Token-budget batches of a tokenized corpus; the train sampler is sharded across ranks itself
     (``use_distributed_sampler=False`` in the Trainer). The pairs are the memory-mapped
-    :class:`lightning_tfm.corpus.MappedPairs` of a prepared corpus: the sampler reads only their width arrays."""
+    :class:`lightning_tfm.training.data.corpus.MappedPairs` of a prepared corpus: the sampler reads only their width
+    arrays."""
 
     def __init__(self, config: Config, train_pairs: MappedPairs, dev_pairs: MappedPairs):
         super().__init__()
@@ -203,7 +204,7 @@ class DevBleu(pl.Callback):
         if not every or step == 0 or (step % every and not last) or trainer.sanity_checking or trainer.global_rank:
             return
         from .evaluate import decode_dtype, evaluate_texts
-        from .tracking import log_samples
+        from .tracking.tracking import log_samples
 
         hyps, result = evaluate_texts(pl_module.model, self.tokenizer, self.src, self.ref, self.config.decode,
                                       self.config.data.tgt_lang, decode_dtype(self.config))

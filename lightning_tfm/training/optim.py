@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import TrainConfig
+from .config.config import TrainConfig
 
 
 def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:

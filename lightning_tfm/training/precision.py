@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from .results import precision_name
+from .runs.results import precision_name
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,7 +39,7 @@ def auto_precision(device: str, native_bf16: bool) -> str:
 
 def resolve_precision(precision: str, accelerator: str = "auto") -> str:
     """The Lightning precision a run uses, by its full name (``32-true``, ``bf16-mixed``, ``16-mixed``: what
-    summary.json records, :func:`~.results.precision_name`): ``auto`` as :func:`auto_precision` says for this
+    summary.json records, :func:`~.runs.results.precision_name`): ``auto`` as :func:`auto_precision` says for this
     machine; other values by their full name, with a warning when bf16 is asked for on a CPU that emulates it."""
     cuda = _on_cuda(accelerator)
     if precision == "auto":

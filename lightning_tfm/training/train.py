@@ -4,9 +4,9 @@
 ``<run.results_dir>/<run id>``; the run id is derived from the config, so re-running the same command
 resumes from ``checkpoints/last.ckpt`` (and a completed run is not trained again).
 
-Nothing finished is lost: one process trains a run folder at a time (:mod:`.run_folder`); checkpoints, the
+Nothing finished is lost: one process trains a run folder at a time (:mod:`.runs.run_folder`); checkpoints, the
 summary, config and hypotheses are written atomically inside the run folder (:mod:`.atomic`,
-:mod:`.checkpoints`); an unreadable ``last.ckpt`` or ``summary.json`` is set aside with a warning and the
+:mod:`.runs.checkpoints`); an unreadable ``last.ckpt`` or ``summary.json`` is set aside with a warning and the
 newest readable step checkpoint is used; earlier attempts stay in ``summary["attempts"]``; a full or
 read-only disk and a diverging loss end as one line, exit 2, with the attempt recorded as ``failed``.
 """
@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 
 from . import atomic
-from . import config
-from . import results
-from . import run_folder
-from .checkpoints import atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint, tokenizer_hash
-from .corpus import Corpus
+from .config import config
+from .runs import results, run_folder
+from .runs.checkpoints import (atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint,
+                               tokenizer_hash)
+from .data.corpus import Corpus
 from .errors import UserError
 from .precision import resolve_precision
 
@@ -61,7 +61,7 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
     corpus = Corpus(cfg)  # every data error is raised here, before anything is written (builds the cache if needed)
     corpus.use_in_run(run_dir, write=False)  # resuming on another vocabulary stops here
     check_resumable(run_dir, cfg, tokenizer_hash(corpus.folder / "tokenizer.json"))  # ... or from another's checkpoint
-    from .tracking import resolve_mode
+    from .tracking.tracking import resolve_mode
     resolve_mode(cfg)  # a bad WANDB_MODE / wandb.mode stops here, before the run folder exists
     is_zero = run_folder.rank_zero()
     try:
@@ -127,7 +127,7 @@ class Run:
         import pytorch_lightning as pl
 
         from .lit import Seq2SeqModule
-        from .tracking import scrub
+        from .redact import scrub
 
         cfg = self.cfg
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
@@ -155,7 +155,7 @@ class Run:
         from pytorch_lightning.loggers import CSVLogger
 
         from .lit import DevBleu, TranslationDataModule
-        from .tracking import make_wandb_logger
+        from .tracking.tracking import make_wandb_logger
 
         cfg, t = self.cfg, self.cfg.train
         if self.is_zero:
@@ -209,7 +209,7 @@ class Run:
             finished_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
         if self.is_zero:
-            from .tracking import finish
+            from .tracking.tracking import finish
             self.summary.update(finish(self.wandb_logger, self.summary, self.summary.get("bleu_checkpoint_path")))
             atomic.write_json(self.summary_path, self.summary)
         return self.summary
@@ -218,7 +218,8 @@ class Run:
         """Record the attempt as failed (if the folder still takes a small file), keeping the earlier ones."""
         if not self.is_zero:
             return
-        from .tracking import finish, scrub
+        from .redact import scrub
+        from .tracking.tracking import finish
 
         err = e if isinstance(e, UserError) else run_folder.storage_error(e, self.run_dir) or e
         text = str(err).splitlines()[0] if str(err) else ""

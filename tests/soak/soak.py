@@ -62,7 +62,7 @@ sys.path.insert(0, str(HERE.parent))  # tests/pg.py: the throwaway PostgreSQL cl
 sys.path.insert(0, str(ROOT))
 
 from lightning_tfm.sweep.storage import STORAGE_ENV  # noqa: E402
-from lightning_tfm.training.run_folder import LOCK_LOG_ENV  # noqa: E402
+from lightning_tfm.training.runs.run_folder import LOCK_LOG_ENV  # noqa: E402
 from scale import (CALIBRATION_TIMEOUT_S, CALIBRATION_TRIALS, HOLDS_S, MIN_RATE, STALL_T, chaos_scale,  # noqa: E402
                    trial_time, work_kept, work_rate)
 

@@ -38,8 +38,8 @@ import torch
 
 from ..model import DEFAULT_ARCH, ModelConfig, build_model, registry
 from ..model.config import MAX_POSITIONS, check_of
-from .errors import UserError
-from .sections import DataConfig, DecodeConfig
+from ..training.errors import UserError
+from ..training.config.sections import DataConfig, DecodeConfig
 
 DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
                 out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1, threads=0)  # threads 0: torch's default
@@ -75,7 +75,8 @@ def check_settings(s: dict, model_cfg: ModelConfig | None = None, vs: str = "non
 
 
 # ------------------------------------------------------------------------------------------- measuring
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else ``"cpu"``: the device name every benchmark records."""
     with contextlib.suppress(OSError):
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
@@ -225,8 +226,8 @@ def make_train_step(kind: str, model, s: dict, dtype: str, device: str = "cpu"):
     """One training step as ``ltfm train`` runs it: ours with the fused projection + smoothed loss
     (loss.fused_label_smoothed_nll_loss); Marian through its logits and the same smoothed loss.
     Both use the same (fused) Adam."""
-    from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
-    from .optim import adam
+    from ..training.loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
+    from ..training.optim import adam
 
     src, tgt_in, tgt_out = _batch(s, device=device)
     opt = adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
@@ -248,7 +249,7 @@ def make_train_step(kind: str, model, s: dict, dtype: str, device: str = "cpu"):
 
 
 def make_decode(kind: str, model, s: dict, dtype: str, device: str = "cpu"):
-    from .decode import translate_ids
+    from ..training.decode import translate_ids
 
     src, _, _ = _batch(s, seed=1, device=device)
     n = s["out_len"]
@@ -293,7 +294,7 @@ DTYPES = ("fp32", "bf16")
 def default_dtypes(device: str = "cpu") -> tuple[str, ...]:
     """fp32, and bf16 where the device multiplies bf16 natively (a CPU without it runs bf16 many times
     slower than fp32: precision.py)."""
-    from .precision import cpu_has_fast_bf16
+    from ..training.precision import cpu_has_fast_bf16
 
     native = torch.cuda.is_bf16_supported() if device == "cuda" else cpu_has_fast_bf16()
     return DTYPES if native else ("fp32",)
@@ -348,7 +349,7 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
     out = {"settings": s, "arch": model_cfg.arch if model_cfg else DEFAULT_ARCH, "model": shape_text(s, model_cfg),
            "matmul_peak_gflops": {dt: round(p / 1e9, 1) for dt, p in peaks.items()},
            "torch": torch.__version__, "dtypes": list(dtypes), "device": device,
-           "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(), "threads": torch.get_num_threads(), "attention_kernel": getattr(models["ours"], "attention_kernel", None),
+           "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_name(), "threads": torch.get_num_threads(), "attention_kernel": getattr(models["ours"], "attention_kernel", None),
            # other processes slow both models alike (alternation), but the absolute figures too: say so
            "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     for kind in kinds:
@@ -388,7 +389,7 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def bench_cli(args) -> int:
+def bench_speed_cli(args) -> int:
     """``ltfm bench [EXPERIMENT.yaml | --config EXPERIMENT.yaml] [bench.KEY=N ...] [dotted.key=value ...]``: an
     experiment gives the model (its architecture and shapes: a transformer's become the bench.* shapes, so Marian
     can be built beside it; any other architecture is measured as its config builds it) and its vocabulary."""
@@ -409,7 +410,7 @@ def bench_cli(args) -> int:
             except ValueError:
                 raise UserError(f"bench.{key}={value!r} must be an integer") from None
     if experiment:
-        from .config import load_config
+        from ..training.config.config import load_config
 
         cfg = load_config(experiment, stray + ([] if any(o.startswith("data.path") for o in stray)
                                                else ["data.path=unused"]))

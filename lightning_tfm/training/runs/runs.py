@@ -28,7 +28,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from ..errors import UserError
 from .results import RESULT_FIELDS, latest_completed, load_summary
 
 # Row keys (also the --json keys and the accepted --sort keys).
@@ -65,7 +65,7 @@ def _status(summary: dict) -> str:
 def _default_arch() -> str:
     """model.arch's default: what a summary written before the key existed built (imported only then: the model
     package loads torch)."""
-    from ..model.config import ModelConfig
+    from ...model.config import ModelConfig
 
     return ModelConfig.arch
 

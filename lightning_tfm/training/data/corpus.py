@@ -40,9 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import atomic
-from .errors import UserError
-from .config import Config
+from .. import atomic
+from ..errors import UserError
+from ..config.config import Config
 from .corpus_id import fingerprint, split_file
 
 FORMAT_VERSION = 1
@@ -344,12 +344,10 @@ def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:  # a full, read-only or quota-bound disk: the user's to fix
-        from .run_folder import free_space
-
         why = e.strerror or (str(e).splitlines()[0] if str(e) else e.__class__.__name__)
         raise UserError(f"cannot write the prepared corpus in {folder.parent} ({why}; "
-                        f"{free_space(folder.parent)} free): free space there, or set data.cache_dir to a folder "
-                        "you can write") from None
+                        f"{atomic.free_space(folder.parent)} free): free space there, or set data.cache_dir to a "
+                        "folder you can write") from None
     print(f"ltfm prepare: {folder} ({manifest['splits']['train']['pairs']:,} training pairs, "
           f"vocabulary {manifest['vocab_size']}, {manifest['build_time_s']} s)", file=sys.stderr)
     return folder, manifest
@@ -429,7 +427,7 @@ def model_positions(cfg: Config) -> int:
     (``model.``, ``rnn.``), else its model's, built on the meta device (no memory, no time)."""
     import torch
 
-    from ..model import registry
+    from ...model import registry
     own = getattr(registry.arch_config(cfg.model), "max_positions", None)
     with torch.device("meta"):
         return int(own or registry.build_model(cfg.model, cfg.data.vocab_size).max_positions)

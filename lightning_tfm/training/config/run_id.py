@@ -35,8 +35,8 @@ import os
 import re
 from typing import Any
 
-from .corpus_id import PREFIX as CORPUS_PREFIX, fingerprint
-from .errors import UserError
+from ..data.corpus_id import PREFIX as CORPUS_PREFIX, fingerprint
+from ..errors import UserError
 from .inputs import shown
 
 NAME_BYTES = 255  # the longest name of a file or folder (a path component), in bytes, on the usual file systems
@@ -111,8 +111,9 @@ def _keys(cfg) -> dict:
 
 def hashed(cfg, corpus: str | None = None) -> dict:
     """The flat keys that say what a run trains: its run id's hash, and what a run folder's saved config must match
-    to be trained on (:func:`~.run_folder.reuse_problem`). The local corpus is ``data.corpus``, its content identity
-    (``corpus``, else the files' :func:`~.corpus_id.fingerprint`), in place of ``data.path`` where there is one."""
+    to be trained on (:func:`~.run_folder.reuse_problem`). The local corpus is ``data.corpus``, its content
+    identity (``corpus``, else the files' :func:`~.corpus_id.fingerprint`), in place of ``data.path`` where there
+    is one."""
     keys = _keys(cfg)
     corpus = corpus or fingerprint(cfg.data)
     if corpus and cfg.data.source == "local":

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import UserError
+from ..training.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = ROOT.parent / "shared" / "data" / "multi30k"
@@ -36,7 +36,7 @@ TRIAL = ["train.max_steps=1", "train.val_every_steps=1000", "train.checkpoint_ev
 
 def generate(source: Path, out: Path, n: int) -> None:
     """N pairs of Multi30k sentences joined two by two (cycling), plus Multi30k's dev set."""
-    from .data import read_parallel
+    from ..training.data.data import read_parallel
 
     src, tgt = read_parallel(source, "train", "en", "de")
     m = len(src)
@@ -116,7 +116,7 @@ def run(args: list[str], watch: Path | None = None, env: dict | None = None) -> 
 
 
 def bench_data(n: int, source: Path = DEFAULT_SOURCE, work: Path | None = None, ddp: bool = True) -> dict:
-    from .corpus import folder_size
+    from ..training.data.corpus import folder_size
 
     if not 2 <= n <= MAX_PAIRS:
         raise UserError(f"--data {n}: give the number of pairs to generate, from 2 to {MAX_PAIRS} (e.g. 1000000)")

@@ -46,8 +46,8 @@ import torch
 from torch import nn
 
 from ..model import KVCache, ModelConfig, MultiHeadAttention
-from .atomic import atomic_path, write_json, write_text
-from .errors import UserError
+from ..training.atomic import atomic_path, write_json, write_text
+from ..training.errors import UserError
 
 #: The paper's Table 1 (per layer; n positions of width d, kernel width k): complexity, its exponent of n,
 #: sequential operations, maximum path length.
@@ -238,7 +238,7 @@ def fit_slope(ns: list[float], ts: list[float]) -> float | None:
 def run_layers(d_models: list[int], lengths: list[int], settings: dict | None = None, kernel: str = "matmul",
                kinds: tuple[str, ...] = tuple(KINDS), device: str = "cpu", log=print) -> dict:
     """Every layer type at every d_model and length: timings, fitted slopes and the machine."""
-    from .bench import _cpu_name
+    from .speed import cpu_name
 
     s = {**SETTINGS, **(settings or {})}
     bad = [d for d in d_models if d % s["heads"]]
@@ -270,7 +270,7 @@ def run_layers(d_models: list[int], lengths: list[int], settings: dict | None = 
             for (kind, d, n), t in sorted(times.items(), key=lambda x: (x[0][1], x[0][2], list(KINDS).index(x[0][0])))]
     return {"rows": rows, "slopes": slopes(rows, kinds, d_models, s["kernel_width"]), "settings": s,
             "attention_kernel": kernel, "d_models": d_models, "lengths": lengths, "fit_lengths": upper_half(lengths),
-            "device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
+            "device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
             "cores": os.cpu_count(), "threads": threads, "torch": torch.__version__, "loadavg_before": load_before,
             "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
 
@@ -405,7 +405,7 @@ def bench_layers_cli(args) -> int:
                         f"{settings['heads']}: the self-attention's batch x heads x n^2 scores pass {MAX_SCORES}: "
                         "give shorter lengths or a smaller batch")
     out = check_out_dir(args.out or DEFAULT_OUT)
-    from .bench import default_device
+    from .speed import default_device
 
     device = default_device() if args.device == "auto" else args.device
     if device == "cuda" and not torch.cuda.is_available():

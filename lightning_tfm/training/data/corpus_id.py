@@ -4,9 +4,9 @@ A local corpus (``data.source=local``) is a folder of line-aligned files ``{spli
 ``{split}.{lang}.gz`` (:func:`split_file`). :func:`fingerprint` is the identity of the files a config reads (the
 train, dev and, when set, test split of both languages): a hash of each file's text (a ``.gz`` file's as
 decompressed), so that the same corpus copied to another folder, or compressed, is the same corpus, and one line
-changed is another. The run id hashes it in place of ``data.path`` (:mod:`.run_id`).
+changed is another. The run id hashes it in place of ``data.path`` (:mod:`.config.run_id`).
 
-This module imports nothing of the config (the run id, which :func:`.config.validate` checks, uses it) nor torch.
+This module imports nothing of the config (the run id, which :func:`.config.config.validate` checks, uses it) nor torch.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .errors import UserError
+from ..errors import UserError
 
 PREFIX = "sha256:"  # how a fingerprint starts: what it is a hash of is said by its name
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
-from ..model.config import MAX_POSITIONS, UNIT, Range, Section, Table3, default_of, knob
+from ...model.config import MAX_POSITIONS, UNIT, Range, Section, Table3, default_of, knob
 from .inputs import shown
 
 STEPS = 10 ** 9  # an interval or a count of optimizer steps: far beyond any run (the paper's big: 300k)

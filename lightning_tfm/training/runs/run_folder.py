@@ -9,35 +9,21 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import socket
 import sys
 import time
 from pathlib import Path
 
-from . import config, results, run_id as ids
-from .errors import UserError
-from .config import Config
+from ..config import config, run_id as ids
+from . import results
+from ..atomic import free_space
+from ..errors import UserError
+from ..config.config import Config
 
 
 def rank_zero() -> bool:
     return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0 and \
         int(os.environ.get("NODE_RANK", "0")) == 0
-
-
-def free_space(path: Path) -> str:
-    """Free space on the filesystem of ``path`` (or of its nearest existing ancestor), e.g. ``12.0 MB``."""
-    p = path.absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    try:
-        free = shutil.disk_usage(p).free
-    except OSError:
-        return "unknown"
-    for div, unit in ((2 ** 30, "GB"), (2 ** 20, "MB"), (2 ** 10, "kB")):
-        if free >= div:
-            return f"{free / div:.1f} {unit}"
-    return f"{free} bytes"
 
 
 def check_writable(results_dir: Path) -> None:
@@ -266,7 +252,7 @@ def saved_config(run_dir: Path) -> tuple[Config | None, str | None]:
 
 def model_sections() -> set[str]:
     """The sections that make the network: the model's, and each registered architecture's own (``rnn.*``)."""
-    from ..model import registry
+    from ...model import registry
 
     return {"model", *registry.ARCHITECTURES}
 
@@ -276,7 +262,7 @@ _UNSET = object()
 
 def recorded_corpus(run_dir: Path) -> str | None:
     """The content identity of the corpus the run in ``run_dir`` trained on, as its summary records it (``corpus``:
-    :func:`~.corpus_id.fingerprint`), or None (a run of an older version, or none yet)."""
+    :func:`~.data.corpus_id.fingerprint`), or None (a run of an older version, or none yet)."""
     found = (results.read_summary(run_dir) or {}).get("corpus")
     return found if isinstance(found, str) else None
 
@@ -290,7 +276,7 @@ def differences(there: Config, asked: Config, sections: set[str] | None = None,
     folder, ``data.path``, where a side's files cannot be read: :func:`~.run_id.compared`), secrets masked as
     saved; only ``sections``' keys when given. A key one config leaves out (another architecture's section)
     differs too."""
-    from .redact import scrub
+    from ..redact import scrub
 
     a, b = (scrub(flat) for flat in ids.compared(there, asked, there_corpus))
     keys = sorted((k for k in dict.fromkeys([*b, *a]) if (sections is None or k.split(".")[0] in sections)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from ..model import build_model
-from . import atomic
-from . import config
+from ...model import build_model
+from .. import atomic
+from ..config import config
 from . import run_folder
-from .errors import UserError
+from ..errors import UserError
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
 #: A key of a checkpoint written only as a resume point (``last.ckpt`` by ``train.checkpoint_every_seconds``,
@@ -48,7 +48,7 @@ def load_checkpoint(path: Path) -> dict:
 
 def tokenizer_hash(path: Path) -> str:
     """A vocabulary's identity: the SHA-256 of its ``tokenizer.json`` (a run folder's copy is byte-identical to its
-    prepared corpus's, :meth:`~.corpus.Corpus.use_in_run`), 16 hex digits."""
+    prepared corpus's, :meth:`~.data.corpus.Corpus.use_in_run`), 16 hex digits."""
     import hashlib
 
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
@@ -291,7 +291,7 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     checkpoint of another vocabulary than the run's ``tokenizer.json`` (even of the same size), or of another run
     whose model differs from this run's, is refused in one line (:func:`foreign_problem`).
     """
-    from .data import load_tokenizer
+    from ..data.data import load_tokenizer
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

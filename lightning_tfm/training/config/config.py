@@ -2,14 +2,14 @@
 
 One schema: the section dataclasses (:class:`~.sections.RunConfig`, :class:`~.sections.DataConfig`,
 :class:`~.sections.TrainConfig`, :class:`~.sections.DecodeConfig`, :class:`~.sections.WandbConfig`,
-:class:`~.sections.SweepConfig` in training/sections.py, and the model's
+:class:`~.sections.SweepConfig` in training/config/sections.py, and the model's
 :class:`~lightning_tfm.model.config.ModelConfig`), gathered in :class:`Config` (``cfg.model.d_model``,
 ``cfg.train.warmup``); a registered architecture other than the transformer adds its own section (``cfg.toy``,
 model/registry.py). A key is one field
 (:func:`~lightning_tfm.model.config.knob`): its type (``Literal[...]`` for choices, ``X | None`` for optional keys),
 its default, its help string and its own check (its range) and, for a Table 3 knob, its column. Coercion, unknown-key
 errors, overrides, the range checks (:func:`validate`), :data:`TABLE3_KNOBS`, :func:`flatten`, the run id hash
-(training/run_id.py) and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated ``{section: {key: (type spec, default,
+(training/config/run_id.py) and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated ``{section: {key: (type spec, default,
 help)}}`` view of them, never edited by hand. A typo, a wrong type or a value out of range stops the run before
 anything is written (exit 2), naming the key.
 
@@ -33,9 +33,9 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from ..model import registry
-from ..model.config import OPT, ModelConfig, check_of
-from .errors import UserError
+from ...model import registry
+from ...model.config import OPT, ModelConfig, check_of
+from ..errors import UserError
 from .inputs import load_yaml, override_value, read_yaml_text, shown
 from .run_id import check_name
 from .sections import (PLATEAU_KEYS, DataConfig, DecodeConfig, RunConfig, SweepConfig, TrainConfig, WandbConfig,
@@ -102,7 +102,7 @@ def _table3_knobs() -> tuple[Knob, ...]:
 
 
 # The knobs of the paper's Table 3 (plus positions, norm and the training budget), in their columns' order: the
-# fields with a Table3 column (model/config.py, training/sections.py). The report's configuration columns, the
+# fields with a Table3 column (model/config.py, training/config/sections.py). The report's configuration columns, the
 # paper's rows (report/paper.py), table3.tex and the sweep dashboard's Optuna params derive from it.
 TABLE3_KNOBS = _table3_knobs()
 
@@ -273,7 +273,7 @@ def validate(cfg: Config, data: bool = True) -> None:
     _check_finite(cfg)
     if (why := registry.check(cfg.model)) is not None:  # model.arch, and knobs of another architecture
         raise UserError(why)
-    check_name(cfg)  # the run id's folder name (training/run_id.py)
+    check_name(cfg)  # the run id's folder name (training/config/run_id.py)
     for sec in dataclasses.fields(Config):
         if (why := getattr(cfg, sec.name).problem()) is not None:
             raise UserError(why)
@@ -320,7 +320,7 @@ def unflatten(flat: dict) -> dict:
 def saved_yaml(cfg: Config) -> str:
     """The ``config.yaml`` a run keeps (and a sweep trial trains from): the resolved config as plain YAML, with
     secrets masked."""
-    from .redact import scrub
+    from ..redact import scrub
 
     return dump_yaml(scrub(cfg.to_dict()))
 
