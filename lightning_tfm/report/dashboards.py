@@ -194,10 +194,10 @@ def _log_run(sweep, out: Path, table: dict, target: dict, root: Path, run_id: st
     import wandb
 
     from ..training.redact import scrub
-    from ..training.tracking import PIPELINE_CHECK, _scrubbed_argv, wandb_group  # wandb records the command line
+    from ..training.tracking import PIPELINE_CHECK, scrubbed_argv, wandb_group  # wandb records the command line
 
     tags = [JOB_TYPE, kind] + ([PIPELINE_CHECK] if pipeline_check else [])
-    with _scrubbed_argv():
+    with scrubbed_argv():
         run = wandb.init(id=run_id, resume="allow", mode=target["mode"], dir=str(root), project=target["project"],
                          entity=target["entity"], group=wandb_group(sweep.name, tags), job_type=JOB_TYPE,
                          name=f"{sweep.name} {kind}" + (f" ({PIPELINE_CHECK})" if pipeline_check else ""), tags=tags,
@@ -302,17 +302,17 @@ def plotly_dev_ppl_by_family(data):
     import plotly.graph_objects as go
 
     from ..training.results import DEV_PPL
-    from .figures import FAMILY_TITLES, _panel_of, _series, family_panels
+    from .figures import FAMILY_TITLES, family_panels, metric_series, panel_of
 
     variants, panels = family_panels(data)
-    curves = {v: [(r, _series(r, DEV_PPL)) for r in sorted((r for r in data.records if r.variant == v),
-                                                            key=lambda r: (r.seed is None, r.seed or 0))]
+    curves = {v: [(r, metric_series(r, DEV_PPL)) for r in sorted((r for r in data.records if r.variant == v),
+                                                                 key=lambda r: (r.seed is None, r.seed or 0))]
               for v in ["base", *variants]}
     many = len(data.sweep.seeds) > 1
     fig = go.Figure()
     groups, titles, logs = [], [], []
     for k, panel in enumerate(panels):
-        members = ["base"] + [v for v in variants if _panel_of(data, v) == panel]
+        members = ["base"] + [v for v in variants if panel_of(data, v) == panel]
         traces, ys_all = [], []
         for j, v in enumerate(members):
             if v == "base":  # as the PNG: one curve, the mean over the seeds, their range shaded

@@ -63,7 +63,7 @@ PIPELINE_CHECK = "pipeline-check"
 
 
 @contextlib.contextmanager
-def _scrubbed_argv() -> Iterator[None]:
+def scrubbed_argv() -> Iterator[None]:
     """wandb records ``sys.argv[1:]`` in the run (offline: in the .wandb file), so a command line like
     ``ltfm train ... sweep.storage=postgresql://u:pw@h/db`` would leak the password. Mask it while the
     run starts; the original list object is restored (Lightning's DDP launcher re-executes sys.argv)."""
@@ -196,7 +196,7 @@ class TrackingLogger(WandbLogger):
                       "finishing it as failed so this training gets its own run")
                 wandb.run.finish(exit_code=1)
             try:
-                with _scrubbed_argv():
+                with scrubbed_argv():
                     exp = super().experiment
             except Exception as e:  # noqa: BLE001 - any failure to reach the server
                 if self.mode != "online":
@@ -213,7 +213,7 @@ class TrackingLogger(WandbLogger):
                     shutil.rmtree(stub, ignore_errors=True)
                 self.mode = self._wandb_init["mode"] = "offline"
                 self._experiment = None
-                with _scrubbed_argv():
+                with scrubbed_argv():
                     exp = super().experiment
             if getattr(exp, "id", None):
                 self.run_dir.mkdir(parents=True, exist_ok=True)
