@@ -94,6 +94,19 @@ def test_the_extrapolation_error_is_the_conformal_quantile_of_the_committed_3x_b
     assert len(scores) == 28 and curves.conformal_quantile(scores, 0.9) == curves.EXTRAPOLATION_ERROR
 
 
+def test_the_coverage_the_headline_quotes_is_the_committed_3x_backtests():
+    """curves.EXTRAPOLATION_COVERAGE (the report's headline quotes it beside the settle budgets): per k = 3
+    back-test, the rows whose measured gap fell inside their interval, of those predicted, in its committed JSON."""
+    from lightning_tfm.sweep import curves
+
+    got = []
+    for name, _, _ in curves.EXTRAPOLATION_COVERAGE:
+        rows = json.loads((COMMITTED / f"backtest-{name}.json").read_text())["rows"]
+        judged = [r["inside"] for r in rows if r["inside"] is not None]
+        got.append((name, sum(judged), len(judged)))
+    assert tuple(got) == curves.EXTRAPOLATION_COVERAGE and [n for n, _, _ in got] == ["b", "c-every50"]
+
+
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     other = tmp_path / "other"

@@ -69,6 +69,12 @@ def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dash
     assert logged["columns"][-1] == NEW.key and "ppl_per_mparam" not in run.tables["table3/dev_bleu"][0]["columns"]
     cells = dict(zip(logged["columns"], logged["data"][0]))
     assert cells["variant"] == "base" and cells[NEW.key] == pytest.approx(value, rel=1e-5)
+    # every column of the note's dev-PPL table is one of it: the verdict and the settle budget of each row
+    assert {c.key for c in columns.columns(NOTE)} <= set(logged["columns"])
+    each = [dict(zip(logged["columns"], cells)) for cells in logged["data"]]
+    assert [(c["variant"], c["ppl_verdict"], c["ppl_settle"]) for c in each] == [
+        (r.variant, r.ppl_verdict, r.ppl_settle) for r in table["rows"]]
+    assert any(c["ppl_settle"] for c in each) and any(c["ppl_settle"] is None for c in each)
 
     # the study's optuna-dashboard note: written and read back through optuna-dashboard (the dev extra has it)
     import optuna

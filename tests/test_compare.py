@@ -149,6 +149,9 @@ def test_the_committed_cpu_reference_and_its_comparison_are_rebuilt_from_their_e
         # the committed tables are the export's rendered by today's report code (provenance.txt: re-rendered)
         assert (out / "table3.csv").read_text() == (ref / name / "table3.csv").read_text(), name
         assert (out / "table3.md").read_text() == (ref / name / "table3.md").read_text(), name
+        # the terminal's headline is the page's: the settle budgets' line among it
+        settle = next(ln for ln in (out / "table3.md").read_text().splitlines() if ln.startswith("- A run "))
+        assert f"\n{settle[2:]}\n" in p.stdout
 
     cmp = tmp_path / "cmp"
     _ok(ltfm("report", "sweeps/table3-cpu-continued.yaml", "--from-export", ref / "table3-cpu-continued" / "export",

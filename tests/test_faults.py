@@ -367,14 +367,14 @@ def test_sweep_status_never_shows_any_part_of_the_password(data_dir):
 
 def test_report_out_replaces_only_a_folder_it_made(tmp_path):
     from lightning_tfm.training.errors import UserError
-    from lightning_tfm.report.notebooks import MARKER, _check_out, _replace_dir
+    from lightning_tfm.report.notebooks import MARKER, check_out, _replace_dir
 
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.md").write_text("my notes")
     (mine / "numbers.csv").write_text("a,b\n")
     with pytest.raises(UserError, match="not a report folder"):
-        _check_out(mine)
+        check_out(mine)
     staging = tmp_path / ".staging"
     staging.mkdir()
     (staging / "table3.md").write_text("report")
@@ -382,14 +382,14 @@ def test_report_out_replaces_only_a_folder_it_made(tmp_path):
         _replace_dir(staging, mine)
     assert (mine / "notes.md").read_text() == "my notes" and not staging.exists()
     out = tmp_path / "report"
-    _check_out(out)
+    check_out(out)
     staging.mkdir()
     (staging / "table3.md").write_text("report")
     _replace_dir(staging, out)  # new folder: made, and marked
     assert (out / MARKER).is_file()
     staging.mkdir()
     (staging / "table3.md").write_text("report 2")
-    _check_out(out)
+    check_out(out)
     _replace_dir(staging, out)  # our own folder: replaced
     assert (out / "table3.md").read_text() == "report 2"
 

@@ -11,7 +11,7 @@ import re
 import pytest
 import yaml
 
-from conftest import ltfm, write_sweep
+from conftest import ROOT, ltfm, write_sweep
 from lightning_tfm import report as rd
 from lightning_tfm.report import compare, compute, verdict
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
@@ -98,6 +98,53 @@ def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_p
     sweep.report = dict(REPORT_DEFAULTS)
     same = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "s", {}), bootstrap=False)
     assert [r["ppl_verdict_why"] for r in same["rows"]] == [r["ppl_verdict_why"] for r in table["rows"]]  # seeded
+
+
+def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
+    """The committed CPU reference rebuilt from its export: the headline's settle line counts, at each multiple of
+    the budget that changes the count, the rows (may flip or within noise) whose ``ppl_settle`` is at most that
+    multiple, and quotes the committed back-tests' interval coverage (counted here in their JSON); the terminal's
+    headline has it too."""
+    import json
+
+    from lightning_tfm.report.render import headline_lines, headline_text
+
+    table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml",
+                                               export_dir=ROOT / "reports" / "reference" / "table3-cpu" / "export"))
+    unsettled = [r.ppl_settle for r in table["rows"] if r.ppl_verdict in ("may flip", "within noise")]
+    assert unsettled and all(unsettled)
+    ks = [float(m.group(1)) for t in unsettled if (m := re.search(r" at ([\d.]+)x: ", t))]
+    not_within = sum(t == "not within 10x" for t in unsettled)
+    assert ks and not_within and len(ks) + not_within == len(unsettled)  # the reference has both kinds
+    want, last = [], 0
+    for m in verdict.SETTLE_AT:
+        if (n := sum(k <= m for k in ks)) > last:
+            want.append((m, n))
+            last = n
+    (line,) = [ln for ln in headline_lines(table) if ln.startswith("A run ")]
+    head = re.match(r"A run ([\d.]+)x as long would settle (\d+) of the (\d+) rows that may flip or are within "
+                    r"noise((?:, [\d.]+x \d+)*)", line)
+    got = [(float(head.group(1)), int(head.group(2)))] + [
+        (float(m), int(n)) for m, n in re.findall(r", ([\d.]+)x (\d+)", head.group(4))]
+    assert got == want and int(head.group(3)) == len(unsettled) and len(want) > 1
+    crosses = sum(t.startswith("crosses the base") for t in unsettled)
+    assert f" ({crosses} of them by crossing the base); {not_within} not within 10x. " in line
+    held = []
+    for name in ("b", "c-every50"):  # the k = 3 back-tests
+        rows = json.loads((ROOT / "reports" / "reference" / "backtest" / f"backtest-{name}.json").read_text())["rows"]
+        judged = [r["inside"] for r in rows if r["inside"] is not None]
+        held.append(f"{sum(judged)}/{len(judged)}")
+    assert line.endswith(f"These are predictions of the fitted curves: the verdict's 90% intervals held "
+                         f"{' and '.join(held)} of the measured gaps at 3x in the committed back-tests (in-sample; "
+                         "reports/reference/backtest/).")
+    assert f"\n{line}\n" in headline_text(table) and f"\n- {line}\n" in rd.table_markdown(table)
+    # none of the rows unsettled: no line; none settled by 10x: says so
+    assert not verdict.settle_summary({"A1": {"verdict": "holds", "settle": None}})["unsettled"]
+    table["summary"]["settle"] = verdict.settle_summary(
+        {"A1": {"verdict": "may flip", "settle": dict.fromkeys(("kind", "k", "step", "base_step", "sign"))}})
+    (line,) = [ln for ln in headline_lines(table) if "settle" in ln]
+    assert line.startswith("No run up to 10x as long is predicted to settle any of the 1 row that may flip or is "
+                           "within noise. These are predictions")
 
 
 def test_the_report_section_of_a_sweep_file_is_checked(tmp_path):

@@ -16,7 +16,7 @@ it in the report's notes.
 from __future__ import annotations
 
 from ..sweep.budget import CONTINUED, at_budget
-from .records import DIVERGED, DONE, RunRecord, _nonfinite, _num
+from .records import DIVERGED, DONE, RunRecord, as_number, nonfinite
 
 __all__ = ["CONTINUED", "budget_note", "of_other_studies", "planned_budgets", "read_at_budget"]
 
@@ -36,14 +36,14 @@ def read_at_budget(rec: RunRecord, budget: int | None, study: str, attempts: lis
     rec.history, rec.hyps, rec.later_attempt = read.history, None, read.later
     rec.config = {**rec.config, "train.max_steps": budget, "run.study": study}
     for key in _ATTEMPT_NUMBERS:
-        setattr(rec, key, _num(s.get(key)))
+        setattr(rec, key, as_number(s.get(key)))
     for key in _ATTEMPT_TEXTS:
         if isinstance(s.get(key), str):
             setattr(rec, key, s[key])
     if not read.from_attempt:
         rec.bleu_signature = None  # no BLEU at the budget
     rec.steps, rec.status, rec.note = budget, s["status"], s.get("error")
-    if read.from_attempt and any(_nonfinite(s.get(k)) for k in ("dev_loss", "dev_ppl")):
+    if read.from_attempt and any(nonfinite(s.get(k)) for k in ("dev_loss", "dev_ppl")):
         rec.status, rec.note = DIVERGED, f"dev PPL {s.get('dev_ppl')} at step {budget}"
     elif rec.status == DONE:
         rec.note = None

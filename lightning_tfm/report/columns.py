@@ -287,8 +287,7 @@ COLUMNS: list[Column] = [
     C("delta_ppl", "our dev PPL minus our base's, at equal steps", _P,
       {PPL: S("ΔPPL ours", lambda r, t: delta(r.delta_ppl, r.delta_ppl_rel, 2)),
        COMPARE: S("ΔPPL {side}", lambda r, t: delta(r.delta_ppl, r.delta_ppl_rel, 2))}, compare_at=1),
-    C("delta_ppl_equal_flops", "our dev PPL minus our base's, at the base's training FLOPs (.compute)",
-      frozenset({CSV, NOTE}),
+    C("delta_ppl_equal_flops", "our dev PPL minus our base's, at the base's training FLOPs (.compute)", _P,
       {PPL: S("ΔPPL ours at base FLOPs", _flops),
        COMPARE: S("ΔPPL {side} at base FLOPs",
                   lambda r, t: fmt(r.delta_ppl_equal_flops, 2, sign=True) or (r.equal_flops_note or ""))},
@@ -305,8 +304,7 @@ COLUMNS: list[Column] = [
     C("ppl_noise", "the change of dev PPL against seed noise: beyond, within, unknown (.stats)", _P,
       {PPL: S("PPL beyond noise", _noise("ppl"), left=True)}, compare_at=5),
     C("ppl_verdict", "the verdict from each run's learning curve extrapolated to k x the budget: holds (beyond "
-      "noise, the predicted gap's interval keeps today's sign), may flip, within noise, too few points (.verdict)",
-      frozenset({CSV, NOTE}),
+      "noise, the predicted gap's interval keeps today's sign), may flip, within noise, too few points (.verdict)", _P,
       {PPL: S("budget verdict", _verdict, left=True),
        COMPARE: S("verdict {side}", lambda r, t: r.ppl_verdict or "", left=True)}, compare_at=6),
     C("ppl_verdict_why", "the predicted change of dev PPL at k x the budget with its interval (e.g. -4.1% [-6.0, "
@@ -314,7 +312,7 @@ COLUMNS: list[Column] = [
     C("ppl_settle", "for a row that may flip or is within noise: the least multiple of the budget (up to 10x) at "
       "which its predicted gap's interval (bootstrap and extrapolation) would exclude zero, or at which the gap is "
       "predicted to cross the base, as steps, FLOPs and hours on the machine that trained it; else 'not within "
-      "10x' (.verdict)", frozenset({CSV, NOTE}), {PPL: S("settles at", lambda r, t: r.ppl_settle or "", left=True)}),
+      "10x' (.verdict)", _P, {PPL: S("settles at", lambda r, t: r.ppl_settle or "", left=True)}),
     C("flops_per_step", "training FLOPs per step at the row's shapes (as `ltfm bench` counts them)"),
     C("train_flops", "training FLOPs at the row's last validation"),
     C("dev_ppl_equal_flops", "our dev PPL at the base's training FLOPs"),

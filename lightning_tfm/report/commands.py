@@ -55,7 +55,7 @@ def report_cli(args) -> int:
     [--against-export DIR]]``; with ``--backtest FRACTION`` or ``--backtest-to LATER_DIR`` the verdict's
     back-test (:mod:`.backtest`)."""
     from ..sweep import load_sweep
-    from .notebooks import (_check_out, _check_sources, compare_cli, execute, notebook_name, notebook_path,
+    from .notebooks import (check_out, check_sources, compare_cli, execute, notebook_name, notebook_path,
                             report_parameters, stopped_by_signals)
 
     sweep = load_sweep(args.sweep_file)
@@ -64,7 +64,7 @@ def report_cli(args) -> int:
         return backtest_cli(_backtest_args(args), sweep)
     if args.json:
         raise UserError("--json prints a back-test: give it with --backtest FRACTION or --backtest-to LATER_DIR")
-    _check_sources(args)
+    check_sources(args)
     formats = _formats(args, sweep)
     if args.against:
         code = compare_cli(args, sweep)
@@ -79,7 +79,7 @@ def report_cli(args) -> int:
         raise UserError(f"--from-export rebuilds a Table 3 report (a sweep with variants), not {kind}: drop "
                         "--from-export and read the runs")
     out = Path(args.out or Path("reports") / "build" / sweep.name).absolute()
-    _check_out(out)
+    check_out(out)
     parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
     if name in ("table2", "table3"):
         parameters["formats"] = list(formats)

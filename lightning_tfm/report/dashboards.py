@@ -302,17 +302,17 @@ def plotly_dev_ppl_by_family(data):
     import plotly.graph_objects as go
 
     from ..training.runs.results import DEV_PPL
-    from .figures import FAMILY_TITLES, _panel_of, _series, family_panels
+    from .figures import FAMILY_TITLES, family_panels, metric_series, panel_of
 
     variants, panels = family_panels(data)
-    curves = {v: [(r, _series(r, DEV_PPL)) for r in sorted((r for r in data.records if r.variant == v),
-                                                            key=lambda r: (r.seed is None, r.seed or 0))]
+    curves = {v: [(r, metric_series(r, DEV_PPL)) for r in sorted((r for r in data.records if r.variant == v),
+                                                                 key=lambda r: (r.seed is None, r.seed or 0))]
               for v in ["base", *variants]}
     many = len(data.sweep.seeds) > 1
     fig = go.Figure()
     groups, titles, logs = [], [], []
     for k, panel in enumerate(panels):
-        members = ["base"] + [v for v in variants if _panel_of(data, v) == panel]
+        members = ["base"] + [v for v in variants if panel_of(data, v) == panel]
         traces, ys_all = [], []
         for j, v in enumerate(members):
             if v == "base":  # as the PNG: one curve, the mean over the seeds, their range shaded

@@ -135,7 +135,8 @@ def placeholder(path: str | Path, title: str, message: str, formats=("png",)) ->
     return save_figure(fig, path, formats)
 
 
-def _series(rec: RunRecord, key: str) -> tuple[list[int], list[float]]:
+def metric_series(rec: RunRecord, key: str) -> tuple[list[int], list[float]]:
+    """A run's history of one metric: (its steps, its values), the rows that have it."""
     pts = [(row["step"], row[key]) for row in rec.history if key in row]
     return [p[0] for p in pts], [p[1] for p in pts]
 
@@ -153,7 +154,7 @@ def ema(values: list[float], smoothing: float = 0.6) -> list[float]:
 
 def seed_band(recs: list[RunRecord], key: str) -> tuple[list[int], list[float], list[float], list[float]]:
     """(steps, mean, low, high) of ``key`` over the records' curves, at the steps every curve has."""
-    curves = [dict(zip(*_series(r, key))) for r in recs]
+    curves = [dict(zip(*metric_series(r, key))) for r in recs]
     curves = [c for c in curves if c]
     if not curves:
         return [], [], [], []
@@ -170,16 +171,15 @@ def base_label(seeds: int) -> str:
 def _plot_base(ax, recs: list[RunRecord], key: str, smooth: bool = False, **style) -> bool:
     """The base row as one legend entry: its curve (the mean over its seeds) with the seeds' range shaded.
     ``smooth``: each seed's curve smoothed by :func:`ema` first, the raw points drawn faint."""
-    with_curve = [r for r in recs if _series(r, key)[0]]
+    with_curve = [r for r in recs if metric_series(r, key)[0]]
     if not with_curve:
         return False
     if smooth:
         for r in with_curve:
-            xs, ys = _series(r, key)
+            xs, ys = metric_series(r, key)
             ax.plot(xs, ys, color="black", alpha=0.15, linewidth=0.6)
-        with_curve = [RunRecord(r.variant, history=[{"step": x, key: y} for x, y in zip(_series(r, key)[0],
-                                                                                      ema(_series(r, key)[1]))])
-                      for r in with_curve]
+        with_curve = [RunRecord(r.variant, history=[{"step": x, key: y} for x, y in zip(xs, ema(ys))])
+                      for r in with_curve for xs, ys in [metric_series(r, key)]]
     steps, mean, lo, hi = seed_band(with_curve, key)
     n = len(with_curve)
     ax.plot(steps, mean, color="black", label=base_label(n), linewidth=1.4, **style)
@@ -211,7 +211,7 @@ def _variant_family(data: ReportData, v: str) -> str | None:
     return next((r.family for r in recs if r.family), None) or ((data.sweep.variants or {}).get(v) or {}).get("family")
 
 
-def _panel_of(data: ReportData, v: str) -> str | None:
+def panel_of(data: ReportData, v: str) -> str | None:
     """The dev-perplexity panel of a row: its paper family (A-E, big), none for base and pre-norm rows
     (they have their own figure), else the panel of other rows."""
     fam = _variant_family(data, v)
@@ -232,7 +232,7 @@ def family_panels(data: ReportData) -> tuple[list[str], list[str]]:
     variants = ordered_variants(data.sweep, data.records)
     panels: list[str] = []
     for v in variants:
-        p = _panel_of(data, v)
+        p = panel_of(data, v)
         if p is not None and p not in panels:
             panels.append(p)
     panels.sort(key=lambda p: PAPER_FAMILIES.index(p) if p in PAPER_FAMILIES else len(PAPER_FAMILIES))
@@ -249,7 +249,7 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path, formats=("png",))
     many = len(data.sweep.seeds) > 1
     for i, panel in enumerate(panels):
         ax = axes[i // ncols][i % ncols]
-        members = ["base"] + [v for v in variants if _panel_of(data, v) == panel]
+        members = ["base"] + [v for v in variants if panel_of(data, v) == panel]
         no_curve = []
         for j, v in enumerate(members):
             recs = [r for r in data.records if r.variant == v]
@@ -258,7 +258,7 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path, formats=("png",))
                 drawn = _plot_base(ax, recs, results.DEV_PPL, marker=".")
                 recs = []
             for r in sorted(recs, key=lambda r: (r.seed is None, r.seed or 0)):
-                xs, ys = _series(r, results.DEV_PPL)
+                xs, ys = metric_series(r, results.DEV_PPL)
                 if xs:
                     ax.plot(xs, ys, marker=".", color="black" if v == "base" else f"C{j % 10}",
                             label=_label(r, many), linewidth=1.2)
@@ -337,7 +337,7 @@ def plot_norm_curves(data: ReportData, path: str | Path, formats=("png",)) -> st
         color = "black" if r.variant == "base" else f"C{i % 10}"
         kind = "post" if r.variant == "base" else r.config.get("model.norm", "?")
         label = f"{_label(r, many)} ({kind}-norm)"
-        xs, ys = _series(r, results.TRAIN_LOSS)
+        xs, ys = metric_series(r, results.TRAIN_LOSS)
         if r.variant != "base":  # single-batch losses: smoothed, the raw points faint
             full.plot(xs, ys, color=color, alpha=0.2, linewidth=0.6)
             full.plot(xs, ema(ys), color=color, label=label, linewidth=1.2)
@@ -347,7 +347,7 @@ def plot_norm_curves(data: ReportData, path: str | Path, formats=("png",)) -> st
         first.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", color=color,
                    label=label if r.variant != "base" or r is post[0] else None, linewidth=1)
         if r.variant != "base":
-            xs, ys = _series(r, results.DEV_PPL)
+            xs, ys = metric_series(r, results.DEV_PPL)
             dev.plot(xs, ys, marker=".", color=color, label=label, linewidth=1)
     full.set_title("training loss, whole run (smoothed; raw single-batch losses faint)", fontsize=9)
     shown = max((int(x) for line in first.lines for x in line.get_xdata()), default=early)

@@ -125,7 +125,7 @@ def venv_kernel():
 MARKER = ".ltfm-report"
 
 
-def _check_out(out: Path) -> None:
+def check_out(out: Path) -> None:
     """``--out`` must be a new or empty folder, or one an earlier ``ltfm report`` made (its marker file):
     the report replaces the whole folder, so a folder of the user's own files is refused (exit 2)."""
     if out.exists() and not out.is_dir():
@@ -140,7 +140,7 @@ def _replace_dir(src: Path, dest: Path) -> None:
     from ..training.atomic import write_text
 
     try:
-        _check_out(dest)  # again: the folder may have changed while the notebook ran
+        check_out(dest)  # again: the folder may have changed while the notebook ran
         write_text(src / MARKER, "made by `ltfm report`; `ltfm report --out` replaces only folders holding this file\n")
     except BaseException:
         shutil.rmtree(src, ignore_errors=True)
@@ -400,7 +400,7 @@ def require_completed(data, where: str, way_out: str) -> None:
     raise UserError(f"no {what} of sweep {data.sweep.name} in {where}{found}: {way_out}")
 
 
-def _check_sources(args) -> None:
+def check_sources(args) -> None:
     """One source a side: the local results (+ storage), W&B, or an export; --against-* only with --against."""
     if args.from_wandb and (args.results or args.storage):
         raise UserError("--from-wandb reads the runs from W&B: drop --results/--storage (or drop --from-wandb)")
@@ -429,7 +429,7 @@ def compare_cli(args, sweep) -> int:
         raise UserError(f"--against compares two Table 3 reports (Transformer rows): sweep {side.name!r} has rows of "
                         "another architecture, a Table 2 report: report it alone (ltfm report SWEEP, no --against)")
     out = Path(args.out or Path("reports") / "build" / f"{sweep.name}-vs-{other.name}").absolute()
-    _check_out(out)
+    check_out(out)
     a = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
     b = report_parameters(other, args.against_results, args.against_storage, None, args.against_export, against=True)
     parameters = {**a, "against_file": b["sweep_file"], "against_results": b["results_dir"],

@@ -93,7 +93,8 @@ class RunRecord:
         return self.status == DONE
 
 
-def _num(x: Any) -> float | None:
+def as_number(x: Any) -> float | None:
+    """A source's value as a finite float (a number, or its text), else None."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         try:
             x = float(x)  # W&B may hand back numbers as strings ("NaN", "Infinity")
@@ -103,12 +104,13 @@ def _num(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _int(x: Any) -> int | None:
-    v = _num(x)
+def as_int(x: Any) -> int | None:
+    """A source's value as an int (:func:`as_number` truncated), else None."""
+    v = as_number(x)
     return int(v) if v is not None else None
 
 
-def _nonfinite(x: Any) -> bool:
+def nonfinite(x: Any) -> bool:
     """A number that is not finite (nan, inf; W&B may hand them back as strings "NaN", "Infinity")."""
     if isinstance(x, bool) or x is None:
         return False
@@ -122,15 +124,10 @@ def mark_diverged(rec: RunRecord, raw: dict) -> RunRecord:
     """A completed run whose source (``raw``: a summary, a trial's attributes) gives a dev loss or perplexity that
     is no number is :data:`DIVERGED`, with the value in its note: never a row's result, nor a seed of the base's
     noise."""
-    bad = next((k for k in ("dev_ppl", "dev_loss") if _nonfinite(raw.get(k))), None)
+    bad = next((k for k in ("dev_ppl", "dev_loss") if nonfinite(raw.get(k))), None)
     if bad and rec.status == DONE:
         rec.status, rec.note = DIVERGED, f"{'dev PPL' if bad == 'dev_ppl' else 'dev loss'} {float(raw[bad])} at the end"
     return rec
-
-
-def _flatten(cfg: dict) -> dict:
-    from ..training.config.config import flatten
-    return flatten({k: v for k, v in (cfg or {}).items() if isinstance(v, dict)})
 
 
 def wandb_record(config: dict, summary: dict, *, name: str | None = None, job_type: str | None = None,
@@ -148,22 +145,22 @@ def wandb_record(config: dict, summary: dict, *, name: str | None = None, job_ty
         str(state).lower(), "failed" if state else "unknown")
     by_step: dict[int, dict] = {}
     for row in history or ():
-        step = _int(row.get(WANDB_STEP, row.get("step")))
+        step = as_int(row.get(WANDB_STEP, row.get("step")))
         if step is None:
             continue
         dest = by_step.setdefault(step, {"step": step})
         for key in HISTORY_KEYS:
-            v = _num(row.get(key))
+            v = as_number(row.get(key))
             if v is not None:
                 dest[key] = v
     rec = RunRecord(variant=str(variant), family=config.get("run.family") or job_type,
-                    seed=_int(config.get("run.seed")), status=str(status),
-                    config={k: v for k, v in config.items() if "." in k}, params=_int(summary.get("params")),
-                    dev_loss=_num(summary.get("dev_loss")), dev_ppl=_num(summary.get("dev_ppl")),
-                    dev_bleu=_num(summary.get("dev_bleu")), steps=_int(summary.get("steps")),
+                    seed=as_int(config.get("run.seed")), status=str(status),
+                    config={k: v for k, v in config.items() if "." in k}, params=as_int(summary.get("params")),
+                    dev_loss=as_number(summary.get("dev_loss")), dev_ppl=as_number(summary.get("dev_ppl")),
+                    dev_bleu=as_number(summary.get("dev_bleu")), steps=as_int(summary.get("steps")),
                     history=[by_step[s] for s in sorted(by_step) if len(by_step[s]) > 1],
                     run=run_id, bleu_signature=summary.get("bleu_signature"),
-                    train_tokens=_num(summary.get("train_tokens")), vocab_size=_int(summary.get("vocab_size")))
+                    train_tokens=as_number(summary.get("train_tokens")), vocab_size=as_int(summary.get("vocab_size")))
     return mark_diverged(rec, summary)
 
 

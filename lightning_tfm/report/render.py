@@ -3,7 +3,8 @@
 table (``table3.tex``, :mod:`.latex`).
 
 The markdown (and the HTML) put the headline first (direction agreement, rows beyond noise, the verdicts and the
-agreement over the rows that hold, the sweep's wall time, the machines), then a PPL table (with the change at
+agreement over the rows that hold, how much longer a run would settle how many rows, the sweep's wall time, the
+machines), then a PPL table (with the change at
 the base's training FLOPs and each row's verdict), a BLEU table, the learning curves, the configuration
 table and notes (the verdict's and the equal-compute rules among them).
 
@@ -62,6 +63,39 @@ def verdict_line(table: dict) -> str:
             f"may flip{' (' + ', '.join(map(md_text, flip)) + ')' if flip else ''}, {n[WITHIN]} within noise, "
             f"{n[TOO_FEW]} too few points; direction agrees with the paper on the rows that hold: dev PPL "
             f"{_fraction(s['ppl_findings'])}.")
+
+
+def settle_line(table: dict) -> str | None:
+    """How much longer a run would settle how many of the rows that may flip or are within noise (their settle
+    budgets counted at the multiples of :data:`~.verdict.SETTLE_AT` that change the count,
+    :func:`~.verdict.settle_summary`), said to be predictions, with how often the verdict's intervals held in the
+    committed back-tests (:data:`~lightning_tfm.sweep.curves.EXTRAPOLATION_COVERAGE`); None without such rows."""
+    s = table["summary"].get("settle")
+    if not s or not s["unsettled"]:
+        return None
+    from ..sweep.curves import EXTRAPOLATION_COVERAGE, EXTRAPOLATION_K, EXTRAPOLATION_LEVEL, SETTLE_MOST
+
+    steps: list[tuple[float, int]] = []
+    for m, n in s["settled"]:
+        if n > (steps[-1][1] if steps else 0):
+            steps.append((m, n))
+    rows = (f"of the {s['unsettled']} rows that may flip or are within noise" if s["unsettled"] > 1 else
+            "of the 1 row that may flip or is within noise")
+    if steps:
+        (m, n), last, crosses = steps[0], steps[-1][1], s["crosses"]
+        how = ("" if not crosses else " (by crossing the base)" if crosses == last == 1 else
+               f" (all {last} by crossing the base)" if crosses == last else
+               f" ({crosses} of them by crossing the base)")
+        text = (f"A run {m:g}x as long would settle {n} {rows}" + "".join(f", {m:g}x {n}" for m, n in steps[1:])
+                + how)
+        text += f"; {s['not_within']} not within {SETTLE_MOST:g}x" if s["not_within"] else ""
+    else:
+        text = f"No run up to {SETTLE_MOST:g}x as long is predicted to settle any {rows}"
+    text += f"; {s['no_prediction']} without a prediction" if s["no_prediction"] else ""
+    held = " and ".join(f"{k}/{n}" for _, k, n in EXTRAPOLATION_COVERAGE)
+    return (f"{text}. These are predictions of the fitted curves: the verdict's {100 * EXTRAPOLATION_LEVEL:g}% "
+            f"intervals held {held} of the measured gaps at {EXTRAPOLATION_K:g}x in the committed back-tests "
+            "(in-sample; reports/reference/backtest/).")
 
 
 def _duration(seconds: float | None) -> str:
@@ -129,6 +163,9 @@ def headline_lines(table: dict) -> list[str]:
         lines.append(f"Direction agrees with the paper on the rows beyond noise: dev PPL {_fraction(s['ppl_beyond'])}, "
                      f"dev BLEU {_fraction(s['bleu_beyond'])}.")
     lines.append(verdict_line(table))
+    settle = settle_line(table)
+    if settle:
+        lines.append(settle)
     lines.append(f"Sweep: {info['runs']} completed run(s) of {info['records']}; wall time "
                  f"{_duration(info['wall_s'])} (first start to last end), training time summed over runs "
                  f"{_duration(info['train_s'])}.")

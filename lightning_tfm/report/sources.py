@@ -12,8 +12,14 @@ from ..training.runs.results import storage_in_results
 from .budget import budget_note, of_other_studies, read_at_budget
 from .compute import corpus_lengths
 from .export import read_export
-from .records import (DONE, HISTORY_KEYS, ReportData, RunRecord, _flatten, _int, _num, check_wandb_access,
+from .records import (DONE, HISTORY_KEYS, ReportData, RunRecord, as_int, as_number, check_wandb_access,
                       fetch_wandb_records, latest_per_key, mark_diverged, planned_configs, resolve_local)
+
+
+def _flatten(cfg: dict) -> dict:
+    """A summary's nested config, its sections' keys flat (``model.layers``)."""
+    from ..training.config.config import flatten
+    return flatten({k: v for k, v in (cfg or {}).items() if isinstance(v, dict)})
 
 
 def load_report_data(sweep_file: str | Path, results_dir: str | Path | None = None, storage: str | None = None,
@@ -44,21 +50,21 @@ def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> Run
     run_cfg = cfg.get("run") or {}
     flat = _flatten(cfg)
     rec = RunRecord(variant=str(run_cfg.get("variant") or summary.get("run_id") or Path(run_dir or "?").name),
-                    family=run_cfg.get("family"), seed=_int(run_cfg.get("seed")),
+                    family=run_cfg.get("family"), seed=as_int(run_cfg.get("seed")),
                     status=str(summary.get("status") or "unknown"), config=flat,
-                    params=_int(summary.get("params")), dev_loss=_num(summary.get("dev_loss")),
-                    dev_ppl=_num(summary.get("dev_ppl")), dev_bleu=_num(summary.get("dev_bleu")),
-                    steps=_int(summary.get("steps")), run=str(run_dir) if run_dir else summary.get("run_id"),
+                    params=as_int(summary.get("params")), dev_loss=as_number(summary.get("dev_loss")),
+                    dev_ppl=as_number(summary.get("dev_ppl")), dev_bleu=as_number(summary.get("dev_bleu")),
+                    steps=as_int(summary.get("steps")), run=str(run_dir) if run_dir else summary.get("run_id"),
                     note=summary.get("error"), bleu_signature=summary.get("bleu_signature"),
-                    wall_time_s=_num(summary.get("wall_time_s")), started_at=summary.get("started_at"),
+                    wall_time_s=as_number(summary.get("wall_time_s")), started_at=summary.get("started_at"),
                     finished_at=summary.get("finished_at"), host=summary.get("host"),
                     precision=summary.get("precision"),
-                    train_tokens=_num(summary.get("train_tokens")), vocab_size=_int(summary.get("vocab_size")),
-                    effective_batch_tokens=_int(summary.get("effective_batch_tokens")))
+                    train_tokens=as_number(summary.get("train_tokens")), vocab_size=as_int(summary.get("vocab_size")),
+                    effective_batch_tokens=as_int(summary.get("effective_batch_tokens")))
     rec.src_len, rec.tgt_len = corpus_lengths(summary.get("data_cache"))
     mark_diverged(rec, summary)
     if run_dir is not None:  # a curve keeps its finite values (a diverged validation's inf is no point of it)
-        rec.history = [{k: v for k, v in row.items() if k == "step" or (k in HISTORY_KEYS and _num(v) is not None)}
+        rec.history = [{k: v for k, v in row.items() if k == "step" or (k in HISTORY_KEYS and as_number(v) is not None)}
                        for row in read_metrics(run_dir)]
         tgt = (cfg.get("data") or {}).get("tgt_lang")
         hyps = Path(run_dir) / "hyps" / f"dev.{tgt}.txt"
@@ -92,16 +98,16 @@ def record_from_trial(trial, results_dir: Path, study: str | None = None) -> Run
         summary = read_summary(run_dir)
     if summary is not None:
         rec = record_from_summary(summary, run_dir)
-        read_at_budget(rec, _int(a.get("max_steps")), study or str(a.get("study") or ""), summary.get("attempts"))
+        read_at_budget(rec, as_int(a.get("max_steps")), study or str(a.get("study") or ""), summary.get("attempts"))
     else:
-        rec = RunRecord(variant=str(a.get("variant")), params=_int(a.get("params") or a.get("planned_params")),
-                        dev_loss=_num(a.get("dev_loss")), dev_ppl=_num(a.get("dev_ppl")),
-                        dev_bleu=_num(a.get("dev_bleu")), steps=_int(a.get("steps")), run=a.get("run_dir"),
-                        wall_time_s=_num(a.get("wall_time_s")), train_tokens=_num(a.get("train_tokens")))
+        rec = RunRecord(variant=str(a.get("variant")), params=as_int(a.get("params") or a.get("planned_params")),
+                        dev_loss=as_number(a.get("dev_loss")), dev_ppl=as_number(a.get("dev_ppl")),
+                        dev_bleu=as_number(a.get("dev_bleu")), steps=as_int(a.get("steps")), run=a.get("run_dir"),
+                        wall_time_s=as_number(a.get("wall_time_s")), train_tokens=as_number(a.get("train_tokens")))
     rec.host = rec.host or a.get("host")
     rec.variant = str(a.get("variant") or rec.variant)
     rec.family = a.get("family") or rec.family
-    rec.seed = _int(a.get("seed")) if a.get("seed") is not None else rec.seed
+    rec.seed = as_int(a.get("seed")) if a.get("seed") is not None else rec.seed
     if a.get("max_steps") is not None:
         rec.config.setdefault("train.max_steps", a["max_steps"])
     for key, value in (trial.params or {}).items():  # a search trial's sampled values
@@ -155,7 +161,7 @@ def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportDa
         trials.sort(key=lambda t: t.number)
         by_key: dict[tuple, Any] = {}
         for t in trials:  # the latest trial of each (variant, seed) stands for it
-            by_key[(t.user_attrs["variant"], _int(t.user_attrs.get("seed")))] = t
+            by_key[(t.user_attrs["variant"], as_int(t.user_attrs.get("seed")))] = t
         records = [record_from_trial(t, results_dir, sweep.name)
                    for t in sorted(by_key.values(), key=lambda t: t.number)]
     known = {(r.variant, r.seed) for r in records}

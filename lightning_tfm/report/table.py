@@ -24,11 +24,11 @@ from ..training.config.config import SCHEMA, TABLE3_KNOBS
 from ..training.config.run_id import KEYS_V1
 from .paper import PAPER_ORDER, load_paper
 from .columns import Row
-from .records import DONE, ReportData, RunRecord, _nonfinite, mark_diverged
+from .records import DONE, ReportData, RunRecord, mark_diverged, nonfinite
 from .compute import add_equal_compute
 from .stats import (agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict, paired_bootstrap,
                     relative)
-from .verdict import add_verdicts, seconds_per_step, verdict_summary
+from .verdict import add_verdicts, seconds_per_step, settle_summary, verdict_summary
 
 
 def knob_value(cfg: dict, key: str):
@@ -54,7 +54,7 @@ def ordered_variants(sweep, records: list[RunRecord]) -> list[str]:
     return paper + others + stray
 
 
-def _status(variant: str, recs: list[RunRecord], seeds: list[int]) -> str:
+def row_status(variant: str, recs: list[RunRecord], seeds: list[int]) -> str:
     if not recs:
         return "missing (no run)"
     done = [r for r in recs if r.completed]
@@ -83,7 +83,7 @@ def _finite(values) -> list[float]:
 def as_shown(r: RunRecord) -> RunRecord:
     """The record as the table counts it: a completed run whose dev loss or PPL is no finite number (the readers of
     :mod:`.records` mark those already; a record built otherwise may not be) is diverged, never a result."""
-    if r.completed and (_nonfinite(r.dev_ppl) or _nonfinite(r.dev_loss)):
+    if r.completed and (nonfinite(r.dev_ppl) or nonfinite(r.dev_loss)):
         return mark_diverged(dataclasses.replace(r), {"dev_ppl": r.dev_ppl, "dev_loss": r.dev_loss})
     return r
 
@@ -148,12 +148,12 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
             row.bleu_p_value, row.bleu_tested, row.bleu_differing = t["p_value"], t["tested"], t["differing"]
             row.bleu_sentences, row.bleu_test_seeds = t["sentences"], t["seeds"]
             row.bleu_significant = bleu_significant(t, row.delta_bleu, row.bleu_noise)
-        row.status = _status(v, recs, vseeds)
+        row.status = row_status(v, recs, vseeds)
         rows.append(row)
     curves = learning_curves(data, variants, by_variant)
     compute = add_equal_compute(rows, curves, by_variant)
     outlook = add_verdicts(rows, curves, sweep.report, seconds_per_step(by_variant))
-    summary = {**agreement_summary(rows), **verdict_summary(rows)}
+    summary = {**agreement_summary(rows), **verdict_summary(rows), "settle": settle_summary(outlook)}
     notes = list(test_notes) + off_budget(by_variant, data.planned)
     signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
     all_seeds = sorted(set(seeds).union(*own_seeds.values()))

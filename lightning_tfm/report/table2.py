@@ -35,7 +35,7 @@ from .paper import PAPER2_SHOWN, load_paper2
 from .records import ReportData, RunRecord
 from .render import is_pipeline_check
 from .stats import finite, mean_std, noise_verdict
-from .table import _status, as_shown, ordered_variants
+from .table import as_shown, ordered_variants, row_status
 from .text import md_cell, md_code, md_text
 
 DEFAULT_ARCH = "transformer"
@@ -134,7 +134,7 @@ def build_table2(data: ReportData) -> dict:
         done = [r for r in recs if r.completed]
         seeds = list((sweep.variants or {}).get(v, {}).get("seeds") or sweep.seeds)
         row = {"variant": v, "arch": next((arch_of(r.config) for r in recs if r.config), archs.get(v, DEFAULT_ARCH)),
-               "status": _status(v, recs, seeds), "seeds_completed": len(done),
+               "status": row_status(v, recs, seeds), "seeds_completed": len(done),
                "seeds_total": max(len(seeds), len(recs)),
                "params": next((r.params for r in recs if r.params is not None), None),
                "beam_size": next((r.config.get("decode.beam_size") for r in done if r.config), None)}

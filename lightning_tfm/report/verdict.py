@@ -25,7 +25,8 @@ file's ``report:`` section (:data:`lightning_tfm.sweep.REPORT_DEFAULTS`: ``k`` 3
 A row that may flip or is within noise gets its **settle budget** (``ppl_settle``,
 :func:`lightning_tfm.sweep.curves.settle_budget`): the least multiple of the budget, up to 10x, at which a verdict
 taken then is predicted to hold, or at which its gap is predicted to cross the base, as steps, FLOPs and hours on
-the machine that trained it (:func:`settle_text`); else "not within 10x".
+the machine that trained it (:func:`settle_text`); else "not within 10x". The headline counts them
+(:func:`settle_summary`): how many of these rows a run m x as long would settle.
 
 The base row and rows without a change (not completed) get no verdict. How often a *holds* kept its sign on the
 committed CPU reference: ``reports/reference/backtest/README.md`` (``ltfm report ... --backtest``, :mod:`.backtest`).
@@ -188,6 +189,25 @@ def settle_text(settle: dict | None, flops_per_step: float | None = None, second
         [f"{seconds * steps / 3600:.2g} h"] if seconds else [])
     what = "interval excludes zero" if settle["kind"] == "settles" else "crosses the base"
     return f"{what} at {settle['k']:.3g}x: {', '.join(cost)}"
+
+
+#: The multiples of the budget the headline counts the settled rows at (:func:`settle_summary`), up to
+#: :data:`lightning_tfm.sweep.curves.SETTLE_MOST`.
+SETTLE_AT = (1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+def settle_summary(outlook: dict) -> dict:
+    """The settle budgets in all, from the verdicts :func:`add_verdicts` returns: ``unsettled``, the rows that may
+    flip or are within noise; ``settled``, ``[(m, rows whose settle budget is at most m x the budget)]`` for each
+    ``m`` of :data:`SETTLE_AT`; ``crosses``, those of them that settle by crossing the base; ``not_within``, rows
+    with no settle budget by :data:`~lightning_tfm.sweep.curves.SETTLE_MOST` x; ``no_prediction``, rows without a
+    predicted gap (no fit)."""
+    unsettled = [v for v in outlook.values() if v["verdict"] in (MAY_FLIP, WITHIN)]
+    found = [v["settle"] for v in unsettled if v.get("settle") and v["settle"]["kind"]]
+    return {"unsettled": len(unsettled), "settled": [(m, sum(1 for s in found if s["k"] <= m)) for m in SETTLE_AT],
+            "crosses": sum(1 for s in found if s["kind"] == "crosses"),
+            "not_within": sum(1 for v in unsettled if v.get("settle") and not v["settle"]["kind"]),
+            "no_prediction": sum(1 for v in unsettled if not v.get("settle"))}
 
 
 def add_verdicts(rows: list, curves: dict, settings: dict | None = None, seconds: dict | None = None) -> dict:

@@ -92,6 +92,10 @@ FAMILY = "power"
 #: docstring; ``tests/test_backtest.py`` recomputes it from the exports).
 EXTRAPOLATION_ERROR = 0.3809
 EXTRAPOLATION_K, EXTRAPOLATION_LEVEL = 3.0, 0.9
+#: How often the intervals so widened held the measured gap in those back-tests (in-sample: the error was chosen on
+#: them): (back-test, rows whose measured gap fell inside, rows predicted); ``tests/test_backtest.py`` counts them in
+#: the committed ``reports/reference/backtest/backtest-<name>.json``. The report's headline quotes them.
+EXTRAPOLATION_COVERAGE = (("b", 7, 8), ("c-every50", 19, 20))
 #: The furthest multiple of the budget a settle budget is looked for at (:func:`settle_budget`).
 SETTLE_MOST = 10.0
 
