@@ -18,6 +18,10 @@ what it means, its value (a field of the row by default), and where it appears:
 Every view reads this list: :mod:`.render` (markdown, CSV), :mod:`.latex` (LaTeX), :mod:`.dashboards` (W&B
 tables, the note), :mod:`.compare`. A new column is one more entry of :data:`COLUMNS` (and a field of :class:`Row`, or a ``value``
 computed from the row).
+
+The mechanism is also Table 2's (:mod:`.table2_columns`: its row, its list, its views): :class:`Column`,
+:class:`Shown`, :class:`Fields` (a row read as a mapping), and :class:`Kind`, a report's table as W&B and
+optuna-dashboard take it (:data:`.dashboards.KINDS`).
 """
 from __future__ import annotations
 
