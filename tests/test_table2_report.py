@@ -310,3 +310,32 @@ def test_a_sweep_of_recurrent_rows_alone_is_reported_as_table2_not_table3(tmp_pa
         p = ltfm_here("report", sweep.path, *args, "--out", tmp_path / "out")
         assert p.returncode == 2 and p.stderr.startswith("ltfm: error: ") and p.stderr.count("\n") == 1, p.stderr
         assert words in p.stderr and not (tmp_path / "out").exists(), p.stderr
+
+
+def test_a_table2_column_declared_once_is_in_the_markdown_csv_wandb_table_summary_and_note(sweep, tmp_path,
+                                                                                          monkeypatch):
+    """One entry of report/table2_columns.COLUMNS, a value computed from the row: table2.md's table of ours and the
+    study note show it, table2.csv and the report run's W&B table ``table2/rows`` have it as a column, the W&B
+    summary as ``<row>/<key>`` (:mod:`.dashboards` dispatches by the report's Kind, no list of its own)."""
+    from lightning_tfm.report import dashboards, table2_columns
+    from lightning_tfm.report.columns import CSV, Column, Shown
+
+    def per_m(r):
+        return r.test_bleu / (r.params / 1e6) if r.test_bleu is not None and r.params else None
+
+    new = Column("bleu_per_mparam", "test BLEU per million parameters", frozenset({CSV, table2_columns.SUMMARY}),
+                 {table2_columns.ROWS: Shown("BLEU per M params", lambda r, t: f"{per_m(r):.1f}" if per_m(r) else "")},
+                 value=per_m)
+    table = table2.build_table2(ReportData(sweep, records(tmp_path), "synthetic", {}))
+    monkeypatch.setattr(table2_columns, "COLUMNS", [*table2_columns.COLUMNS, new])
+    md, note = table2.rows_markdown(table), dashboards.note_text(table, kind="table2")
+    head, _, first = [ln for ln in md.splitlines() if ln.startswith("|")][:3]
+    assert head.endswith("| BLEU per M params |") and first.startswith("| transformer |")
+    assert first.endswith(f"| {30.5 / 0.01:.1f} |") and head in note and first in note
+    rows = list(csv.DictReader(io.StringIO(table2.table2_csv(table))))
+    assert list(rows[0])[-1] == "bleu_per_mparam" and float(rows[0]["bleu_per_mparam"]) == pytest.approx(3050.0)
+    assert rows[2]["bleu_per_mparam"] == "" and rows[3]["source"] == "paper"  # rnn-big: no run; the paper's: no params
+    summary, tables = dashboards.report_contents(table, "table2")
+    cols, data = tables["table2/rows"]
+    assert cols == list(rows[0]) and data[0][-1] == pytest.approx(3050.0)
+    assert summary["transformer/bleu_per_mparam"] == pytest.approx(3050.0) and "rnn-big/bleu_per_mparam" not in summary

@@ -16,8 +16,11 @@ sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the swee
 - :mod:`.export`: the records a report is built from as one JSON file, and the report rebuilt from it;
 - :mod:`.table2`: the paper's Table 2 at small scale (a sweep with a row of another architecture than the
   Transformer): each row's BLEU, FLOPs, time and parameters beside the paper's rows, and the claim checked at equal training FLOPs;
+  :mod:`.table2_claims`, the claim's lines (a pair within seed noise: when it would settle, in seeds and in steps);
+  :mod:`.table2_columns`, its typed row and its columns, declared once with :mod:`.columns`' mechanism;
 - :mod:`.compare`: two Table 3 replicas side by side (``ltfm report A --against B``): transfers, flips;
-- :mod:`.columns`: the table's typed row and its columns, declared once (every view reads them);
+- :mod:`.columns`: the table's typed row and its columns, declared once (every view reads them); a report's
+  :class:`~.columns.Kind` (what W&B and optuna-dashboard take of its table);
 - :mod:`.render`: the Table 3 replica as text: headline, markdown tables, CSV, :func:`write_table`;
 - :mod:`.search`: the search report: one row per trial, Optuna's plots;
 - :mod:`.figures`: the Table 3 figures (matplotlib), in PNG and, with ``--formats``, SVG and PDF;
@@ -27,7 +30,7 @@ sweep's trial configs and search space from :mod:`lightning_tfm.sweep`, the swee
 - :mod:`.text`: cell formatting: numbers, knobs, markdown cells, one-line error messages;
 - :mod:`.notebooks`: ``ltfm report``: papermill execution of the packaged notebooks
   (``lightning_tfm/resources/notebooks/``), HTML export, publishing the report folder;
-- :mod:`.dashboards`: after a Table 3 report, the same report as one W&B run (job type ``report``) and as the
+- :mod:`.dashboards`: after a Table 3 or Table 2 report, the same report as one W&B run (job type ``report``) and as the
   study's optuna-dashboard note and custom plots.
 
 The notebooks stay thin: ``from lightning_tfm import report as rd`` and the names below.

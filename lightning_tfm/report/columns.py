@@ -18,10 +18,15 @@ what it means, its value (a field of the row by default), and where it appears:
 Every view reads this list: :mod:`.render` (markdown, CSV), :mod:`.latex` (LaTeX), :mod:`.dashboards` (W&B
 tables, the note), :mod:`.compare`. A new column is one more entry of :data:`COLUMNS` (and a field of :class:`Row`, or a ``value``
 computed from the row).
+
+The mechanism is also Table 2's (:mod:`.table2_columns`: its row, its list, its views): :class:`Column`,
+:class:`Shown`, :class:`Fields` (a row read as a mapping), and :class:`Kind`, a report's table as W&B and
+optuna-dashboard take it (:data:`.dashboards.KINDS`).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -31,8 +36,37 @@ from .text import fmt, fmt_knob, md_text
 from .verdict import HOLDS, MAY_FLIP, TOO_FEW
 
 
+class Fields:
+    """A row dataclass also read as a mapping by its field names (``row["dev_ppl"]``), as the views and the
+    notebooks read it; :meth:`_other` answers other keys (none: KeyError)."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key in field_names(type(self)):
+            return getattr(self, key)
+        return self._other(key)
+
+    def _other(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in field_names(type(self)):
+            raise KeyError(f"{key!r} is no field of a table row")
+        setattr(self, key, value)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+@functools.cache
+def field_names(cls) -> frozenset:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
 @dataclass
-class Row:
+class Row(Fields):
     """One row of the Table 3 replica: a variant beside the paper's, its numbers and their changes against the
     base (``None``: not known). Also read as a mapping (``row["dev_ppl"]``; a knob by its config key,
     ``row["model.heads"]``)."""
@@ -79,24 +113,8 @@ class Row:
     paper_params_m: float | None = None
     status: str = ""
 
-    def __getitem__(self, key: str) -> Any:
-        if key in _FIELDS:
-            return getattr(self, key)
+    def _other(self, key: str) -> Any:
         return self.knobs[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key not in _FIELDS:
-            raise KeyError(f"{key!r} is no field of a table row")
-        setattr(self, key, value)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-
-_FIELDS = {f.name for f in dataclasses.fields(Row)}
 
 # The views (see the module docstring)
 CSV, WANDB_PPL, WANDB_BLEU, NOTE, COMPARE_ROW = "csv", "wandb.dev_ppl", "wandb.dev_bleu", "note", "compare.row"
@@ -128,15 +146,51 @@ class Column:
     def of(self, row: Row) -> Any:
         return self.value(row) if self.value is not None else getattr(row, self.key)
 
-    def csv_text(self, row: Row) -> Any:
-        """Its cell of table3.csv: empty for None, a float to 6 significant digits."""
+    def csv_text(self, row: Row, digits: int | None = 6) -> Any:
+        """Its cell of the CSV: empty for None, a float to ``digits`` significant digits (None: as Python prints
+        it, :attr:`Kind.digits`)."""
         v = self.of(row)
-        return "" if v is None else f"{v:.6g}" if isinstance(v, float) else v
+        return "" if v is None else f"{v:.{digits}g}" if isinstance(v, float) and digits else v
 
-    def data(self, row: Row) -> Any:
-        """Its value in a W&B table: the CSV's (a float to 6 significant digits)."""
+    def data(self, row: Row, digits: int | None = 6) -> Any:
+        """Its value in a W&B table: the CSV's (a float to ``digits`` significant digits)."""
         v = self.of(row)
-        return float(f"{v:.6g}") if isinstance(v, float) else v
+        return float(f"{v:.{digits}g}") if isinstance(v, float) and digits else v
+
+
+def in_view(cols, view: str) -> list[Column]:
+    """The columns of ``cols`` in ``view`` (one of their ``views``, or a markdown table they are ``shown`` in), in
+    their order."""
+    return [c for c in cols if view in c.views or view in c.shown]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A report's table as W&B and optuna-dashboard take it (:mod:`.dashboards`): its name (``table3``,
+    ``table2``: its files' stem, the W&B run's and artifact's suffix, the study note's block), ``columns(view)``:
+    the columns of a view, read from its one column list, and for each place what of it goes there: the artifact's
+    ``files``; the W&B tables (``wandb``: name -> the
+    columns' view) over the rows of ``rows(table)`` with ``digits`` significant digits (None: as the CSV prints
+    them); the W&B summary (``summary(table)``); the study note (``note(table)``: its markdown parts); whether
+    the study gets custom plots; how :func:`.dashboards.publish` gets the table (``build(data, sweep, out)``)."""
+    name: str
+    columns: Callable[[str], list[Column]]
+    files: tuple[str, ...]
+    wandb: Mapping[str, str]
+    summary: Callable[[dict], dict]
+    note: Callable[[dict], list[str]]
+    build: Callable[[Any, Any, Any], dict]
+    rows: Callable[[dict], list] = lambda table: table["rows"]
+    digits: int | None = 6
+    plots: bool = False
+
+    def wandb_tables(self, table: dict) -> dict[str, tuple[list[str], list[list]]]:
+        """Each W&B table as (its columns' keys, a list of cells per row)."""
+        out = {}
+        for name, view in self.wandb.items():
+            cols = self.columns(view)
+            out[name] = ([c.key for c in cols], [[c.data(r, self.digits) for c in cols] for r in self.rows(table)])
+        return out
 
 
 # ------------------------------------------------------------------------------------------- how cells print
@@ -358,7 +412,7 @@ def columns(view: str) -> list[Column]:
         return sorted((c for c in COLUMNS if c.compare_at is not None), key=lambda c: c.compare_at)
     if view == LATEX:
         return [c for c in COLUMNS if c.latex is not None]
-    return [c for c in COLUMNS if view in c.views or view in c.shown]
+    return in_view(COLUMNS, view)
 
 
 def shown(view: str, among: str | None = None) -> list[Shown]:

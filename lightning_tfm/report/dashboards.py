@@ -14,10 +14,10 @@ W&B: ONE run of job type ``report`` in the sweep's group, id ``report-<sweep>-ta
 - ``figures/<name>``: every ``*.png`` of the report as a ``wandb.Image``;
 - the artifact ``table3-<sweep>`` (type ``report``): ``table3.md``, ``table3.csv``, ``table3.html``.
 
-A Table 2 report (a sweep of several architectures, :mod:`.table2`) goes the same way (:func:`report_contents`):
-run ``report-<sweep>-table2``, the W&B table ``table2/rows`` (``table2.csv``'s rows: ours, then the paper's), the
-summary of :func:`.table2.summary_numbers` (each row's numbers, the claim's lines), its figures, the artifact
-``table2-<sweep>`` (``table2.md``, ``.csv``, ``.html``) and a study note of its own block; no custom plots.
+A Table 2 report (a sweep of several architectures, :mod:`.table2`) goes the same way: run
+``report-<sweep>-table2``, the W&B table ``table2/rows`` (``table2.csv``'s rows: ours, then the paper's), the
+summary of :func:`.table2.summary_numbers`, its figures, the artifact ``table2-<sweep>`` and a study note of its
+own block; no custom plots. What each kind gives each place: its :class:`~.columns.Kind` in :data:`KINDS`.
 
 Mode, project and entity are resolved as for the training runs (``WANDB_MODE`` else the experiment's
 ``wandb.mode`` through :func:`lightning_tfm.training.tracking.resolve_mode`; ``WANDB_PROJECT``/``WANDB_ENTITY``
@@ -51,19 +51,31 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .columns import NOTE, WANDB_BLEU, WANDB_PPL, columns
+from . import table2, table2_columns
+from .columns import NOTE, WANDB_BLEU, WANDB_PPL, Kind, columns
+from .export import rebuilt_table
+from .render import headline_markdown, ppl_markdown
 from .records import REPORT_JOB_TYPE as JOB_TYPE
 from .text import environment, first_line, html_text, md_code, waiting_lock
 
 KIND = "table3"
 WANDB_DIR = "wandb-report"   # below the sweep's results folder
 LOCK = ".publish.lock"       # in WANDB_DIR: one report at a time publishes a sweep's results folder
-ARTIFACT_FILES = {"table3": ("table3.md", "table3.csv", "table3.html", "table3.tex", "table3-standalone.tex"),
-                  "table2": ("table2.md", "table2.csv", "table2.html")}
 WANDB_TABLES = {"table3/dev_ppl": WANDB_PPL, "table3/dev_bleu": WANDB_BLEU}   # W&B table -> its view (.columns)
 GRAPH_IDS = {"family": "ltfm-table3-dev-ppl-by-family", "curves": "ltfm-table3-learning-curves"}
+
+
+#: Each report kind: its columns and what W&B and optuna-dashboard take of it (:class:`~.columns.Kind`)
+KINDS = {k.name: k for k in (
+    Kind("table3", columns, ("table3.md", "table3.csv", "table3.html", "table3.tex", "table3-standalone.tex"),
+         WANDB_TABLES, lambda t: headline_numbers(t["rows"], t["run_info"]),
+         lambda t: [headline_markdown(t), ppl_markdown(t, NOTE)], lambda data, sweep, out: rebuilt_table(sweep, out),
+         plots=True),
+    Kind("table2", table2_columns.columns, ("table2.md", "table2.csv", "table2.html"),
+         {"table2/rows": table2_columns.CSV}, table2.summary_numbers, table2.note_parts,
+         lambda data, sweep, out: table2.build_table2(data), rows=table2.csv_rows, digits=None))}
 # Each report kind's block of the study note (markdown link-reference "comments", not rendered): a person's note stays
-NOTES = {k: (f"[//]: # (ltfm report {k}: begin)", f"[//]: # (ltfm report {k}: end)") for k in ARTIFACT_FILES}
+NOTES = {k: (f"[//]: # (ltfm report {k}: begin)", f"[//]: # (ltfm report {k}: end)") for k in KINDS}
 NOTE_BEGIN, NOTE_END = NOTES[KIND]
 
 
@@ -72,13 +84,8 @@ def _warn(message: str) -> None:
 
 
 def wandb_tables(table: dict) -> dict[str, tuple[list[str], list[list]]]:
-    """Each W&B table of the report (:data:`WANDB_TABLES`) as (its columns, a list of cells per row of the
-    table)."""
-    out = {}
-    for name, view in WANDB_TABLES.items():
-        cols = columns(view)
-        out[name] = ([c.key for c in cols], [[c.data(row) for c in cols] for row in table["rows"]])
-    return out
+    """Each W&B table of a Table 3 report (:data:`WANDB_TABLES`) as (its columns, a list of cells per row)."""
+    return KINDS[KIND].wandb_tables(table)
 
 
 def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
@@ -235,11 +242,8 @@ def _staging_in(folder: Path):
 
 
 def report_contents(table: dict, kind: str = KIND) -> tuple[dict, dict]:
-    """(the summary numbers, the W&B tables {name: (columns, rows)}) of a report of ``kind`` (the module docstring)."""
-    if kind == "table2":
-        from . import table2
-        return table2.summary_numbers(table), {"table2/rows": (list(table2.CSV_KEYS), table2.csv_rows(table))}
-    return headline_numbers(table["rows"], table["run_info"]), wandb_tables(table)
+    """(the summary numbers, the W&B tables {name: (columns, rows)}) of a report of ``kind`` (:data:`KINDS`)."""
+    return KINDS[kind].summary(table), KINDS[kind].wandb_tables(table)
 
 
 def _log_report(run, out: Path, table: dict, sweep_name: str, kind: str = KIND) -> None:
@@ -252,7 +256,7 @@ def _log_report(run, out: Path, table: dict, sweep_name: str, kind: str = KIND) 
     run.log(logged)
     run.summary.update(summary)
     artifact = wandb.Artifact(f"{kind}-{sweep_name}", type=JOB_TYPE, metadata=dict(summary))
-    for name in ARTIFACT_FILES[kind]:
+    for name in KINDS[kind].files:
         artifact.add_file(str(out / name), name=name)
     run.log_artifact(artifact, aliases=["latest"])
 
@@ -263,12 +267,7 @@ def _log_report(run, out: Path, table: dict, sweep_name: str, kind: str = KIND) 
 def note_text(table: dict, where: str | None = None, kind: str = KIND) -> str:
     """The study note in its block (:data:`NOTES`): Table 3's headline and dev-perplexity section as table3.md has
     them (the section's columns: :data:`~.columns.NOTE`); Table 2's title, claim and rows as table2.md has them."""
-    if kind == "table2":
-        from . import table2
-        parts = [table2.title(table), table2.claims_markdown(table), table2.rows_markdown(table)]
-    else:
-        from .render import headline_markdown, ppl_markdown
-        parts = [headline_markdown(table), ppl_markdown(table, NOTE)]
+    parts = KINDS[kind].note(table)
     tail = [f"_Written by `ltfm report`; the whole report: {md_code(where)}._"] if where else []
     return "\n\n".join([NOTES[kind][0], *(p.rstrip() for p in parts), *tail, NOTES[kind][1]]) + "\n"
 
@@ -427,7 +426,7 @@ def write_dashboard(data, table: dict, out: Path, kind: str = KIND) -> dict:
     study = data.study
     save_note(study, merge_note(_current_note(study), note_text(table, str(out / f"{kind}.html"), kind)))
     ids = [save_plot(study, plotly_dev_ppl_by_family(data), GRAPH_IDS["family"]),
-           save_plot(study, plotly_learning_curves(data), GRAPH_IDS["curves"])] if kind == KIND else []
+           save_plot(study, plotly_learning_curves(data), GRAPH_IDS["curves"])] if KINDS[kind].plots else []
     return {"study": study.study_name, "plots": ids}
 
 
@@ -465,12 +464,11 @@ def publish(sweep, parameters: dict, out: Path, table: dict | None = None) -> li
 def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: list[str], urls: list[str],
              table: dict | None) -> list[str]:
     from ..training.redact import scrub
-    from .export import rebuilt_table
-    from .table2 import build_table2, is_table2
+    from .notebooks import notebook_name
 
-    kind = "table2" if is_table2(sweep) else KIND
+    kind = notebook_name(sweep)  # table2 or table3: the report's notebook
     try:
-        table = table if table is not None else build_table2(data) if kind == "table2" else rebuilt_table(sweep, out)
+        table = table if table is not None else KINDS[kind].build(data, sweep, out)
     except Exception as e:  # noqa: BLE001 - the report is written; only its copies here are lost
         _warn(f"report not sent to W&B or optuna-dashboard: cannot rebuild its table ({e.__class__.__name__}: "
               f"{first_line(scrub(str(e), urls))})")

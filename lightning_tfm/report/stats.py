@@ -5,6 +5,10 @@ Seed noise (:func:`noise_verdict`, the one rule): a row's change is beyond noise
 sample standard deviation of the base row over its seeds; with one base seed the noise is "unknown", never
 guessed.
 
+Seeds to settle (:func:`seeds_to_settle`): for two rows whose difference is within that noise, the seeds a row at
+which the central 90% Welch t interval of the difference of their means would exclude zero, were the measured
+difference and seed sds the truth (normal seed noise; a plug-in calculation, not back-tested).
+
 Agreement (:func:`agrees`, :func:`agreement_summary`): "agrees" = our change against our base and the paper's
 against the paper's base have the same sign (rows where the paper's change is 0 are not compared); the
 summary counts it over all rows and over the rows beyond noise.
@@ -104,6 +108,32 @@ def noise_verdict(delta: float | None, base_std: float | None, k: float = NOISE_
     if not finite(base_std):
         return "unknown"
     return "beyond" if abs(delta) > k * base_std else "within"
+
+
+SEEDS_MOST = 30  # the most seeds a row :func:`seeds_to_settle` looks at
+SEEDS_LEVEL = 0.9
+
+
+def welch_half_width(sd_a: float, sd_b: float, n: int, level: float = SEEDS_LEVEL) -> float:
+    """The half-width of the central ``level`` Welch t interval of the difference of two means of ``n`` seeds
+    each, of sample sds ``sd_a`` and ``sd_b`` (Welch-Satterthwaite's degrees of freedom; scipy's t)."""
+    from scipy import stats
+
+    va, vb = sd_a ** 2 / n, sd_b ** 2 / n
+    if va + vb == 0:
+        return 0.0
+    df = (va + vb) ** 2 / ((va ** 2 + vb ** 2) / (n - 1))
+    return float(stats.t.ppf((1 + level) / 2, df)) * math.sqrt(va + vb)
+
+
+def seeds_to_settle(delta: float | None, sd_a: float | None, sd_b: float | None, level: float = SEEDS_LEVEL,
+                    most: int = SEEDS_MOST) -> int | None:
+    """The least seeds a row ``n`` (2 to ``most``) at which the central ``level`` Welch t interval of the
+    difference of two rows' means (:func:`welch_half_width`) excludes zero, the measured difference ``delta`` and
+    seed sds taken as they are (the module docstring); None by ``most``, or without a difference or both sds."""
+    if not (finite(delta) and finite(sd_a) and finite(sd_b)) or delta == 0:
+        return None
+    return next((n for n in range(2, most + 1) if abs(delta) > welch_half_width(sd_a, sd_b, n, level)), None)
 
 
 def agreement_summary(rows: list[dict]) -> dict:

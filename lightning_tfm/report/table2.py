@@ -20,12 +20,13 @@ The claim, for each pair (a transformer row, a row of another architecture):
   ``decode.dev_bleu_subset`` dev sentences), else on the dev-PPL curves (the other row's final dev PPL): the first
   crossing of the row's mean curve, linear between validations (log PPL for PPL); the wall time at a step is the
   run's training wall time x step / steps (a constant rate).
+
+The claim's lines: :mod:`.table2_claims`; the row, its columns and their views: :mod:`.table2_columns`.
 """
 from __future__ import annotations
 
 import csv
 import io
-import math
 from pathlib import Path
 
 from ..training.runs import results
@@ -34,12 +35,14 @@ from .compute import step_flops
 from .paper import PAPER2_SHOWN, load_paper2
 from .records import ReportData, RunRecord
 from .render import is_pipeline_check
-from .stats import finite, mean_std, noise_verdict
-from .table import as_shown, ordered_variants, row_status
-from .text import md_cell, md_code, md_text
+from .columns import CSV
+from .stats import finite, mean_std
+from .table import as_shown, learning_curves, ordered_variants, row_status
+from .table2_claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, SETTLE_NOTE, any_bleu_curves, claim_lines, has_bleu_curve,
+                            pair_settle, pairs, reach)
+from .table2_columns import ROWS, SUMMARY, Row, columns
+from .text import md_code, md_text
 
-DEFAULT_ARCH = "transformer"
-EQUAL_TOLERANCE = 0.05  # two budgets within 5% of the larger are the same budget
 CURVES = {"ppl": results.DEV_PPL, "bleu": results.DEV_BLEU}
 
 
@@ -129,15 +132,17 @@ def build_table2(data: ReportData) -> dict:
     for r in data.records:
         by_variant.setdefault(r.variant, []).append(as_shown(r))
     rows, measured = [], True
-    for v in ordered_variants(sweep, data.records):
+    variants = ordered_variants(sweep, data.records)
+    fits = learning_curves(data, variants, by_variant)  # each run's dev-PPL curve, as Table 3's verdict reads them
+    for v in variants:
         recs = by_variant.get(v, [])
         done = [r for r in recs if r.completed]
         seeds = list((sweep.variants or {}).get(v, {}).get("seeds") or sweep.seeds)
-        row = {"variant": v, "arch": next((arch_of(r.config) for r in recs if r.config), archs.get(v, DEFAULT_ARCH)),
-               "status": row_status(v, recs, seeds), "seeds_completed": len(done),
-               "seeds_total": max(len(seeds), len(recs)),
-               "params": next((r.params for r in recs if r.params is not None), None),
-               "beam_size": next((r.config.get("decode.beam_size") for r in done if r.config), None)}
+        row = Row(v, arch=next((arch_of(r.config) for r in recs if r.config), archs.get(v, DEFAULT_ARCH)),
+                  status=row_status(v, recs, seeds), seeds_completed=len(done), seeds_total=max(len(seeds), len(recs)),
+                  params=next((r.params for r in recs if r.params is not None), None),
+                  beam_size=next((r.config.get("decode.beam_size") for r in done if r.config), None),
+                  runs=fits["runs"].get(v, []), warmup=fits["warmup"].get(v, 0))
         values = {"test_bleu": [run_value(r, "test_bleu", data.study) for r in done],
                   "dev_bleu": [r.dev_bleu for r in done], "dev_ppl": [r.dev_ppl for r in done],
                   "train_flops": [run_flops(r) for r in done],
@@ -158,8 +163,12 @@ def build_table2(data: ReportData) -> dict:
                                                        r.config.get("decode.dev_bleu_subset"))
                                                       for r in done if r.config), (None, None))
         rows.append(row)
-    metric = "bleu" if _has_bleu_curves(rows) else "ppl"
-    claims = claim_lines(rows)
+    for t, o in pairs(rows):
+        if o.against is None:  # a row's columns: its pair with the first transformer row
+            o.against, (o.bleu_noise, o.bleu_settle_seeds, o.bleu_settle_steps) = t.variant, pair_settle(t, o,
+                                                                                                       sweep.report)
+    metric = "bleu" if any_bleu_curves(rows) else "ppl"
+    claims = claim_lines(rows, settings=sweep.report)
     notes = []
     if not measured:
         notes.append("Some runs' prepared corpus was not readable here: their FLOPs per step use `ltfm bench`'s "
@@ -178,131 +187,6 @@ def _mean_curve(curves: list[dict[int, float]]) -> dict[int, tuple[float, float,
     steps = sorted(set.intersection(*(set(c) for c in curves)))
     return {s: (sum(c[s] for c in curves) / len(curves), min(c[s] for c in curves), max(c[s] for c in curves))
             for s in steps}
-
-
-def has_bleu_curve(row: dict) -> bool:
-    """The row's mean dev-BLEU curve has at least two validations (``decode.dev_bleu_every_steps`` logged it)."""
-    return len(row["curves"]["bleu"]) >= 2
-
-
-def _has_bleu_curves(rows: list[dict]) -> bool:
-    """Every row with a completed run has a dev-BLEU curve of at least two validations."""
-    done = [r for r in rows if r["seeds_completed"]]
-    return bool(done) and all(has_bleu_curve(r) for r in done)
-
-
-def pair_metric(t: dict, o: dict) -> str:
-    """The curves claim (b) of a pair is read on: ``bleu`` when both rows have a dev-BLEU curve, else ``ppl``."""
-    return "bleu" if has_bleu_curve(t) and has_bleu_curve(o) else "ppl"
-
-
-def pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
-    """(transformer row, row of another architecture), each such pair in table order."""
-    return [(t, o) for t in rows if t["arch"] == DEFAULT_ARCH for o in rows if o["arch"] != DEFAULT_ARCH]
-
-
-def reach(row: dict, metric: str, target: float) -> float | None:
-    """The step at which ``row``'s mean ``metric`` curve first reaches ``target`` (BLEU at or above, PPL at or
-    below), linear between validations (log PPL for PPL); None when it never does."""
-    curve = sorted((s, m) for s, (m, _, _) in row["curves"][metric].items())
-    better = (lambda x: x >= target) if metric == "bleu" else (lambda x: x <= target)
-    scale = (lambda x: x) if metric == "bleu" else (lambda x: math.log(max(x, 1e-12)))
-    for i, (s, m) in enumerate(curve):
-        if better(m):
-            if i == 0:
-                return float(s)
-            s0, m0 = curve[i - 1]
-            gap = scale(m) - scale(m0)
-            t = (scale(target) - scale(m0)) / gap if gap else 1.0
-            return s0 + min(1.0, max(0.0, t)) * (s - s0)
-    return None
-
-
-def _seconds(s: float | None) -> str:
-    if s is None:
-        return "?"
-    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.2f} h"
-
-
-def _pm(mean, sd, digits=2) -> str:
-    if mean is None:
-        return ""
-    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
-
-
-def equal_flops_line(t: dict, o: dict) -> str:
-    """Claim (a) for the pair (``t``, ``o``)."""
-    names = f"{md_text(t['variant'])} against {md_text(o['variant'])}"
-    missing = [r["variant"] for r in (t, o) if not r["seeds_completed"]]
-    if missing:
-        return f"(a) BLEU at equal training FLOPs, {names}: not checked, no completed run of {md_text(missing[0])}."
-    key = "test_bleu" if t["test_bleu"] is not None and o["test_bleu"] is not None else "dev_bleu"
-    what = "test BLEU" if key == "test_bleu" else "dev BLEU (no test BLEU recorded)"
-    if t[key] is None or o[key] is None:
-        return f"(a) BLEU at equal training FLOPs, {names}: not checked, no BLEU recorded."
-    ft, fo = t["train_flops"], o["train_flops"]
-    if ft and fo:
-        gap = abs(ft - fo) / max(ft, fo)
-        budget = (f"at {ft:.3g} and {fo:.3g} training FLOPs, the same budget within {100 * EQUAL_TOLERANCE:.0f}%"
-                  if gap <= EQUAL_TOLERANCE else
-                  f"NOT at equal training FLOPs ({ft:.3g} against {fo:.3g}, {max(ft, fo) / min(ft, fo):.2f}x)")
-    else:
-        budget = "training FLOPs unknown"
-    d = t[key] - o[key]
-    sds = [sd for sd in (t[f"{key}_std"], o[f"{key}_std"]) if sd is not None]
-    sd = max(sds) if len(sds) == 2 else None
-    noise = noise_verdict(d, sd)
-    noise_text = {"beyond": f"beyond seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
-                  "within": f"within seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
-                  "unknown": "seed noise unknown (a row with one completed seed)"}.get(noise, "")
-    winner = t if d > 0 else o
-    lead = (f"{md_text(winner['variant'])} higher by {abs(d):.2f} BLEU" if d else "the same BLEU")
-    return (f"(a) BLEU at equal training FLOPs: {md_text(t['variant'])} {_pm(t[key], t[key + '_std'])} against "
-            f"{md_text(o['variant'])} {_pm(o[key], o[key + '_std'])} {what}, {budget}: {lead}, {noise_text}.")
-
-
-def reach_line(t: dict, o: dict, metric: str) -> str:
-    """Claim (b) for the pair (``t``, ``o``): what each needs to reach ``o``'s final dev BLEU (or PPL)."""
-    what = "dev BLEU" if metric == "bleu" else "dev PPL"
-    curve = o["curves"][metric]
-    if not curve or not t["curves"][metric]:
-        return (f"(b) {md_text(t['variant'])} to reach {md_text(o['variant'])}'s final {what}: not checked, no "
-                f"{what} curve of {md_text(o['variant'] if not curve else t['variant'])}.")
-    target = curve[max(curve)][0]
-    if metric == "bleu":
-        source = "on the dev-BLEU curves (decode.dev_bleu_every_steps; the first decode.dev_bleu_subset dev sentences)"
-    else:
-        lacking = " or ".join(md_text(r["variant"]) for r in (t, o) if not has_bleu_curve(r))
-        source = (f"on the dev-PPL curves (no dev-BLEU curve of {lacking}: its runs logged dev BLEU at fewer than "
-                  "two validations; decode.dev_bleu_every_steps sets how often)" if lacking else
-                  "on the dev-PPL curves")
-    parts, cost = [], {}
-    for r in (t, o):
-        step = reach(r, metric, target)
-        f, w = r["flops_per_step"], r["s_per_step"]
-        if step is None:
-            best = (max if metric == "bleu" else min)(m for m, _, _ in r["curves"][metric].values())
-            parts.append(f"{md_text(r['variant'])} does not reach it within its budget (its best {best:.2f})")
-            continue
-        cost[r["variant"]] = (step * f if f else None, step * w if w else None)
-        parts.append(f"{md_text(r['variant'])} needs {cost[r['variant']][0] or 0:.3g} FLOPs and "
-                     f"{_seconds(cost[r['variant']][1])} (step {step:.0f})")
-    ratio = ""
-    if t["variant"] in cost and o["variant"] in cost:
-        (ft, wt), (fo, wo) = cost[t["variant"]], cost[o["variant"]]
-        if ft and fo and wt and wo:
-            ratio = f": {md_text(t['variant'])} spends {fo / ft:.2f}x fewer FLOPs and {wo / wt:.2f}x less wall time"
-    return (f"(b) To reach {md_text(o['variant'])}'s final {what} ({target:.2f}), {source}: "
-            + "; ".join(parts) + ratio + ".")
-
-
-def claim_lines(rows: list[dict], metric: str | None = None) -> list[str]:
-    """(a) and (b) for each :func:`pairs` pair; (b) on ``metric``'s curves, by default each pair's
-    :func:`pair_metric` (the dev-BLEU curves when both rows have one)."""
-    both = pairs(rows)
-    if not both:
-        return ["The claim is not checked: the sweep has no transformer row beside a row of another architecture."]
-    return [line for t, o in both for line in (equal_flops_line(t, o), reach_line(t, o, metric or pair_metric(t, o)))]
 
 
 # ------------------------------------------------------------------------------------------ the paper
@@ -325,31 +209,6 @@ def paper_claim() -> str:
 
 
 # ------------------------------------------------------------------------------------------ the views
-COLUMNS = (("row", "variant"), ("arch", "arch"), ("test BLEU", "test_bleu"), ("dev BLEU", "dev_bleu"),
-           ("dev PPL", "dev_ppl"), ("training FLOPs", "train_flops"), ("training wall time", "train_time_s"),
-           ("train tokens/s", "tokens_per_s"), ("params", "params"), ("status", "status"))
-CSV_KEYS = ("source", "variant", "arch", "seeds_completed", "seeds_total", "beam_size", "test_bleu", "test_bleu_std",
-            "dev_bleu", "dev_bleu_std", "dev_ppl", "dev_ppl_std", "train_flops", "train_flops_std", "flops_per_step",
-            "train_time_s", "train_time_s_std", "tokens_per_s", "tokens_per_s_std", "params", "status")
-
-
-def _cell(row: dict, key: str) -> str:
-    v, sd = row.get(key), row.get(f"{key}_std")
-    if v is None:
-        return ""
-    if key in ("variant", "arch", "status"):
-        return md_cell(md_text(v))
-    if key == "train_flops":
-        return f"{v:.3g}" + (f" ± {sd:.2g}" if sd else "")
-    if key == "train_time_s":
-        return _seconds(v) + (f" ± {sd:.0f} s" if sd is not None else "")
-    if key == "params":
-        return f"{v / 1e6:.2f}M"
-    if key == "tokens_per_s":
-        return f"{v:,.0f}" + (f" ± {sd:,.0f}" if sd is not None else "")
-    return _pm(v, sd)
-
-
 def title(table: dict) -> str:
     head = "Pipeline check, not a result: " if table.get("pipeline_check") else ""
     return f"# {head}Table 2 at small scale: sweep {md_text(table['sweep'])}"
@@ -363,10 +222,11 @@ def claims_markdown(table: dict) -> str:
 def rows_markdown(table: dict) -> str:
     beams = sorted({r["beam_size"] for r in table["rows"] if r["beam_size"] is not None})
     beam = f" (beam {', '.join(map(str, beams))})" if beams else ""
+    shown = [c.shown[ROWS] for c in columns(ROWS)]
     lines = ["## Ours", "", f"Each row: mean ± sample sd over its completed seeds; test BLEU: the runs' closing beam "
              f"search{beam}; training FLOPs = steps x the architecture's FLOPs per step.", "",
-             "| " + " | ".join(h for h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cell(r, k) for _, k in COLUMNS) + " |" for r in table["rows"]]
+             "| " + " | ".join(s.title for s in shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(s.cell(r, table) for s in shown) + " |" for r in table["rows"]]
     return "\n".join(lines) + "\n"
 
 
@@ -389,6 +249,8 @@ def notes_markdown(table: dict) -> str:
              "steps (a constant rate). Train tokens/s: target tokens over that time.",
              f"The claim's seed noise: |Δ| > 2 x the larger of the two rows' seed sd; equal budgets: within "
              f"{100 * EQUAL_TOLERANCE:.0f}% of the larger."]
+    if any(r.bleu_settle_seeds for r in table["rows"]):
+        lines.append(SETTLE_NOTE)
     lines += [bleu_curves_note(table["rows"])]
     lines += [f"BLEU: sacreBLEU {md_code(s)}." for s in table["bleu_signatures"]]
     lines += [f"Source: {md_text(table['source'])}."] + [md_text(n) for n in table["notes"]]
@@ -417,30 +279,36 @@ def table2_markdown(table: dict) -> str:
                       notes_markdown(table)])
 
 
-def csv_rows(table: dict) -> list[list]:
-    """The rows of table2.csv (ours, then the paper's), the values of :data:`CSV_KEYS` (None where empty): also the
-    W&B table of the report's run (:mod:`.dashboards`)."""
-    papers = [{"source": "paper", "variant": p["model"], "arch": p["family"], "test_bleu": p["bleu_en_de"],
-               "train_flops": p["train_flops_en_de"], "status": "paper: WMT 2014 EN-DE, not comparable"}
-              for p in table["paper"]]
-    return [[row.get(k) for k in CSV_KEYS] for row in [{**r, "source": "ours"} for r in table["rows"]] + papers]
+def csv_rows(table: dict) -> list[Row]:
+    """The rows of table2.csv, ours then the paper's: also the W&B table of the report's run (:mod:`.dashboards`)."""
+    return table["rows"] + [Row(p["model"], "paper", p["family"], test_bleu=p["bleu_en_de"],
+                                train_flops=p["train_flops_en_de"], status="paper: WMT 2014 EN-DE, not comparable")
+                            for p in table["paper"]]
 
 
 def table2_csv(table: dict) -> str:
+    """table2.csv: the columns of :data:`~.columns.CSV`, floats as Python prints them."""
+    cols = columns(CSV)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_KEYS)
-    w.writerows([["" if v is None else v for v in row] for row in csv_rows(table)])
+    w.writerow([c.key for c in cols])
+    w.writerows([[c.csv_text(r, None) for c in cols] for r in csv_rows(table)])
     return buf.getvalue()
 
 
 def summary_numbers(table: dict) -> dict:
-    """The W&B summary of the report's run: ``<row>/<key>`` for each of our rows' numbers, the claim's lines
-    (``claims``) and whether every row logged a dev-BLEU curve (``bleu_curves``: claim (b) read on them)."""
-    keys = ("test_bleu", "dev_bleu", "dev_ppl", "train_flops", "train_time_s", "tokens_per_s", "params",
-            "seeds_completed")
-    out = {f"{r['variant']}/{k}": r[k] for r in table["rows"] for k in keys if r.get(k) is not None}
+    """The W&B summary of the report's run: ``<row>/<key>`` for each of our rows' columns of :data:`SUMMARY`
+    (where known), the claim's lines (``claims``) and whether every row logged a dev-BLEU curve
+    (``bleu_curves``: claim (b) read on them)."""
+    out = {f"{r.variant}/{c.key}": c.of(r) for r in table["rows"] for c in columns(SUMMARY)
+           if c.of(r) is not None}
     return {**out, "claims": "\n".join(table["claims"]), "bleu_curves": table["metric"] == "bleu"}
+
+
+def note_parts(table: dict) -> list[str]:
+    """The optuna-dashboard note's markdown (:mod:`.dashboards`): the title, the claim and our rows, as
+    table2.md has them."""
+    return [title(table), claims_markdown(table), rows_markdown(table)]
 
 
 def read_claims(markdown: str | Path) -> list[str]:

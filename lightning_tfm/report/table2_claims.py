@@ -1,0 +1,191 @@
+"""The claim of the Table 2 report (:mod:`.table2`), one line each, for each pair (a transformer row, a row of
+another architecture) of its rows (:class:`~.table2_columns.Row`): (a) BLEU at equal training FLOPs, (b) what each
+needs to reach the other's final dev BLEU or PPL (:mod:`.table2`'s docstring says how).
+
+A pair within seed noise in (a) gets its prediction of when it would settle (:func:`pair_settle`), as Table 3's
+rows get theirs (:func:`.verdict.settle_text`): in seeds, the least seeds a row (up to
+:data:`~.stats.SEEDS_MOST`) at which Welch's 90% t interval of the difference of the two rows' means would exclude
+zero, the measured difference and seed sds taken as they are (:func:`.stats.seeds_to_settle`: a plug-in power
+calculation under normal seed noise, not back-tested); in steps, Table 3's verdict and settle budget
+(:func:`.verdict.curve_verdict`) on the pair's dev-PPL curves, the transformer row as the base (the curve fits are
+of dev log-PPL, falling curves whose extrapolation error was measured on log-PPL gaps: BLEU's curves are not
+fitted). The row, its columns and their views: :mod:`.table2_columns`.
+"""
+from __future__ import annotations
+
+import math
+
+from .stats import SEEDS_LEVEL, SEEDS_MOST, noise_verdict, seeds_to_settle
+from .table2_columns import Row, pm as _pm, seconds as _seconds
+from .text import md_text
+
+DEFAULT_ARCH = "transformer"
+EQUAL_TOLERANCE = 0.05  # two budgets within 5% of the larger are the same budget
+SETTLE_NOTE = (
+    f"A pair within seed noise, predicted to settle: in seeds, the least seeds a row (up to {SEEDS_MOST}) at which "
+    f"Welch's {100 * SEEDS_LEVEL:g}% t interval of the difference of the two rows' means (scipy.stats.t, "
+    "Welch-Satterthwaite degrees of freedom) would exclude zero, were today's difference and seed sds the truth: a "
+    "plug-in power calculation under normal seed noise, not back-tested (at that count a repeat's interval excludes "
+    "zero about half the time); in steps, Table 3's verdict and settle budget on the pair's dev-PPL curves, the "
+    "transformer row as the base (back-tested on Table 3's exports only: reports/reference/backtest/; BLEU's curves "
+    "are not fitted, the fits are of falling dev log-PPL).")
+
+
+def has_bleu_curve(row: dict) -> bool:
+    """The row's mean dev-BLEU curve has at least two validations (``decode.dev_bleu_every_steps`` logged it)."""
+    return len(row["curves"]["bleu"]) >= 2
+
+
+def any_bleu_curves(rows: list[dict]) -> bool:
+    """Every row with a completed run has a dev-BLEU curve of at least two validations."""
+    done = [r for r in rows if r["seeds_completed"]]
+    return bool(done) and all(has_bleu_curve(r) for r in done)
+
+
+def pair_metric(t: dict, o: dict) -> str:
+    """The curves claim (b) of a pair is read on: ``bleu`` when both rows have a dev-BLEU curve, else ``ppl``."""
+    return "bleu" if has_bleu_curve(t) and has_bleu_curve(o) else "ppl"
+
+
+def pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(transformer row, row of another architecture), each such pair in table order."""
+    return [(t, o) for t in rows if t["arch"] == DEFAULT_ARCH for o in rows if o["arch"] != DEFAULT_ARCH]
+
+
+def reach(row: dict, metric: str, target: float) -> float | None:
+    """The step at which ``row``'s mean ``metric`` curve first reaches ``target`` (BLEU at or above, PPL at or
+    below), linear between validations (log PPL for PPL); None when it never does."""
+    curve = sorted((s, m) for s, (m, _, _) in row["curves"][metric].items())
+    better = (lambda x: x >= target) if metric == "bleu" else (lambda x: x <= target)
+    scale = (lambda x: x) if metric == "bleu" else (lambda x: math.log(max(x, 1e-12)))
+    for i, (s, m) in enumerate(curve):
+        if better(m):
+            if i == 0:
+                return float(s)
+            s0, m0 = curve[i - 1]
+            gap = scale(m) - scale(m0)
+            t = (scale(target) - scale(m0)) / gap if gap else 1.0
+            return s0 + min(1.0, max(0.0, t)) * (s - s0)
+    return None
+
+
+def bleu_key(t: Row, o: Row) -> str:
+    """The BLEU claim (a) compares: test BLEU when both rows have it, else dev BLEU."""
+    return "test_bleu" if t.test_bleu is not None and o.test_bleu is not None else "dev_bleu"
+
+
+def pair_settle(t: Row, o: Row, settings: dict | None = None) -> tuple[str | None, str | None, str | None]:
+    """(the noise verdict of claim (a)'s BLEU difference, and for a pair within noise its prediction in seeds and
+    in steps: the module docstring), each None where there is none."""
+    key = bleu_key(t, o)
+    if not t.seeds_completed or not o.seeds_completed or t[key] is None or o[key] is None:
+        return None, None, None
+    d, sds = t[key] - o[key], (t[f"{key}_std"], o[f"{key}_std"])
+    noise = noise_verdict(d, max(sds) if None not in sds else None)
+    if noise != "within":
+        return noise, None, None
+    n, have = seeds_to_settle(d, *sds), min(t.seeds_completed, o.seeds_completed)
+    interval = f"Welch's {100 * SEEDS_LEVEL:g}% t interval of the difference"
+    seeds = (f"not within {SEEDS_MOST} seeds a row ({interval} includes zero up to there)" if n is None else
+             f"at {n} seeds a row ({have} now), where {interval} would exclude zero" if n > have else
+             f"at {n} seeds a row, {have} done: {interval} already excludes zero")
+    return noise, seeds, settle_steps(t, o, settings)
+
+
+def settle_steps(t: Row, o: Row, settings: dict | None = None) -> str:
+    """A pair's prediction in steps: Table 3's verdict of ``o`` against ``t`` as its base on their runs' dev-PPL
+    curves (:func:`.verdict.curve_verdict`, :func:`.verdict.settle_text`), with Table 2's noise rule."""
+    from .verdict import HOLDS, TOO_FEW, curve_verdict, settle_text
+
+    gap = f"BLEU's curves are not fitted, and the dev-PPL gap of {md_text(o.variant)} to {md_text(t.variant)}"
+    if o.dev_ppl is None or t.dev_ppl is None or not o.runs or not t.runs:
+        return f"{gap}: not predicted, no dev-PPL curves of both rows' runs"
+    d, sds = o.dev_ppl - t.dev_ppl, (o.dev_ppl_std, t.dev_ppl_std)
+    v = curve_verdict(o.runs, t.runs, d, noise_verdict(d, max(sds) if None not in sds else None), settings,
+                      warmup=o.warmup, base_warmup=t.warmup)
+    if v["verdict"] == HOLDS:
+        return f"{gap} is beyond seed noise and predicted to hold ({v['why']}): nothing to settle"
+    settle = settle_text(v.get("settle"), o.flops_per_step, o.s_per_step)
+    if v["verdict"] == TOO_FEW or settle is None:
+        return f"{gap}: not predicted ({v['why']})"
+    return f"{gap} is {v['verdict']} ({v['why']}); it settles: {settle} ({md_text(t.variant)} as the base)"
+
+
+def equal_flops_line(t: Row, o: Row, settings: dict | None = None) -> str:
+    """Claim (a) for the pair (``t``, ``o``); a pair within seed noise with its prediction (:func:`pair_settle`)."""
+    names = f"{md_text(t['variant'])} against {md_text(o['variant'])}"
+    missing = [r["variant"] for r in (t, o) if not r["seeds_completed"]]
+    if missing:
+        return f"(a) BLEU at equal training FLOPs, {names}: not checked, no completed run of {md_text(missing[0])}."
+    key = bleu_key(t, o)
+    what = "test BLEU" if key == "test_bleu" else "dev BLEU (no test BLEU recorded)"
+    if t[key] is None or o[key] is None:
+        return f"(a) BLEU at equal training FLOPs, {names}: not checked, no BLEU recorded."
+    ft, fo = t["train_flops"], o["train_flops"]
+    if ft and fo:
+        gap = abs(ft - fo) / max(ft, fo)
+        budget = (f"at {ft:.3g} and {fo:.3g} training FLOPs, the same budget within {100 * EQUAL_TOLERANCE:.0f}%"
+                  if gap <= EQUAL_TOLERANCE else
+                  f"NOT at equal training FLOPs ({ft:.3g} against {fo:.3g}, {max(ft, fo) / min(ft, fo):.2f}x)")
+    else:
+        budget = "training FLOPs unknown"
+    d = t[key] - o[key]
+    sds = [sd for sd in (t[f"{key}_std"], o[f"{key}_std"]) if sd is not None]
+    sd = max(sds) if len(sds) == 2 else None
+    noise = noise_verdict(d, sd)
+    noise_text = {"beyond": f"beyond seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
+                  "within": f"within seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
+                  "unknown": "seed noise unknown (a row with one completed seed)"}.get(noise, "")
+    winner = t if d > 0 else o
+    lead = (f"{md_text(winner['variant'])} higher by {abs(d):.2f} BLEU" if d else "the same BLEU")
+    _, seeds, steps = pair_settle(t, o, settings) if noise == "within" else (None, None, None)
+    settle = (f"; predicted to settle (a prediction: the notes say how made): in seeds, {seeds}; in steps, {steps}"
+              if seeds else "")
+    return (f"(a) BLEU at equal training FLOPs: {md_text(t['variant'])} {_pm(t[key], t[key + '_std'])} against "
+            f"{md_text(o['variant'])} {_pm(o[key], o[key + '_std'])} {what}, {budget}: {lead}, {noise_text}{settle}.")
+
+
+def reach_line(t: dict, o: dict, metric: str) -> str:
+    """Claim (b) for the pair (``t``, ``o``): what each needs to reach ``o``'s final dev BLEU (or PPL)."""
+    what = "dev BLEU" if metric == "bleu" else "dev PPL"
+    curve = o["curves"][metric]
+    if not curve or not t["curves"][metric]:
+        return (f"(b) {md_text(t['variant'])} to reach {md_text(o['variant'])}'s final {what}: not checked, no "
+                f"{what} curve of {md_text(o['variant'] if not curve else t['variant'])}.")
+    target = curve[max(curve)][0]
+    if metric == "bleu":
+        source = "on the dev-BLEU curves (decode.dev_bleu_every_steps; the first decode.dev_bleu_subset dev sentences)"
+    else:
+        lacking = " or ".join(md_text(r["variant"]) for r in (t, o) if not has_bleu_curve(r))
+        source = (f"on the dev-PPL curves (no dev-BLEU curve of {lacking}: its runs logged dev BLEU at fewer than "
+                  "two validations; decode.dev_bleu_every_steps sets how often)" if lacking else
+                  "on the dev-PPL curves")
+    parts, cost = [], {}
+    for r in (t, o):
+        step = reach(r, metric, target)
+        f, w = r["flops_per_step"], r["s_per_step"]
+        if step is None:
+            best = (max if metric == "bleu" else min)(m for m, _, _ in r["curves"][metric].values())
+            parts.append(f"{md_text(r['variant'])} does not reach it within its budget (its best {best:.2f})")
+            continue
+        cost[r["variant"]] = (step * f if f else None, step * w if w else None)
+        parts.append(f"{md_text(r['variant'])} needs {cost[r['variant']][0] or 0:.3g} FLOPs and "
+                     f"{_seconds(cost[r['variant']][1])} (step {step:.0f})")
+    ratio = ""
+    if t["variant"] in cost and o["variant"] in cost:
+        (ft, wt), (fo, wo) = cost[t["variant"]], cost[o["variant"]]
+        if ft and fo and wt and wo:
+            ratio = f": {md_text(t['variant'])} spends {fo / ft:.2f}x fewer FLOPs and {wo / wt:.2f}x less wall time"
+    return (f"(b) To reach {md_text(o['variant'])}'s final {what} ({target:.2f}), {source}: "
+            + "; ".join(parts) + ratio + ".")
+
+
+def claim_lines(rows: list[Row], metric: str | None = None, settings: dict | None = None) -> list[str]:
+    """(a) and (b) for each :func:`pairs` pair; (b) on ``metric``'s curves, by default each pair's
+    :func:`pair_metric` (the dev-BLEU curves when both rows have one); ``settings``: the verdict's (the sweep
+    file's ``report:`` section) for a pair within noise."""
+    both = pairs(rows)
+    if not both:
+        return ["The claim is not checked: the sweep has no transformer row beside a row of another architecture."]
+    return [line for t, o in both for line in (equal_flops_line(t, o, settings),
+                                               reach_line(t, o, metric or pair_metric(t, o)))]
