@@ -1,4 +1,4 @@
-"""Attention you can look at (report/attention.py): the Transformer's cross-attention weights on request
+"""Attention you can look at (report/views/attention.py): the Transformer's cross-attention weights on request
 (``features(..., need_attention=True)``) against a hand computation, the alignment figure of a finished run (the
 smoke run; an untrained RNN run folder), and the positional figure (sinusoids; a learned-positions run; what a
 report falls back to)."""
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from lightning_tfm.model import BOS, EOS, PAD, ModelConfig, Transformer, build_model, sinusoid_table
-from lightning_tfm.report import attention as att
-from lightning_tfm.report.records import RunRecord
+from lightning_tfm.report.views import attention as att
+from lightning_tfm.report.inputs.records import RunRecord
 from lightning_tfm.training.config import config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py

@@ -16,7 +16,7 @@ from pytorch_lightning.loggers import CSVLogger
 from conftest import SMOKE, write_sweep
 from test_status_verdicts import CURVES, WARMUP, log_ppl, write_run
 from lightning_tfm import report as rd
-from lightning_tfm.report.verdict import predict
+from lightning_tfm.report.table3.verdict import predict
 from lightning_tfm.sweep import Plan, load_sweep
 from lightning_tfm.sweep.launch import _Monitor, progress
 from lightning_tfm.sweep.status import format_status, row_verdicts, status_rows

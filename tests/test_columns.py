@@ -1,6 +1,7 @@
-"""A report column is one entry of one list (lightning_tfm/report/columns.py): a column added there alone, computed
-from the typed row, shows in table3.md, table3.csv, the report's W&B table (read back from the offline run's files)
-and the study's optuna-dashboard note. The report is rebuilt in-process from the committed CPU reference's export."""
+"""A report column is one entry of one list (lightning_tfm/report/table3/columns.py): a column added there alone,
+computed from the typed row, shows in table3.md, table3.csv, the report's W&B table (read back from the offline run's
+files) and the study's optuna-dashboard note. The report is rebuilt in-process from the committed CPU reference's
+export."""
 from __future__ import annotations
 
 import csv
@@ -12,9 +13,11 @@ import pytest
 from conftest import ROOT
 from wandb_offline import read_runs
 from lightning_tfm import report as rd
-from lightning_tfm.report import columns, dashboards
-from lightning_tfm.report.columns import CSV, NOTE, PPL, WANDB_PPL, Column, Row, Shown
-from lightning_tfm.report.render import table_csv, write_table
+from lightning_tfm.report.table3 import columns
+from lightning_tfm.report.publish import dashboards
+from lightning_tfm.report.core.columns import CSV, Column, Shown
+from lightning_tfm.report.table3.columns import NOTE, PPL, WANDB_PPL, Row
+from lightning_tfm.report.views.render import table_csv, write_table
 from lightning_tfm.sweep import load_sweep
 
 SWEEP = ROOT / "sweeps" / "table3-cpu.yaml"
@@ -115,7 +118,7 @@ def test_a_knob_newer_than_a_run_reads_at_its_default_and_another_architectures_
     """model.activation came after the committed references' runs: their saved model section lacks it, and they
     trained with its default (relu), which the report shows; an RNN row's model section (model.arch alone) has no
     Transformer knob to show, and a frozen key the config lacks stays empty."""
-    from lightning_tfm.report.table import knob_value
+    from lightning_tfm.report.table3.table import knob_value
 
     old_run = {"model.layers": 3, "model.d_model": 128, "train.max_steps": 600}
     assert knob_value(old_run, "model.activation") == "relu"

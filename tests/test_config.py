@@ -64,8 +64,8 @@ def test_table3_knobs_are_the_fields_with_a_table3_column_and_feed_the_report_an
     """A knob is one field: its Table 3 column (title, CSV and LaTeX names) is in its metadata, and every list of
     knobs is derived from the fields: the report's CSV, configuration and LaTeX columns, the paper's parsed rows,
     the dashboard's Optuna params."""
-    from lightning_tfm.report import columns
-    from lightning_tfm.report.paper import load_paper
+    from lightning_tfm.report.table3 import columns
+    from lightning_tfm.report.table3.paper import load_paper
     from lightning_tfm.sweep.queue import DASHBOARD_CHOICES, DASHBOARD_KNOBS
 
     knobs = config.TABLE3_KNOBS

@@ -1,5 +1,5 @@
 """Learning curves fitted and extrapolated (lightning_tfm.sweep.curves) and the verdict that reads them
-(lightning_tfm.report.verdict), on synthetic curves with known asymptotes: no training, no data."""
+(lightning_tfm.report.table3.verdict), on synthetic curves with known asymptotes: no training, no data."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lightning_tfm.report import verdict
+from lightning_tfm.report.table3 import verdict
 from lightning_tfm.sweep import curves
 
 STEPS = range(99, 600, 100)   # a validation every 100 updates, Lightning's steps: the budget is 600 updates

@@ -17,9 +17,9 @@ import pytest
 from conftest import ROOT, ltfm, write_sweep
 from wandb_offline import read_records, read_runs
 from lightning_tfm import report as rd
-from lightning_tfm.report import dashboards
-from lightning_tfm.report.columns import WANDB_BLEU, WANDB_PPL, columns
-from lightning_tfm.report.render import _duration
+from lightning_tfm.report.publish import dashboards
+from lightning_tfm.report.table3.columns import WANDB_BLEU, WANDB_PPL, columns
+from lightning_tfm.report.views.render import _duration
 from lightning_tfm.sweep import load_sweep
 
 RUN_ID = "report-rep-table3"
@@ -121,7 +121,7 @@ def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(
     assert s["wall_time_s"] > 0 and f"wall time {_duration(s['wall_time_s'])} (first start to last end)" in md
     assert (s["completed_runs"], s["runs"]) == (3, 5) and "Sweep: 3 completed run(s) of 5" in md
     # the report names its W&B run: the one folder its pattern matches, and the command that publishes it
-    from lightning_tfm.report.render import PUBLISHED_TITLE
+    from lightning_tfm.report.views.render import PUBLISHED_TITLE
     published = md.split(PUBLISHED_TITLE, 1)[1]
     pattern = re.search(r"\(offline\), in `(\S+)`", published).group(1)
     assert sorted(map(str, Path("/").glob(pattern.lstrip("/")))) == [str(folder)], pattern
@@ -294,7 +294,7 @@ def test_a_runs_folders_include_the_one_wandb_starts_in_the_same_second(tmp_path
 def test_the_family_plot_shows_the_base_as_one_mean_curve_with_its_seeds_range_shaded():
     """As the PNG: the base at three seeds is one legend entry (the mean at each step) over a band from the lowest
     to the highest seed, in every family's view; a row's own curve beside it."""
-    from lightning_tfm.report.records import ReportData, RunRecord
+    from lightning_tfm.report.inputs.records import ReportData, RunRecord
 
     sweep = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml")
     curve = lambda scale: [{"step": s, "dev/ppl": scale * 100 / s} for s in range(10, 110, 10)]  # noqa: E731
@@ -383,8 +383,8 @@ def test_the_report_says_where_its_wandb_run_is_and_how_to_open_its_study(tmp_pa
     optuna-dashboard command with its storage URL, the password masked; a report from an export: published nowhere."""
     from types import SimpleNamespace
 
-    from lightning_tfm.report.published import where_published
-    from lightning_tfm.report.render import PUBLISHED_TITLE, published_markdown
+    from lightning_tfm.report.publish.published import where_published
+    from lightning_tfm.report.views.render import PUBLISHED_TITLE, published_markdown
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "res").mkdir()

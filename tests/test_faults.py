@@ -367,7 +367,7 @@ def test_sweep_status_never_shows_any_part_of_the_password(data_dir):
 
 def test_report_out_replaces_only_a_folder_it_made(tmp_path):
     from lightning_tfm.training.errors import UserError
-    from lightning_tfm.report.notebooks import MARKER, check_out, _replace_dir
+    from lightning_tfm.report.publish.notebooks import MARKER, check_out, _replace_dir
 
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -13,10 +13,11 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
 from conftest import ROOT, SMOKE, TINY, ltfm  # noqa: E402
-from lightning_tfm.report import figures, lead  # noqa: E402
-from lightning_tfm.report.table import build_table  # noqa: E402
+from lightning_tfm.report.core import plots  # noqa: E402
+from lightning_tfm.report.views import figures, lead  # noqa: E402
+from lightning_tfm.report.table3.table import build_table  # noqa: E402
 from lightning_tfm.training.errors import UserError  # noqa: E402
-from lightning_tfm.report.records import ReportData, RunRecord  # noqa: E402
+from lightning_tfm.report.inputs.records import ReportData, RunRecord  # noqa: E402
 from lightning_tfm.sweep import load_sweep  # noqa: E402
 
 
@@ -117,13 +118,13 @@ def test_a_name_with_dollars_is_drawn_as_it_is(tmp_path):
 def test_a_log_axis_keeps_its_numbers_while_names_stay_literal(tmp_path):
     """The formatters' tick labels (a log axis writes 10^2 as mathtext) are drawn as numbers, never as the raw
     ``$\\mathdefault{10^{2}}$``; tick labels set as names and every other text are literal."""
-    fig, axes = figures.new_figure(1, 1, 4, 3)
+    fig, axes = plots.new_figure(1, 1, 4, 3)
     ax = axes[0][0]
     ax.plot([1, 2, 3], [10, 100, 1000])
     ax.set_yscale("log")
     ax.set_xticks([1, 2], ["x$\\bogus{$", "b"])
     ax.set_title("row $\\frac{$")
-    figures.save_figure(fig, tmp_path / "f.png")
+    plots.save_figure(fig, tmp_path / "f.png")
     numbers = [t for t in ax.get_yticklabels() if t.get_text()]
     assert numbers and all(t.get_parse_math() and t.get_text().startswith("$") for t in numbers)
     assert not any(t.get_parse_math() for t in ax.get_xticklabels()) and not ax.title.get_parse_math()
@@ -143,7 +144,7 @@ def _lead(table, tmp_path, monkeypatch):
     saved = []
     monkeypatch.setattr(lead, "save_figure", lambda fig, path, formats=("png",): saved.append(fig) or str(path))
     lead.plot_changes(table, tmp_path / "changes.png")
-    figures.literal_text(saved[-1])
+    plots.literal_text(saved[-1])
     return saved[-1]
 
 
@@ -235,24 +236,24 @@ def test_an_empty_panel_says_no_data_and_a_figure_with_nothing_to_show_is_left_o
     for name, plot, arg in (("n", figures.plot_norm_curves, data), ("d", figures.plot_dev_ppl_by_family, data),
                             ("f", figures.plot_ppl_vs_flops, table), ("o", figures.plot_outlook, table)):
         left = plot(arg, tmp_path / "empty" / f"{name}.png")
-        assert isinstance(left, figures.LeftOut) and left.name == f"{name}.png" and left.why, name
+        assert isinstance(left, plots.LeftOut) and left.name == f"{name}.png" and left.why, name
     assert not (tmp_path / "empty").exists()
     assert figures.plot_norm_curves(data, tmp_path / "n.png").why == ("neither the base nor a pre-norm row has a "
                                                                       "training curve")
 
 
 def test_figures_in_paper_formats(tmp_path):
-    assert figures.parse_formats(None) == figures.parse_formats("png") == ("png",)
-    assert figures.parse_formats("PDF, svg") == figures.parse_formats(["svg", "pdf", "png"]) == ("png", "svg", "pdf")
+    assert plots.parse_formats(None) == plots.parse_formats("png") == ("png",)
+    assert plots.parse_formats("PDF, svg") == plots.parse_formats(["svg", "pdf", "png"]) == ("png", "svg", "pdf")
     for bad, words in (("png,tiff", "unknown format 'tiff'"), ("", "an empty format"), ("png,", "an empty format")):
         with pytest.raises(UserError) as e:
-            figures.parse_formats(bad)
+            plots.parse_formats(bad)
         assert str(e.value).startswith(f"--formats {bad!r}: {words}; choose from png, svg, pdf"), str(e.value)
     written = {}
     for run in ("a", "b"):
-        fig, axes = figures.new_figure(1, 1, 4, 3)
+        fig, axes = plots.new_figure(1, 1, 4, 3)
         axes[0][0].plot([1, 2, 3], [3, 1, 2], label="row $x")
-        path = figures.save_figure(fig, tmp_path / run / "f.png", formats=("png", "svg", "pdf"))
+        path = plots.save_figure(fig, tmp_path / run / "f.png", formats=("png", "svg", "pdf"))
         assert path == str(tmp_path / run / "f.png")
         written[run] = {f: (tmp_path / run / f"f.{f}").read_bytes() for f in ("png", "svg", "pdf")}
     files = written["a"]
@@ -362,8 +363,8 @@ def test_a_pipeline_checks_runs_log_their_loss_and_its_report_draws_only_what_it
     # one validation a run: no curve to fit, so no outlook figure, and a line saying why in its place
     table = build_table(data, bootstrap=False)
     left = figures.plot_outlook(table, tmp_path / "outlook.png")
-    assert left == figures.LeftOut("outlook.png", left.why) and not (tmp_path / "outlook.png").exists()
+    assert left == plots.LeftOut("outlook.png", left.why) and not (tmp_path / "outlook.png").exists()
     assert left.why == ("no row's learning curve could be fitted and extrapolated (a fit needs 3 validations after "
                         "the warmup; the base has 1 in all)"), left.why
-    assert figures.shown(left).data == f"*outlook.png is left out: {left.why}.*"
-    assert figures.shown(path).data == (tmp_path / "norm_curves.png").read_bytes()
+    assert plots.shown(left).data == f"*outlook.png is left out: {left.why}.*"
+    assert plots.shown(path).data == (tmp_path / "norm_curves.png").read_bytes()

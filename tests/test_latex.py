@@ -1,6 +1,6 @@
-"""table3.tex (lightning_tfm/report/latex.py): the Table 3 replica as a booktabs table, the paper's columns with ours
-beside the paper's, built from the committed CPU reference's export (no training); every string escaped; it compiles
-with pdflatex where TeX is installed (Debian: texlive-latex-base and texlive-latex-recommended)."""
+"""table3.tex (lightning_tfm/report/views/latex.py): the Table 3 replica as a booktabs table, the paper's columns with
+ours beside the paper's, built from the committed CPU reference's export (no training); every string escaped; it
+compiles with pdflatex where TeX is installed (Debian: texlive-latex-base and texlive-latex-recommended)."""
 from __future__ import annotations
 
 import re
@@ -12,9 +12,9 @@ import pytest
 
 from conftest import ROOT, write_sweep
 from lightning_tfm import report as rd
-from lightning_tfm.report.columns import LATEX, columns
-from lightning_tfm.report.latex import STANDALONE_FILE, TEX_FILE, table_latex, tex_text, write_latex
-from lightning_tfm.report.render import write_table
+from lightning_tfm.report.table3.columns import LATEX, columns
+from lightning_tfm.report.views.latex import STANDALONE_FILE, TEX_FILE, table_latex, tex_text, write_latex
+from lightning_tfm.report.views.render import write_table
 from lightning_tfm.sweep import load_sweep
 
 SWEEP = ROOT / "sweeps" / "table3-cpu.yaml"
@@ -61,7 +61,7 @@ def test_the_paper_columns_ours_beside_the_papers_one_line_a_row_grouped_by_fami
     assert cells(head[2]) == ["", "$N$", r"$d_{\mathrm{model}}$", r"$d_{\mathrm{ff}}$", "$h$", "$d_k$", "$d_v$",
                               r"$P_{\mathrm{drop}}$", r"$\epsilon_{\mathrm{ls}}$", "train steps",
                               "ours", "paper", "ours", "paper", "ours", "paper"]
-    assert [c.latex.title for c in columns(LATEX)] == cells(head[2])  # the columns' one home: report/columns.py
+    assert [c.latex.title for c in columns(LATEX)] == cells(head[2])  # the columns' one home: report/table3/columns.py
     # one line per row of the table, in its order, a \midrule between two families
     data = [ln for ln in rows if ln != r"\midrule"]
     assert len(data) == len(table["rows"]) == 21

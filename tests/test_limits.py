@@ -154,8 +154,8 @@ def test_a_hand_trained_runs_long_variant_is_refused_before_the_export_is_writte
     space (run.name 'my run') is a name the export takes."""
     from types import SimpleNamespace
 
-    from lightning_tfm.report.export import check_tree, write_export
-    from lightning_tfm.report.records import ReportData, RunRecord
+    from lightning_tfm.report.inputs.export import check_tree, write_export
+    from lightning_tfm.report.inputs.records import ReportData, RunRecord
 
     sweep = SimpleNamespace(name="s", path=tmp_path / "s.yaml")
     table = {"bootstrap": ({}, [], None), "run_info": None}

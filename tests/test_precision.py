@@ -40,7 +40,7 @@ def test_the_precision_a_run_uses_is_lightnings_full_name(monkeypatch, tmp_path)
     headline names an older export's "32" and a newer run's "32-true" as one fp32."""
     import json
 
-    from lightning_tfm.report.render import precision_names
+    from lightning_tfm.report.views.render import precision_names
     from lightning_tfm.training.runs.results import load_summary
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -2,7 +2,7 @@
 its module's own business. A helper another module needs is public (or moves to where it belongs). Checked on the
 source, by an AST walk over lightning_tfm/**/*.py: ``from <a module of lightning_tfm> import _name`` (relative or
 absolute, over several lines too) and ``module._name`` where ``module`` is a module of lightning_tfm imported as a
-module (``from ..training import tracking``, ``import lightning_tfm.report.records as records``), inside
+module (``from ..training import tracking``, ``import lightning_tfm.report.inputs.records as records``), inside
 functions too. A public name imported under a private alias (``import decode_dtype as _dtype``) is fine."""
 from __future__ import annotations
 
@@ -83,32 +83,33 @@ def test_no_module_uses_another_modules_private_names():
 
 
 def test_the_check_finds_each_form_and_allows_a_private_alias_of_a_public_name():
-    """The walk itself, on a module of report/ written here (it names report/'s modules only: other layers' modules
-    move): each form it must catch, with its line."""
+    """The walk itself, on a module of report/table3/ written here (it names report/'s modules only: other
+    layers' modules move): each form it must catch, with its line."""
     source = '''
-from .records import (
+from ..inputs.records import (
     RunRecord,
     _flatten,
 )
-from lightning_tfm.report.table import _status
+from lightning_tfm.report.table3.table import _status
 from .stats import finite as _finite
-from . import figures
-from .. import report as rp
-import lightning_tfm.report.records
-import lightning_tfm.report.render as rr
+from ..views import figures
+from ... import report as rp
+import lightning_tfm.report.inputs.records
+import lightning_tfm.report.views.render as rr
 from optuna_dashboard._note import get_note_from_system_attrs
 
 
 def f(study):
-    from .render import _duration
-    study._storage, _finite(1), figures.metric_series, figures.__name__, rp.table.row_status
-    return figures._series, rp.stats._sign, lightning_tfm.report.records._num, rr._private, _duration
+    from ..views.render import _duration
+    study._storage, _finite(1), figures.metric_series, figures.__name__, rp.table3.table.row_status
+    return figures._series, rp.table3.stats._sign, lightning_tfm.report.inputs.records._num, rr._private, _duration
 '''
-    found = private_uses(PACKAGE / "report" / "probe.py", source)
+    found = private_uses(PACKAGE / "report" / "table3" / "probe.py", source)
     assert [hit.split(": ", 1)[1] for hit in found] == [
-        "from lightning_tfm.report.records import _flatten", "from lightning_tfm.report.table import _status",
-        "from lightning_tfm.report.render import _duration", "lightning_tfm.report.figures._series",
-        "lightning_tfm.report.stats._sign", "lightning_tfm.report.records._num",
-        "lightning_tfm.report.render._private"]
+        "from lightning_tfm.report.inputs.records import _flatten",
+        "from lightning_tfm.report.table3.table import _status",
+        "from lightning_tfm.report.views.render import _duration", "lightning_tfm.report.views.figures._series",
+        "lightning_tfm.report.table3.stats._sign", "lightning_tfm.report.inputs.records._num",
+        "lightning_tfm.report.views.render._private"]
     assert [int(hit.split(":")[1]) for hit in found] == [2, 6, 16, 18, 18, 18, 18]
-    assert all(hit.startswith("lightning_tfm/report/probe.py:") for hit in found)
+    assert all(hit.startswith("lightning_tfm/report/table3/probe.py:") for hit in found)

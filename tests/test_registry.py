@@ -102,6 +102,7 @@ def toy_experiment(tmp_path, data_dir, study="toys") -> str:
 
 def test_a_toy_architecture_trains_decodes_and_is_reported(tmp_path, data_dir, monkeypatch):
     from lightning_tfm import report as rd
+    from lightning_tfm.report.views import render
     from lightning_tfm.training.runs.checkpoints import load_model
     from lightning_tfm.training.data.data import pad
     from lightning_tfm.training.decode import beam_search
@@ -141,11 +142,11 @@ def test_a_toy_architecture_trains_decodes_and_is_reported(tmp_path, data_dir, m
     (base,) = [r for r in table["rows"] if r["variant"] == "base"]
     assert base["dev_ppl"] == pytest.approx(summary["dev_ppl"])
     assert f"{summary['dev_ppl']:.2f}" in rd.table_markdown(table)
-    (csv_base,) = [r for r in csv.DictReader(io.StringIO(rd.render.table_csv(table))) if r["variant"] == "base"]
+    (csv_base,) = [r for r in csv.DictReader(io.StringIO(render.table_csv(table))) if r["variant"] == "base"]
     assert float(csv_base["dev_ppl"]) == pytest.approx(summary["dev_ppl"])
 
     # no attention weights from a toy: the alignment figure names the registered architectures that give them
-    from lightning_tfm.report.attention import alignments
+    from lightning_tfm.report.views.attention import alignments
 
     seeing = type("SeeingToy", (Toy,), {"features": lambda self, src, tgt_in, need_attention=False: None})
     monkeypatch.setitem(registry.ARCHITECTURES, "seeing", registry.Architecture("seeing", seeing, ToyConfig))

@@ -21,7 +21,7 @@ from PIL import Image
 from conftest import ROOT, SMOKE, ltfm, write_sweep
 from wandb_offline import read_runs
 from lightning_tfm import report as rd
-from lightning_tfm.report import notebooks
+from lightning_tfm.report.publish import notebooks
 from lightning_tfm.training.errors import UserError
 from lightning_tfm.sweep import load_sweep
 
@@ -315,7 +315,7 @@ def test_a_search_without_a_completed_trial_is_refused(tmp_path):
 
 def test_the_machine_line_names_the_precision_as_a_reader_does(tmp_path):
     """summary.json records Lightning's precision string ("32", "bf16-mixed"); the headline says fp32, bf16 (mixed)."""
-    from lightning_tfm.report.render import headline_lines, precision_name
+    from lightning_tfm.report.views.render import headline_lines, precision_name
 
     assert [precision_name(p) for p in ("32", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "64", "odd-9")] == \
         ["fp32", "fp32", "bf16 (mixed)", "fp16 (mixed)", "bf16", "fp64", "odd-9"]

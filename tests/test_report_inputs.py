@@ -16,7 +16,8 @@ import pytest
 from conftest import ROOT, ltfm, write_sweep
 from test_verdict import BASE, CFG, _records, curve
 from lightning_tfm import report as rd
-from lightning_tfm.report import compare, stats
+from lightning_tfm.report.inputs import export, records
+from lightning_tfm.report.table3 import compare, stats
 from lightning_tfm.sweep import load_sweep
 from lightning_tfm.training.errors import UserError
 
@@ -239,7 +240,7 @@ def test_an_export_too_deep_too_large_or_not_utf8_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"not a readable JSON file \(UnicodeDecodeError\)"):
         rd.read_export(sweep, f)
     with f.open("wb") as out:  # a sparse file beyond the size any export has
-        out.truncate(rd.export.MAX_BYTES + 1)
+        out.truncate(export.MAX_BYTES + 1)
     with pytest.raises(UserError, match="is larger than 256 MiB"):
         rd.read_export(sweep, f)
 
@@ -276,7 +277,7 @@ def test_against_export_errors_name_against_export(tmp_path, ltfm_here):
     assert err.startswith("ltfm: error: --against-export ") and "no export of sweep 'table3-cpu'" in err
     # side B from a results folder: its options, likewise
     with pytest.raises(UserError, match=r"\(--against-results, the sweep's run.results_dir\)"):
-        rd.records.resolve_local(load_sweep(s), tmp_path / "nowhere", None, ("--against-results", "--against-storage"))
+        records.resolve_local(load_sweep(s), tmp_path / "nowhere", None, ("--against-results", "--against-storage"))
     p = ltfm_here("report", "sweeps/table3-cpu-continued.yaml", "--from-export", CONTINUED, "--against", s,
              "--against-results", tmp_path / "nowhere", "--out", tmp_path / "cmp")
     err = _one_line(p)

@@ -25,7 +25,8 @@ from conftest import ROOT, default_signals, ltfm, write_sweep
 from pg import postgres  # noqa: F401  (fixture)
 from wandb_offline import read_runs
 from lightning_tfm import report as rd
-from lightning_tfm.report import dashboards
+from lightning_tfm.report.views import render
+from lightning_tfm.report.publish import dashboards
 
 RUN_ID = "report-rep-table3"
 
@@ -157,7 +158,7 @@ def test_strings_from_the_runs_are_text_in_every_page_and_figure(swept, tmp_path
 def test_the_optuna_dashboard_plots_and_note_hold_run_strings_as_text(swept, tmp_path):
     """optuna-dashboard draws plotly's text as HTML (its pseudo-HTML: links, line breaks) and renders the note as
     markdown: a row's name is escaped in both."""
-    from lightning_tfm.report.render import table_markdown
+    from lightning_tfm.report.views.render import table_markdown
 
     data = rd.load_report_data(swept["sweep"], results_dir=swept["results"])
     a1 = next(r for r in data.records if r.variant == "A1")
@@ -342,10 +343,10 @@ def test_a_pipeline_checks_report_says_so_in_every_title_headline_and_tag(tmp_pa
     them), rebuilt as ``ltfm report`` rebuilds a report folder's table (no training, no kernel): table3.md's title
     and first line, the terminal's headline, table3.tex's caption, the HTML page's title, the optuna-dashboard note
     and the W&B report run's name, group and tags all say "pipeline check"."""
-    from lightning_tfm.report import notebooks
-    from lightning_tfm.report.export import rebuilt_table
-    from lightning_tfm.report.latex import table_latex
-    from lightning_tfm.report.render import headline_text, write_table
+    from lightning_tfm.report.publish import notebooks
+    from lightning_tfm.report.table3.table import rebuilt_table
+    from lightning_tfm.report.views.latex import table_latex
+    from lightning_tfm.report.views.render import headline_text, write_table
     from lightning_tfm.sweep import load_sweep
 
     sweep = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml")
@@ -361,7 +362,7 @@ def test_a_pipeline_checks_report_says_so_in_every_title_headline_and_tag(tmp_pa
     md = (out / "table3.md").read_text()
     assert md.startswith("# Pipeline check, not a result: sweep `table3-cpu`\n")
     said = "Pipeline check (runs tagged `pipeline-check`): its numbers say nothing about the paper's claims"
-    assert next(ln for ln in md.splitlines() if ln.startswith("- ")) == "- " + rd.render.PIPELINE_CHECK_LINE
+    assert next(ln for ln in md.splitlines() if ln.startswith("- ")) == "- " + render.PIPELINE_CHECK_LINE
     assert headline_text(table).startswith(said)
     assert r"\caption{Pipeline check, not a result (runs tagged pipeline-check)" in table_latex(table)
     assert dashboards.note_text(table).split("\n\n")[1].startswith("# Pipeline check, not a result")

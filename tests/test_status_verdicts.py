@@ -15,7 +15,7 @@ import yaml
 from pytorch_lightning.loggers import CSVLogger
 
 from conftest import SMOKE
-from lightning_tfm.report.verdict import predict
+from lightning_tfm.report.table3.verdict import predict
 from lightning_tfm.sweep import Plan, load_sweep
 from lightning_tfm.sweep.launch import _Monitor
 from lightning_tfm.sweep.status import format_status, row_verdicts, status_rows
@@ -96,8 +96,8 @@ def test_each_finished_row_gets_the_verdict_of_its_predicted_gap(swept):
 
 
 def test_the_status_verdict_is_the_reports_prediction(swept):
-    """The same fit, draws and interval as the report's verdict (lightning_tfm.report.verdict.predict) on the same
-    curves: a status line never contradicts the report's prediction."""
+    """The same fit, draws and interval as the report's verdict (lightning_tfm.report.table3.verdict.predict) on the
+    same curves: a status line never contradicts the report's prediction."""
     sweep, _, study, _ = swept
     status = row_verdicts(sweep, status_rows(study))
     base = [CURVES["base", s] for s in (1, 2, 3)]

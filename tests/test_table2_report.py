@@ -1,7 +1,7 @@
-"""The Table 2 report (lightning_tfm/report/table2.py) from synthetic records (no training): a sweep of a
+"""The Table 2 report (lightning_tfm/report/table2/table.py) from synthetic records (no training): a sweep of a
 transformer row and recurrent rows, the rows' numbers, the claim's two lines (BLEU at equal training FLOPs; the
 FLOPs and wall time to reach the RNN's final dev BLEU or PPL), missing rows, the paper's rows; the FLOPs of an
-rnn record (report/compute.py) are the RNN class's own count; the notebook chosen for a Table 2 sweep."""
+rnn record (report/table3/compute.py) are the RNN class's own count; the notebook chosen for a Table 2 sweep."""
 from __future__ import annotations
 
 import csv
@@ -14,8 +14,9 @@ import yaml
 
 from conftest import write_sweep
 from lightning_tfm.model.rnn import RNN, RNNConfig
-from lightning_tfm.report import compute, paper, table2
-from lightning_tfm.report.records import ReportData, RunRecord
+from lightning_tfm.report.table3 import compute, paper
+from lightning_tfm.report.table2 import table as table2
+from lightning_tfm.report.inputs.records import ReportData, RunRecord
 
 TRANSFORMER = {"model.layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.heads": 2, "model.d_k": 16,
                "model.d_v": 16}
@@ -186,7 +187,7 @@ def test_written_files_and_figure(sweep, tmp_path):
 
 
 def test_a_mixed_sweep_gets_the_table2_notebook(sweep, tmp_path):
-    from lightning_tfm.report.notebooks import notebook_name, notebook_path
+    from lightning_tfm.report.publish.notebooks import notebook_name, notebook_path
     from lightning_tfm.sweep import load_sweep
 
     assert table2.is_table2(sweep) and notebook_name(sweep) == "table2"
@@ -253,7 +254,7 @@ def test_planned_configs_of_rows_of_their_own_experiment(tmp_path, data_dir):
     its own experiment's config, not the base run's, with the command line's overrides the base run shows (here
     data.path and train.max_steps=40: the rnn's equal-FLOPs steps follow them, as the sweep plans them)."""
     from conftest import ROOT, SMOKE
-    from lightning_tfm.report.records import planned_configs
+    from lightning_tfm.report.inputs.records import planned_configs
     from lightning_tfm.sweep import Entry, Plan, load_sweep, trial_config
     from lightning_tfm.training.config.config import flatten
 
@@ -284,7 +285,7 @@ def test_a_sweep_of_recurrent_rows_alone_is_reported_as_table2_not_table3(tmp_pa
     "N 6, d_model 512, h 8" and its rows change no knob) but rows by their own architecture and cost; a Table 3
     comparison (--against) and --from-export (a Table 3 report's) are refused in one line."""
     from conftest import ROOT
-    from lightning_tfm.report.notebooks import notebook_name
+    from lightning_tfm.report.publish.notebooks import notebook_name
     from lightning_tfm.sweep import load_sweep
 
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump({"run": {"name": "r"}, "data": {"source": "local"}}))
@@ -317,8 +318,9 @@ def test_a_table2_column_declared_once_is_in_the_markdown_csv_wandb_table_summar
     """One entry of report/table2_columns.COLUMNS, a value computed from the row: table2.md's table of ours and the
     study note show it, table2.csv and the report run's W&B table ``table2/rows`` have it as a column, the W&B
     summary as ``<row>/<key>`` (:mod:`.dashboards` dispatches by the report's Kind, no list of its own)."""
-    from lightning_tfm.report import dashboards, table2_columns
-    from lightning_tfm.report.columns import CSV, Column, Shown
+    from lightning_tfm.report.publish import dashboards
+    from lightning_tfm.report.table2 import columns as table2_columns
+    from lightning_tfm.report.core.columns import CSV, Column, Shown
 
     def per_m(r):
         return r.test_bleu / (r.params / 1e6) if r.test_bleu is not None and r.params else None

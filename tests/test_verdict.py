@@ -13,7 +13,8 @@ import yaml
 
 from conftest import ROOT, ltfm, write_sweep
 from lightning_tfm import report as rd
-from lightning_tfm.report import compare, compute, verdict
+from lightning_tfm.report.views import render
+from lightning_tfm.report.table3 import compare, compute, verdict
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
 from lightning_tfm.model.transformer import train_flops_per_step
 from lightning_tfm.bench.speed import DEFAULTS
@@ -82,7 +83,7 @@ def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_p
     _, cells = _md(md)
     assert cells["A1"]["budget verdict"] == f"holds ({verdict.gap_text(gap)})"
     assert cells["A3"]["budget verdict"] == "within noise"
-    csv_rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(rd.render.table_csv(table)))}
+    csv_rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(render.table_csv(table)))}
     assert csv_rows["A2"]["ppl_verdict"] == "may flip" and csv_rows["A1"]["ppl_verdict"] == "holds"
     assert csv_rows["A1"]["ppl_verdict_why"] == verdict.gap_text(gap)
     # the settle budget: rows that may flip or are within noise, in the table and the CSV
@@ -107,7 +108,7 @@ def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
     headline has it too."""
     import json
 
-    from lightning_tfm.report.render import headline_lines, headline_text
+    from lightning_tfm.report.views.render import headline_lines, headline_text
 
     table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml",
                                                export_dir=ROOT / "reports" / "reference" / "table3-cpu" / "export"))
@@ -229,7 +230,7 @@ def test_equal_compute_delta_reads_the_rows_curve_at_the_bases_budget(tmp_path):
     assert cells["C7"]["ΔPPL ours at base FLOPs"] == f"{2000 / 300 - 5:+.2f} ({100 * (2000 / 300 - 5) / 5:+.0f}%)"
     assert cells["C6"]["ΔPPL ours at base FLOPs"].startswith("beyond its curve")
     assert cells["base"]["ΔPPL ours at base FLOPs"] == f"budget {600 * base_f:.3g} FLOPs"
-    header = rd.render.table_csv(table).splitlines()[0].split(",")
+    header = render.table_csv(table).splitlines()[0].split(",")
     assert header[header.index("delta_ppl") + 1] == "delta_ppl_equal_flops"  # beside the equal-steps Δ
 
 
@@ -281,7 +282,7 @@ def test_comparison_status_of_each_row(tmp_path):
 
 
 def test_perplexities_near_a_floats_range_give_numbers_and_verdicts_not_overflow(tmp_path):
-    from lightning_tfm.report.stats import mean_std
+    from lightning_tfm.report.table3.stats import mean_std
 
     assert mean_std([1.7e308] * 3) == (1.7e308, 0.0)  # the sum overflowed, not the values
     mean, sd = mean_std([1.7e308, 1.0, 1.0])         # the spread's squares overflowed

@@ -106,8 +106,8 @@ class Transformer(EncoderDecoder):
         """Decoder output states (B, T, d_model) for teacher-forced ``tgt_in``: ``forward`` without ``project``.
 
         With ``need_attention``: (states, the last decoder layer's encoder-decoder attention probabilities
-        (B, heads, T, S), 0 at padded source positions), as the RNN's ``features`` (report/attention.py draws them);
-        that one attention then takes the plain matmul path (``MultiHeadAttention.keep_weights``), the states are
+        (B, heads, T, S), 0 at padded source positions), as the RNN's ``features`` (report/views/attention.py draws
+        them); that one attention then takes the plain matmul path (``MultiHeadAttention.keep_weights``), the states are
         the same."""
         memory, src_mask = self.encode(src)
         if not need_attention:
@@ -199,7 +199,7 @@ def _train_flops(N, d, f, hk, hv, V, B, S, T) -> float:
 
 def train_flops_per_step(s: dict) -> float:
     """:meth:`Transformer.train_flops_per_token` for a batch, from a dict of shapes (``ltfm bench``'s settings,
-    the report's rows, :func:`lightning_tfm.report.compute.flops_per_step`): ``layers``, ``d_model``, ``d_ff``,
+    the report's rows, :func:`lightning_tfm.report.table3.compute.flops_per_step`): ``layers``, ``d_model``, ``d_ff``,
     ``vocab``, ``batch`` (sentences), ``src_len``, ``tgt_len`` (tokens a sentence); optionally ``heads`` with
     ``d_k`` and ``d_v`` (Table 3's rows where ``heads * d_k`` is not ``d_model``), else the concatenated heads
     are ``d_model`` wide."""

@@ -33,14 +33,14 @@ from pathlib import Path
 
 from ..sweep.curves import extrapolation_score
 from ..training.errors import UserError
-from .stats import mean_std, noise_verdict, relative
-from .verdict import HOLDS, TOO_FEW, change, curve_verdict, last_step
+from .table3.stats import mean_std, noise_verdict, relative
+from .table3.verdict import HOLDS, TOO_FEW, change, curve_verdict, last_step
 
 KEYS = ("beyond_noise", "called_holds", "kept_sign", "interval_coverage", "rows")
 
 
 def _curves(data) -> dict:
-    from .table import learning_curves, ordered_variants
+    from .table3.table import learning_curves, ordered_variants
 
     return learning_curves(data, ordered_variants(data.sweep, data.records))
 
@@ -176,7 +176,7 @@ def _later_export(sweep, path: str) -> "object":
     """The ReportData of the later export ``path`` (a folder holding one export, or its JSON file), read with its
     own sweep file from beside ``sweep``'s."""
     from ..sweep import load_sweep
-    from .export import read_export
+    from .inputs.export import read_export
 
     p = Path(path)
     files = sorted(p.glob("*.json")) if p.is_dir() else [p] if p.is_file() else []
@@ -277,7 +277,7 @@ def _check_cut(base: list[dict[int, float]], cut: list[dict[int, float]], fracti
 
 def backtest_cli(args, sweep) -> int:
     """``ltfm report SWEEP --from-export DIR --backtest FRACTION | --backtest-to LATER_DIR [--json] [--out F]``."""
-    from .export import read_export
+    from .inputs.export import read_export
 
     if args.backtest is not None and args.backtest_to:
         raise UserError("--backtest and --backtest-to: give one (a fraction of this export's budget, or a later "
@@ -316,7 +316,7 @@ def backtest_cli(args, sweep) -> int:
     text = backtest_text(result, title)
     if out is not None:
         from ..training.atomic import write_text
-        from .figures import plot_outlook
+        from .views.figures import plot_outlook
 
         out.parent.mkdir(parents=True, exist_ok=True)
         table = {"sweep": sweep.name, "outlook": outlook, "curves": earlier_curves, "report_settings": sweep.report}

@@ -55,8 +55,8 @@ def report_cli(args) -> int:
     [--against-export DIR]]``; with ``--backtest FRACTION`` or ``--backtest-to LATER_DIR`` the verdict's
     back-test (:mod:`.backtest`)."""
     from ..sweep import load_sweep
-    from .notebooks import (check_out, check_sources, compare_cli, execute, notebook_name, notebook_path,
-                            report_parameters, stopped_by_signals)
+    from .publish.notebooks import (check_out, check_sources, compare_cli, execute, notebook_name, notebook_path,
+                                    report_parameters, stopped_by_signals)
 
     sweep = load_sweep(args.sweep_file)
     if args.backtest is not None or args.backtest_to:
@@ -91,8 +91,8 @@ def report_cli(args) -> int:
     def published() -> int:  # the report folder is in place (its lock held): say so, then W&B and optuna-dashboard
         md, table = out / f"{name}.md", None
         if name == "table3":  # the rows the notebook wrote its tables from, rebuilt from its export (not parsed back)
-            from .export import rebuilt_table
-            from .render import headline_text
+            from .table3.table import rebuilt_table
+            from .views.render import headline_text
             table = rebuilt_table(sweep, out)
             print(headline_text(table), end="")
         pngs = sorted(p.name for p in out.glob("*.png"))
@@ -106,9 +106,9 @@ def report_cli(args) -> int:
         if name == "table3" and args.from_export:
             print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
         elif name in ("table2", "table3"):  # the same report in W&B and optuna-dashboard; a failure: a warning
-            from .dashboards import publish
+            from .publish.dashboards import publish
             if name == "table2":
-                from .table2 import read_claims
+                from .table2.table import read_claims
                 print("".join(f"  {line}\n" for line in read_claims(md)), end="", flush=True)
             for line in publish(sweep, parameters, out, table):
                 print(line, flush=True)
@@ -148,7 +148,7 @@ def _backtest_args(args):
 def _formats(args, sweep) -> tuple[str, ...]:
     """The figures' formats: ``--formats``, else PNG alone; other formats than PNG only for a Table 3 report (the
     search and comparison figures are PNG)."""
-    from .figures import parse_formats
+    from .core.plots import parse_formats
 
     formats = parse_formats(args.formats, "--formats")
     if formats != ("png",) and (args.against or sweep.mode != "variants"):

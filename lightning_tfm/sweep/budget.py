@@ -6,7 +6,7 @@ of ``sweeps/table3-cpu.yaml``), or two sweep files of different budgets sharing 
 ``summary.json`` and ``metrics.csv`` hold the later budget. Whatever reads a run for a sweep reads it at that sweep's
 own budget through :func:`at_budget` (one rule): the worker (the value it tells Optuna and the results it records in
 the trial, :mod:`.worker`), ``ltfm sweep --status`` and its verdicts, the launcher's lines (:mod:`.status`,
-:mod:`.launch`) and the reports (:mod:`lightning_tfm.report.budget`):
+:mod:`.launch`) and the reports (:mod:`lightning_tfm.report.inputs.budget`):
 
 - the run's completed attempt at exactly the budget (``summary.json`` keeps every earlier attempt) gives every
   result of the run's end: dev loss, PPL and BLEU, test BLEU, the BLEU signature, wall time, tokens trained;

@@ -131,7 +131,7 @@ class HeartbeatSpec:
 
 @dataclass
 class ReportSpec:
-    """The settings of the report's verdict (the rule: lightning_tfm.report.verdict; the fit: sweep.curves)."""
+    """The settings of the report's verdict (the rule: lightning_tfm.report.table3.verdict; the fit: sweep.curves)."""
     k: float = _f(3.0, "the budget multiple the verdict predicts at: a row holds when its predicted gap to the base "
                        "at k x the budget keeps today's sign", "a number >= 1 (budgets; at most 1000)", lambda v: 1 <= v <= 1000)
     min_points: int = _f(3, "validations after the warmup a run's curve fit needs at least (and one more than the "

@@ -8,7 +8,7 @@ the sweep file's ``report:`` settings, at most :data:`MAX_DRAWS` bootstrap draws
 each side's budget with its interval, *holds* when the interval excludes zero on the side of today's change (the
 mean dev PPL at the end), else *may flip*. Nothing is shown without a prediction (no completed base, too few
 validations after the warmup). This is the prediction's half of the report's verdict: whether today's change is
-beyond seed noise (the report's *within noise*) is the report's to say (:mod:`lightning_tfm.report.verdict`).
+beyond seed noise (the report's *within noise*) is the report's to say (:mod:`lightning_tfm.report.table3.verdict`).
 
 **At the sweep's budget**: a run folder another sweep trained on past this one's budget (a continued sweep, two
 sweep files sharing a results folder) is read at each trial's own budget (its ``max_steps``), as the report reads
@@ -189,7 +189,7 @@ def run_curve(run_dir, budget: int | None = None) -> tuple[dict[int, float], int
 
 
 def _later(last: int, k: float) -> int:
-    """The step at ``k`` x a budget whose last step is ``last`` (report.verdict.later_step's rule)."""
+    """The step at ``k`` x a budget whose last step is ``last`` (report.table3.verdict.later_step's rule)."""
     return int(round(k * (last + 1))) - 1
 
 

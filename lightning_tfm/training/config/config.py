@@ -103,7 +103,7 @@ def _table3_knobs() -> tuple[Knob, ...]:
 
 # The knobs of the paper's Table 3 (plus positions, norm and the training budget), in their columns' order: the
 # fields with a Table3 column (model/config.py, training/config/sections.py). The report's configuration columns, the
-# paper's rows (report/paper.py), table3.tex and the sweep dashboard's Optuna params derive from it.
+# paper's rows (report/table3/paper.py), table3.tex and the sweep dashboard's Optuna params derive from it.
 TABLE3_KNOBS = _table3_knobs()
 
 def choices(key: str) -> tuple | None:

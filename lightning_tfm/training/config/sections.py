@@ -21,7 +21,7 @@ from .inputs import shown
 
 STEPS = 10 ** 9  # an interval or a count of optimizer steps: far beyond any run (the paper's big: 300k)
 #: The most characters of a row's label (run.variant, run.family): one line that the report's table, its export
-#: (report/export.py) and W&B show; also of a corpus's split and language names.
+#: (report/inputs/export.py) and W&B show; also of a corpus's split and language names.
 LABEL_CHARS = 100
 PLATEAU_KEYS = ("lr_schedule", "lr", "lr_decay_factor", "lr_patience", "lr_min")  # train.*: the plateau schedule's
 

@@ -10,11 +10,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .figures import literal_text, placeholder
-from .records import DONE, ReportData
-from ..training.atomic import write_text
-from ..training.runs.results import history_key
-from .text import fmt, fmt_knob, md_cell, md_code, md_text
+from ..core.plots import literal_text, placeholder
+from ..inputs.records import DONE, ReportData
+from ...training.atomic import write_text
+from ...training.runs.results import history_key
+from ..core.text import fmt, fmt_knob, md_cell, md_code, md_text
 
 
 def search_study(data: ReportData):
@@ -23,7 +23,7 @@ def search_study(data: ReportData):
     import optuna
     from optuna.trial import TrialState, create_trial
 
-    from ..sweep import distributions
+    from ...sweep import distributions
 
     if data.study is not None:
         return data.study
@@ -53,7 +53,7 @@ def search_study(data: ReportData):
 
 def search_rows(data: ReportData, study) -> list[dict]:
     """One row per trial (every state, never dropped): number, variant, state, value, params, steps, run."""
-    from ..sweep.status import SKIP_STATES
+    from ...sweep.status import SKIP_STATES
 
     by_trial = {r.trial: r for r in data.records if r.trial is not None}
     by_variant = {r.variant: r for r in data.records}

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..training.atomic import write_text
-from .columns import LATEX, columns
+from ...training.atomic import write_text
+from ..table3.columns import LATEX, columns
 
 TEX_FILE, STANDALONE_FILE = "table3.tex", "table3-standalone.tex"
 
@@ -80,7 +80,7 @@ def _caption(table: dict) -> str:
 
 
 def table_latex(table: dict) -> str:
-    """table3.tex of ``table`` (:func:`~lightning_tfm.report.table.build_table`)."""
+    """table3.tex of ``table`` (:func:`~lightning_tfm.report.table3.table.build_table`)."""
     cols = columns(LATEX)
     shown = [c.latex for c in cols]
     lines = [f"% {TEX_FILE}: the Table 3 replica of sweep {' '.join(str(table['sweep']).split())}, written by "

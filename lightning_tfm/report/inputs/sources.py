@@ -4,29 +4,51 @@ rest of the readers: :mod:`.records`; a run read at its sweep's budget: :mod:`.b
 """
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any
 
-from ..sweep.budget import PAST_BUDGET
-from ..training.runs.results import storage_in_results
+from ...sweep.budget import PAST_BUDGET
+from ...training.runs.results import storage_in_results
 from .budget import budget_note, of_other_studies, read_at_budget
-from .compute import corpus_lengths
 from .export import read_export
 from .records import (DONE, HISTORY_KEYS, ReportData, RunRecord, as_int, as_number, check_wandb_access,
                       fetch_wandb_records, latest_per_key, mark_diverged, planned_configs, resolve_local)
 
 
+# prepared corpus folder -> its (mean source, mean target) training sentence length, read once
+_LENGTHS: dict[str, tuple[float | None, float | None]] = {}
+
+
+def corpus_lengths(folder: str | None) -> tuple[float | None, float | None]:
+    """(mean source, mean target) sentence length in tokens of a prepared corpus's training split, from its
+    ``manifest.json``; (None, None) when the folder is not here (another machine, a removed cache)."""
+    if not folder:
+        return None, None
+    if folder not in _LENGTHS:
+        try:
+            train = json.loads((Path(folder) / "manifest.json").read_text())["splits"]["train"]
+            pairs = train["pairs"]
+            lengths = (train["src_tokens"] / pairs, train["tgt_tokens"] / pairs) if pairs else (None, None)
+            ok = all(isinstance(n, float) and math.isfinite(n) and n > 0 for n in lengths)
+            _LENGTHS[folder] = lengths if ok else (None, None)  # a hand-edited manifest: bench's default lengths
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            _LENGTHS[folder] = (None, None)
+    return _LENGTHS[folder]
+
+
 def _flatten(cfg: dict) -> dict:
     """A summary's nested config, its sections' keys flat (``model.layers``)."""
-    from ..training.config.config import flatten
+    from ...training.config.config import flatten
     return flatten({k: v for k, v in (cfg or {}).items() if isinstance(v, dict)})
 
 
 def load_report_data(sweep_file: str | Path, results_dir: str | Path | None = None, storage: str | None = None,
                      wandb_path: str | None = None, export_dir: str | Path | None = None) -> ReportData:
     """Everything the notebooks show, from the local results (+ Optuna storage), from W&B, or from an export
-    a report wrote (``export_dir``: :func:`lightning_tfm.report.export.read_export`)."""
-    from ..sweep import load_sweep, quiet_optuna
+    a report wrote (``export_dir``: :func:`lightning_tfm.report.inputs.export.read_export`)."""
+    from ...sweep import load_sweep, quiet_optuna
 
     quiet_optuna()
     sweep = load_sweep(sweep_file)
@@ -44,7 +66,7 @@ def load_report_data(sweep_file: str | Path, results_dir: str | Path | None = No
 
 def record_from_summary(summary: dict, run_dir: str | Path | None = None) -> RunRecord:
     """A run folder's ``summary.json`` (+ its metric history and dev hypotheses when ``run_dir`` is given)."""
-    from ..training.runs.results import read_metrics
+    from ...training.runs.results import read_metrics
 
     cfg = summary.get("config") or {}
     run_cfg = cfg.get("run") or {}
@@ -94,7 +116,7 @@ def record_from_trial(trial, results_dir: Path, study: str | None = None) -> Run
             break
     summary = None
     if run_dir is not None:
-        from ..training.runs.results import read_summary
+        from ...training.runs.results import read_summary
         summary = read_summary(run_dir)
     if summary is not None:
         rec = record_from_summary(summary, run_dir)
@@ -140,8 +162,8 @@ def of_this_file(sweep, trials: list) -> tuple[list, list]:
 
 
 def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportData:
-    from ..training.runs.results import read_summary
-    from ..sweep import open_storage, open_study
+    from ...training.runs.results import read_summary
+    from ...sweep import open_storage, open_study
 
     records: list[RunRecord] = []
     study = None

@@ -22,11 +22,12 @@ import re
 import textwrap
 from pathlib import Path
 
-from ..training.config.config import TABLE3_KNOBS
-from .figures import FAMILY_TITLES, OTHER, save_figure
-from .stats import NOISE_K
-from .text import fmt_knob
-from .verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN
+from ...training.config.config import TABLE3_KNOBS
+from .figures import FAMILY_TITLES, OTHER
+from ..core.plots import save_figure
+from ..table3.stats import NOISE_K
+from ..core.text import fmt_knob
+from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN
 
 NAME = "changes.png"
 TITLE = "Each row's change against the base, ours beside the paper's"

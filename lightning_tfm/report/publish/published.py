@@ -9,10 +9,10 @@ import os
 import shlex
 from pathlib import Path
 
-from ..training.redact import mask_url
+from ...training.redact import mask_url
 from .dashboards import WANDB_DIR, report_run_id, wandb_target
-from .records import default_results_dir, resolve_local
-from .text import md_code, md_text
+from ..inputs.records import default_results_dir, resolve_local
+from ..core.text import md_code, md_text
 
 
 def _here(path: Path) -> str:

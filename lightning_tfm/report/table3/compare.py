@@ -2,7 +2,7 @@
 folders of one sweep file, e.g. two budgets) writes ``compare.md``, ``compare.csv``, ``compare.html`` and its
 figures.
 
-Each side is a table of :func:`~lightning_tfm.report.table.build_table`: its rows' changes against *its own* base,
+Each side is a table of :func:`~.table.build_table`: its rows' changes against *its own* base,
 their verdicts (:mod:`.verdict`) and direction agreement with the paper. Per row (:func:`compare_tables`):
 
 - **transfers**: both sides say the same: both hold with the same sign, or both within noise;
@@ -19,10 +19,11 @@ import io
 import json
 from pathlib import Path
 
-from ..training.atomic import write_text
-from .columns import COMPARE, COMPARE_ROW, SIDE, Shown, columns, shown
+from ...training.atomic import write_text
+from .columns import COMPARE, COMPARE_ROW, SIDE, columns, shown
+from ..core.columns import Shown
 from .stats import finite
-from .text import md_cell, md_code, md_text
+from ..core.text import md_cell, md_code, md_text
 from .verdict import HOLDS, WITHIN
 
 TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"
@@ -187,7 +188,7 @@ STATUS_COLORS = {TRANSFERS: "C2", FLIPS: "C3", UNSETTLED: "C7"}
 def plot_comparison(cmp: dict, path: str | Path) -> str:
     """Each row's relative ΔPPL on side A against side B (one point per row, coloured by its status; the
     diagonal is "the same change on both sides", the top-left and bottom-right quadrants are flips of sign)."""
-    from .figures import new_figure, save_figure
+    from ..core.plots import new_figure, save_figure
 
     fig, axes = new_figure(1, 1, 6.5, 5.5)
     ax = axes[0][0]

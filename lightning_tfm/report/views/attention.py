@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .figures import new_figure, save_figure
+from ..core.plots import new_figure, save_figure
 
 SENTENCES = 3   # dev sentences an alignment figure shows by default
 POSITIONS = 64  # positions the positional figure shows by default (Multi30k sentences are shorter)
@@ -51,10 +51,10 @@ class Alignment:
 
 
 def _dev_sentences(cfg, n: int) -> list[str]:
-    from ..training.data.data import load_split
+    from ...training.data.data import load_split
 
     if not cfg.data.dev_split:
-        from ..training.errors import UserError
+        from ...training.errors import UserError
         raise UserError("the run's config names no dev split (data.dev_split): pass the sentences to draw instead")
     return list(load_split(cfg, cfg.data.dev_split, limit=n)["src"])
 
@@ -74,11 +74,11 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
 
     import torch
 
-    from ..model import BOS, EOS, registry
-    from ..training.runs.checkpoints import load_model
-    from ..training.data.data import encode_lines
-    from ..training.decode import translate_ids
-    from ..training.errors import UserError
+    from ...model import BOS, EOS, registry
+    from ...training.runs.checkpoints import load_model
+    from ...training.data.data import encode_lines
+    from ...training.decode import translate_ids
+    from ...training.errors import UserError
 
     run_dir = Path(run_dir)
     checkpoint = checkpoint or _checkpoint_of(run_dir)
@@ -179,7 +179,7 @@ def plot_heads(a: Alignment, title: str):
 def alignment_figure(run_dir: str | Path, sentences: int | list[str] = SENTENCES, path: str | Path = "alignment.png",
                      formats=("png",), checkpoint: str | None = None) -> list[str]:
     """Draw a finished run's cross-attention for a few sentences (:func:`alignments`) as ``path`` (PNG, and each
-    other of ``formats`` beside it: :func:`~lightning_tfm.report.figures.save_figure`); for a Transformer also every
+    other of ``formats`` beside it: :func:`~lightning_tfm.report.core.plots.save_figure`); for a Transformer also every
     head of the first sentence as ``<path stem>_heads.png``. Returns the PNGs written, the mean first: a notebook
     shows them with ``for png in alignment_figure(...): display(Image(filename=png))``."""
     aligns, meta = alignments(run_dir, sentences, checkpoint)
@@ -193,7 +193,7 @@ def alignment_figure(run_dir: str | Path, sentences: int | list[str] = SENTENCES
 
 def checkpoint_run(data, records) -> tuple[str | None, str]:
     """(a run folder here, with checkpoints, of the first completed record of ``records``, by seed; or None and why
-    there is none) in a report's :class:`~lightning_tfm.report.records.ReportData`. A report read from an export or
+    there is none) in a report's :class:`~.records.ReportData`. A report read from an export or
     from W&B has no run folder to load."""
     source = str(data.source)
     if source.startswith(("export", "W&B")):
@@ -301,9 +301,9 @@ def cosine_similarity(table):
 
 def learned_positions(run_dir: str | Path, checkpoint: str | None = None):
     """(d_model, the learned position table (max_positions, d_model) or None for sinusoids) of a Transformer run."""
-    from ..model import LearnedPositions
-    from ..training.runs.checkpoints import load_model
-    from ..training.errors import UserError
+    from ...model import LearnedPositions
+    from ...training.runs.checkpoints import load_model
+    from ...training.errors import UserError
 
     run_dir = Path(run_dir)
     model, cfg, _ = load_model(run_dir, checkpoint or _checkpoint_of(run_dir))
@@ -323,7 +323,7 @@ def positional_figure(run_dir: str | Path | None, path: str | Path, formats=("pn
     run, at ``d_model`` (the paper's 512 by default). Returns the PNG written."""
     from matplotlib.ticker import MaxNLocator
 
-    from ..model import sinusoid_table
+    from ...model import sinusoid_table
 
     learned = None
     if run_dir is not None:
@@ -351,7 +351,7 @@ def positional_figure(run_dir: str | Path | None, path: str | Path, formats=("pn
 def learned_position_run(data) -> tuple[str | None, int | None, str]:
     """(a run folder here of a completed run with ``model.positional: learned``, or None; the d_model of that row,
     else of the base row, else the commonest of the report's runs, or None; why there is no run folder) from a
-    report's :class:`~lightning_tfm.report.records.ReportData`. A report built from an export has no run folder to
+    report's :class:`~.records.ReportData`. A report built from an export has no run folder to
     load, nor one built from W&B (its records name W&B runs)."""
     learned = [r for r in data.records if r.config.get("model.positional") == "learned"]
     base = [r for r in data.records if r.variant == "base"]

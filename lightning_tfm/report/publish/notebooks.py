@@ -20,7 +20,7 @@ name>/`` (or ``--out``):
   figure, :mod:`.lead`), ``dev_ppl_by_family.png``, ``outlook.png`` (each row's curve fitted and extrapolated:
   the verdict's evidence), ``ppl_vs_flops.png``, ``bleu_vs_params.png``,
   ``norm_curves.png`` (each of these five left out, with a line saying why in its place, when it has nothing to
-  show: :class:`.figures.LeftOut`), ``positional.png`` (the positional encodings: :mod:`.attention`) (each also as ``.svg``/``.pdf`` with ``--formats``), and ``export/<sweep name>.json`` (:mod:`.export`: what ``--from-export`` rebuilds the tables from);
+  show: :class:`.plots.LeftOut`), ``positional.png`` (the positional encodings: :mod:`.attention`) (each also as ``.svg``/``.pdf`` with ``--formats``), and ``export/<sweep name>.json`` (:mod:`.export`: what ``--from-export`` rebuilds the tables from);
 - table2 (:mod:`.table2`): ``table2.ipynb``, ``table2.html``, ``table2.md``, ``table2.csv``, ``table2_curves.png``
   (no export, W&B run or optuna-dashboard note);
 - compare (``--against``): ``compare.ipynb``, ``compare.html``, ``compare.md``, ``compare.csv``,
@@ -75,12 +75,12 @@ import threading
 from importlib import resources
 from pathlib import Path
 
-from ..training.errors import UserError
-from .text import environment, first_line, waiting_lock
+from ...training.errors import UserError
+from ..core.text import environment, first_line, waiting_lock
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
 EXPECTED = {"table2": ("table2.md", "table2.csv", "table2_curves.png", "table2_alignment.png"),
-            # table3's other figures are left out when they have nothing to show (figures.LeftOut)
+            # table3's other figures are left out when they have nothing to show (plots.LeftOut)
             "table3": ("table3.md", "table3.csv", "table3.tex", "table3-standalone.tex", "changes.png",
                        "positional.png", "export"),
             "search": ("search.md", "search.csv", "optimization_history.png", "param_importances.png",
@@ -92,7 +92,7 @@ EXPECTED = {"table2": ("table2.md", "table2.csv", "table2_curves.png", "table2_a
 def notebook_name(sweep) -> str:
     """The report notebook of a sweep: ``table2`` for variants of more than one architecture
     (:func:`.table2.is_table2`), else :data:`NOTEBOOKS` by its mode."""
-    from .table2 import is_table2
+    from ..table2.table import is_table2
 
     return "table2" if is_table2(sweep) else NOTEBOOKS[sweep.mode]
 
@@ -137,7 +137,7 @@ def check_out(out: Path) -> None:
 
 def _replace_dir(src: Path, dest: Path) -> None:
     """Move ``src`` to ``dest`` (marking it as made by us), replacing a previous ``dest`` report folder."""
-    from ..training.atomic import write_text
+    from ...training.atomic import write_text
 
     try:
         check_out(dest)  # again: the folder may have changed while the notebook ran
@@ -172,7 +172,7 @@ def execute(notebook: Path, parameters: dict, out: Path, name: str, then=None) -
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    from ..training.redact import HIDDEN_ENV, hidden_environment, hide, scrub
+    from ...training.redact import HIDDEN_ENV, hidden_environment, hide, scrub
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -236,8 +236,8 @@ def _scrub_notebook(path: Path, urls: list[str]) -> None:
     """The executed notebook (or what papermill wrote of it) with every secret masked: the hidden parameters'
     values wherever a cell printed them, secret environment values, URL passwords (the figures' bytes are left
     as they are)."""
-    from ..training.atomic import write_text
-    from ..training.redact import scrub
+    from ...training.atomic import write_text
+    from ...training.redact import scrub
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -344,14 +344,14 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
                       export: str | None = None, against: bool = False) -> dict:
     """The notebook's parameters, checked here first (cheap, before any kernel starts); ``against``: side B of a
     comparison, whose errors name the --against-* options."""
-    from .records import check_wandb_access, resolve_local
+    from ..inputs.records import check_wandb_access, resolve_local
 
     option = "--against-export" if against else "--from-export"
     local = ("--against-results", "--against-storage") if against else ("--results", "--storage")
     params = {"sweep_file": str(Path(sweep.path).absolute()), "results_dir": None, "storage": None,
               "wandb_path": None, "export_dir": None}
     if export:
-        from .export import export_file, read_export
+        from ..inputs.export import export_file, read_export
         data = read_export(sweep, export, option)  # a wrong or malformed export stops here, before a kernel starts
         params["export_dir"] = str(export_file(sweep, export, option).absolute())
         require_completed(data, f"the export {params['export_dir']}",
@@ -365,8 +365,8 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
         results_dir, url = resolve_local(sweep, results, storage, local)
         params["results_dir"] = str(results_dir)
         params["storage"] = storage  # None: the notebook uses <results_dir>/<name>.db when it exists
-    from ..training.redact import mask_url
-    from .sources import load_report_data
+    from ...training.redact import mask_url
+    from ..inputs.sources import load_report_data
 
     data = load_report_data(params["sweep_file"], results_dir=params["results_dir"], storage=storage,
                             wandb_path=wandb_path)
@@ -382,8 +382,8 @@ def require_completed(data, where: str, way_out: str) -> None:
     it looked, what it found there and ``way_out``; exit 2 before any kernel starts, nothing written."""
     import collections
 
-    from .records import DONE
-    from .table import as_shown
+    from ..inputs.records import DONE
+    from ..table3.table import as_shown
 
     if data.sweep.mode == "space" and data.study is not None:
         states = collections.Counter(t.state.name.lower() for t in data.study.get_trials(deepcopy=False))
@@ -419,12 +419,12 @@ def compare_cli(args, sweep) -> int:
     """``ltfm report A.yaml --against B.yaml``: the comparison notebook (``compare.ipynb``), side A read as
     ``ltfm report A.yaml`` reads it, side B from ``--against-results``/``--against-storage`` or
     ``--against-export``; into ``reports/build/<A>-vs-<B>/`` (or ``--out``)."""
-    from ..sweep import load_sweep
+    from ...sweep import load_sweep
 
     other = load_sweep(args.against)
     if sweep.mode != "variants" or other.mode != "variants":
         raise UserError("--against compares two Table 3 reports: both sweep files need variants (not a space)")
-    from .table2 import is_table2
+    from ..table2.table import is_table2
     for side in (s for s in (sweep, other) if is_table2(s)):
         raise UserError(f"--against compares two Table 3 reports (Transformer rows): sweep {side.name!r} has rows of "
                         "another architecture, a Table 2 report: report it alone (ltfm report SWEEP, no --against)")
@@ -438,7 +438,7 @@ def compare_cli(args, sweep) -> int:
     print(f"comparison of sweep {sweep.name} with {other.name}: executing {notebook.name}", flush=True)
 
     def published() -> int:
-        from .compare import read_headline
+        from ..table3.compare import read_headline
         print("".join(f"{line}\n" for line in read_headline(out)), end="")
         pngs = sorted(p.name for p in out.glob("*.png"))
         print(f"report: {out / 'compare.md'}\n  html: {out / 'compare.html'}\n  notebook: {out / 'compare.ipynb'}\n"

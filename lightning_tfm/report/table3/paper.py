@@ -8,7 +8,7 @@ import csv
 import io
 from importlib import resources
 
-from ..training.config.config import SCHEMA, TABLE3_KNOBS
+from ...training.config.config import SCHEMA, TABLE3_KNOBS
 
 
 PAPER_ORDER = ("base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",

@@ -1,6 +1,6 @@
 """The Table 3 replica's row and its columns, declared once.
 
-:class:`Row` is one row of the table (:func:`~lightning_tfm.report.table.build_table` makes them): one typed field
+:class:`Row` is one row of the table (:func:`~.table.build_table` makes them): one typed field
 per value. :data:`COLUMNS` is the one list of the table's columns, in the CSV's order; each :class:`Column` says
 what it means, its value (a field of the row by default), and where it appears:
 
@@ -25,44 +25,14 @@ optuna-dashboard take it (:data:`.dashboards.KINDS`).
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from ..training.config.config import TABLE3_KNOBS, Knob, choices
+from ...training.config.config import TABLE3_KNOBS, Knob, choices
+from ..core.columns import CSV, Column, Fields, Shown, in_view
 from .stats import BLEU_FLOOR, NOISE_K
-from .text import fmt, fmt_knob, md_text
+from ..core.text import fmt, fmt_knob, md_text
 from .verdict import HOLDS, MAY_FLIP, TOO_FEW
-
-
-class Fields:
-    """A row dataclass also read as a mapping by its field names (``row["dev_ppl"]``), as the views and the
-    notebooks read it; :meth:`_other` answers other keys (none: KeyError)."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key in field_names(type(self)):
-            return getattr(self, key)
-        return self._other(key)
-
-    def _other(self, key: str) -> Any:
-        raise KeyError(key)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key not in field_names(type(self)):
-            raise KeyError(f"{key!r} is no field of a table row")
-        setattr(self, key, value)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-
-@functools.cache
-def field_names(cls) -> frozenset:
-    return frozenset(f.name for f in dataclasses.fields(cls))
 
 
 @dataclass
@@ -117,80 +87,10 @@ class Row(Fields):
         return self.knobs[key]
 
 # The views (see the module docstring)
-CSV, WANDB_PPL, WANDB_BLEU, NOTE, COMPARE_ROW = "csv", "wandb.dev_ppl", "wandb.dev_bleu", "note", "compare.row"
+WANDB_PPL, WANDB_BLEU, NOTE, COMPARE_ROW = "wandb.dev_ppl", "wandb.dev_bleu", "note", "compare.row"
 PPL, BLEU, CONFIG, COMPARE = "md.ppl", "md.bleu", "md.config", "md.compare"
 LATEX = "tex.table3"   # table3.tex: the columns with a ``latex`` view
 Cell = Callable[[Row, dict], str]   # (row, table) -> the markdown cell
-
-
-@dataclass(frozen=True)
-class Shown:
-    """A column in one table: its header (``{side}``: A or B in a comparison), how its cell prints, whether it is
-    left-aligned; in table3.tex, the header of its group (over it and its neighbours of the same group)."""
-    title: str
-    cell: Cell
-    left: bool = False
-    group: str = ""
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str                                   # the CSV's and the W&B tables' header
-    help: str                                  # what it means
-    views: frozenset = frozenset({CSV})
-    shown: Mapping[str, Shown] = field(default_factory=dict)
-    value: Callable[[Row], Any] | None = None  # default: the row's field ``key``
-    compare_at: int | None = None              # its place among a comparison side's columns; None: not there
-    latex: Shown | None = None                 # its column of table3.tex (LATEX); None: not there
-
-    def of(self, row: Row) -> Any:
-        return self.value(row) if self.value is not None else getattr(row, self.key)
-
-    def csv_text(self, row: Row, digits: int | None = 6) -> Any:
-        """Its cell of the CSV: empty for None, a float to ``digits`` significant digits (None: as Python prints
-        it, :attr:`Kind.digits`)."""
-        v = self.of(row)
-        return "" if v is None else f"{v:.{digits}g}" if isinstance(v, float) and digits else v
-
-    def data(self, row: Row, digits: int | None = 6) -> Any:
-        """Its value in a W&B table: the CSV's (a float to ``digits`` significant digits)."""
-        v = self.of(row)
-        return float(f"{v:.{digits}g}") if isinstance(v, float) and digits else v
-
-
-def in_view(cols, view: str) -> list[Column]:
-    """The columns of ``cols`` in ``view`` (one of their ``views``, or a markdown table they are ``shown`` in), in
-    their order."""
-    return [c for c in cols if view in c.views or view in c.shown]
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A report's table as W&B and optuna-dashboard take it (:mod:`.dashboards`): its name (``table3``,
-    ``table2``: its files' stem, the W&B run's and artifact's suffix, the study note's block), ``columns(view)``:
-    the columns of a view, read from its one column list, and for each place what of it goes there: the artifact's
-    ``files``; the W&B tables (``wandb``: name -> the
-    columns' view) over the rows of ``rows(table)`` with ``digits`` significant digits (None: as the CSV prints
-    them); the W&B summary (``summary(table)``); the study note (``note(table)``: its markdown parts); whether
-    the study gets custom plots; how :func:`.dashboards.publish` gets the table (``build(data, sweep, out)``)."""
-    name: str
-    columns: Callable[[str], list[Column]]
-    files: tuple[str, ...]
-    wandb: Mapping[str, str]
-    summary: Callable[[dict], dict]
-    note: Callable[[dict], list[str]]
-    build: Callable[[Any, Any, Any], dict]
-    rows: Callable[[dict], list] = lambda table: table["rows"]
-    digits: int | None = 6
-    plots: bool = False
-
-    def wandb_tables(self, table: dict) -> dict[str, tuple[list[str], list[list]]]:
-        """Each W&B table as (its columns' keys, a list of cells per row)."""
-        out = {}
-        for name, view in self.wandb.items():
-            cols = self.columns(view)
-            out[name] = ([c.key for c in cols], [[c.data(r, self.digits) for c in cols] for r in self.rows(table)])
-        return out
 
 
 # ------------------------------------------------------------------------------------------- how cells print

@@ -15,7 +15,7 @@ file's ``report:`` section (:data:`lightning_tfm.sweep.REPORT_DEFAULTS`: ``k`` 3
   the central ``level`` interval of ``bootstraps`` draws (each run's residual bootstrap; a side of two seeds or
   more resampled); it reads as a relative change of PPL, ``exp(gap) - 1``;
 - **within noise**: the row's change at the end (the table's Δ) is within seed noise
-  (:func:`lightning_tfm.report.stats.noise_verdict`);
+  (:func:`lightning_tfm.report.table3.stats.noise_verdict`);
 - **too few points**: the seed noise is unknown (one base seed), or a side has no run with ``min_points``
   validations after the warmup (:func:`lightning_tfm.sweep.curves.fit_points`);
 - **holds**: beyond noise at the end, and the interval of the predicted gap excludes zero on the side of today's
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from ..sweep import REPORT_DEFAULTS
+from ...sweep import REPORT_DEFAULTS
 
 HOLDS, MAY_FLIP, WITHIN, TOO_FEW = "holds", "may flip", "within noise", "too few points"
 VERDICTS = (HOLDS, MAY_FLIP, WITHIN, TOO_FEW)
@@ -102,7 +102,7 @@ def predict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]],
             at: tuple[int, int] | None = None, warmup: int = 0, base_warmup: int | None = None) -> dict | None:
     """The predicted gap of the row to the base (:func:`lightning_tfm.sweep.curves.predicted_gap`) at ``at`` =
     (the row's step, the base's step), by default ``k`` x each side's budget; None when a side cannot be fitted."""
-    from ..sweep.curves import predicted_gap
+    from ...sweep.curves import predicted_gap
 
     s = settings_of(settings)
     row_runs, base_runs = [r for r in row_runs if r], [r for r in base_runs if r]
@@ -115,7 +115,7 @@ def predict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]],
 
 
 def _too_few(row_runs, base_runs, settings: dict, warmup: int, base_warmup: int | None) -> str:
-    from ..sweep.curves import fit_points, points_needed
+    from ...sweep.curves import fit_points, points_needed
 
     need = points_needed(settings["min_points"], settings["family"])
     for side, runs, w in (("the row", row_runs, warmup), ("the base", base_runs,
@@ -146,7 +146,7 @@ def curve_verdict(row_runs: list[dict[int, float]], base_runs: list[dict[int, fl
         return {"verdict": TOO_FEW, "why": "seed noise unknown: one base seed", "gap": gap}
     if gap is None:
         return {"verdict": TOO_FEW, "why": _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": None}
-    from ..sweep.curves import keeps_side
+    from ...sweep.curves import keeps_side
 
     holds = keeps_side(gap, _sign(delta))
     return {"verdict": HOLDS if holds else MAY_FLIP, "why": gap_text(gap), "gap": gap,
@@ -157,7 +157,7 @@ def _settle(gap: dict, delta: float, s: dict) -> dict:
     """The settle budget of a row that may flip or is within noise (:func:`lightning_tfm.sweep.curves.settle_budget`
     from its predicted gap's fits), ``"kind"`` None when none by :data:`~lightning_tfm.sweep.curves.SETTLE_MOST`
     x the budget."""
-    from ..sweep.curves import settle_budget
+    from ...sweep.curves import settle_budget
 
     return settle_budget(gap, delta) or dict.fromkeys(
         ("kind", "k", "step", "base_step", "sign"))
@@ -178,7 +178,7 @@ def settle_text(settle: dict | None, flops_per_step: float | None = None, second
     """A settle budget as the table prints it: ``interval excludes zero at 4.2x: 2520 steps, 3.1e+15 FLOPs,
     1.3 h`` (FLOPs and hours where the row's cost is known), ``crosses the base at ...``, ``not within 10x``;
     None without one (a row that holds, or without a prediction)."""
-    from ..sweep.curves import SETTLE_MOST
+    from ...sweep.curves import SETTLE_MOST
 
     if not settle:
         return None

@@ -1,6 +1,6 @@
 """The Table 2 report's row and its columns, declared once, with the mechanism of Table 3's (:mod:`.columns`).
 
-:class:`Row` is one row of ``table2.csv``: one of ours (:func:`~lightning_tfm.report.table2.build_table2` makes
+:class:`Row` is one row of ``table2.csv``: one of ours (:func:`~lightning_tfm.report.table2.table.build_table2` makes
 them: mean ± sample sd over the row's completed seeds) or one of the paper's (``source`` ``paper``). :data:`COLUMNS`
 is the one list of its columns, in the CSV's order; each :class:`~.columns.Column` says where it appears:
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .columns import CSV, Column, Fields, Shown, in_view
-from .text import md_cell, md_text
+from ..core.columns import CSV, Column, Fields, Shown, in_view
+from ..core.text import md_cell, md_text
 
 SUMMARY, ROWS = "wandb.summary", "md.table2"
 

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from pathlib import Path
 
-from ..training.runs import results
-from ..training.config.config import SCHEMA, TABLE3_KNOBS
-from ..training.config.run_id import KEYS_V1
+from ...training.runs import results
+from ...training.config.config import SCHEMA, TABLE3_KNOBS
+from ...training.config.run_id import KEYS_V1
 from .paper import PAPER_ORDER, load_paper
 from .columns import Row
-from .records import DONE, ReportData, RunRecord, mark_diverged, nonfinite
+from ..inputs.export import read_export
+from ..inputs.records import DONE, ReportData, RunRecord, is_pipeline_check, mark_diverged, nonfinite
 from .compute import add_equal_compute
 from .stats import (agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict, paired_bootstrap,
                     relative)
@@ -244,3 +246,13 @@ def learning_curves(data: ReportData, variants: list[str], by_variant: dict | No
     base_steps = sorted(rows.get("base", {}))
     steps = base_steps or sorted(set().union(*(set(r) for r in rows.values()))) if rows else []
     return {"steps": steps, "rows": rows, "runs": runs, "warmup": warmup}
+
+
+def rebuilt_table(sweep, report_dir: str | Path) -> dict:
+    """The table of the report folder ``report_dir`` rebuilt from the export it holds (``export/<sweep>.json``):
+    the rows the notebook wrote ``table3.md`` and ``table3.csv`` from, for what ``ltfm report`` does after it (the
+    terminal's headline, W&B, optuna-dashboard)."""
+    data = read_export(sweep, Path(report_dir) / "export")
+    table = build_table(data)
+    table["pipeline_check"] = is_pipeline_check(data.records)
+    return table

@@ -1,5 +1,5 @@
 """A sweep's runs as :class:`RunRecord` lists, whatever the source, and the readers' parts (a W&B run, the planned
-configs, the local source's folders); :func:`lightning_tfm.report.sources.load_report_data` puts them together:
+configs, the local source's folders); :func:`lightning_tfm.report.inputs.sources.load_report_data` puts them together:
 
 - local (default): the sweep's Optuna storage (``--storage``, else ``<results_dir>/<sweep name>.db`` when it
   exists) says which trials exist and their state; each trial's run folder (``summary.json``, the metric
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
-from ..training.errors import UserError
-from .text import first_line
+from ...training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
+from ...training.errors import UserError
+from ..core.text import first_line
 
 
 HISTORY_KEYS = (DEV_LOSS, DEV_PPL, DEV_BLEU, TRAIN_LOSS)
@@ -51,10 +51,20 @@ DIVERGED = "diverged"
 # The job type of the run ``ltfm report`` logs into the sweep's W&B group (:mod:`.dashboards`): not a training run.
 REPORT_JOB_TYPE = "report"
 
+# training.tracking.PIPELINE_CHECK, the tag (not imported from there: it would load Lightning into the report's kernel)
+PIPELINE_CHECK = "pipeline-check"
+
+
+def is_pipeline_check(records) -> bool:
+    """The runs are a pipeline check's (``make ablation QUICK=1`` tags them ``pipeline-check``): any run tagged so
+    makes its report one (a check's numbers never pass for the sweep's)."""
+    def tags(rec) -> list:
+        t = (rec.config or {}).get("wandb.tags")
+        return [str(x) for x in t] if isinstance(t, (list, tuple)) else [str(t)] if t else []
+    return any(PIPELINE_CHECK in tags(r) for r in records)
+
 
 @dataclass
-
-
 class RunRecord:
     """One (variant, seed) of a sweep as the report sees it, whatever the source."""
     variant: str
@@ -209,7 +219,7 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
     import socket
     from urllib.parse import urlparse
 
-    from ..training.tracking.tracking import has_api_key
+    from ...training.tracking.tracking import has_api_key
     check_wandb_path(path)
     if not has_api_key():
         raise UserError("--from-wandb needs a W&B API key: set WANDB_API_KEY or run `wandb login` "
@@ -226,7 +236,7 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
 
 def default_results_dir(sweep) -> Path:
     """The results folder the sweep writes to by default (its experiment's run.results_dir, from the cwd)."""
-    from ..sweep import trial_config
+    from ...sweep import trial_config
     return Path(trial_config(sweep, checked=False).run.results_dir).absolute()
 
 
@@ -234,8 +244,8 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None,
                   options: tuple[str, str] = ("--results", "--storage")) -> tuple[Path, str | None]:
     """(absolute results folder, storage URL or None) of the local source, or a one-line UserError naming
     ``options`` (the command line's results and storage options of this side) when there is nothing to read."""
-    from ..training.redact import mask_url
-    from ..sweep import default_storage, open_storage
+    from ...training.redact import mask_url
+    from ...sweep import default_storage, open_storage
 
     if results_dir is not None:
         results = Path(results_dir).absolute()
@@ -261,8 +271,8 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
     given to the sweep included: a row of the sweep's experiment gets its trial overrides on that run's config, a
     row of its own experiment (``variants.<name>.experiment``: another architecture) its trial config from that
     experiment with the keys the base run's config changed from the sweep's plan of it (:func:`_cli_of`)."""
-    from ..training.config.config import flatten
-    from ..sweep import Entry, trial_config, trial_overrides
+    from ...training.config.config import flatten
+    from ...sweep import Entry, trial_config, trial_overrides
 
     if sweep.mode != "variants":
         return {}
@@ -292,8 +302,8 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
 def _cli_of(sweep, base: RunRecord, base_budget: float) -> dict:
     """The command-line overrides a completed base run shows: the keys of its config (run.* bookkeeping aside) that
     differ from the sweep's own plan of the base row, its train.max_steps without the base's budget factor."""
-    from ..training.config.config import flatten
-    from ..sweep import Entry, trial_config
+    from ...training.config.config import flatten
+    from ...sweep import Entry, trial_config
 
     v = sweep.variants["base"]
     plan = flatten(trial_config(sweep, Entry("base", v["family"], sweep.seeds[0], v["overrides"], v["budget"]),
@@ -335,7 +345,7 @@ def fetch_wandb_records(path: str, group: str, timeout: int = 20) -> list[RunRec
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - no network, bad key, no such project: one line
-        from ..training.redact import scrub
+        from ...training.redact import scrub
         first = first_line(scrub(str(e)))
         raise UserError(f"cannot read W&B project {path!r} ({e.__class__.__name__}: {first}); check ENTITY/PROJECT, "
                         "the API key and the network") from None

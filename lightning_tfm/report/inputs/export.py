@@ -3,11 +3,11 @@
 ``ltfm report`` writes ``<out>/export/<sweep name>.json`` (:func:`write_export`) beside the report; committed
 with it, it rebuilds the same tables without the results folder, the Optuna storage or W&B:
 ``ltfm report SWEEP.yaml --from-export DIR`` (:func:`read_export`, through
-:func:`lightning_tfm.report.sources.load_report_data`).
+:func:`lightning_tfm.report.inputs.sources.load_report_data`).
 
 The file holds:
 
-- ``records``: each :class:`~lightning_tfm.report.records.RunRecord` (one per row and seed): its variant, family,
+- ``records``: each :class:`~lightning_tfm.report.inputs.records.RunRecord` (one per row and seed): its variant, family,
   seed, status, flat config, parameters, dev loss / PPL / BLEU, steps, the counts its training compute is
   counted from, and its ``history`` (dev loss, dev PPL, dev BLEU and training loss at every logged step); its run
   folder by name only and no dev-hypotheses path;
@@ -30,11 +30,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..training.atomic import write_text
-from ..training.config.run_id import NAME_BYTES
-from ..training.config.sections import LABEL_CHARS
-from ..training.errors import UserError
-from ..training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
+from ...training.atomic import write_text
+from ...training.config.run_id import NAME_BYTES
+from ...training.config.sections import LABEL_CHARS
+from ...training.errors import UserError
+from ...training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from .records import ReportData, RunRecord
 
 FORMAT = "ltfm-report-export"
@@ -60,7 +60,7 @@ def export_data(data: ReportData, table: dict) -> dict:
 
 def write_export(data: ReportData, table: dict, out_dir: str | Path) -> Path:
     """``<out_dir>/<sweep name>.json``: the export of the report built from ``data`` (``table``:
-    :func:`~lightning_tfm.report.table.build_table` of it)."""
+    :func:`~lightning_tfm.report.table3.table.build_table` of it)."""
     text = json.dumps(export_data(data, table), indent=1, sort_keys=True, default=str) + "\n"
     try:  # what read_export refuses is not written (a run trained by hand may carry any run.variant): one line
         check_tree(json.loads(text))
@@ -118,19 +118,6 @@ def read_export(sweep, path: str | Path, option: str = "--from-export") -> Repor
         notes += [n for n in [budget_note(records)] if n]
     return ReportData(sweep, records, f"export {f.name} (of {tree.get('source')})", dict(tree.get("planned") or {}),
                       None, notes, bootstrap=bootstrap, run_info=tree.get("run_info"))
-
-
-def rebuilt_table(sweep, report_dir: str | Path) -> dict:
-    """The table of the report folder ``report_dir`` rebuilt from the export it holds (``export/<sweep>.json``):
-    the rows the notebook wrote ``table3.md`` and ``table3.csv`` from, for what ``ltfm report`` does after it (the
-    terminal's headline, W&B, optuna-dashboard)."""
-    from .render import is_pipeline_check
-    from .table import build_table
-
-    data = read_export(sweep, Path(report_dir) / "export")
-    table = build_table(data)
-    table["pipeline_check"] = is_pipeline_check(data.records)
-    return table
 
 
 # ------------------------------------------------------------------------------------------------ the checks
@@ -206,7 +193,7 @@ def _list(field: str, v: Any, limit: int = 100_000) -> list:
 
 def _config(field: str, cfg: Any) -> None:
     """A flat config: ``section.name`` keys; scalars or lists of scalars; a known key's value of its type."""
-    from ..training.config.config import SCHEMA, Config, set_dotted
+    from ...training.config.config import SCHEMA, Config, set_dotted
 
     if not isinstance(cfg, dict):
         _refuse(field, cfg, "not an object of section.name keys")

@@ -21,35 +21,12 @@ the table compares rows that spent different compute. Here:
 """
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
-from .records import RunRecord
+from ..inputs.records import RunRecord
 
 SHAPE_KEYS = {"layers": "model.layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "heads": "model.heads",
               "d_k": "model.d_k", "d_v": "model.d_v"}
-
-
-# prepared corpus folder -> its (mean source, mean target) training sentence length, read once
-_LENGTHS: dict[str, tuple[float | None, float | None]] = {}
-
-
-def corpus_lengths(folder: str | None) -> tuple[float | None, float | None]:
-    """(mean source, mean target) sentence length in tokens of a prepared corpus's training split, from its
-    ``manifest.json``; (None, None) when the folder is not here (another machine, a removed cache)."""
-    if not folder:
-        return None, None
-    if folder not in _LENGTHS:
-        try:
-            train = json.loads((Path(folder) / "manifest.json").read_text())["splits"]["train"]
-            pairs = train["pairs"]
-            lengths = (train["src_tokens"] / pairs, train["tgt_tokens"] / pairs) if pairs else (None, None)
-            ok = all(isinstance(n, float) and math.isfinite(n) and n > 0 for n in lengths)
-            _LENGTHS[folder] = lengths if ok else (None, None)  # a hand-edited manifest: bench's default lengths
-        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
-            _LENGTHS[folder] = (None, None)
-    return _LENGTHS[folder]
 
 
 def _tokens_per_step(rec: RunRecord) -> float | None:
@@ -73,7 +50,7 @@ def _tokens_per_step(rec: RunRecord) -> float | None:
 def row_shapes(rec: RunRecord) -> tuple[dict | None, bool]:
     """(the shapes :func:`~lightning_tfm.model.transformer.train_flops_per_step` takes, whether the sentence
     lengths were measured on the run's corpus) of a run; (None, False) when its config lacks a shape or its tokens."""
-    from ..bench.speed import DEFAULTS
+    from ...bench.speed import DEFAULTS
 
     shapes = {k: rec.config.get(key) for k, key in SHAPE_KEYS.items()}
     shapes["vocab"] = rec.vocab_size or rec.config.get("data.vocab_size")
@@ -93,8 +70,8 @@ def model_config(rec: RunRecord) -> tuple[type, object] | None:
     without its shapes."""
     import dataclasses
 
-    from ..model import ARCHITECTURES, DEFAULT_ARCH, ModelConfig
-    from ..model.registry import section
+    from ...model import ARCHITECTURES, DEFAULT_ARCH, ModelConfig
+    from ...model.registry import section
 
     arch = rec.config.get("model.arch") or DEFAULT_ARCH
     if arch not in ARCHITECTURES:
@@ -115,7 +92,7 @@ def step_flops(rec: RunRecord) -> tuple[float | None, bool]:
     """(training FLOPs of one optimizer step of a run, whether its sentence lengths were measured on its corpus): its
     architecture's ``train_flops_per_token`` (:func:`model_config`) x its target tokens a step; (None, False) without
     a registered architecture with a FLOPs count, its shapes, a vocabulary or the tokens."""
-    from ..bench.speed import DEFAULTS
+    from ...bench.speed import DEFAULTS
 
     built, tokens = model_config(rec), _tokens_per_step(rec)
     vocab = rec.vocab_size or rec.config.get("data.vocab_size")

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 
-from .stats import SEEDS_LEVEL, SEEDS_MOST, noise_verdict, seeds_to_settle
-from .table2_columns import Row, pm as _pm, seconds as _seconds
-from .text import md_text
+from ..table3.stats import SEEDS_LEVEL, SEEDS_MOST, noise_verdict, seeds_to_settle
+from .columns import Row, pm as _pm, seconds as _seconds
+from ..core.text import md_text
 
 DEFAULT_ARCH = "transformer"
 EQUAL_TOLERANCE = 0.05  # two budgets within 5% of the larger are the same budget
@@ -95,7 +95,7 @@ def pair_settle(t: Row, o: Row, settings: dict | None = None) -> tuple[str | Non
 def settle_steps(t: Row, o: Row, settings: dict | None = None) -> str:
     """A pair's prediction in steps: Table 3's verdict of ``o`` against ``t`` as its base on their runs' dev-PPL
     curves (:func:`.verdict.curve_verdict`, :func:`.verdict.settle_text`), with Table 2's noise rule."""
-    from .verdict import HOLDS, TOO_FEW, curve_verdict, settle_text
+    from ..table3.verdict import HOLDS, TOO_FEW, curve_verdict, settle_text
 
     gap = f"BLEU's curves are not fitted, and the dev-PPL gap of {md_text(o.variant)} to {md_text(t.variant)}"
     if o.dev_ppl is None or t.dev_ppl is None or not o.runs or not t.runs:

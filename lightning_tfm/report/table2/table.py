@@ -5,7 +5,7 @@ A sweep is a Table 2 sweep (:func:`is_table2`) when a row's config uses another 
 (``model.arch``, :mod:`lightning_tfm.model.registry`): rows of several architectures, or recurrent rows alone.
 Per row, over its completed seeds (mean ± sample sd): test BLEU (the runs' closing beam search,
 ``decode.beam_size``: 4 in the protocol), dev PPL, training FLOPs (steps x FLOPs per step,
-:func:`lightning_tfm.report.compute.step_flops`: the architecture's own count), training wall time
+:func:`lightning_tfm.report.table3.compute.step_flops`: the architecture's own count), training wall time
 (:func:`train_seconds`), training tokens/s and parameters. The paper's rows (GNMT + RL, ConvS2S, Transformer base
 and big: BLEU EN-DE and training FLOPs, ``resources/paper_table2.csv``) stand in a table of their own: WMT 2014 on
 GPUs, not our data nor our scale.
@@ -29,19 +29,19 @@ import csv
 import io
 from pathlib import Path
 
-from ..training.runs import results
-from ..training.atomic import write_text
-from .compute import step_flops
-from .paper import PAPER2_SHOWN, load_paper2
-from .records import ReportData, RunRecord
-from .render import is_pipeline_check
-from .columns import CSV
-from .stats import finite, mean_std
-from .table import as_shown, learning_curves, ordered_variants, row_status
-from .table2_claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, SETTLE_NOTE, any_bleu_curves, claim_lines, has_bleu_curve,
-                            pair_settle, pairs, reach)
-from .table2_columns import ROWS, SUMMARY, Row, columns
-from .text import md_code, md_text
+from ...training.runs import results
+from ...training.atomic import write_text
+from ..table3.compute import step_flops
+from ..table3.paper import PAPER2_SHOWN, load_paper2
+from ..inputs.records import ReportData, RunRecord
+from ..inputs.records import is_pipeline_check
+from ..core.columns import CSV
+from ..table3.stats import finite, mean_std
+from ..table3.table import as_shown, learning_curves, ordered_variants, row_status
+from .claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, SETTLE_NOTE, any_bleu_curves, claim_lines, has_bleu_curve,
+                     pair_settle, pairs, reach)
+from .columns import ROWS, SUMMARY, Row, columns
+from ..core.text import md_code, md_text
 
 CURVES = {"ppl": results.DEV_PPL, "bleu": results.DEV_BLEU}
 
@@ -54,9 +54,9 @@ def arch_of(config: dict) -> str:
 def planned_archs(sweep) -> dict[str, str]:
     """variant -> the architecture its trial config builds (the sweep's own
     :func:`~lightning_tfm.sweep.trial_config`)."""
-    from ..training.config.config import flatten
-    from ..training.errors import UserError
-    from ..sweep import Entry, trial_config
+    from ...training.config.config import flatten
+    from ...training.errors import UserError
+    from ...sweep import Entry, trial_config
 
     out = {}
     for name, v in (sweep.variants or {}).items():
@@ -80,7 +80,7 @@ def is_table2(sweep) -> bool:
 # ------------------------------------------------------------------------------------- a run's numbers
 def _summary(rec: RunRecord) -> dict:
     """The run folder's summary.json (local runs), else {}."""
-    from ..training.runs.results import read_summary
+    from ...training.runs.results import read_summary
 
     return (read_summary(Path(rec.run)) or {}) if rec.run and Path(rec.run).is_dir() else {}
 
@@ -327,7 +327,7 @@ def write_table2(table: dict, out_dir: str | Path) -> tuple[Path, Path]:
 def plot_curves(table: dict, path: str | Path, formats=("png",)) -> str:
     """Dev PPL (and dev BLEU when logged) against training FLOPs and against wall time: one line per row (the
     mean over its seeds), the seeds' range shaded."""
-    from .figures import new_figure, save_figure
+    from ..core.plots import new_figure, save_figure
 
     metrics = ["ppl"] + (["bleu"] if any(len(r["curves"]["bleu"]) >= 2 for r in table["rows"]) else [])
     fig, axes = new_figure(len(metrics), 2, 11, 4.2 * len(metrics))

@@ -15,7 +15,7 @@ it in the report's notes.
 """
 from __future__ import annotations
 
-from ..sweep.budget import CONTINUED, at_budget
+from ...sweep.budget import CONTINUED, at_budget
 from .records import DIVERGED, DONE, RunRecord, as_number, nonfinite
 
 __all__ = ["CONTINUED", "budget_note", "of_other_studies", "planned_budgets", "read_at_budget"]

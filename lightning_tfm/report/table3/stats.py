@@ -29,9 +29,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..training.errors import UserError
-from .records import RunRecord
-from .text import first_line
+from ...training.errors import UserError
+from ..inputs.records import RunRecord
+from ..core.text import first_line
 
 
 SIGNIFICANCE = 0.05
@@ -160,8 +160,8 @@ _REFS_CACHE: dict[tuple, list[str]] = {}
 
 def dev_references(config: dict) -> list[str]:
     """The dev references a run was scored against: its config's dev split, first data.max_dev_pairs."""
-    from ..training.config.config import Config
-    from ..training.data.data import load_split
+    from ...training.config.config import Config
+    from ...training.data.data import load_split
 
     key = tuple(config.get(k) for k in ("data.source", "data.path", "data.hub_name", "data.hub_config",
                                         "data.dev_split", "data.src_lang", "data.tgt_lang", "data.max_dev_pairs"))
@@ -220,7 +220,7 @@ def paired_bootstrap(by_variant: dict[str, list[RunRecord]], variants: list[str]
     rows completed, concatenated (the test resamples (sentence, seed) pairs).
 
     Returns ({variant: paired_test's dict + "seeds"}, notes, the test's signature)."""
-    from ..training.data.data import read_lines
+    from ...training.data.data import read_lines
 
     notes: list[str] = []
     later = "dev hypotheses are of a later training than this sweep's budget (its run folders were trained on)"

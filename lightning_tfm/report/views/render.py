@@ -1,5 +1,5 @@
 """The Table 3 replica as text: the markdown (``table3.md``) and the CSV (``table3.csv``) of the table that
-:func:`lightning_tfm.report.table.build_table` gives, and :func:`write_table`, which writes both and the LaTeX
+:func:`lightning_tfm.report.table3.table.build_table` gives, and :func:`write_table`, which writes both and the LaTeX
 table (``table3.tex``, :mod:`.latex`).
 
 The markdown (and the HTML) put the headline first (direction agreement, rows beyond noise, the verdicts and the
@@ -21,13 +21,14 @@ import csv
 import io
 from pathlib import Path
 
-from ..training.runs import results
-from ..training.atomic import write_text
-from .compute import COMPUTE_RULE
-from .columns import BLEU, CONFIG, CSV, PPL, columns, shown
-from .stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
-from .text import fmt, md_cell, md_code, md_text
-from .verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN, settings_of, verdict_rule
+from ...training.runs import results
+from ...training.atomic import write_text
+from ..table3.compute import COMPUTE_RULE
+from ..table3.columns import BLEU, CONFIG, PPL, columns, shown
+from ..core.columns import CSV
+from ..table3.stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
+from ..core.text import fmt, md_cell, md_code, md_text
+from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN, settings_of, verdict_rule
 
 
 def _md_table(table: dict, view: str) -> list[str]:
@@ -73,7 +74,7 @@ def settle_line(table: dict) -> str | None:
     s = table["summary"].get("settle")
     if not s or not s["unsettled"]:
         return None
-    from ..sweep.curves import EXTRAPOLATION_COVERAGE, EXTRAPOLATION_K, EXTRAPOLATION_LEVEL, SETTLE_MOST
+    from ...sweep.curves import EXTRAPOLATION_COVERAGE, EXTRAPOLATION_K, EXTRAPOLATION_LEVEL, SETTLE_MOST
 
     steps: list[tuple[float, int]] = []
     for m, n in s["settled"]:
@@ -111,19 +112,6 @@ def _duration(seconds: float | None) -> str:
 PIPELINE_CHECK_LINE = ("Pipeline check (runs tagged `pipeline-check`): its numbers say nothing about the paper's "
                        "claims; it shows that every row trains, evaluates and is reported (`make ablation` runs the "
                        "protocol).")
-
-
-# training.tracking.PIPELINE_CHECK, the tag (not imported from there: it would load Lightning into the report's kernel)
-PIPELINE_CHECK = "pipeline-check"
-
-
-def is_pipeline_check(records) -> bool:
-    """The runs are a pipeline check's (``make ablation QUICK=1`` tags them ``pipeline-check``): any run tagged so
-    makes its report one (a check's numbers never pass for the sweep's)."""
-    def tags(rec) -> list:
-        t = (rec.config or {}).get("wandb.tags")
-        return [str(x) for x in t] if isinstance(t, (list, tuple)) else [str(t)] if t else []
-    return any(PIPELINE_CHECK in tags(r) for r in records)
 
 
 # Lightning's precisions by their full names (what summary.json records: training.results.precision_name) as a

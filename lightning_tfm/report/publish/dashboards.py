@@ -10,7 +10,7 @@ W&B: ONE run of job type ``report`` in the sweep's group, id ``report-<sweep>-ta
 - the summary: the headline numbers (:func:`headline_numbers`: direction agreement over all rows and over the
   rows beyond seed noise and over the rows whose verdict holds, rows beyond noise, rows of each verdict, the
   sweep's wall time), counted from the table's rows with the report's own
-  :func:`~lightning_tfm.report.stats.agreement_summary` and :func:`~lightning_tfm.report.verdict.verdict_summary`;
+  :func:`~.stats.agreement_summary` and :func:`~.verdict.verdict_summary`;
 - ``figures/<name>``: every ``*.png`` of the report as a ``wandb.Image``;
 - the artifact ``table3-<sweep>`` (type ``report``): ``table3.md``, ``table3.csv``, ``table3.html``.
 
@@ -51,12 +51,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import table2, table2_columns
-from .columns import NOTE, WANDB_BLEU, WANDB_PPL, Kind, columns
-from .export import rebuilt_table
-from .render import headline_markdown, ppl_markdown
-from .records import REPORT_JOB_TYPE as JOB_TYPE
-from .text import environment, first_line, html_text, md_code, waiting_lock
+from ..table2 import table as table2, columns as table2_columns
+from ..table3.columns import NOTE, WANDB_BLEU, WANDB_PPL, columns
+from ..core.columns import Kind
+from ..table3.table import rebuilt_table
+from ..views.render import headline_markdown, ppl_markdown
+from ..inputs.records import REPORT_JOB_TYPE as JOB_TYPE
+from ..core.text import environment, first_line, html_text, md_code, waiting_lock
 
 KIND = "table3"
 WANDB_DIR = "wandb-report"   # below the sweep's results folder
@@ -94,7 +95,7 @@ def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
     (with the fractions), the rows beyond/within noise or unknown; dev PPL's agreement over the rows that hold and the
     rows of each budget verdict; the sweep's wall time. ``rows``: the table's; the counting is the
     report's own (:func:`~.stats.agreement_summary`, :func:`~.verdict.verdict_summary`)."""
-    from .stats import agreement_summary
+    from ..table3.stats import agreement_summary
 
     s = agreement_summary(rows)
     out: dict[str, Any] = {}
@@ -108,7 +109,7 @@ def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
         for verdict, count in s[f"{metric}_noise"].items():
             out[f"{key}/rows_{verdict}_noise" if verdict != "unknown" else f"{key}/rows_noise_unknown"] = count
     out["both/agree_rows"], out["both/compared_rows"] = s["both"]
-    from .verdict import verdict_summary
+    from ..table3.verdict import verdict_summary
     v = verdict_summary(rows)  # the budget verdicts (the rows' ppl_verdict)
     out["dev_ppl/agree_rows_findings"], out["dev_ppl/compared_rows_findings"] = v["ppl_findings"]
     for verdict, count in v["verdicts"].items():
@@ -134,7 +135,7 @@ def report_run_id(sweep_name: str, kind: str = KIND, pipeline_check: bool = Fals
     """``report-<sweep>-<kind>``: one W&B run per (sweep, report kind), whatever the machine or the day; a
     pipeline check's (``make ablation QUICK=1``) is ``report-<sweep>-pipeline-check-<kind>``, never the real one."""
     if pipeline_check:
-        from ..training.tracking.tracking import PIPELINE_CHECK
+        from ...training.tracking.tracking import PIPELINE_CHECK
         sweep_name = f"{sweep_name}-{PIPELINE_CHECK}"
     rid = f"report-{sweep_name}-{kind}"
     if len(rid) > 64:  # a long sweep name: keep the id short, and unique with a hash of the full name
@@ -147,8 +148,8 @@ def wandb_target(sweep, wandb_path: str | None = None) -> dict:
     read ``--from-wandb ENTITY/PROJECT`` goes to that project."""
     import os
 
-    from ..sweep import trial_config
-    from ..training.tracking.tracking import resolve_mode
+    from ...sweep import trial_config
+    from ...training.tracking.tracking import resolve_mode
 
     cfg = trial_config(sweep, checked=False)
     target = {"mode": resolve_mode(cfg), "project": os.environ.get("WANDB_PROJECT") or cfg.wandb.project,
@@ -200,8 +201,8 @@ def _log_run(sweep, out: Path, table: dict, target: dict, root: Path, run_id: st
              pipeline_check: bool = False, kind: str = KIND) -> dict:
     import wandb
 
-    from ..training.redact import scrub
-    from ..training.tracking.tracking import PIPELINE_CHECK, scrubbed_argv, wandb_group  # wandb records sys.argv
+    from ...training.redact import scrub
+    from ...training.tracking.tracking import PIPELINE_CHECK, scrubbed_argv, wandb_group  # wandb records sys.argv
 
     tags = [JOB_TYPE, kind] + ([PIPELINE_CHECK] if pipeline_check else [])
     with scrubbed_argv():
@@ -300,8 +301,8 @@ def plotly_dev_ppl_by_family(data):
     custom plot in a 450-pixel-high card, too small for a grid of panels)."""
     import plotly.graph_objects as go
 
-    from ..training.runs.results import DEV_PPL
-    from .figures import FAMILY_TITLES, family_panels, metric_series, panel_of
+    from ...training.runs.results import DEV_PPL
+    from ..views.figures import FAMILY_TITLES, family_panels, metric_series, panel_of
 
     variants, panels = family_panels(data)
     curves = {v: [(r, metric_series(r, DEV_PPL)) for r in sorted((r for r in data.records if r.variant == v),
@@ -351,7 +352,7 @@ def plotly_dev_ppl_by_family(data):
 def _add_base(fig, recs: list, key: str, visible: bool) -> list[int]:
     """The base row's traces: its curve (the mean over its seeds, :func:`~.figures.seed_band`) and, with several
     seeds, their range as a shaded band (two bound traces outside the legend); the indices of the traces added."""
-    from .figures import base_label, seed_band
+    from ..views.figures import base_label, seed_band
 
     if not recs:
         return []
@@ -372,7 +373,7 @@ def plotly_learning_curves(data):
     learning-curve table, :func:`~.table.learning_curves`)."""
     import plotly.graph_objects as go
 
-    from .table import learning_curves, ordered_variants
+    from ..table3.table import learning_curves, ordered_variants
 
     curves = learning_curves(data, ordered_variants(data.sweep, data.records))
     fig = go.Figure()
@@ -438,9 +439,9 @@ def publish(sweep, parameters: dict, out: Path, table: dict | None = None) -> li
     ``table``, a Table 3 report's or, for a sweep of several architectures (:func:`.table2.is_table2`), a Table 2
     report's (default: rebuilt from the folder's export; Table 2's: from the runs). Returns the lines to print;
     every failure here is a one-line warning, never the report's failure."""
-    from ..training.redact import scrub
-    from .records import default_results_dir
-    from .sources import load_report_data
+    from ...training.redact import scrub
+    from ..inputs.records import default_results_dir
+    from ..inputs.sources import load_report_data
 
     lines: list[str] = []
     urls = [parameters.get("storage") or ""]  # its password masked in a warning, however the message quotes it
@@ -463,7 +464,7 @@ def publish(sweep, parameters: dict, out: Path, table: dict | None = None) -> li
 
 def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: list[str], urls: list[str],
              table: dict | None) -> list[str]:
-    from ..training.redact import scrub
+    from ...training.redact import scrub
     from .notebooks import notebook_name
 
     kind = notebook_name(sweep)  # table2 or table3: the report's notebook
