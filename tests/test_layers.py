@@ -81,6 +81,46 @@ def test_every_module_belongs_to_a_layer_and_none_is_over_500_lines():
     assert not long, long
 
 
+# The report's rooms, bottom to top (report/__init__.py's map): a room imports only from the rooms below it; views and
+# table2 share a rank (neither imports the other); report/'s own modules (commands, backtest) and its __init__ stand
+# above every room.
+REPORT_ROOMS = {"core": 0, "inputs": 1, "table3": 2, "views": 3, "table2": 3, "publish": 4}
+REPORT_TOP = len(REPORT_ROOMS)
+
+
+def _report_room(module: str) -> tuple[str, int]:
+    """(room, rank) of a dotted module of the report (``pkg.report.table3.table``: ``table3``); a module at
+    report/'s top, or the package itself, is of the top."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[2] in REPORT_ROOMS:
+        return parts[2], REPORT_ROOMS[parts[2]]
+    return "", REPORT_TOP
+
+
+def _across_rooms(package: Path) -> list[str]:
+    """Every import of one report room's module from another room not below it (inside functions too), as
+    ``path:line imports X``."""
+    root, found = package.parent, []
+    prefix = f"{package.name}.report"
+    for path in sorted((package / "report").rglob("*.py")):
+        room, rank = _report_room(_module(path, root))
+        for line, target in _imports(path, root):
+            if target == prefix or target.startswith(prefix + "."):
+                other, other_rank = _report_room(target)
+                if other != room and other_rank >= rank:
+                    found.append(f"{path.relative_to(root)}:{line} imports {target}")
+    return found
+
+
+def test_the_reports_rooms_import_one_way():
+    """Inside the report layer, a room imports only from the rooms below it (core <- inputs <- table3 <- views,
+    table2 <- publish <- commands), not even inside a function: what reads a sweep's runs knows nothing of the
+    tables, Table 3 nothing of how it is shown or published, Table 2 and the views nothing of each other."""
+    assert set(REPORT_ROOMS) == {p.parent.name for p in (PACKAGE / "report").glob("*/__init__.py")}
+    across = _across_rooms(PACKAGE)
+    assert not across, across
+
+
 def _rooms(package: Path) -> list[str]:
     """What is wrong with the package's folders: a folder of modules that is no package (no ``__init__.py``: a
     namespace package, which the layer checks would still walk but which says nothing of what it holds), a package
@@ -251,3 +291,19 @@ def test_help_and_argument_errors_import_neither_torch_nor_optuna():
     assert p.returncode == 0, p.stderr
     assert "usage: ltfm" in p.stdout
     assert "ltfm: error: ltfm sweep: argument --n-trials: invalid int value: 'x'" in p.stderr
+
+
+def test_the_room_order_check_sees_planted_violations(tmp_path):
+    """An import up the report's rooms (inside a function too) and one between the two rooms of the same rank are
+    found; an import down the rooms, within a room and from report/'s top are not."""
+    package = _plant(tmp_path, {
+        "report/__init__.py": "", "report/commands.py": "from .publish import p\n",
+        "report/core/a.py": "def f():\n    from ..inputs import b\n",
+        "report/inputs/b.py": "from ..core import a\nfrom . import c\n", "report/inputs/c.py": "",
+        "report/views/v.py": "from ..table2.t import x\nfrom ..table3 import y\n",
+        "report/table2/t.py": "def g():\n    from ..views import v\n",
+        "report/publish/p.py": "from ..core import a\nfrom .. import commands\n"})
+    assert _across_rooms(package) == ["pkg/report/core/a.py:2 imports pkg.report.inputs",
+                                      "pkg/report/publish/p.py:2 imports pkg.report.commands",
+                                      "pkg/report/table2/t.py:2 imports pkg.report.views",
+                                      "pkg/report/views/v.py:1 imports pkg.report.table2.t"]
