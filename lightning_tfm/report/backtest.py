@@ -210,7 +210,7 @@ def _listed(items: list[str], most: int = 4) -> str:
 def _differs(a: dict, b: dict) -> list[str]:
     """The config keys two runs differ in, those that do not change what is trained aside (the run id's
     ``NOT_HASHED``: the budget, the study, the results folder, ...); a key one export lacks (written before the key
-    existed) is at its default there, as the run id has it (training/run_id.py)."""
+    existed) is at its default there, as the run id has it (training/config/run_id.py)."""
     from ..training.config.config import SCHEMA
     from ..training.config.run_id import KEYS_V1, NOT_HASHED
 

@@ -3,7 +3,7 @@ configs, the local source's folders); :func:`lightning_tfm.report.inputs.sources
 
 - local (default): the sweep's Optuna storage (``--storage``, else ``<results_dir>/<sweep name>.db`` when it
   exists) says which trials exist and their state; each trial's run folder (``summary.json``, the metric
-  history of :func:`lightning_tfm.training.results.read_metrics`, ``hyps/dev.<tgt>.txt``) gives the numbers. When a
+  history of :func:`lightning_tfm.training.runs.results.read_metrics`, ``hyps/dev.<tgt>.txt``) gives the numbers. When a
   run folder is not here (workers on other machines), the values the worker recorded in the trial's user
   attributes are used. Run folders of the study that the storage does not know (or no storage at all) are
   read from the results folder.
@@ -17,8 +17,8 @@ configuration comes from the sweep's own :func:`lightning_tfm.sweep.trial_config
 folder another sweep trained on after the trial is read at the trial's budget (:mod:`.budget`); a completed run whose
 dev loss or PPL is no number (nan, inf) is :data:`DIVERGED` (:func:`mark_diverged`).
 
-Configs here stay data, not typed :class:`~lightning_tfm.training.config.Config` objects: a record holds its
-run's config as the flat dict of :func:`~lightning_tfm.training.config.flatten` (``rec.config["model.heads"]``),
+Configs here stay data, not typed :class:`~lightning_tfm.training.config.config.Config` objects: a record holds its
+run's config as the flat dict of :func:`~lightning_tfm.training.config.config.flatten` (``rec.config["model.heads"]``),
 read from a summary.json's plain nested "config" or W&B's flat config; a report only reads them.
 """
 from __future__ import annotations

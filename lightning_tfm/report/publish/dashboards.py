@@ -5,8 +5,8 @@ W&B: ONE run of job type ``report`` in the sweep's group, id ``report-<sweep>-ta
 ``resume="allow"``: a re-run writes the same run again rather than a second one). It holds:
 
 - ``table3/dev_ppl`` and ``table3/dev_bleu``: ``wandb.Table``\\ s, one row per row of the table, the columns of
-  :data:`~.columns.WANDB_PPL` and :data:`~.columns.WANDB_BLEU` (:mod:`.columns`: ours, the paper's, both
-  changes, agreement, the noise verdict, status) with the values ``table3.csv`` gives them (:func:`wandb_tables`);
+  :data:`~.table3.columns.WANDB_PPL` and :data:`~.table3.columns.WANDB_BLEU` (ours, the paper's, both changes,
+  agreement, the noise verdict, status) with the values ``table3.csv`` gives them (:func:`wandb_tables`);
 - the summary: the headline numbers (:func:`headline_numbers`: direction agreement over all rows and over the
   rows beyond seed noise and over the rows whose verdict holds, rows beyond noise, rows of each verdict, the
   sweep's wall time), counted from the table's rows with the report's own
@@ -16,11 +16,11 @@ W&B: ONE run of job type ``report`` in the sweep's group, id ``report-<sweep>-ta
 
 A Table 2 report (a sweep of several architectures, :mod:`.table2`) goes the same way: run
 ``report-<sweep>-table2``, the W&B table ``table2/rows`` (``table2.csv``'s rows: ours, then the paper's), the
-summary of :func:`.table2.summary_numbers`, its figures, the artifact ``table2-<sweep>`` and a study note of its
+summary of :func:`.table2.table.summary_numbers`, its figures, the artifact ``table2-<sweep>`` and a study note of its
 own block; no custom plots. What each kind gives each place: its :class:`~.columns.Kind` in :data:`KINDS`.
 
 Mode, project and entity are resolved as for the training runs (``WANDB_MODE`` else the experiment's
-``wandb.mode`` through :func:`lightning_tfm.training.tracking.resolve_mode`; ``WANDB_PROJECT``/``WANDB_ENTITY``
+``wandb.mode`` through :func:`lightning_tfm.training.tracking.tracking.resolve_mode`; ``WANDB_PROJECT``/``WANDB_ENTITY``
 else ``wandb.project``/``wandb.entity``); ``disabled`` logs nothing. The run's files go to
 ``<results>/wandb-report/wandb/`` (never into the report folder, which each report replaces); offline, the
 older ``offline-run-*-<id>`` folders of the same id are removed once the new run is written, so
@@ -30,8 +30,8 @@ left, in the folder it printed. A W&B error is one warning line on stderr: the r
 
 A pipeline check's report (its runs tagged ``pipeline-check``: ``make ablation QUICK=1``) is its own run:
 id ``report-<sweep>-pipeline-check-table3``, group ``<sweep>-pipeline-check`` (where its training runs are,
-:func:`lightning_tfm.training.tracking.wandb_group`), tag ``pipeline-check``: the real report's run and group are
-never touched. Strings of the runs go into plotly's text (which it reads as HTML) escaped.
+:func:`lightning_tfm.training.tracking.tracking.wandb_group`), tag ``pipeline-check``: the real report's run and group
+are never touched. Strings of the runs go into plotly's text (which it reads as HTML) escaped.
 
 optuna-dashboard (only when the report read an Optuna storage and ``optuna_dashboard`` and ``plotly`` are
 importable; else nothing): the study's note gets the headline and the dev-perplexity table of ``table3.md``
@@ -177,7 +177,7 @@ def superseded_folders(wandb_dir: Path, run_id: str, keep: Path | None) -> list[
 
 def log_wandb_report(sweep, out: Path, results_dir: Path, table: dict, target: dict,
                      pipeline_check: bool = False, kind: str = KIND) -> dict | None:
-    """The report folder ``out`` and its ``table`` (:func:`~.export.rebuilt_table`) as the sweep's W&B report run
+    """The report folder ``out`` and its ``table`` (:func:`~.table3.table.rebuilt_table`) as the sweep's W&B report run
     (see the module docstring); None when W&B is disabled. Raises whatever wandb raises (:func:`publish` turns
     it into a warning). Call it holding :func:`publish_lock` (:func:`publish` does): it removes the run's older
     offline folders."""
@@ -370,7 +370,7 @@ def _add_base(fig, recs: list, key: str, visible: bool) -> list[int]:
 
 def plotly_learning_curves(data):
     """Every row's dev perplexity at each validation, the mean over its completed seeds (the report's
-    learning-curve table, :func:`~.table.learning_curves`)."""
+    learning-curve table, :func:`~.table3.table.learning_curves`)."""
     import plotly.graph_objects as go
 
     from ..table3.table import learning_curves, ordered_variants
@@ -436,7 +436,7 @@ def write_dashboard(data, table: dict, out: Path, kind: str = KIND) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 def publish(sweep, parameters: dict, out: Path, table: dict | None = None) -> list[str]:
     """After the report folder ``out`` is written: the W&B report run and the optuna-dashboard note (and plots) of
-    ``table``, a Table 3 report's or, for a sweep of several architectures (:func:`.table2.is_table2`), a Table 2
+    ``table``, a Table 3 report's or, for a sweep of several architectures (:func:`.table2.table.is_table2`), a Table 2
     report's (default: rebuilt from the folder's export; Table 2's: from the runs). Returns the lines to print;
     every failure here is a one-line warning, never the report's failure."""
     from ...training.redact import scrub

@@ -20,7 +20,9 @@ name>/`` (or ``--out``):
   figure, :mod:`.lead`), ``dev_ppl_by_family.png``, ``outlook.png`` (each row's curve fitted and extrapolated:
   the verdict's evidence), ``ppl_vs_flops.png``, ``bleu_vs_params.png``,
   ``norm_curves.png`` (each of these five left out, with a line saying why in its place, when it has nothing to
-  show: :class:`.plots.LeftOut`), ``positional.png`` (the positional encodings: :mod:`.attention`) (each also as ``.svg``/``.pdf`` with ``--formats``), and ``export/<sweep name>.json`` (:mod:`.export`: what ``--from-export`` rebuilds the tables from);
+  show: :class:`.plots.LeftOut`),
+  ``positional.png`` (the positional encodings: :mod:`.views.attention`) (each also as ``.svg``/``.pdf`` with
+  ``--formats``), and ``export/<sweep name>.json`` (:mod:`.export`: what ``--from-export`` rebuilds the tables from);
 - table2 (:mod:`.table2`): ``table2.ipynb``, ``table2.html``, ``table2.md``, ``table2.csv``, ``table2_curves.png``
   (no export, W&B run or optuna-dashboard note);
 - compare (``--against``): ``compare.ipynb``, ``compare.html``, ``compare.md``, ``compare.csv``,
@@ -91,7 +93,7 @@ EXPECTED = {"table2": ("table2.md", "table2.csv", "table2_curves.png", "table2_a
 
 def notebook_name(sweep) -> str:
     """The report notebook of a sweep: ``table2`` for variants of more than one architecture
-    (:func:`.table2.is_table2`), else :data:`NOTEBOOKS` by its mode."""
+    (:func:`.table2.table.is_table2`), else :data:`NOTEBOOKS` by its mode."""
     from ..table2.table import is_table2
 
     return "table2" if is_table2(sweep) else NOTEBOOKS[sweep.mode]

@@ -1,5 +1,5 @@
 """The claim of the Table 2 report (:mod:`.table2`), one line each, for each pair (a transformer row, a row of
-another architecture) of its rows (:class:`~.table2_columns.Row`): (a) BLEU at equal training FLOPs, (b) what each
+another architecture) of its rows (:class:`~.table2.columns.Row`): (a) BLEU at equal training FLOPs, (b) what each
 needs to reach the other's final dev BLEU or PPL (:mod:`.table2`'s docstring says how).
 
 A pair within seed noise in (a) gets its prediction of when it would settle (:func:`pair_settle`), as Table 3's
@@ -9,7 +9,7 @@ zero, the measured difference and seed sds taken as they are (:func:`.stats.seed
 calculation under normal seed noise, not back-tested); in steps, Table 3's verdict and settle budget
 (:func:`.verdict.curve_verdict`) on the pair's dev-PPL curves, the transformer row as the base (the curve fits are
 of dev log-PPL, falling curves whose extrapolation error was measured on log-PPL gaps: BLEU's curves are not
-fitted). The row, its columns and their views: :mod:`.table2_columns`.
+fitted). The row, its columns and their views: :mod:`.table2.columns`.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ The claim, for each pair (a transformer row, a row of another architecture):
   crossing of the row's mean curve, linear between validations (log PPL for PPL); the wall time at a step is the
   run's training wall time x step / steps (a constant rate).
 
-The claim's lines: :mod:`.table2_claims`; the row, its columns and their views: :mod:`.table2_columns`.
+The claim's lines: :mod:`.claims`; the row, its columns and their views: :mod:`.table2.columns`.
 """
 from __future__ import annotations
 

@@ -4,5 +4,5 @@ seed-noise rule, direction agreement, sacreBLEU's paired bootstrap, seeds to set
 row's verdict from its learning curve extrapolated), :mod:`.compute` (training FLOPs a step, dev PPL at the base's
 compute), :mod:`.columns` (the replica's typed row and its columns, declared once), :mod:`.table`
 (:func:`~.table.build_table`: rows, statuses, order, knobs, learning curves; and the table rebuilt from an export)
-and :mod:`.compare` (two replicas side by side: ``ltfm report A --against B``). Imports :mod:`..core` and
-:mod:`..inputs`; Table 2's report (:mod:`..table2`) builds on this one."""
+and :mod:`.compare` (two replicas side by side: ``ltfm report A --against B``). Imports :mod:`.core` and
+:mod:`.inputs`; Table 2's report (:mod:`.table2`) builds on this one."""

@@ -1,8 +1,8 @@
 """The Table 3 replica's row and its columns, declared once.
 
 :class:`Row` is one row of the table (:func:`~.table.build_table` makes them): one typed field
-per value. :data:`COLUMNS` is the one list of the table's columns, in the CSV's order; each :class:`Column` says
-what it means, its value (a field of the row by default), and where it appears:
+per value. :data:`COLUMNS` is the one list of the table's columns, in the CSV's order; each
+:class:`~.core.columns.Column` says what it means, its value (a field of the row by default), and where it appears:
 
 - ``views``: :data:`CSV` (``table3.csv``, header = the key), :data:`WANDB_PPL` / :data:`WANDB_BLEU` (the report
   run's W&B tables ``table3/dev_ppl`` and ``table3/dev_bleu``), :data:`NOTE` (the optuna-dashboard note's
@@ -19,9 +19,10 @@ Every view reads this list: :mod:`.render` (markdown, CSV), :mod:`.latex` (LaTeX
 tables, the note), :mod:`.compare`. A new column is one more entry of :data:`COLUMNS` (and a field of :class:`Row`, or a ``value``
 computed from the row).
 
-The mechanism is also Table 2's (:mod:`.table2_columns`: its row, its list, its views): :class:`Column`,
-:class:`Shown`, :class:`Fields` (a row read as a mapping), and :class:`Kind`, a report's table as W&B and
-optuna-dashboard take it (:data:`.dashboards.KINDS`).
+The mechanism is :mod:`.core.columns`', Table 2's too (:mod:`.table2.columns`: its row, its list, its views):
+:class:`~.core.columns.Column`, :class:`~.core.columns.Shown`, :class:`~.core.columns.Fields` (a row read as a
+mapping), and :class:`~.core.columns.Kind`, a report's table as W&B and optuna-dashboard take it
+(:data:`.dashboards.KINDS`).
 """
 from __future__ import annotations
 

@@ -36,8 +36,8 @@ def load_paper2() -> dict[str, dict]:
 
 def load_paper() -> dict[str, dict]:
     """The paper's Table 3 (lightning_tfm/resources/paper_table3.csv): name -> row with numbers parsed. Its knob
-    columns are those of the Table 3 knobs it has (:data:`~lightning_tfm.training.config.TABLE3_KNOBS`' CSV names),
-    each read as its config key's type."""
+    columns are those of the Table 3 knobs it has (:data:`~lightning_tfm.training.config.config.TABLE3_KNOBS`' CSV
+    names), each read as its config key's type."""
     out = {}
     for row in _rows("paper_table3.csv"):
         parsed = dict(row)

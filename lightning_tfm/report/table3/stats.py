@@ -194,7 +194,7 @@ def paired_test(base_hyps: list[str], hyps: list[str], refs: list[str], tgt: str
     if not (len(base_hyps) == len(hyps) == len(refs)):
         raise ValueError(f"{len(hyps)} hypotheses, base {len(base_hyps)}, references {len(refs)}")
     differing = sum(1 for a, b in zip(base_hyps, hyps) if a != b)
-    metric = BLEU(trg_lang=tgt if tgt == "zh" else "")  # as lightning_tfm.evaluate.bleu scores
+    metric = BLEU(trg_lang=tgt if tgt == "zh" else "")  # as lightning_tfm.training.evaluate.bleu scores
     score, base_score = metric.corpus_score(hyps, [refs]).score, metric.corpus_score(base_hyps, [refs]).score
     out = {"p_value": 1.0, "differing": differing, "sentences": len(hyps), "score": float(score),
            "base_score": float(base_score), "tested": False, "signature": None}

@@ -5,13 +5,13 @@ curves.
 The rows: one per variant of the sweep file, in the paper's order (base, A1-A4, B1, B2, C1-C7, D1-D4, E, big),
 then the sweep's other rows in file order, then runs of variants the file no longer lists
 (:func:`ordered_variants`). A variant that is missing, waiting, running, failed, skipped (unbuildable), pruned,
-diverged (dev PPL no number: :func:`as_shown`) or continued (not readable at its sweep's budget: :mod:`.budget`)
+diverged (dev PPL no number: :func:`as_shown`) or continued (not readable at its sweep's budget: :mod:`.inputs.budget`)
 keeps its row with that status; its numbers stay empty (only completed seeds are averaged). Several
 seeds: mean ± sample standard deviation. Change (Δ) = the row's value minus its base's, ours against our base
 and the paper's against the paper's base, each also given relative to its base. Each row also gets its change at
 the base's training compute (:mod:`.compute`) and its verdict from the learning curves extrapolated (:mod:`.verdict`).
 
-A row's knobs are those of ``training.config.TABLE3_KNOBS`` (the config fields with a Table 3 column). The
+A row's knobs are those of ``training.config.config.TABLE3_KNOBS`` (the config fields with a Table 3 column). The
 statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the markdown and the CSV in :mod:`.render`.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .verdict import add_verdicts, seconds_per_step, settle_summary, verdict_sum
 
 def knob_value(cfg: dict, key: str):
     """A Table 3 knob of a row's flat config; a key newer than the run (not among the keys the run ids froze,
-    :data:`~lightning_tfm.training.run_id.KEYS_V1`) that its saved section lacks reads at its default: the
+    :data:`~lightning_tfm.training.config.run_id.KEYS_V1`) that its saved section lacks reads at its default: the
     behaviour the run trained with, as its run id says (a new key's default keeps today's behaviour)."""
     if key in cfg or key in KEYS_V1:
         return cfg.get(key)

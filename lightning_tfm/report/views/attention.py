@@ -2,7 +2,7 @@
 positional encodings (Vaswani et al., 2017, Sec. 3.5; Table 3 row E), for the report notebooks.
 
 * :func:`alignment_figure` loads a run of either architecture (``model.arch``: ``transformer`` or ``rnn``) through
-  :func:`~lightning_tfm.training.checkpoints.load_model`, decodes the first few dev sentences with the run's own
+  :func:`~lightning_tfm.training.runs.checkpoints.load_model`, decodes the first few dev sentences with the run's own
   ``decode.*`` settings (beam search, or greedy at beam 1: :func:`~lightning_tfm.training.decode.translate_ids`),
   feeds each hypothesis back teacher-forced with ``features(src, tgt_in, need_attention=True)`` and draws the
   weights: output position i (the piece generated there, EOS last) against the source pieces (EOS last), one image

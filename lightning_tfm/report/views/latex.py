@@ -1,10 +1,10 @@
 """The Table 3 replica as LaTeX: ``table3.tex``, a booktabs table to ``\\input`` into a paper, and
 ``table3-standalone.tex``, which compiles it on its own (``pdflatex table3-standalone.tex`` in the report folder).
 
-``table3.tex`` holds one ``table`` float (caption, ``\\label{tab:<sweep>}``) around a ``tabular`` with the
-paper's columns (:data:`~.columns.LATEX`, declared in :mod:`.columns` beside the markdown views): the row, the knobs
-N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls and train steps, then dev PPL, dev BLEU and the parameter count (×10^6),
-each as ours beside the paper's under one header (``\\cmidrule``). As in the paper, a row other than the base
+``table3.tex`` holds one ``table`` float (caption, ``\\label{tab:<sweep>}``) around a ``tabular`` with the paper's
+columns (:data:`~.table3.columns.LATEX`, declared in :mod:`.table3.columns` beside the markdown views): the row, the
+knobs N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls and train steps, then dev PPL, dev BLEU and the parameter count
+(×10^6), each as ours beside the paper's under one header (``\\cmidrule``). As in the paper, a row other than the base
 shows only the knobs that differ from the base's; a knob that is none of the paper's columns (positions, norm) is
 named beside the row's name. The rows are in the table's order, a ``\\midrule`` between two row families; the numbers
 are printed as ``table3.md`` prints them. The preamble needs ``\\usepackage{booktabs}``.

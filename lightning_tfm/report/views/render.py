@@ -32,7 +32,7 @@ from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN, settings_of, verd
 
 
 def _md_table(table: dict, view: str) -> list[str]:
-    """The markdown table of ``view`` (:mod:`.columns`): a header, the alignments, a line per row."""
+    """The markdown table of ``view`` (:mod:`.table3.columns`): a header, the alignments, a line per row."""
     cols = shown(view)
     lines = ["| " + " | ".join(c.title for c in cols) + " |",
              "|" + "|".join("---" if i == 0 or c.left else "--:" for i, c in enumerate(cols)) + "|"]
@@ -114,7 +114,7 @@ PIPELINE_CHECK_LINE = ("Pipeline check (runs tagged `pipeline-check`): its numbe
                        "protocol).")
 
 
-# Lightning's precisions by their full names (what summary.json records: training.results.precision_name) as a
+# Lightning's precisions by their full names (what summary.json records: training.runs.results.precision_name) as a
 # reader names them
 PRECISIONS = {"32-true": "fp32", "64-true": "fp64", "16-mixed": "fp16 (mixed)", "16-true": "fp16",
               "bf16-mixed": "bf16 (mixed)", "bf16-true": "bf16", "transformer-engine": "fp8 (Transformer Engine)",
