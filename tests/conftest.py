@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-import warm
-from warm import default_signals  # noqa: F401  (tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("LTFM_DATA", ROOT.parent / "shared" / "data" / "multi30k"))
@@ -112,37 +110,39 @@ def checkout_untouched(tmp_path_factory):
                     + (f" and {len(changed) - 20} more" if len(changed) > 20 else ""), pytrace=False)
 
 
-def ltfm(*args, env=None, input=None, timeout=600, cwd=None, fresh=False):
-    """Run the real CLI in a process of its own (``python -m lightning_tfm ARGS``); returns CompletedProcess (text).
-    It runs in ``cwd``, by default the session's stand-in of the checkout (``WORK``). Warm-started (tests/warm.py:
-    forked from a server that has imported torch and Lightning) unless ``fresh``,
-    ``LTFM_TEST_FRESH=1`` or an environment the server cannot give; cold, a new interpreter."""
+def ltfm(*args, env=None, input=None, timeout=600, cwd=None):
+    """Run the real CLI in a process of its own, as a user runs it (``python -m lightning_tfm ARGS``, a new
+    interpreter); returns CompletedProcess (text). It runs in ``cwd``, by default the session's stand-in of the
+    checkout (``WORK``). For a one-line error, a dry run or a status check, ``ltfm_here`` is faster."""
     e = dict(os.environ)
     e.setdefault("WANDB_MODE", "offline")
     e.setdefault("WANDB_SILENT", "true")
     e.update(env or {})
-    return ltfm_in(e, *args, input=input, timeout=timeout, cwd=cwd, fresh=fresh)
+    return ltfm_in(e, *args, input=input, timeout=timeout, cwd=cwd)
 
 
-def ltfm_in(e: dict, *args, input=None, timeout=600, cwd=None, fresh=False):
+def ltfm_in(e: dict, *args, input=None, timeout=600, cwd=None):
     """:func:`ltfm` in exactly the environment ``e`` (nothing added)."""
-    args = [str(a) for a in args]
-    server = None if fresh else warm.starter(ROOT)
-    if server is not None and server.serves(e):
-        return server.run(args, env=e, input=input, timeout=timeout, cwd=cwd or WORK)
-    return subprocess.run([sys.executable, "-m", "lightning_tfm", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "lightning_tfm", *map(str, args)], capture_output=True, text=True,
                           env=e, input=input, timeout=timeout, cwd=cwd or WORK)
+
+
+def default_signals() -> None:
+    """A child's ``preexec_fn``: SIGINT, SIGHUP and SIGTERM as a terminal delivers them (their default action), so a
+    test that signals a command tests its handlers even when the suite itself runs with them ignored (``nohup``,
+    a background job of a non-interactive shell: the command then keeps them ignored, as it should)."""
+    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
 
 
 @pytest.fixture
 def ltfm_here(capfd, monkeypatch):
     """conftest's ``ltfm`` in this process (``cli.main``): the same CompletedProcess (exit code, stdout and stderr
-    at the file descriptors) from the same folder (the session's stand-in of the checkout), ``input`` as stdin.
-    What a command may change in its process is put back: signal handlers, torch's threads, the environment,
-    logging, datasets' progress bars."""
+    at the file descriptors) from the same folder (the session's stand-in of the checkout) unless ``cwd``, ``input``
+    as stdin, ``env`` added to the environment for that command. What a command may change in its process is put
+    back: signal handlers, torch's threads, the environment, the folder, logging, datasets' progress bars."""
     import io
     import logging
-    import signal
 
     import torch
 
@@ -157,9 +157,19 @@ def ltfm_here(capfd, monkeypatch):
     sigs = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
     kept = (torch.get_num_threads(), dict(os.environ), logging.raiseExceptions, logging.getLogger("optuna").level, bars_off())
 
-    def run(*args, input=""):
+    def run(*args, input="", env=None, cwd=None):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode())))
-        code = cli.main([str(a) for a in args])
+        before = dict(os.environ)
+        os.environ.update(env or {})  # this command's only, as a process's environment and folder are
+        os.chdir(cwd or WORK)
+        try:
+            code = cli.main([str(a) for a in args])
+        except SystemExit as e:  # argparse's --help and usage errors: the exit code `python -m` gives
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        finally:
+            os.environ.clear()
+            os.environ.update(before)
+            os.chdir(WORK)
         return subprocess.CompletedProcess(args, code, *capfd.readouterr())
 
     yield run
@@ -206,8 +216,7 @@ def _smoke_training(folder: Path, data_dir: Path) -> None:
     results, wandb_dir = folder / "results", folder / "wandb"
     results.mkdir()
     wandb_dir.mkdir()
-    p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", env={"WANDB_DIR": str(wandb_dir)},
-             fresh=True)  # the session's one training started as a user starts it: a new interpreter
+    p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", env={"WANDB_DIR": str(wandb_dir)})
     assert p.returncode == 0, p.stderr[-3000:]
     (folder / "train.stderr").write_text(p.stderr)  # what it said (tests/test_guidance.py)
 

@@ -2,20 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-import conftest
-import warm
-from conftest import ROOT, SMOKE, TINY, default_signals, ltfm
+from conftest import ROOT, SMOKE
 from lightning_tfm import cli
 from lightning_tfm.cli import build_parser
 from lightning_tfm.training.config import config
@@ -37,17 +28,17 @@ def test_every_option_and_argument_has_help():
     assert not missing, missing
 
 
-def test_top_level_help_is_written_for_users():
-    p = ltfm("--help")
+def test_top_level_help_is_written_for_users(ltfm_here):
+    p = ltfm_here("--help")
     assert p.returncode == 0
     assert "start with:" in p.stdout and "ltfm config --keys" in p.stdout
     assert "library functions" not in p.stdout  # words for the project's developers stay in the code
-    assert "ltfm config --keys" in ltfm("train", "--help").stdout
+    assert "ltfm config --keys" in ltfm_here("train", "--help").stdout
 
 
-def test_config_prints_what_the_run_saves_and_loads_back_with_its_run_id(tmp_path):
+def test_config_prints_what_the_run_saves_and_loads_back_with_its_run_id(tmp_path, ltfm_here):
     args = ["experiments/multi30k-smoke.yaml", "data.path=/data/m30k", "model.heads=2", "train.lr_scale=0.5"]
-    p = ltfm("config", *args)
+    p = ltfm_here("config", *args)
     assert p.returncode == 0, p.stderr
     first, body = p.stdout.split("\n", 1)
     cfg = config.load_config(ROOT / args[0], args[1:])
@@ -59,8 +50,8 @@ def test_config_prints_what_the_run_saves_and_loads_back_with_its_run_id(tmp_pat
     assert body == config.dump_yaml(cfg)  # the exact config.yaml the run writes (no secret in it to mask)
 
 
-def test_config_keys_lists_every_schema_key_with_its_meaning():
-    p = ltfm("config", "--keys")
+def test_config_keys_lists_every_schema_key_with_its_meaning(ltfm_here):
+    p = ltfm_here("config", "--keys")
     assert p.returncode == 0, p.stderr
     lines = {line.split()[0]: line for line in p.stdout.splitlines()}
     for sec, keys in config.SCHEMA.items():
@@ -69,7 +60,7 @@ def test_config_keys_lists_every_schema_key_with_its_meaning():
             assert help_text.strip() and line.rstrip().endswith(help_text.strip()), f"{sec}.{name} has no meaning"
             assert config.describe(spec) in line
     assert "sinusoidal | learned" in lines["model.positional"]
-    only = ltfm("config", "--keys", "model.d_")
+    only = ltfm_here("config", "--keys", "model.d_")
     assert {line.split()[0] for line in only.stdout.splitlines()} == {"model.d_model", "model.d_ff", "model.d_k",
                                                                      "model.d_v"}
 
@@ -78,8 +69,8 @@ def test_config_keys_lists_every_schema_key_with_its_meaning():
                                        (["config"], "give an experiment file"),
                                        (["config", "--keys", "model", "experiments/multi30k-smoke.yaml"],
                                         "--keys lists the schema")])
-def test_config_mistakes_are_one_line(args, msg):
-    p = ltfm(*args)
+def test_config_mistakes_are_one_line(args, msg, ltfm_here):
+    p = ltfm_here(*args)
     assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
     assert p.stderr.strip().count("\n") == 0
 
@@ -173,7 +164,7 @@ def test_train_reads_and_validates_its_config_once(monkeypatch, tmp_path, data_d
     assert calls == {"read_yaml": 1, "validate": 1}
 
 
-def test_every_command_help_has_a_description_line():
+def test_every_command_help_has_a_description_line(ltfm_here):
     """``ltfm NAME --help`` says what the command does under its usage line: the command's description, else its
     line of ``ltfm --help`` as a sentence."""
     subs = {p.prog.split()[-1]: p for p in list(_parsers(build_parser()))[1:]}
@@ -183,7 +174,7 @@ def test_every_command_help_has_a_description_line():
         assert text and text[0].isupper() and text.endswith("."), command.name
         assert text == (command.description or command.help[0].upper() + command.help[1:] + "."), command.name
     assert subs["average"].description == "Average the last N checkpoints of a run into one file."
-    p = ltfm("sweep", "--help")
+    p = ltfm_here("sweep", "--help")
     assert p.returncode == 0
     usage, description = p.stdout.split("\n\n")[:2]
     assert usage.startswith("usage: ltfm sweep") and " ".join(description.split()).startswith(
@@ -221,88 +212,3 @@ def test_an_unknown_section_in_a_file_gets_a_did_you_mean(tmp_path, capsys):
     assert cli.main(["config", str(exp)]) == 2
     assert capsys.readouterr().err.strip() == ("ltfm: error: unknown config section 'modle': did you mean model? use "
                                               f"one of {', '.join(config.SCHEMA)}")
-
-
-def test_a_warm_started_command_gives_what_a_new_interpreter_gives(tmp_path):
-    """conftest's ``ltfm`` forks most commands from tests/warm.py's server, which has the libraries imported: the
-    same exit code, standard output and error as ``python -m lightning_tfm`` started cold, in the folder asked (a
-    relative path is read from it), in a process of its own; a command past its timeout is killed."""
-    if os.environ.get("LTFM_TEST_FRESH") == "1":
-        pytest.skip("LTFM_TEST_FRESH=1: every command starts cold")
-    server = warm.starter(ROOT)
-    assert server is not None, "the warm server is not serving: tests/warm.py's log says why"
-    (tmp_path / "results").mkdir()
-    work = conftest.WORK  # the session's stand-in of the checkout: its results/ are not the checkout's
-    cases = [(("config", "--keys", "model.d_"), ROOT), (("config", str(SMOKE), "model.no_such_key=3"), ROOT),
-             (("train", "no-such.yaml"), tmp_path), (("runs", "results"), tmp_path),
-             (("sweep", "sweeps/table2-cpu.yaml", "--dry-run", "--json"), work)]
-    codes = set()
-    for args, cwd in cases:
-        warm_p, cold = ltfm(*args, cwd=cwd), ltfm(*args, cwd=cwd, fresh=True)
-        assert (warm_p.returncode, warm_p.stdout, warm_p.stderr) == (cold.returncode, cold.stdout, cold.stderr), args
-        codes.add(warm_p.returncode)
-    assert codes == {0, 2}
-    with pytest.raises(subprocess.TimeoutExpired):
-        server.run(["sweep", "sweeps/table3-cpu.yaml", "--dry-run"], env=dict(os.environ), input=None, timeout=0.01,
-                   cwd=work)
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    return int(re.search(r"^PPid:\s*(\d+)", status, re.M).group(1))
-
-
-def _ended(pid: int, patience: float = 180.0) -> bool:
-    """Whether process ``pid`` ends (or is a zombie) within ``patience`` s: only a wait for the end to show, however
-    busy the machine."""
-    end = time.monotonic() + patience
-    while time.monotonic() < end:
-        try:
-            if "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text():
-                return True
-        except OSError:
-            return True
-        time.sleep(0.1)
-    return False
-
-
-@pytest.mark.slow
-def test_a_trial_a_warm_started_sweep_starts_is_warm_started_and_its_process_stands_in_for_it(tmp_path, data_dir):
-    """tests/warmsite/sitecustomize.py: ``python -m lightning_tfm train`` started by a command the server forked
-    (a sweep's trial: the server's socket in its environment) is forked from the server too, and the process its
-    caller started stands in for it: a signal it gets reaches the training (SIGTERM: the cold run's one line, exit
-    143 and failed summary), and when it is killed (as a dead worker's PR_SET_PDEATHSIG kills it) the training
-    ends with it, the signal its exit status."""
-    if os.environ.get("LTFM_TEST_FRESH") == "1":
-        pytest.skip("LTFM_TEST_FRESH=1: every command starts cold")
-    server = warm.starter(ROOT)
-    assert server is not None, "the warm server is not serving: tests/warm.py's log says why"
-    env = {**warm.ENVIRON, "WANDB_MODE": "disabled", warm.SOCKET_ENV: server.path}
-    overrides = [f"{k}={'null' if v is None else v}" for k, v in TINY.items()]
-    for sig, code in ((signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)):
-        results = tmp_path / sig.name
-        proc = subprocess.Popen([sys.executable, "-m", "lightning_tfm", "train", str(SMOKE), f"data.path={data_dir}",
-                                 *overrides, "train.max_steps=100000", f"run.results_dir={results}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                                preexec_fn=default_signals)
-        try:
-            while not list(results.glob("*/checkpoints/step=*.ckpt")):  # however long it takes
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.2)
-            (summary,) = results.glob("*/summary.json")
-            pid = json.loads(summary.read_text())["pid"]
-            assert pid != proc.pid and _parent(pid) not in (proc.pid, None)  # forked from the server, not started
-            proc.send_signal(sig)
-            _, err = proc.communicate(timeout=180)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == code, (proc.returncode, err[-2000:])
-        assert _ended(pid), f"the training {pid} outlived the process standing in for it"
-        if sig == signal.SIGTERM:
-            assert err.strip().splitlines()[-1].startswith("ltfm: stopped by SIGTERM") and "Traceback" not in err
-            stopped = json.loads(summary.read_text())
-            assert stopped["status"] == "failed" and "stopped by SIGTERM" in stopped["error"], stopped

@@ -99,7 +99,7 @@ def test_two_budgets_side_by_side_and_the_export_a_report_writes(tmp_path, data_
     assert at40["slow"]["delta_ppl"] == pytest.approx(float(row["a_delta_ppl"]), rel=1e-5)
 
 
-def test_a_flip_and_the_comparisons_inputs_through_the_command_line(tmp_path):
+def test_a_flip_and_the_comparisons_inputs_through_the_command_line(tmp_path, ltfm_here):
     """Two exports of synthetic tables (the same rows at two budgets; A2 better at one, worse at the other), compared
     by the command line; then the mistakes it refuses in one line."""
     sweep_file = write_sweep(tmp_path / "syn.yaml", "syn", {"base": {"seeds": [1, 2, 3]}, "A1": {}, "A2": {}})
@@ -120,18 +120,20 @@ def test_a_flip_and_the_comparisons_inputs_through_the_command_line(tmp_path):
     assert float(rows["A2"]["a_delta_ppl"]) < 0 < float(rows["A2"]["b_delta_ppl"])
     assert "1 flip (A2)" in (out / "compare.md").read_text()
 
-    s = sweep_file
-    assert "--against-results belongs to --against" in _one_line(ltfm("report", s, "--against-results", tmp_path))
-    assert "drop --results" in _one_line(ltfm("report", s, "--from-export", tmp_path / "short", "--results", tmp_path))
-    assert "no export of sweep 'syn'" in _one_line(ltfm("report", s, "--from-export", tmp_path / "nowhere"))
+    s, short = sweep_file, tmp_path / "short"
+
+    def refused(*args):  # `ltfm report ARGS` in this process: its one-line error
+        return _one_line(ltfm_here("report", *args))
+
+    assert "--against-results belongs to --against" in refused(s, "--against-results", tmp_path)
+    assert "drop --results" in refused(s, "--from-export", short, "--results", tmp_path)
+    assert "no export of sweep 'syn'" in refused(s, "--from-export", tmp_path / "nowhere")
     other = write_sweep(tmp_path / "other.yaml", "other", {"base": {}})
-    assert "exports sweep 'syn', not 'other'" in _one_line(ltfm("report", other, "--from-export",
-                                                                tmp_path / "short" / "syn.json"))
-    assert "drop --against-results" in _one_line(ltfm("report", s, "--from-export", tmp_path / "short", "--against", s,
-                                                      "--against-export", tmp_path / "long", "--against-results",
-                                                      tmp_path))
+    assert "exports sweep 'syn', not 'other'" in refused(other, "--from-export", short / "syn.json")
+    assert "drop --against-results" in refused(s, "--from-export", short, "--against", s, "--against-export",
+                                               tmp_path / "long", "--against-results", tmp_path)
     (tmp_path / "bad.json").write_text("{not json")
-    assert "not a readable JSON file" in _one_line(ltfm("report", s, "--from-export", tmp_path / "bad.json"))
+    assert "not a readable JSON file" in refused(s, "--from-export", tmp_path / "bad.json")
 
 
 @pytest.mark.slow

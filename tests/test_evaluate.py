@@ -229,7 +229,7 @@ def test_bad_inputs_exit_2_with_one_line(run_dir, src_ref, tmp_path, ltfm_here):
     cfg = config.load_config(run_dir / "config.yaml")
     other = tmp_path / "other.ckpt"
     save_checkpoint(other, build_model(cfg.model, 410), cfg, 1)
-    one_line_error(ltfm("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", other),  # a real process
+    one_line_error(ltfm_here("evaluate", run_dir, "--src", src, "--ref", ref, "--checkpoint", other),
                    "vocabulary", "410", "another run")
     # A checkpoint whose stored config is malformed (a key this version does not know, a section not a mapping)
     for bad_config in ({**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "nonsense": 1}}, {"model": "big"}):

@@ -108,7 +108,7 @@ def test_a_diverging_loss_fails_the_run_with_step_and_loss(data_dir, tmp_path):
 
 # ---------------------------------------------------------------------------------------- checkpoints
 @pytest.mark.slow
-def test_truncated_last_checkpoint_is_set_aside_and_the_run_resumes(smoke_run, data_dir, tmp_path):
+def test_truncated_last_checkpoint_is_set_aside_and_the_run_resumes(smoke_run, data_dir, tmp_path, ltfm_here):
     results = tmp_path / "results"
     run_dir = copy_run(smoke_run, results)
     before = summary(run_dir)
@@ -117,7 +117,7 @@ def test_truncated_last_checkpoint_is_set_aside_and_the_run_resumes(smoke_run, d
         f.truncate(last.stat().st_size // 2)
 
     # averaging works from the intact step checkpoints, saying it skipped last.ckpt
-    p = ltfm("average", run_dir, "--last", "2")
+    p = ltfm_here("average", run_dir, "--last", "2")
     assert p.returncode == 0, p.stderr
     no_traceback(p)
     assert "skipping unreadable" in p.stderr and "last.ckpt" in p.stderr
@@ -224,7 +224,7 @@ def test_a_failed_writer_leaves_nothing(tmp_path):
 # ----------------------------------------------------------------------------- full / read-only disk
 @pytest.mark.slow
 @pytest.mark.long  # make test keeps test_a_prepared_corpus_on_a_full_disk_is_one_line
-def test_full_disk_one_line_failed_summary_history_kept_then_resume(smoke_run, data_dir, tmp_path, tmpfs):
+def test_full_disk_one_line_failed_summary_history_kept_then_resume(smoke_run, data_dir, tmp_path, tmpfs, ltfm_here):
     size = du_kb(smoke_run) + 1200  # room for the small files, not for one more checkpoint
     results = tmpfs(size)
     run_dir = copy_run(smoke_run, results)
@@ -240,10 +240,10 @@ def test_full_disk_one_line_failed_summary_history_kept_then_resume(smoke_run, d
     assert temps(run_dir) == []  # nothing half-written for a resume to trip on
     for ck in (run_dir / "checkpoints").glob("*.ckpt"):
         assert checkpoint_problem(ck) is None, ck
-    rows = {r["id"]: r for r in json.loads(ltfm("runs", results, "--json").stdout)}
+    rows = {r["id"]: r for r in json.loads(ltfm_here("runs", results, "--json").stdout)}
     row = rows[run_dir.name]
     assert row["status"] == "failed (completed before)" and row["dev_bleu"] == before["dev_bleu"]
-    assert "failed (completed before)" in ltfm("runs", results).stdout
+    assert "failed (completed before)" in ltfm_here("runs", results).stdout
 
     # the user frees space; the same command resumes and finishes, the history has all three attempts
     subprocess.run(["mount", "-o", f"remount,size={size + 40000}k", str(results)], check=True)
@@ -255,11 +255,11 @@ def test_full_disk_one_line_failed_summary_history_kept_then_resume(smoke_run, d
     assert [a["status"] for a in done["attempts"]] == ["completed", "failed"]
 
 
-def test_read_only_results_folder_is_one_line(smoke_run, data_dir, tmp_path, tmpfs):
+def test_read_only_results_folder_is_one_line(smoke_run, data_dir, tmp_path, tmpfs, ltfm_here):
     results = tmpfs(du_kb(smoke_run) + 2000)
     run_dir = copy_run(smoke_run, results)
     subprocess.run(["mount", "-o", "remount,ro", str(results)], check=True)
-    p = ltfm("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", "train.max_steps=250")
+    p = ltfm_here("train", SMOKE, f"data.path={data_dir}", f"run.results_dir={results}", "train.max_steps=250")
     one_line_error(p, "not writable", "Read-only file system", "free")
     assert summary(run_dir)["status"] == "completed"
 
@@ -315,14 +315,14 @@ ODD_SUMMARIES = {"truncated": '{"run_id": "x", "status": "compl', "list": "[]", 
                  "config-text": '{"config": "oops"}'}
 
 
-def test_runs_shows_odd_summaries_as_unreadable(tmp_path):
+def test_runs_shows_odd_summaries_as_unreadable(tmp_path, ltfm_here):
     for name, text in ODD_SUMMARIES.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(text)
-    p = ltfm("runs", tmp_path)
+    p = ltfm_here("runs", tmp_path)
     assert p.returncode == 0, p.stderr
     no_traceback(p)
-    rows = {r["id"]: r for r in json.loads(ltfm("runs", tmp_path, "--json").stdout)}
+    rows = {r["id"]: r for r in json.loads(ltfm_here("runs", tmp_path, "--json").stdout)}
     assert {k: r["status"] for k, r in rows.items()} == {k: "unreadable" for k in ODD_SUMMARIES}
     assert "steps" in rows["steps-text"]["error"] and "config" in rows["config-text"]["error"]
     assert p.stdout.count("unreadable") == len(ODD_SUMMARIES)
@@ -358,9 +358,9 @@ def test_storage_url_password_is_masked_whole():
         assert "s3cr" not in text and "tPW" not in text, text
 
 
-def test_sweep_status_never_shows_any_part_of_the_password(data_dir):
-    p = ltfm("sweep", "sweeps/smoke.yaml", "--status", "--storage", "postgresql://alice:s3cr@tPW@host/db",
-             f"data.path={data_dir}", timeout=120)
+def test_sweep_status_never_shows_any_part_of_the_password(data_dir, ltfm_here):
+    p = ltfm_here("sweep", "sweeps/smoke.yaml", "--status", "--storage", "postgresql://alice:s3cr@tPW@host/db",
+                  f"data.path={data_dir}")
     one_line_error(p, "postgresql://alice:***@host/db")
     assert "s3cr" not in p.stderr + p.stdout and "tPW" not in p.stderr + p.stdout
 
@@ -452,9 +452,9 @@ def test_a_sigterm_after_fit_is_recorded_and_exits_143_like_one_during_fit(tmp_p
     assert not temps(run_dir)
 
 
-def test_a_prepared_corpus_on_a_full_disk_is_one_line(tmpfs, data_dir):
+def test_a_prepared_corpus_on_a_full_disk_is_one_line(tmpfs, data_dir, ltfm_here):
     cache = tmpfs(64, "cache")  # far too small for the vocabulary and the ids
-    p = ltfm("prepare", SMOKE, f"data.path={data_dir}", f"data.cache_dir={cache}", "data.vocab_size=200")
+    p = ltfm_here("prepare", SMOKE, f"data.path={data_dir}", f"data.cache_dir={cache}", "data.vocab_size=200")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("ltfm: error: cannot write the prepared corpus in ") and "data.cache_dir" in last

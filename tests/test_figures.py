@@ -265,7 +265,7 @@ def test_figures_in_paper_formats(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ ltfm report, end to end
-def test_the_report_leads_with_its_picture_and_writes_every_figure_in_paper_formats(tmp_path):
+def test_the_report_leads_with_its_picture_and_writes_every_figure_in_paper_formats(tmp_path, ltfm_here):
     """A report rebuilt from the committed reference export: changes.png first after the headline in table3.html and
     table3.md, every figure also as SVG and PDF with --formats; a bad format writes nothing."""
     import base64
@@ -292,8 +292,8 @@ def test_the_report_leads_with_its_picture_and_writes_every_figure_in_paper_form
 
     # an unknown format: one line, exit 2, nothing written
     before = sorted(tmp_path.iterdir())
-    p = ltfm("report", "sweeps/table3-cpu.yaml", "--from-export", REFERENCE, "--out", tmp_path / "bad", "--formats",
-             "png,eps")
+    p = ltfm_here("report", "sweeps/table3-cpu.yaml", "--from-export", REFERENCE, "--out", tmp_path / "bad",
+                  "--formats", "png,eps")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and p.stderr.startswith(
         "ltfm: error: --formats 'png,eps': unknown format 'eps'; choose from png, svg, pdf"), p.stderr
     assert sorted(tmp_path.iterdir()) == before

@@ -90,9 +90,7 @@ def test_smoke_run_records_the_precision_it_used(smoke_run):
     assert summary["precision"] == ("bf16-mixed" if isa_has_native_bf16() else "32-true")
 
 
-def test_bench_rejects_unknown_dtypes():
-    from conftest import ltfm
-
-    p = ltfm("bench", "--dtypes", "fp16")
+def test_bench_rejects_unknown_dtypes(ltfm_here):
+    p = ltfm_here("bench", "--dtypes", "fp16")
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().count("\n") == 0 and "fp32" in p.stderr and "Traceback" not in p.stderr

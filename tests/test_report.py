@@ -245,16 +245,16 @@ def test_report_inputs_are_checked_with_one_line_errors(swept, tmp_path, ltfm_he
     assert not (ROOT / "reports" / "build" / "rep").exists()
 
 
-def test_missing_results_are_a_one_line_error(tmp_path):
+def test_missing_results_are_a_one_line_error(tmp_path, ltfm_here):
     sweep = write_sweep(tmp_path / "never.yaml", "never", {"base": {}})
-    p = ltfm("report", sweep, cwd=tmp_path)  # default results folder: <cwd>/results, which does not exist
+    p = ltfm_here("report", sweep, cwd=tmp_path)  # default results folder: <cwd>/results, which does not exist
     assert "no results for sweep 'never'" in one_line_error(p)
 
 
 REFERENCE = ROOT / "sweeps" / "table3-cpu.yaml", ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"
 
 
-def test_a_report_of_no_completed_run_is_one_line_and_writes_nothing(tmp_path):
+def test_a_report_of_no_completed_run_is_one_line_and_writes_nothing(tmp_path, ltfm_here):
     """An empty results folder, one of failed runs only, an export without a completed run, a search without a
     completed trial, an empty side B: one line naming the sweep, where it looked and the way out (`ltfm sweep`),
     exit 2, before any kernel starts: no report folder, no staging folder, no W&B report run."""
@@ -263,7 +263,7 @@ def test_a_report_of_no_completed_run_is_one_line_and_writes_nothing(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     out = tmp_path / "build"
-    line = one_line_error(ltfm("report", sweep_file, "--results", empty, "--out", out))
+    line = one_line_error(ltfm_here("report", sweep_file, "--results", empty, "--out", out))
     assert line == (f"ltfm: error: no completed run of sweep never in {empty}: run `ltfm sweep {sweep_file}` first, "
                     "or pass --results DIR (the folder it wrote its runs to)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "never.yaml"]  # no report, staging or lock
@@ -290,8 +290,8 @@ def test_a_report_of_no_completed_run_is_one_line_and_writes_nothing(tmp_path):
     assert notebooks.report_parameters(load_sweep(sweep3), None, None, None, str(export))["export_dir"]
 
     # --against: an empty side B is named by its own option
-    p = ltfm("report", sweep3, "--from-export", export, "--against", sweep3, "--against-results", empty,
-             "--out", out)
+    p = ltfm_here("report", sweep3, "--from-export", export, "--against", sweep3, "--against-results", empty,
+                  "--out", out)
     assert "no completed run of sweep table3-cpu in " in one_line_error(p) and "--against-results DIR" in p.stderr
     assert not out.exists() and not list(tmp_path.glob(".build*"))
 

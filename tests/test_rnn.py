@@ -252,8 +252,8 @@ def test_a_plateau_key_on_a_noam_run_is_a_one_line_error(capsys):
     assert cli_main(["config", str(SMOKE), "data.path=/x", "train.lr=0.001", "train.lr_schedule=plateau"]) == 0
 
 
-def test_the_real_command_line_refuses_a_transformer_knob_on_an_rnn_run(tmp_path):
-    p = ltfm("train", RNN_SMOKE, "data.path=/x", f"run.results_dir={tmp_path}", "model.heads=4")
+def test_the_real_command_line_refuses_a_transformer_knob_on_an_rnn_run(tmp_path, ltfm_here):
+    p = ltfm_here("train", RNN_SMOKE, "data.path=/x", f"run.results_dir={tmp_path}", "model.heads=4")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     (line,) = p.stderr.strip().splitlines()
     assert "model.heads does not apply to model.arch=rnn" in line

@@ -334,7 +334,8 @@ def run_folders(results: Path) -> set[str]:
 
 
 @pytest.mark.slow
-def test_sweep_folders_are_named_by_row_and_seed_and_runs_under_their_old_names_are_taken_over(tmp_path, data_dir):
+def test_sweep_folders_are_named_by_row_and_seed_and_runs_under_their_old_names_are_taken_over(tmp_path, data_dir,
+                                                                                               ltfm_here):
     """A sweep names its folders by row and seed; renamed as the version that named every trial
     ``<run.name>-<hash>`` left them, they are taken over by a re-run of the sweep (on a fresh study: the old one
     would not queue its finished rows at all), the finished one as done, the unfinished one resumed. (Another
@@ -350,7 +351,7 @@ def test_sweep_folders_are_named_by_row_and_seed_and_runs_under_their_old_names_
         assert summary["run_id"] == name and summary["status"] == "completed"
         a = trials[(summary["config"]["run"]["variant"], summary["config"]["run"]["seed"])].user_attrs
         assert a["run_id"] == name and Path(a["run_dir"]).name == name
-    listed = ltfm("runs", results)
+    listed = ltfm_here("runs", results)
     assert listed.returncode == 0 and all(name in listed.stdout for name in runs), listed.stdout
     by_row = {re.sub(r"-[0-9a-f]{8}$", "", n): results / n for n in runs}
 

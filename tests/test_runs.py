@@ -51,17 +51,13 @@ def results(tmp_path) -> Path:
     return r
 
 
-def run_ltfm(*args: str) -> subprocess.CompletedProcess:
-    return ltfm_in(dict(os.environ), *args, timeout=120, cwd=os.getcwd())
-
-
 def table_rows(text: str) -> dict[str, list[str]]:
     lines = text.strip().splitlines()
     return {line.split()[0]: line.split() for line in lines[2:]}
 
 
-def test_runs_shows_completed_failed_and_running(results):
-    proc = run_ltfm("runs", str(results))
+def test_runs_shows_completed_failed_and_running(results, ltfm_here):
+    proc = ltfm_here("runs", str(results))
     assert proc.returncode == 0, proc.stderr
     header, rule = proc.stdout.splitlines()[:2]
     assert header.split() == ["id", "variant", "arch", "precision", "status", "params", "dev_ppl", "dev_bleu",
@@ -79,7 +75,7 @@ def test_runs_shows_completed_failed_and_running(results):
     assert rows["no-summary-yet"][4:6] == ["no", "summary"]
 
 
-def test_runs_shows_each_runs_architecture_and_precision(tmp_path):
+def test_runs_shows_each_runs_architecture_and_precision(tmp_path, ltfm_here):
     """model.arch and the precision the run resolved, by Lightning's full name: an older summary's "32" reads as
     32-true; a summary from before model.arch existed built the transformer."""
     r = tmp_path / "results"
@@ -91,19 +87,19 @@ def test_runs_shows_each_runs_architecture_and_precision(tmp_path):
         summary = json.loads((r / run / "summary.json").read_text())
         summary["config"]["model"] = model
         (r / run / "summary.json").write_text(json.dumps(summary))
-    proc = run_ltfm("runs", str(r))
+    proc = ltfm_here("runs", str(r))
     assert proc.returncode == 0, proc.stderr
     rows = table_rows(proc.stdout)
     assert {run: row[2:4] for run, row in rows.items()} == {"rnn-1": ["rnn", "bf16-mixed"],
                                                            "old-2": ["transformer", "32-true"],
                                                            "gpu-3": ["transformer", "16-mixed"]}
-    by_id = {row["id"]: row for row in json.loads(run_ltfm("runs", str(r), "--json").stdout)}
+    by_id = {row["id"]: row for row in json.loads(ltfm_here("runs", str(r), "--json").stdout)}
     assert (by_id["old-2"]["arch"], by_id["old-2"]["precision"]) == ("transformer", "32-true")
     assert [row.split()[0] for row in format_table(list_runs(r), sort="arch").splitlines()[2:]][0] == "rnn-1"
 
 
-def test_runs_json_and_sort(results):
-    proc = run_ltfm("runs", str(results), "--json", "--sort=-dev_ppl")  # argparse needs = before "-"
+def test_runs_json_and_sort(results, ltfm_here):
+    proc = ltfm_here("runs", str(results), "--json", "--sort=-dev_ppl")  # argparse needs = before "-"
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert [r["id"] for r in data][:2] == ["cpu-A2-5e6f", "cpu-base-1a2b"]  # descending, missing last
@@ -119,21 +115,21 @@ def test_runs_json_and_sort(results):
     assert ordered[:2] == ["cpu-A1-3c4d", "cpu-base-1a2b"]
 
 
-def test_runs_bad_input_is_one_line_exit_2(results, tmp_path):
-    proc = run_ltfm("runs", str(tmp_path / "nowhere"))
+def test_runs_bad_input_is_one_line_exit_2(results, tmp_path, ltfm_here):
+    proc = ltfm_here("runs", str(tmp_path / "nowhere"))
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "nowhere" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_ltfm("runs", str(results), "--sort", "bleuu")
+    proc = ltfm_here("runs", str(results), "--sort", "bleuu")
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "bleuu" in proc.stderr and "dev_bleu" in proc.stderr
     with pytest.raises(UserError, match="unknown sort column"):
         format_table(list_runs(results), sort="path")
 
 
-def test_unreadable_summary_and_empty_folder(tmp_path):
+def test_unreadable_summary_and_empty_folder(tmp_path, ltfm_here):
     empty = tmp_path / "empty"
     empty.mkdir()
-    proc = run_ltfm("runs", str(empty))
+    proc = ltfm_here("runs", str(empty))
     assert proc.returncode == 0 and proc.stdout == "" and "no runs" in proc.stderr
     (tmp_path / "empty" / "half").mkdir()
     (tmp_path / "empty" / "half" / "summary.json").write_text('{"run_id": "half", "sta')
@@ -162,7 +158,7 @@ def test_an_unknown_sort_column_is_refused_before_the_folder_is_read(tmp_path, m
 
 
 # ------------------------------------------------------------------------------------ the folder beside results/
-def test_without_results_the_folder_that_holds_runs_is_named(tmp_path):
+def test_without_results_the_folder_that_holds_runs_is_named(tmp_path, ltfm_here):
     """`ltfm runs` where `make ablation QUICK=1` wrote results-quick/ and no results/ exists."""
     for i in range(3):
         write_summary(tmp_path / "results-quick", f"quick-A{i}-s1-0a0b", variant=f"A{i}", status="completed")
@@ -170,7 +166,7 @@ def test_without_results_the_folder_that_holds_runs_is_named(tmp_path):
     (tmp_path / "docs" / "notes").mkdir(parents=True)  # a folder of folders that are no runs: not named
 
     def runs(*args):
-        return ltfm_in(dict(os.environ), "runs", *args, timeout=120, cwd=tmp_path)
+        return ltfm_here("runs", *args, cwd=tmp_path)
     proc = runs()
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == ("ltfm: error: no results/ here; results-quick/ holds 3 runs: ltfm runs "

@@ -289,8 +289,7 @@ def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_pat
     args = ["sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "train.max_steps=30"]
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # each run's own wandb.mode decides
     env.update(WANDB_SILENT="true")
-    run = lambda: ltfm_in(env, *args)  # noqa: E731
-    p = run()
+    p = ltfm_in(env, *args)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     storage = f"sqlite:///{results / 'rows.db'}"  # the default storage: <results_dir>/<name>.db
     trials = {t.user_attrs["variant"]: t for t in trials_of(storage, "rows")}
@@ -329,7 +328,7 @@ def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_pat
     assert str(results) not in status.stdout  # run folders and the storage relative to the results folder
     assert "pruned" in lines["bad"] and "skipped" in lines["odd"] and "d_model" in lines["odd"]
 
-    again = run()  # the same command: nothing left to do
+    again = ltfm_here(*args)  # the same command: nothing left to do
     assert again.returncode == 0 and "training" not in again.stdout, again.stdout
     assert len(trials_of(storage, "rows")) == 3
 
@@ -340,7 +339,7 @@ def _versions(run_dir: Path) -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", [pytest.param("sqlite", marks=pytest.mark.long), "postgresql"])
-def test_two_workers_share_one_study_and_train_each_variant_once(backend, tmp_path, data_dir, request):
+def test_two_workers_share_one_study_and_train_each_variant_once(backend, tmp_path, data_dir, request, ltfm_here):
     results = tmp_path / "results"
     variants = {"base": {}, "prenorm": {"family": "norm", "model.norm": "pre"}}
     sweep = write_sweep(tmp_path, "pair", variants)
@@ -368,7 +367,7 @@ def test_two_workers_share_one_study_and_train_each_variant_once(backend, tmp_pa
 
     if backend == "postgresql":
         password = url.split(":")[2].split("@")[0]
-        status = ltfm_in(env, *cmd[3:], "--status")
+        status = ltfm_here(*cmd[3:], "--status")
         assert status.returncode == 0 and "complete" in status.stdout, status.stderr
         assert password not in status.stdout + status.stderr + text
         for path in results.rglob("*"):  # configs, summaries, logs, checkpoints' hyper-parameters

@@ -100,17 +100,17 @@ def test_each_experiment_is_read_once_per_sweep(monkeypatch, tmp_path, data_dir)
     assert sorted(map(str, reads)) == sorted([str(SMOKE), str(RNN_SMOKE)])
 
 
-def test_the_keys_are_listed():
+def test_the_keys_are_listed(ltfm_here):
     rows = {key: (kind, default) for key, kind, default, _ in describe_keys()}
     assert rows["variants.<name>.experiment"] == ("str or null", "null")
     assert rows["budget.equal"] == ("steps | flops", "steps")
     assert [k for k, *_ in describe_keys("budget.")] == ["budget.equal", "budget.src_len", "budget.tgt_len"]
-    p = ltfm("sweep", "--keys", "budget.")
+    p = ltfm_here("sweep", "--keys", "budget.")
     assert p.returncode == 0 and p.stdout.split()[0] == "budget.equal", p.stderr
 
 
 # ------------------------------------------------------------------------------------------ the mixed dry run
-def test_mixed_dry_run_lists_both_architectures_with_params_steps_flops_and_run_ids(tmp_path, data_dir):
+def test_mixed_dry_run_lists_both_architectures_with_params_steps_flops_and_run_ids(tmp_path, data_dir, ltfm_here):
     sweep = load_sweep(write(tmp_path, MIXED))
     plan = Plan(sweep, given(data_dir, tmp_path), data=False)
     rows = {r["name"]: r for r in dry_run(sweep, plan, None)}
@@ -129,7 +129,7 @@ def test_mixed_dry_run_lists_both_architectures_with_params_steps_flops_and_run_
     base = rows["tfm"]["train_flops"]
     assert rows["rnn"]["train_flops"] == pytest.approx(base, rel=0.5 / rows["rnn"]["max_steps"])
     assert rows["rnn-wide"]["train_flops"] == pytest.approx(2 * base, rel=0.5 / rows["rnn-wide"]["max_steps"])
-    p = ltfm("sweep", write(tmp_path, MIXED), "--dry-run", "--json", *given(data_dir, tmp_path))
+    p = ltfm_here("sweep", write(tmp_path, MIXED), "--dry-run", "--json", *given(data_dir, tmp_path))
     assert p.returncode == 0, p.stderr
     assert {r["name"]: r["max_steps"] for r in json.loads(p.stdout)} == {n: r["max_steps"] for n, r in rows.items()}
 

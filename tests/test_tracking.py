@@ -402,7 +402,7 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
             "run.study=smoke-study", "wandb.tags=[smoke]",
             # dev BLEU (and its sample table) at each dev evaluation, on a few sentences to stay fast
             "decode.dev_bleu_every_steps=50", "decode.dev_bleu_subset=16", "decode.samples=4"]
-    proc = ltfm_in(env, *args, cwd=wandb_env)  # a process of its own (warm-started: tests/warm.py)
+    proc = ltfm_in(env, *args, cwd=wandb_env)  # a process of its own, as users run it
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = [d for d in results_dir.iterdir() if d.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())

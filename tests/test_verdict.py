@@ -148,7 +148,7 @@ def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
                            "within noise. These are predictions")
 
 
-def test_the_report_section_of_a_sweep_file_is_checked(tmp_path):
+def test_the_report_section_of_a_sweep_file_is_checked(tmp_path, ltfm_here):
     path = write_sweep(tmp_path / "r.yaml", "r", {"base": {}})
     assert load_sweep(path).report == REPORT_DEFAULTS == {"k": 3.0, "min_points": 3, "level": 0.9,
                                                           "bootstraps": 200, "seed": 0, "family": "power"}
@@ -167,7 +167,7 @@ def test_the_report_section_of_a_sweep_file_is_checked(tmp_path):
         path.write_text(yaml.safe_dump(tree))
         with pytest.raises(UserError, match=re.escape(words)):
             load_sweep(path)
-    p = ltfm("report", path)  # the command line: one line, exit 2, before anything runs
+    p = ltfm_here("report", path)  # the command line: one line, exit 2, before anything runs
     assert p.returncode == 2 and p.stderr.startswith("ltfm: error: sweep file") and "report must be a mapping" in p.stderr
     assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
 
