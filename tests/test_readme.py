@@ -28,7 +28,8 @@ from conftest import ROOT
 from lightning_tfm import cli
 
 README = ROOT / "README.md"
-DOCS = (README, ROOT / "reports" / "README.md")
+# the README and the pages it sends a newcomer to for the rest (the guide keeps the README short)
+DOCS = (README, *(ROOT / "reports" / f"{page}.md" for page in ("README", "gpu", "performance", "soak", "testing")))
 FIRST_SCREEN = 40  # lines after the title: what a reader sees before scrolling
 CHEAP = ("--help", "--dry-run", "--keys")  # options that read no data and train nothing
 # what a clean shell keeps of the suite's environment: no MAKEFLAGS (`make test QUICK=1` would pass QUICK on to

@@ -45,7 +45,7 @@ DONE = ("complete", "pruned")
 
 # Workers per GPU when --workers is auto on CUDA: a Table 3 row at Multi30k scale is a small model that leaves
 # most of a large GPU idle, so several rows share one device. Not yet measured on a GPU: the figure that
-# settles it is `make gpu-check`'s (see README, "On a GPU").
+# settles it is `make gpu-check`'s (reports/gpu.md).
 WORKERS_PER_GPU = 4
 
 
