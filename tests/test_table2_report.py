@@ -317,8 +317,9 @@ def test_a_table2_column_declared_once_is_in_the_markdown_csv_wandb_table_summar
                                                                                           monkeypatch):
     """One entry of report/table2_columns.COLUMNS, a value computed from the row: table2.md's table of ours and the
     study note show it, table2.csv and the report run's W&B table ``table2/rows`` have it as a column, the W&B
-    summary as ``<row>/<key>`` (:mod:`.dashboards` dispatches by the report's Kind, no list of its own)."""
-    from lightning_tfm.report.publish import dashboards
+    summary as ``<row>/<key>`` (:mod:`.wandb_run` and :mod:`.optuna_note` dispatch by the report's Kind, no list of
+    their own)."""
+    from lightning_tfm.report.publish import optuna_note, wandb_run
     from lightning_tfm.report.table2 import columns as table2_columns
     from lightning_tfm.report.core.columns import CSV, Column, Shown
 
@@ -330,14 +331,14 @@ def test_a_table2_column_declared_once_is_in_the_markdown_csv_wandb_table_summar
                  value=per_m)
     table = table2.build_table2(ReportData(sweep, records(tmp_path), "synthetic", {}))
     monkeypatch.setattr(table2_columns, "COLUMNS", [*table2_columns.COLUMNS, new])
-    md, note = table2.rows_markdown(table), dashboards.note_text(table, kind="table2")
+    md, note = table2.rows_markdown(table), optuna_note.note_text(table, kind="table2")
     head, _, first = [ln for ln in md.splitlines() if ln.startswith("|")][:3]
     assert head.endswith("| BLEU per M params |") and first.startswith("| transformer |")
     assert first.endswith(f"| {30.5 / 0.01:.1f} |") and head in note and first in note
     rows = list(csv.DictReader(io.StringIO(table2.table2_csv(table))))
     assert list(rows[0])[-1] == "bleu_per_mparam" and float(rows[0]["bleu_per_mparam"]) == pytest.approx(3050.0)
     assert rows[2]["bleu_per_mparam"] == "" and rows[3]["source"] == "paper"  # rnn-big: no run; the paper's: no params
-    summary, tables = dashboards.report_contents(table, "table2")
+    summary, tables = wandb_run.report_contents(table, "table2")
     cols, data = tables["table2/rows"]
     assert cols == list(rows[0]) and data[0][-1] == pytest.approx(3050.0)
     assert summary["transformer/bleu_per_mparam"] == pytest.approx(3050.0) and "rnn-big/bleu_per_mparam" not in summary
