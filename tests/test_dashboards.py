@@ -89,14 +89,14 @@ def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(
     # the two tables: every row of table3.csv, in its order, with the columns of their views and the CSV's values
     rows = csv_rows(out)
     assert [r["variant"] for r in rows] == ["base", "A1", "D1", "prenorm", "odd", "crash"]
-    for key, columns in (("table3/dev_ppl", PPL_COLUMNS), ("table3/dev_bleu", BLEU_COLUMNS)):
+    for key, cols in (("table3/dev_ppl", PPL_COLUMNS), ("table3/dev_bleu", BLEU_COLUMNS)):
         (table,) = run.tables[key]
-        assert table["columns"] == list(columns)
-        assert {"variant", "delta_ppl", "paper_delta_ppl", "ppl_agrees", "ppl_noise"} <= set(columns) \
-            if key.endswith("ppl") else {"paper_dev_bleu", "delta_bleu", "paper_delta_bleu", "bleu_agrees"} <= set(columns)
+        assert table["columns"] == list(cols)
+        assert {"variant", "delta_ppl", "paper_delta_ppl", "ppl_agrees", "ppl_noise"} <= set(cols) \
+            if key.endswith("ppl") else {"paper_dev_bleu", "delta_bleu", "paper_delta_bleu", "bleu_agrees"} <= set(cols)
         assert len(table["data"]) == len(rows)
         for row, cells in zip(rows, table["data"]):
-            bad = [(c, row[c], v) for c, v in zip(columns, cells) if not same_cell(row[c], v)]
+            bad = [(c, row[c], v) for c, v in zip(cols, cells) if not same_cell(row[c], v)]
             assert not bad, (row["variant"], bad)
     a1 = dict(zip(PPL_COLUMNS, run.tables["table3/dev_ppl"][0]["data"][1]))
     assert a1["paper_dev_ppl"] == 5.29 and a1["paper_delta_ppl"] == pytest.approx(0.37)

@@ -158,11 +158,9 @@ def test_strings_from_the_runs_are_text_in_every_page_and_figure(swept, tmp_path
 def test_the_optuna_dashboard_plots_and_note_hold_run_strings_as_text(swept, tmp_path):
     """optuna-dashboard draws plotly's text as HTML (its pseudo-HTML: links, line breaks) and renders the note as
     markdown: a row's name is escaped in both."""
-    from lightning_tfm.report.views.render import table_markdown
-
     data = rd.load_report_data(swept["sweep"], results_dir=swept["results"])
     a1 = next(r for r in data.records if r.variant == "A1")
-    data.records.append(rd.RunRecord(**{**a1.__dict__, "variant": f'<a href="javascript:alert(1)">x</a>'}))
+    data.records.append(rd.RunRecord(**{**a1.__dict__, "variant": '<a href="javascript:alert(1)">x</a>'}))
     data.records.append(rd.RunRecord(variant=IMG, family="A", seed=1, status="failed", note=SCRIPT))
     family, curves = optuna_note.plotly_dev_ppl_by_family(data), optuna_note.plotly_learning_curves(data)
     texts = [t.name for fig in (family, curves) for t in fig.data]

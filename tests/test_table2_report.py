@@ -16,6 +16,7 @@ from conftest import write_sweep
 from lightning_tfm.model.rnn import RNN, RNNConfig
 from lightning_tfm.report.table3 import compute, paper
 from lightning_tfm.report.table2 import table as table2
+from lightning_tfm.report.table2.claims import reach
 from lightning_tfm.report.inputs.records import ReportData, RunRecord
 
 TRANSFORMER = {"model.layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.heads": 2, "model.d_k": 16,
@@ -118,7 +119,7 @@ def test_table_and_claims_at_equal_flops_from_ppl_curves(sweep, tmp_path):
     # (b) on the PPL curves: the transformer reaches the rnn's final 10.0 between its validations at 300 (12.0) and
     # 400 (9.0), log PPL linear: step 300 + 100 x log(12/10) / log(12/9)
     step = 300 + 100 * math.log(1.2) / math.log(12 / 9)
-    assert table2.reach(t, "ppl", 10.0) == pytest.approx(step)
+    assert reach(t, "ppl", 10.0) == pytest.approx(step)
     assert "(b) To reach rnn's final dev PPL (10.00), on the dev-PPL curves (no dev-BLEU curve" in b
     assert f"transformer needs {step * t['flops_per_step']:.3g} FLOPs and {step * 0.1:.0f} s (step {step:.0f})" in b
     assert f"{600 / step:.2f}x fewer FLOPs and {1200 / step:.2f}x less wall time" in b
@@ -255,7 +256,7 @@ def test_planned_configs_of_rows_of_their_own_experiment(tmp_path, data_dir):
     data.path and train.max_steps=40: the rnn's equal-FLOPs steps follow them, as the sweep plans them)."""
     from conftest import ROOT, SMOKE
     from lightning_tfm.report.inputs.records import planned_configs
-    from lightning_tfm.sweep import Entry, Plan, load_sweep, trial_config
+    from lightning_tfm.sweep import Plan, load_sweep, trial_config
     from lightning_tfm.training.config.config import flatten
 
     rnn_smoke = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"

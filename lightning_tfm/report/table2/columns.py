@@ -14,7 +14,6 @@ A new column is one more entry of :data:`COLUMNS` and a field of :class:`Row`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..core.columns import CSV, Column, Fields, Shown, in_view
 from ..core.text import md_cell, md_text

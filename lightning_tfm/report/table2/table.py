@@ -39,7 +39,7 @@ from ..core.columns import CSV
 from ..table3.stats import finite, mean_std
 from ..table3.table import as_shown, learning_curves, ordered_variants, row_status
 from .claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, SETTLE_NOTE, any_bleu_curves, claim_lines, has_bleu_curve,
-                     pair_settle, pairs, reach)
+                     pair_settle, pairs)
 from .columns import ROWS, SUMMARY, Row, columns
 from ..core.text import md_code, md_text
 
