@@ -105,7 +105,7 @@ def test_every_declared_command_is_on_the_command_line():
 def test_sweep_keys_lists_every_sweep_file_key_with_its_meaning(capsys):
     """``ltfm sweep --keys [PREFIX]`` prints the sweep file's schema as ``ltfm config --keys`` prints the
     config's: a line a key with its type, default and meaning."""
-    from lightning_tfm.sweep.spec import describe_keys
+    from lightning_tfm.sweep.schema import describe_keys
 
     assert cli.main(["sweep", "--keys"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
@@ -135,8 +135,6 @@ def test_sweep_keys_mistakes_are_one_line(args, msg, capsys):
 def test_train_reads_and_validates_its_config_once(monkeypatch, tmp_path, data_dir):
     """``ltfm train`` reads the experiment file once and validates the config once (training validates what
     it is given; the command does not check it a second time). The run stops right after validation."""
-    import signal
-
     from lightning_tfm.training.runs import run_folder
     from lightning_tfm.training.errors import UserError
 

@@ -14,7 +14,7 @@ from conftest import ROOT
 from wandb_offline import read_runs
 from lightning_tfm import report as rd
 from lightning_tfm.report.table3 import columns
-from lightning_tfm.report.publish import dashboards
+from lightning_tfm.report.publish import kinds, optuna_note, wandb_run
 from lightning_tfm.report.core.columns import CSV, Column, Shown
 from lightning_tfm.report.table3.columns import NOTE, PPL, WANDB_PPL, Row
 from lightning_tfm.report.views.render import table_csv, write_table
@@ -65,9 +65,9 @@ def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dash
     write_table(table, out)
     (out / "table3.html").write_text("<html></html>")
     target = {"mode": "offline", "project": "lightning_tfm", "entity": None}
-    info = dashboards.log_wandb_report(load_sweep(SWEEP), out, results, table, target)
+    info = wandb_run.log_wandb_report(load_sweep(SWEEP), out, results, table, target)
     assert info is not None and info["mode"] == "offline"
-    (run,) = read_runs(results / dashboards.WANDB_DIR)
+    (run,) = read_runs(results / wandb_run.WANDB_DIR)
     (logged,) = run.tables["table3/dev_ppl"]
     assert logged["columns"][-1] == NEW.key and "ppl_per_mparam" not in run.tables["table3/dev_bleu"][0]["columns"]
     cells = dict(zip(logged["columns"], logged["data"][0]))
@@ -84,7 +84,7 @@ def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dash
     import optuna_dashboard as od
 
     study = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
-    od.save_note(study, dashboards.merge_note("", dashboards.note_text(table, str(out / "table3.html"))))
+    od.save_note(study, optuna_note.merge_note("", optuna_note.note_text(table, str(out / "table3.html"))))
     note = _ppl_section(od.get_note(optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")))
     assert note[0].endswith("| PPL per M params |") and note[2].endswith(f"| {value:.3f} |")
 
@@ -93,8 +93,8 @@ def test_without_the_entry_no_view_has_it():
     table = rd.build_table(rd.load_report_data(SWEEP, export_dir=EXPORT))
     md, text = rd.table_markdown(table), table_csv(table)
     assert "PPL per M params" not in md and NEW.key not in text
-    assert all(NEW.key not in cols for cols, _ in dashboards.wandb_tables(table).values())
-    assert "PPL per M params" not in dashboards.note_text(table)
+    assert all(NEW.key not in cols for cols, _ in kinds.wandb_tables(table).values())
+    assert "PPL per M params" not in optuna_note.note_text(table)
 
 
 def test_every_column_is_declared_whole():

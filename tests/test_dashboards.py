@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, ltfm, write_sweep
 from wandb_offline import read_records, read_runs
 from lightning_tfm import report as rd
-from lightning_tfm.report.publish import dashboards
+from lightning_tfm.report.publish import kinds, optuna_note, published, wandb_run
 from lightning_tfm.report.table3.columns import WANDB_BLEU, WANDB_PPL, columns
 from lightning_tfm.report.views.render import _duration
 from lightning_tfm.sweep import load_sweep
@@ -89,14 +89,14 @@ def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(
     # the two tables: every row of table3.csv, in its order, with the columns of their views and the CSV's values
     rows = csv_rows(out)
     assert [r["variant"] for r in rows] == ["base", "A1", "D1", "prenorm", "odd", "crash"]
-    for key, columns in (("table3/dev_ppl", PPL_COLUMNS), ("table3/dev_bleu", BLEU_COLUMNS)):
+    for key, cols in (("table3/dev_ppl", PPL_COLUMNS), ("table3/dev_bleu", BLEU_COLUMNS)):
         (table,) = run.tables[key]
-        assert table["columns"] == list(columns)
-        assert {"variant", "delta_ppl", "paper_delta_ppl", "ppl_agrees", "ppl_noise"} <= set(columns) \
-            if key.endswith("ppl") else {"paper_dev_bleu", "delta_bleu", "paper_delta_bleu", "bleu_agrees"} <= set(columns)
+        assert table["columns"] == list(cols)
+        assert {"variant", "delta_ppl", "paper_delta_ppl", "ppl_agrees", "ppl_noise"} <= set(cols) \
+            if key.endswith("ppl") else {"paper_dev_bleu", "delta_bleu", "paper_delta_bleu", "bleu_agrees"} <= set(cols)
         assert len(table["data"]) == len(rows)
         for row, cells in zip(rows, table["data"]):
-            bad = [(c, row[c], v) for c, v in zip(columns, cells) if not same_cell(row[c], v)]
+            bad = [(c, row[c], v) for c, v in zip(cols, cells) if not same_cell(row[c], v)]
             assert not bad, (row["variant"], bad)
     a1 = dict(zip(PPL_COLUMNS, run.tables["table3/dev_ppl"][0]["data"][1]))
     assert a1["paper_dev_ppl"] == 5.29 and a1["paper_delta_ppl"] == pytest.approx(0.37)
@@ -122,11 +122,11 @@ def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(
     assert (s["completed_runs"], s["runs"]) == (3, 5) and "Sweep: 3 completed run(s) of 5" in md
     # the report names its W&B run: the one folder its pattern matches, and the command that publishes it
     from lightning_tfm.report.views.render import PUBLISHED_TITLE
-    published = md.split(PUBLISHED_TITLE, 1)[1]
-    pattern = re.search(r"\(offline\), in `(\S+)`", published).group(1)
+    section = md.split(PUBLISHED_TITLE, 1)[1]
+    pattern = re.search(r"\(offline\), in `(\S+)`", section).group(1)
     assert sorted(map(str, Path("/").glob(pattern.lstrip("/")))) == [str(folder)], pattern
-    assert f"`wandb sync {pattern}`" in published
-    assert f"`optuna-dashboard sqlite:///{results / 'rep.db'}` opens the study `rep`" in published
+    assert f"`wandb sync {pattern}`" in section
+    assert f"`optuna-dashboard sqlite:///{results / 'rep.db'}` opens the study `rep`" in section
     assert "wandb sync" in (out / "table3.html").read_text(encoding="utf-8")
 
     # every figure of the report as an image, the same bytes
@@ -169,14 +169,14 @@ def test_the_study_note_and_custom_plots_in_optuna_dashboard(reported):
     assert str(out / "table3.html") in note
 
     plots = {k: json.loads(v) for k, v in get_plotly_graph_objects(attrs).items()}
-    assert set(plots) == set(dashboards.GRAPH_IDS.values())
-    curves = plots[dashboards.GRAPH_IDS["curves"]]
+    assert set(plots) == set(optuna_note.GRAPH_IDS.values())
+    curves = plots[optuna_note.GRAPH_IDS["curves"]]
     assert [t["name"] for t in curves["data"]] == ["base", "A1", "prenorm"]  # the rows that trained
     # the mean dev PPL at each validation, as the report's learning-curve table
     names, cells = md_rows(md, "Learning curves")
     for trace in curves["data"]:
         assert [f"{y:.1f}" for y in trace["y"]] == [cells[trace["name"]][f"step {x}"] for x in trace["x"]]
-    family = plots[dashboards.GRAPH_IDS["family"]]
+    family = plots[optuna_note.GRAPH_IDS["family"]]
     (menu,) = family["layout"]["updatemenus"]
     assert [b["label"] for b in menu["buttons"]] == ["A", "D", "other rows"]  # as the PNG's panels
     shown = {b["label"]: [t["name"] for t, v in zip(family["data"], b["args"][0]["visible"]) if v]
@@ -210,59 +210,59 @@ def test_a_second_report_replaces_the_wandb_run_and_the_note_and_a_wandb_error_i
     assert len(lines) == 1 and lines[0].startswith("ltfm: warning: report not logged to W&B (") and \
         "the report itself is complete" in lines[0], p.stderr
     assert "x" * 40 not in p.stderr + p.stdout and "W&B: report run" not in p.stdout
-    assert dashboards.run_folders(wandb_dir, RUN_ID) == [first.path.parent]
+    assert wandb_run.run_folders(wandb_dir, RUN_ID) == [first.path.parent]
 
     # offline again: the same run id, the older offline folder removed (one left for `wandb sync`)
     p = ltfm(*reported["args"])
     assert p.returncode == 0 and "warning" not in p.stderr, p.stderr[-2000:]
     (again,) = report_runs(results)
     assert again.run_id == first.run_id == RUN_ID and again.path.parent != first.path.parent
-    assert dashboards.run_folders(wandb_dir, RUN_ID) == [again.path.parent] and not first.path.exists()
+    assert wandb_run.run_folders(wandb_dir, RUN_ID) == [again.path.parent] and not first.path.exists()
     assert [len(t) for t in again.tables.values()] == [1, 1]
     # the note: this report's block once, the person's remark kept after it; the plots under the same ids
     note = get_note(study)
-    assert note.count(dashboards.NOTE_BEGIN) == 1 and note.count("# Table 3 replica: sweep `rep`") == 1
-    assert note.index(dashboards.NOTE_END) < note.index("A person's remark: rerun C2 with 3 seeds.")
+    assert note.count(optuna_note.NOTE_BEGIN) == 1 and note.count("# Table 3 replica: sweep `rep`") == 1
+    assert note.index(optuna_note.NOTE_END) < note.index("A person's remark: rerun C2 with 3 seeds.")
     assert note.count("A person's remark") == 1
     from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
-    assert set(get_plotly_graph_objects(study_attrs(results))) == set(dashboards.GRAPH_IDS.values())
+    assert set(get_plotly_graph_objects(study_attrs(results))) == set(optuna_note.GRAPH_IDS.values())
 
 
 def test_wandb_target_follows_the_training_runs_and_disabled_logs_nothing(tmp_path, monkeypatch):
     sweep = load_sweep(write_sweep(tmp_path / "t.yaml", "t", {"base": {}}))
     for key in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_DISABLED"):
         monkeypatch.delenv(key, raising=False)
-    assert dashboards.wandb_target(sweep) == {"mode": "offline", "project": "lightning_tfm", "entity": None}
+    assert wandb_run.wandb_target(sweep) == {"mode": "offline", "project": "lightning_tfm", "entity": None}
     monkeypatch.setenv("WANDB_PROJECT", "ablations")
     monkeypatch.setenv("WANDB_ENTITY", "team")
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    target = dashboards.wandb_target(sweep)
+    target = wandb_run.wandb_target(sweep)
     assert target == {"mode": "disabled", "project": "ablations", "entity": "team"}
-    assert dashboards.log_wandb_report(sweep, tmp_path / "build", tmp_path / "results", {}, target) is None
+    assert wandb_run.log_wandb_report(sweep, tmp_path / "build", tmp_path / "results", {}, target) is None
     assert not (tmp_path / "results").exists()
 
 
 def test_run_ids_notes_and_headline_numbers():
-    assert dashboards.report_run_id("table3-cpu") == "report-table3-cpu-table3"
+    assert wandb_run.report_run_id("table3-cpu") == "report-table3-cpu-table3"
     # a pipeline check's report run (make ablation QUICK=1) never overwrites the real one
-    assert dashboards.report_run_id("table3-cpu", pipeline_check=True) == "report-table3-cpu-pipeline-check-table3"
-    long = dashboards.report_run_id("x" * 80)
-    assert len(long) <= 64 and long != dashboards.report_run_id("x" * 79)
+    assert wandb_run.report_run_id("table3-cpu", pipeline_check=True) == "report-table3-cpu-pipeline-check-table3"
+    long = wandb_run.report_run_id("x" * 80)
+    assert len(long) <= 64 and long != wandb_run.report_run_id("x" * 79)
     table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml",
                                                export_dir=ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"))
-    ours = dashboards.note_text(table)  # the headline and the dev-perplexity table, not the BLEU table
+    ours = optuna_note.note_text(table)  # the headline and the dev-perplexity table, not the BLEU table
     assert "- Direction agrees with the paper" in ours and "| row | dev PPL ours |" in ours and "dev BLEU ours" not in ours
     ours = ours.replace("- Direction agrees with the paper", "- fact")
-    assert dashboards.merge_note("", ours) == ours
-    kept = dashboards.merge_note("my words", ours)
+    assert optuna_note.merge_note("", ours) == ours
+    kept = optuna_note.merge_note("my words", ours)
     assert kept.startswith(ours) and kept.endswith("my words\n")
-    assert dashboards.merge_note(kept.replace("- fact", "- old fact"), ours) == kept
+    assert optuna_note.merge_note(kept.replace("- fact", "- old fact"), ours) == kept
     rows = [{"variant": "base", "in_paper": True, "seeds_completed": 3, "status": "completed", "ppl_agrees": None,
              "bleu_agrees": None, "ppl_noise": None, "bleu_noise": None},
             *[{"variant": v, "in_paper": True, "seeds_completed": 1, "status": "completed", "ppl_agrees": a,
                "bleu_agrees": b, "ppl_noise": n, "bleu_noise": "within"}
               for v, a, b, n in (("A1", True, False, "beyond"), ("A2", False, False, "beyond"), ("A3", True, True, "within"))]]
-    h = dashboards.headline_numbers(rows, {"wall_s": 60.0, "train_s": 100.0, "runs": 4, "records": 4})
+    h = kinds.headline_numbers(rows, {"wall_s": 60.0, "train_s": 100.0, "runs": 4, "records": 4})
     assert (h["dev_ppl/agree_rows"], h["dev_ppl/compared_rows"], h["dev_ppl/agreement"]) == (2, 3, 2 / 3)
     assert (h["dev_ppl/agree_rows_beyond_noise"], h["dev_ppl/compared_rows_beyond_noise"]) == (1, 2)
     assert (h["dev_ppl/rows_beyond_noise"], h["dev_ppl/rows_within_noise"]) == (2, 1)
@@ -270,7 +270,7 @@ def test_run_ids_notes_and_headline_numbers():
     assert "dev_bleu/agreement_beyond_noise" not in h and h["wall_time_s"] == 60.0
     # the verdicts, when table3.csv has them (A1 holds and agrees, A2 holds and does not)
     rows[1]["ppl_verdict"], rows[2]["ppl_verdict"], rows[3]["ppl_verdict"] = "holds", "holds", "within noise"
-    h = dashboards.headline_numbers(rows)
+    h = kinds.headline_numbers(rows)
     assert (h["dev_ppl/agree_rows_findings"], h["dev_ppl/compared_rows_findings"]) == (1, 2)
     assert (h["dev_ppl/verdict_holds"], h["dev_ppl/verdict_within_noise"], h["dev_ppl/verdict_may_flip"],
             h["dev_ppl/verdict_too_few_points"]) == (2, 1, 0, 0)
@@ -285,9 +285,9 @@ def test_a_runs_folders_include_the_one_wandb_starts_in_the_same_second(tmp_path
              "offline-run-20260101_000002-report-x-table3-pipeline", "offline-run-20260101_000003-report-x-table33"]
     for name in names:
         (tmp_path / name).mkdir()
-    assert [p.name for p in dashboards.run_folders(tmp_path, "report-x-table3")] == [names[2], names[1], names[0],
+    assert [p.name for p in wandb_run.run_folders(tmp_path, "report-x-table3")] == [names[2], names[1], names[0],
                                                                                    names[3]]
-    assert [p.name for p in dashboards.superseded_folders(tmp_path, "report-x-table3", tmp_path / names[3])] == \
+    assert [p.name for p in wandb_run.superseded_folders(tmp_path, "report-x-table3", tmp_path / names[3])] == \
         [names[1], names[0]]
 
 
@@ -302,7 +302,7 @@ def test_the_family_plot_shows_the_base_as_one_mean_curve_with_its_seeds_range_s
                for s in (1, 2, 3)]
     records += [RunRecord("A1", family="A", seed=1, status="completed", history=curve(1.5)),
                 RunRecord("D1", family="D", seed=1, status="completed", history=curve(0.8))]
-    fig = dashboards.plotly_dev_ppl_by_family(ReportData(sweep=sweep, records=records, source="synthetic", planned={}))
+    fig = optuna_note.plotly_dev_ppl_by_family(ReportData(sweep=sweep, records=records, source="synthetic", planned={}))
     (menu,) = fig.layout.updatemenus
     for button in menu.buttons:
         shown = [t for t, v in zip(fig.data, button.args[0]["visible"]) if v]
@@ -321,7 +321,7 @@ def test_the_family_plot_shows_the_base_as_one_mean_curve_with_its_seeds_range_s
 
 def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
     """A Table 2 report (sweeps/table2-smoke.yaml, run folders written without training: test_table2_report.py's
-    :func:`write_smoke_runs`, and an empty study) published as Table 3's is (:func:`dashboards.publish`): the W&B run
+    :func:`write_smoke_runs`, and an empty study) published as Table 3's is (:func:`.published.publish`): the W&B run
     ``report-<sweep>-table2`` (read back from its offline files) holds table2.csv's rows as a W&B table, each row's
     numbers and the claim's lines in its summary, the report's figures and files; the study's note gets the claim
     and the rows in a block of its own, a person's note kept; no custom plots."""
@@ -335,7 +335,7 @@ def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
     save_note(optuna.create_study(study_name=sweep.name, storage=storage), "A person's remark.\n")
     p = ltfm("report", sweep.path, "--results", results, "--out", out)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    lines = dashboards.publish(sweep, {"sweep_file": str(sweep.path), "results_dir": str(results),
+    lines = published.publish(sweep, {"sweep_file": str(sweep.path), "results_dir": str(results),
                                        "storage": None}, out)
     (run,) = read_runs(results / "wandb-report")
     folder = run.path.parent
@@ -370,7 +370,7 @@ def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
 
     study = optuna.load_study(study_name=sweep.name, storage=storage)
     note = get_note(study)
-    begin, end = dashboards.NOTES["table2"]
+    begin, end = optuna_note.NOTES["table2"]
     assert note.startswith(begin + "\n\n# Table 2 at small scale: sweep table2-smoke") and note.count(begin) == 1
     claims = md.split("## The claim checked", 1)[1].split("\n## ", 1)[0]
     assert claims.strip() in note and "| transformer | transformer | 12.00 |" in note

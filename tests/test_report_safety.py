@@ -26,7 +26,7 @@ from pg import postgres  # noqa: F401  (fixture)
 from wandb_offline import read_runs
 from lightning_tfm import report as rd
 from lightning_tfm.report.views import render
-from lightning_tfm.report.publish import dashboards
+from lightning_tfm.report.publish import optuna_note, wandb_run
 
 RUN_ID = "report-rep-table3"
 
@@ -158,18 +158,16 @@ def test_strings_from_the_runs_are_text_in_every_page_and_figure(swept, tmp_path
 def test_the_optuna_dashboard_plots_and_note_hold_run_strings_as_text(swept, tmp_path):
     """optuna-dashboard draws plotly's text as HTML (its pseudo-HTML: links, line breaks) and renders the note as
     markdown: a row's name is escaped in both."""
-    from lightning_tfm.report.views.render import table_markdown
-
     data = rd.load_report_data(swept["sweep"], results_dir=swept["results"])
     a1 = next(r for r in data.records if r.variant == "A1")
-    data.records.append(rd.RunRecord(**{**a1.__dict__, "variant": f'<a href="javascript:alert(1)">x</a>'}))
+    data.records.append(rd.RunRecord(**{**a1.__dict__, "variant": '<a href="javascript:alert(1)">x</a>'}))
     data.records.append(rd.RunRecord(variant=IMG, family="A", seed=1, status="failed", note=SCRIPT))
-    family, curves = dashboards.plotly_dev_ppl_by_family(data), dashboards.plotly_learning_curves(data)
+    family, curves = optuna_note.plotly_dev_ppl_by_family(data), optuna_note.plotly_learning_curves(data)
     texts = [t.name for fig in (family, curves) for t in fig.data]
     texts += [b["args"][1]["title.text"] for b in family.layout.updatemenus[0].buttons]
     assert any("&lt;a href=" in t for t in texts) and not any("<a " in t or "<img" in t for t in texts), texts
     assert any("&lt;img src=x onerror=alert(2)&gt;" in t for t in texts), texts
-    note = dashboards.note_text(rd.build_table(data, bootstrap=False), str(tmp_path / "a`b"))
+    note = optuna_note.note_text(rd.build_table(data, bootstrap=False), str(tmp_path / "a`b"))
     assert "<a href" not in note and IMG not in note and "&lt;img src=x onerror=alert(2)&gt;" in note
 
 
@@ -195,7 +193,7 @@ def test_two_reports_of_one_sweep_at_once_leave_one_complete_wandb_run(swept, tm
     args = [sys.executable, "-m", "lightning_tfm", "report", str(swept["sweep"]), "--results", str(results), "--out",
             str(out)]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    lock = FileLock(str(dashboards.publish_lock(results)))
+    lock = FileLock(str(wandb_run.publish_lock(results)))
     lock.acquire()
     procs, outputs, waiting, readers = [], [], [], []
     try:
@@ -232,7 +230,7 @@ def test_two_reports_of_one_sweep_at_once_leave_one_complete_wandb_run(swept, tm
     # the one that waited for the report folder published second: its run is the one left, where it said
     (second,) = [i for i, text in enumerate(texts) if "finish with the report folder" in text]
     wandb_dir = results / "wandb-report" / "wandb"
-    assert dashboards.run_folders(wandb_dir, RUN_ID) == [printed[second]] and printed[second].is_dir()
+    assert wandb_run.run_folders(wandb_dir, RUN_ID) == [printed[second]] and printed[second].is_dir()
     assert not printed[1 - second].exists()  # the first one's, superseded as by a second report after it
     assert [p for p in wandb_dir.iterdir() if p.is_dir() and not p.is_symlink()] == [printed[second]]
     (run,) = read_runs(results / "wandb-report")
@@ -365,7 +363,7 @@ def test_a_pipeline_checks_report_says_so_in_every_title_headline_and_tag(tmp_pa
     assert next(ln for ln in md.splitlines() if ln.startswith("- ")) == "- " + render.PIPELINE_CHECK_LINE
     assert headline_text(table).startswith(said)
     assert r"\caption{Pipeline check, not a result (runs tagged pipeline-check)" in table_latex(table)
-    assert dashboards.note_text(table).split("\n\n")[1].startswith("# Pipeline check, not a result")
+    assert optuna_note.note_text(table).split("\n\n")[1].startswith("# Pipeline check, not a result")
     # the HTML page: its <title> is the report's heading
     import nbformat
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output(
@@ -376,9 +374,9 @@ def test_a_pipeline_checks_report_says_so_in_every_title_headline_and_tag(tmp_pa
     assert soup.title.string == "Pipeline check, not a result: sweep table3-cpu"
     # the W&B report run (offline, read back from its files): its own id, group, name and tag
     results = tmp_path / "results"
-    info = dashboards.log_wandb_report(sweep, out, results, table, {"mode": "offline", "project": "p", "entity": None},
+    info = wandb_run.log_wandb_report(sweep, out, results, table, {"mode": "offline", "project": "p", "entity": None},
                                        table["pipeline_check"])
     assert info["run_id"] == "report-table3-cpu-pipeline-check-table3"
-    (run,) = read_runs(results / dashboards.WANDB_DIR)
+    (run,) = read_runs(results / wandb_run.WANDB_DIR)
     assert run.name == "table3-cpu table3 (pipeline-check)" and "pipeline-check" in run.tags
     assert run.group == "table3-cpu-pipeline-check" and run.config.get("report.pipeline_check") is True

@@ -16,6 +16,7 @@ from conftest import write_sweep
 from lightning_tfm.model.rnn import RNN, RNNConfig
 from lightning_tfm.report.table3 import compute, paper
 from lightning_tfm.report.table2 import table as table2
+from lightning_tfm.report.table2.claims import reach
 from lightning_tfm.report.inputs.records import ReportData, RunRecord
 
 TRANSFORMER = {"model.layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.heads": 2, "model.d_k": 16,
@@ -118,7 +119,7 @@ def test_table_and_claims_at_equal_flops_from_ppl_curves(sweep, tmp_path):
     # (b) on the PPL curves: the transformer reaches the rnn's final 10.0 between its validations at 300 (12.0) and
     # 400 (9.0), log PPL linear: step 300 + 100 x log(12/10) / log(12/9)
     step = 300 + 100 * math.log(1.2) / math.log(12 / 9)
-    assert table2.reach(t, "ppl", 10.0) == pytest.approx(step)
+    assert reach(t, "ppl", 10.0) == pytest.approx(step)
     assert "(b) To reach rnn's final dev PPL (10.00), on the dev-PPL curves (no dev-BLEU curve" in b
     assert f"transformer needs {step * t['flops_per_step']:.3g} FLOPs and {step * 0.1:.0f} s (step {step:.0f})" in b
     assert f"{600 / step:.2f}x fewer FLOPs and {1200 / step:.2f}x less wall time" in b
@@ -255,7 +256,7 @@ def test_planned_configs_of_rows_of_their_own_experiment(tmp_path, data_dir):
     data.path and train.max_steps=40: the rnn's equal-FLOPs steps follow them, as the sweep plans them)."""
     from conftest import ROOT, SMOKE
     from lightning_tfm.report.inputs.records import planned_configs
-    from lightning_tfm.sweep import Entry, Plan, load_sweep, trial_config
+    from lightning_tfm.sweep import Plan, load_sweep, trial_config
     from lightning_tfm.training.config.config import flatten
 
     rnn_smoke = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
@@ -317,8 +318,9 @@ def test_a_table2_column_declared_once_is_in_the_markdown_csv_wandb_table_summar
                                                                                           monkeypatch):
     """One entry of report/table2_columns.COLUMNS, a value computed from the row: table2.md's table of ours and the
     study note show it, table2.csv and the report run's W&B table ``table2/rows`` have it as a column, the W&B
-    summary as ``<row>/<key>`` (:mod:`.dashboards` dispatches by the report's Kind, no list of its own)."""
-    from lightning_tfm.report.publish import dashboards
+    summary as ``<row>/<key>`` (:mod:`.wandb_run` and :mod:`.optuna_note` dispatch by the report's Kind, no list of
+    their own)."""
+    from lightning_tfm.report.publish import optuna_note, wandb_run
     from lightning_tfm.report.table2 import columns as table2_columns
     from lightning_tfm.report.core.columns import CSV, Column, Shown
 
@@ -330,14 +332,14 @@ def test_a_table2_column_declared_once_is_in_the_markdown_csv_wandb_table_summar
                  value=per_m)
     table = table2.build_table2(ReportData(sweep, records(tmp_path), "synthetic", {}))
     monkeypatch.setattr(table2_columns, "COLUMNS", [*table2_columns.COLUMNS, new])
-    md, note = table2.rows_markdown(table), dashboards.note_text(table, kind="table2")
+    md, note = table2.rows_markdown(table), optuna_note.note_text(table, kind="table2")
     head, _, first = [ln for ln in md.splitlines() if ln.startswith("|")][:3]
     assert head.endswith("| BLEU per M params |") and first.startswith("| transformer |")
     assert first.endswith(f"| {30.5 / 0.01:.1f} |") and head in note and first in note
     rows = list(csv.DictReader(io.StringIO(table2.table2_csv(table))))
     assert list(rows[0])[-1] == "bleu_per_mparam" and float(rows[0]["bleu_per_mparam"]) == pytest.approx(3050.0)
     assert rows[2]["bleu_per_mparam"] == "" and rows[3]["source"] == "paper"  # rnn-big: no run; the paper's: no params
-    summary, tables = dashboards.report_contents(table, "table2")
+    summary, tables = wandb_run.report_contents(table, "table2")
     cols, data = tables["table2/rows"]
     assert cols == list(rows[0]) and data[0][-1] == pytest.approx(3050.0)
     assert summary["transformer/bleu_per_mparam"] == pytest.approx(3050.0) and "rnn-big/bleu_per_mparam" not in summary

@@ -10,12 +10,12 @@ import json
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE, ltfm
+from conftest import ROOT, SMOKE
 from lightning_tfm.model.config import ModelConfig
 from lightning_tfm.model.rnn import RNN, RNNConfig
 from lightning_tfm.model.transformer import Transformer
 from lightning_tfm.sweep import Plan, dry_run, load_sweep, trial_config
-from lightning_tfm.sweep.spec import describe_keys
+from lightning_tfm.sweep.schema import describe_keys
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.bench.speed import DEFAULTS

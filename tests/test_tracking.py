@@ -458,7 +458,7 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
 def test_a_pipeline_checks_runs_have_a_group_of_their_own():
     """``make ablation QUICK=1`` tags its runs ``pipeline-check``: they go to ``<study>-pipeline-check``, never
     the study's group (which ``ltfm report --from-wandb`` reads); the report's copy of the tag is the same."""
-    from lightning_tfm.report.views import render
+    from lightning_tfm.report.inputs import records
 
     real = tracking.run_naming(make_cfg(**{"run.study": "table3-cpu", "run.variant": "A1", "run.family": "A"}))
     check = tracking.run_naming(make_cfg(**{"run.study": "table3-cpu", "run.variant": "A1", "run.family": "A",
@@ -466,7 +466,7 @@ def test_a_pipeline_checks_runs_have_a_group_of_their_own():
     assert real["group"] == "table3-cpu" and check["group"] == "table3-cpu-pipeline-check"
     assert "pipeline-check" in check["tags"] and check["name"] == real["name"]
     assert tracking.wandb_group(None, ["pipeline-check"]) == "adhoc-pipeline-check"
-    assert render.PIPELINE_CHECK == tracking.PIPELINE_CHECK
+    assert records.PIPELINE_CHECK == tracking.PIPELINE_CHECK
 
 
 def test_hidden_parameters_reach_the_child_only_through_the_environment(monkeypatch):

@@ -16,8 +16,10 @@ own rooms, one concern each, bottom to top:
 - :mod:`.views` and :mod:`.table2`, side by side (neither imports the other): the replica as a reader sees it
   (markdown, CSV, LaTeX, the lead figure and the others, attention, the search report), and the paper's Table 2 at
   small scale, built on Table 3's rows and verdict (its table, claims and columns);
-- :mod:`.publish`: the report taken out of Python: the notebooks executed (papermill, HTML), W&B and
-  optuna-dashboard, where it was published;
+- :mod:`.publish`: the report taken out of Python: the notebooks executed (:mod:`.publish.notebooks`: papermill,
+  HTML), what each kind of report gives the outside (:mod:`.publish.kinds`), the W&B report run
+  (:mod:`.publish.wandb_run`), the study's optuna-dashboard note and plots (:mod:`.publish.optuna_note`), and
+  :func:`~.publish.published.publish`, which sends it to both and says where it was published;
 - at the top, :mod:`.commands` (the ``ltfm report`` command's declaration and handler) and :mod:`.backtest`
   (``ltfm report --backtest``: a short sweep's verdicts against a later export's curves; it builds tables and draws
   the outlook figure, so it sits above both).

@@ -106,7 +106,7 @@ def report_cli(args) -> int:
         if name == "table3" and args.from_export:
             print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
         elif name in ("table2", "table3"):  # the same report in W&B and optuna-dashboard; a failure: a warning
-            from .publish.dashboards import publish
+            from .publish.published import publish
             if name == "table2":
                 from .table2.table import read_claims
                 print("".join(f"  {line}\n" for line in read_claims(md)), end="", flush=True)

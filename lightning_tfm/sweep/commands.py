@@ -225,7 +225,7 @@ def status_command(args) -> str:
 
 def _keys(args) -> int:
     """``ltfm sweep --keys [PREFIX]``: every key of a sweep file with its type, default and meaning."""
-    from .spec import describe_keys
+    from .schema import describe_keys
 
     if args.sweep_file or args.overrides:
         raise UserError("--keys lists the sweep file's keys: give no sweep file or overrides with it")

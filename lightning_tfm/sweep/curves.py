@@ -210,7 +210,7 @@ class CurveFit:
         """``n`` predictions of the dev log-PPL at each of ``at_steps`` (an array ``n x len(at_steps)``), each from
         the fit repeated on the fitted values plus resampled residuals (the module docstring)."""
         at = np.atleast_1d(np.asarray(at_steps, dtype=float))
-        t, y = _t(self.steps), np.array(self.values)
+        t = _t(self.steps)
         k = len(t)
         res = self.residuals()
         res = (res - res.mean()) * math.sqrt(k / (k - FAMILIES[self.family]))

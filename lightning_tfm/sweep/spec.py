@@ -31,9 +31,9 @@ from ..training.config import config
 from ..training.config.sections import LABEL_CHARS
 from ..training.errors import UserError
 from ..training.config.inputs import load_yaml, read_yaml_text, shown
-from .schema import (BUDGET_DEFAULTS, HEARTBEAT_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS,  # noqa: F401
-                     RESERVED, SAMPLERS, TOP_KEYS, BudgetSpec, DistributionSpec, HeartbeatSpec, PrunerSpec, ReportSpec,
-                     SamplerSpec, SweepFile, VariantSpec, describe_keys, draws_problem, err, parse)
+from .schema import (BUDGET_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS, RESERVED, SAMPLERS, BudgetSpec,
+                     DistributionSpec, HeartbeatSpec, PrunerSpec, ReportSpec, SamplerSpec, SweepFile, VariantSpec,
+                     draws_problem, err, parse)
 
 
 @dataclass

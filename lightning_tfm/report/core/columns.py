@@ -5,7 +5,7 @@ A table is a row dataclass (:class:`Fields`: also read as a mapping by its field
 notebooks read it) and one list of :class:`Column`: what each column means, its value (a field of the row by
 default), the views it is in (:data:`CSV`, the one view every table has, or a table's own), the markdown tables it
 is :class:`Shown` in, with its header and how its cell prints; :func:`in_view` reads a view's columns off the list.
-:class:`Kind` is a report's table as W&B and optuna-dashboard take it (:data:`.publish.dashboards.KINDS`).
+:class:`Kind` is a report's table as W&B and optuna-dashboard take it (:data:`.publish.kinds.KINDS`).
 """
 from __future__ import annotations
 
@@ -90,13 +90,13 @@ def in_view(cols, view: str) -> list[Column]:
 
 @dataclass(frozen=True)
 class Kind:
-    """A report's table as W&B and optuna-dashboard take it (:mod:`.dashboards`): its name (``table3``,
+    """A report's table as W&B and optuna-dashboard take it (:mod:`.publish.kinds`): its name (``table3``,
     ``table2``: its files' stem, the W&B run's and artifact's suffix, the study note's block), ``columns(view)``:
     the columns of a view, read from its one column list, and for each place what of it goes there: the artifact's
     ``files``; the W&B tables (``wandb``: name -> the
     columns' view) over the rows of ``rows(table)`` with ``digits`` significant digits (None: as the CSV prints
     them); the W&B summary (``summary(table)``); the study note (``note(table)``: its markdown parts); whether
-    the study gets custom plots; how :func:`.dashboards.publish` gets the table (``build(data, sweep, out)``)."""
+    the study gets custom plots; how :func:`.publish.published.publish` gets the table (``build(data, sweep, out)``)."""
     name: str
     columns: Callable[[str], list[Column]]
     files: tuple[str, ...]

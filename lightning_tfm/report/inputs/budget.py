@@ -6,19 +6,19 @@ whose ``summary.json`` then holds the later budget. The report of the first swee
 sweep's budget (its trial's ``train.max_steps``), never at the later one (:func:`read_at_budget`), by the one rule
 the worker and ``ltfm sweep --status`` read a run at a budget by (:func:`lightning_tfm.sweep.budget.at_budget`):
 the run's completed attempt at the budget, else its curve's validation there (no BLEU: measured at the end of
-training only), else :data:`CONTINUED` (not completed) with a note; the curve is cut at the budget, and the dev
-hypotheses are dropped (the file is of the last decode, at the later budget): the paired bootstrap leaves the row
-out.
+training only), else :data:`~lightning_tfm.sweep.budget.CONTINUED` (not completed) with a note; the curve is cut
+at the budget, and the dev hypotheses are dropped (the file is of the last decode, at the later budget): the paired
+bootstrap leaves the row out.
 
 Every record read so carries what its folder holds beyond the budget in ``later_attempt``; :func:`budget_note` says
 it in the report's notes.
 """
 from __future__ import annotations
 
-from ...sweep.budget import CONTINUED, at_budget
+from ...sweep.budget import at_budget
 from .records import DIVERGED, DONE, RunRecord, as_number, nonfinite
 
-__all__ = ["CONTINUED", "budget_note", "of_other_studies", "planned_budgets", "read_at_budget"]
+__all__ = ["budget_note", "of_other_studies", "planned_budgets", "read_at_budget"]
 
 # What a record takes from the run's summary at the budget (summary.json keys = RunRecord fields)
 _ATTEMPT_NUMBERS = ("dev_loss", "dev_ppl", "dev_bleu", "wall_time_s", "train_tokens")

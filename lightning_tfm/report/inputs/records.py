@@ -48,7 +48,7 @@ DONE = "completed"
 DIVERGED = "diverged"
 
 
-# The job type of the run ``ltfm report`` logs into the sweep's W&B group (:mod:`.dashboards`): not a training run.
+# The job type of ``ltfm report``'s run in the sweep's W&B group (:mod:`.publish.wandb_run`): not a training run.
 REPORT_JOB_TYPE = "report"
 
 # training.tracking.PIPELINE_CHECK, the tag (not imported from there: it would load Lightning into the report's kernel)

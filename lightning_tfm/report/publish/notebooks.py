@@ -32,7 +32,7 @@ name>/`` (or ``--out``):
 
 A table3 report (not one rebuilt ``--from-export``) is then also logged to the sweep's W&B project (one run of
 job type ``report``) and, read from an Optuna storage, written into the study's optuna-dashboard note and custom plots
-(:mod:`.dashboards`; a failure there is a one-line warning, the report still succeeds).
+(:func:`.published.publish`; a failure there is a one-line warning, the report still succeeds).
 
 Secrets: a parameter holding one (a storage URL's password) is given to papermill masked (it writes the
 parameters into the executed notebook twice) and reaches the kernel through the environment
@@ -41,7 +41,7 @@ every error line are scrubbed of it as well.
 
 Two reports into one folder, or of one sweep, at once: the notebooks run side by side; replacing the folder and
 publishing it (the lines printed, W&B, optuna-dashboard) hold ``.<out>.lock`` beside it (:func:`out_lock`), then
-the sweep's publishing lock (:func:`.dashboards.publish_lock`), one report after the other.
+the sweep's publishing lock (:func:`.wandb_run.publish_lock`), one report after the other.
 
 SIGINT or SIGTERM: the kernel is killed, the staging folder and the temporary kernelspec removed, one line, exit
 130 or 143 (:func:`stopped_by_signals`).

@@ -5,7 +5,7 @@ them: mean ± sample sd over the row's completed seeds) or one of the paper's (`
 is the one list of its columns, in the CSV's order; each :class:`~.columns.Column` says where it appears:
 
 - ``views``: :data:`~.columns.CSV` (``table2.csv``, header = the key, and the report run's W&B table
-  ``table2/rows``: :data:`KIND` in :mod:`.dashboards`), :data:`SUMMARY` (the W&B run's summary: ``<row>/<key>``);
+  ``table2/rows``: :data:`.publish.kinds.KINDS`), :data:`SUMMARY` (the W&B run's summary: ``<row>/<key>``);
 - ``shown``: :data:`ROWS`, the table of ours in ``table2.md`` (and so the HTML page and the optuna-dashboard
   note) with its header and how its cell prints.
 
@@ -14,7 +14,6 @@ A new column is one more entry of :data:`COLUMNS` and a field of :class:`Row`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..core.columns import CSV, Column, Fields, Shown, in_view
 from ..core.text import md_cell, md_text

@@ -39,7 +39,7 @@ from ..core.columns import CSV
 from ..table3.stats import finite, mean_std
 from ..table3.table import as_shown, learning_curves, ordered_variants, row_status
 from .claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, SETTLE_NOTE, any_bleu_curves, claim_lines, has_bleu_curve,
-                     pair_settle, pairs, reach)
+                     pair_settle, pairs)
 from .columns import ROWS, SUMMARY, Row, columns
 from ..core.text import md_code, md_text
 
@@ -280,7 +280,8 @@ def table2_markdown(table: dict) -> str:
 
 
 def csv_rows(table: dict) -> list[Row]:
-    """The rows of table2.csv, ours then the paper's: also the W&B table of the report's run (:mod:`.dashboards`)."""
+    """The rows of table2.csv, ours then the paper's: also the W&B table of the report's run
+    (:mod:`.publish.wandb_run`)."""
     return table["rows"] + [Row(p["model"], "paper", p["family"], test_bleu=p["bleu_en_de"],
                                 train_flops=p["train_flops_en_de"], status="paper: WMT 2014 EN-DE, not comparable")
                             for p in table["paper"]]
@@ -306,7 +307,7 @@ def summary_numbers(table: dict) -> dict:
 
 
 def note_parts(table: dict) -> list[str]:
-    """The optuna-dashboard note's markdown (:mod:`.dashboards`): the title, the claim and our rows, as
+    """The optuna-dashboard note's markdown (:mod:`.publish.optuna_note`): the title, the claim and our rows, as
     table2.md has them."""
     return [title(table), claims_markdown(table), rows_markdown(table)]
 

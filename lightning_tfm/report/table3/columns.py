@@ -15,14 +15,14 @@ per value. :data:`COLUMNS` is the one list of the table's columns, in the CSV's 
   paper's): a header in LaTeX, a cell as text (:mod:`.latex` escapes it), and ``group``, the header spanning it and
   its neighbours of the same group (``PPL (dev)`` over ``ours`` and ``paper``).
 
-Every view reads this list: :mod:`.render` (markdown, CSV), :mod:`.latex` (LaTeX), :mod:`.dashboards` (W&B
+Every view reads this list: :mod:`.render` (markdown, CSV), :mod:`.latex` (LaTeX), :mod:`.publish.kinds` (W&B
 tables, the note), :mod:`.compare`. A new column is one more entry of :data:`COLUMNS` (and a field of :class:`Row`, or a ``value``
 computed from the row).
 
 The mechanism is :mod:`.core.columns`', Table 2's too (:mod:`.table2.columns`: its row, its list, its views):
 :class:`~.core.columns.Column`, :class:`~.core.columns.Shown`, :class:`~.core.columns.Fields` (a row read as a
 mapping), and :class:`~.core.columns.Kind`, a report's table as W&B and optuna-dashboard take it
-(:data:`.dashboards.KINDS`).
+(:data:`.publish.kinds.KINDS`).
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ import os
 import re
 from typing import Any
 
-from ..data.corpus_id import PREFIX as CORPUS_PREFIX, fingerprint
+from ..data.corpus_id import fingerprint
 from ..errors import UserError
 from .inputs import shown
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ..config import config, run_id as ids
+from ..data import corpus_id
 from . import results
 from ..atomic import free_space
 from ..errors import UserError
@@ -284,7 +285,7 @@ def differences(there: Config, asked: Config, sections: set[str] | None = None,
 
     def shown(flat, k):  # a key left out of a saved config: model.arch's default (transformer), another section's
         if k in flat:  # a corpus's identity: its first 12 hex digits
-            return flat[k][:len(ids.CORPUS_PREFIX) + 12] if k == ids.CORPUS_KEY else flat[k]
+            return flat[k][:len(corpus_id.PREFIX) + 12] if k == ids.CORPUS_KEY else flat[k]
         return config.SCHEMA["model"]["arch"][1] if k == "model.arch" else "unset"
 
     out = [f"{k} ({shown(a, k)} {names[0]}, {shown(b, k)} {names[1]})" if i < 3 else k for i, k in enumerate(keys)]
