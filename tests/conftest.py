@@ -138,9 +138,10 @@ def default_signals() -> None:
 @pytest.fixture
 def ltfm_here(capfd, monkeypatch):
     """conftest's ``ltfm`` in this process (``cli.main``): the same CompletedProcess (exit code, stdout and stderr
-    at the file descriptors) from the same folder (the session's stand-in of the checkout) unless ``cwd``, ``input``
-    as stdin, ``env`` added to the environment for that command. What a command may change in its process is put
-    back: signal handlers, torch's threads, the environment, the folder, logging, datasets' progress bars."""
+    at the file descriptors) from the same folder (the session's stand-in of the checkout, or where the test went)
+    unless ``cwd``, ``input`` as stdin, ``env`` added to the environment for that command. What a command may
+    change in its process is put back: signal handlers, torch's threads, the environment, the folder, logging,
+    datasets' progress bars."""
     import io
     import logging
 
@@ -159,9 +160,9 @@ def ltfm_here(capfd, monkeypatch):
 
     def run(*args, input="", env=None, cwd=None):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode())))
-        before = dict(os.environ)
+        before, here = dict(os.environ), os.getcwd()
         os.environ.update(env or {})  # this command's only, as a process's environment and folder are
-        os.chdir(cwd or WORK)
+        os.chdir(cwd or here)
         try:
             code = cli.main([str(a) for a in args])
         except SystemExit as e:  # argparse's --help and usage errors: the exit code `python -m` gives
@@ -169,7 +170,7 @@ def ltfm_here(capfd, monkeypatch):
         finally:
             os.environ.clear()
             os.environ.update(before)
-            os.chdir(WORK)
+            os.chdir(here)
         return subprocess.CompletedProcess(args, code, *capfd.readouterr())
 
     yield run
