@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ltfm_in
 from lightning_tfm.training.errors import UserError
 from lightning_tfm.training.runs.runs import format_table, list_runs
 

@@ -11,7 +11,7 @@ import re
 import pytest
 import yaml
 
-from conftest import ROOT, ltfm, write_sweep
+from conftest import ROOT, write_sweep
 from lightning_tfm import report as rd
 from lightning_tfm.report.views import render
 from lightning_tfm.report.table3 import compare, compute, verdict

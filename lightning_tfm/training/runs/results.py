@@ -138,8 +138,8 @@ _TYPES: dict[str, tuple[type, ...]] = _field_types()
 
 # A sweep worker gives each trial process it starts a fresh token in this variable, and the process writes it in its
 # summary.json ("attempt"): how the worker tells the summary of the attempt it started from one an earlier attempt
-# left (the pid would not: the process it started may hand over to another, as a launcher does, and pids are
-# reused after a restart).
+# left (the pid would not: pids are reused after a restart, and a sweep resumed in a new container or on another
+# host sharing the results folder can give its trial the pid of the killed attempt).
 ATTEMPT_ENV = "LTFM_TRIAL_ATTEMPT"
 
 # The words of the error a second `ltfm train` of a run prints (exit 2) while another process trains it;
