@@ -15,6 +15,8 @@ SWEEP = str(ROOT / "sweeps" / "table3-cpu.yaml")
 EXPORT = str(ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export")   # validated every 100 steps
 EVERY_50 = str(ROOT / "reports" / "reference" / "table3-cpu" / "export")            # the re-run: every 50 steps
 LATER = str(ROOT / "reports" / "reference" / "table3-cpu-continued" / "export")
+HELDOUT_SWEEP = str(ROOT / "sweeps" / "table3-cpu-heldout.yaml")   # rows never used to choose the method
+HELDOUT = str(ROOT / "reports" / "reference" / "table3-cpu-heldout" / "export")
 COMMITTED = ROOT / "reports" / "reference" / "backtest"
 KEYS = ["beyond_noise", "called_holds", "kept_sign", "interval_coverage", "rows"]
 
@@ -35,18 +37,19 @@ def same(got, want) -> None:
         assert got == want
 
 
-def run_json(capsys, *args, export: str = EXPORT) -> dict:
-    assert cli.main(["report", SWEEP, "--from-export", export, *args, "--json"]) == 0
+def run_json(capsys, *args, export: str = EXPORT, sweep: str = SWEEP) -> dict:
+    assert cli.main(["report", sweep, "--from-export", export, *args, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("name, export, args", [("a", EXPORT, ["--backtest", "0.667"]),
                                                 ("b", EXPORT, ["--backtest-to", LATER]),
                                                 ("a-every50", EVERY_50, ["--backtest", "0.667"]),
-                                                ("c-every50", EVERY_50, ["--backtest", "0.334"])])
+                                                ("c-every50", EVERY_50, ["--backtest", "0.334"]),
+                                                ("d-heldout", HELDOUT, ["--backtest", "0.334"])])
 def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, monkeypatch, name, export, args):
     monkeypatch.chdir(tmp_path)
-    got = run_json(capsys, *args, export=export)
+    got = run_json(capsys, *args, export=export, sweep=HELDOUT_SWEEP if export == HELDOUT else SWEEP)
     assert list(got) == KEYS
     same(got, json.loads((COMMITTED / f"backtest-{name}.json").read_text()))
     assert not list(tmp_path.iterdir())  # nothing written without --out
@@ -66,6 +69,9 @@ def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, 
         assert (rows["big"]["step"], rows["big"]["base_step"], rows["big"]["at_step"]) == (1199, 399, 1799)
     elif name.startswith("c"):  # every row's first third (steps <= 199; big: <= 599 of 1800) predicts its end
         assert len(rows) == 20 and (rows["C1"]["step"], rows["C1"]["at_step"]) == (199, 599)
+    elif name.startswith("d"):  # the held-out rows, each from its first 600 steps to 1800
+        assert sorted(rows) == ["A1", "B1", "C4", "D2", "D4", "prenorm"]
+        assert {(r["step"], r["at_step"]) for r in rows.values()} == {(599, 1799)}
     else:  # the 8 rows the continued sweep trained on, from 600 steps to 1800
         assert sorted(rows) == ["C1", "C2", "C3", "C5", "C6", "C7", "D1", "E"]
         assert {(r["step"], r["at_step"]) for r in rows.values()} == {(599, 1799)}
@@ -99,12 +105,14 @@ def test_the_coverage_the_headline_quotes_is_the_committed_3x_backtests():
     back-test, the rows whose measured gap fell inside their interval, of those predicted, in its committed JSON."""
     from lightning_tfm.sweep import curves
 
-    got = []
-    for name, _, _ in curves.EXTRAPOLATION_COVERAGE:
-        rows = json.loads((COMMITTED / f"backtest-{name}.json").read_text())["rows"]
-        judged = [r["inside"] for r in rows if r["inside"] is not None]
-        got.append((name, sum(judged), len(judged)))
-    assert tuple(got) == curves.EXTRAPOLATION_COVERAGE and [n for n, _, _ in got] == ["b", "c-every50"]
+    for quoted, names in ((curves.EXTRAPOLATION_COVERAGE, ["b", "c-every50"]),
+                          (curves.HELDOUT_COVERAGE, ["d-heldout"])):
+        got = []
+        for name, _, _ in quoted:
+            rows = json.loads((COMMITTED / f"backtest-{name}.json").read_text())["rows"]
+            judged = [r["inside"] for r in rows if r["inside"] is not None]
+            got.append((name, sum(judged), len(judged)))
+        assert tuple(got) == quoted and [n for n, _, _ in got] == names
 
 
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):

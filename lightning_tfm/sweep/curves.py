@@ -96,6 +96,9 @@ EXTRAPOLATION_K, EXTRAPOLATION_LEVEL = 3.0, 0.9
 #: them): (back-test, rows whose measured gap fell inside, rows predicted); ``tests/test_backtest.py`` counts them in
 #: the committed ``reports/reference/backtest/backtest-<name>.json``. The report's headline quotes them.
 EXTRAPOLATION_COVERAGE = (("b", 7, 8), ("c-every50", 19, 20))
+#: The same on rows never used to choose anything (held out): the rows of ``sweeps/table3-cpu-heldout.yaml``, trained
+#: to 1,800 steps after the method and its constants were fixed, each predicted from its first 600 steps.
+HELDOUT_COVERAGE = (("d-heldout", HELD_IN, HELD_N),)
 #: The furthest multiple of the budget a settle budget is looked for at (:func:`settle_budget`).
 SETTLE_MOST = 10.0
 

@@ -74,7 +74,8 @@ def settle_line(table: dict) -> str | None:
     s = table["summary"].get("settle")
     if not s or not s["unsettled"]:
         return None
-    from ...sweep.curves import EXTRAPOLATION_COVERAGE, EXTRAPOLATION_K, EXTRAPOLATION_LEVEL, SETTLE_MOST
+    from ...sweep.curves import (EXTRAPOLATION_COVERAGE, EXTRAPOLATION_K, EXTRAPOLATION_LEVEL, HELDOUT_COVERAGE,
+                                 SETTLE_MOST)
 
     steps: list[tuple[float, int]] = []
     for m, n in s["settled"]:
@@ -94,9 +95,10 @@ def settle_line(table: dict) -> str | None:
         text = f"No run up to {SETTLE_MOST:g}x as long is predicted to settle any {rows}"
     text += f"; {s['no_prediction']} without a prediction" if s["no_prediction"] else ""
     held = " and ".join(f"{k}/{n}" for _, k, n in EXTRAPOLATION_COVERAGE)
+    held_out = " and ".join(f"{k}/{n}" for _, k, n in HELDOUT_COVERAGE)
     return (f"{text}. These are predictions of the fitted curves: the verdict's {100 * EXTRAPOLATION_LEVEL:g}% "
-            f"intervals held {held} of the measured gaps at {EXTRAPOLATION_K:g}x in the committed back-tests "
-            "(in-sample; reports/reference/backtest/).")
+            f"intervals held {held} of the measured gaps at {EXTRAPOLATION_K:g}x in the back-tests they were "
+            f"calibrated on, and {held_out} on rows held out from it (reports/reference/backtest/).")
 
 
 def _duration(seconds: float | None) -> str:
