@@ -98,7 +98,7 @@ EXTRAPOLATION_K, EXTRAPOLATION_LEVEL = 3.0, 0.9
 EXTRAPOLATION_COVERAGE = (("b", 7, 8), ("c-every50", 19, 20))
 #: The same on rows never used to choose anything (held out): the rows of ``sweeps/table3-cpu-heldout.yaml``, trained
 #: to 1,800 steps after the method and its constants were fixed, each predicted from its first 600 steps.
-HELDOUT_COVERAGE = (("d-heldout", HELD_IN, HELD_N),)
+HELDOUT_COVERAGE = (("d-heldout", 6, 6),)
 #: The furthest multiple of the budget a settle budget is looked for at (:func:`settle_budget`).
 SETTLE_MOST = 10.0
 
