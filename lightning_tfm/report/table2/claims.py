@@ -132,13 +132,12 @@ def equal_flops_line(t: Row, o: Row, settings: dict | None = None) -> str:
     d = t[key] - o[key]
     sds = [sd for sd in (t[f"{key}_std"], o[f"{key}_std"]) if sd is not None]
     sd = max(sds) if len(sds) == 2 else None
-    noise = noise_verdict(d, sd)
+    noise, seeds, steps = pair_settle(t, o, settings)
     noise_text = {"beyond": f"beyond seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
                   "within": f"within seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
                   "unknown": "seed noise unknown (a row with one completed seed)"}.get(noise, "")
     winner = t if d > 0 else o
     lead = (f"{md_text(winner['variant'])} higher by {abs(d):.2f} BLEU" if d else "the same BLEU")
-    _, seeds, steps = pair_settle(t, o, settings) if noise == "within" else (None, None, None)
     settle = (f"; predicted to settle (a prediction: the notes say how made): in seeds, {seeds}; in steps, {steps}"
               if seeds else "")
     return (f"(a) BLEU at equal training FLOPs: {md_text(t['variant'])} {_pm(t[key], t[key + '_std'])} against "
