@@ -273,6 +273,7 @@ def test_the_reference_sweeps_dry_run_continues_its_folders_and_starts_changed_r
     name; a row whose folder holds a really changed config starts afresh under its own id."""
     export = ROOT / "reports" / "reference" / "table3-cpu" / "export" / "table3-cpu.json"
     results, placed = tmp_path / "results", {}
+    data_dir = data_dir.resolve()  # as a run's config holds it (config.resolve_paths): ../shared may be a symlink
     for name, cfg, record in reference_runs(export):
         if record["variant"] in ("base", "C1", "big", "E") and record["seed"] == 1:
             cfg.data.path = str(data_dir)
