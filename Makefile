@@ -45,7 +45,7 @@ BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak
+.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak heldout
 
 # A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
 # system's packages and pip installs no torch over it. Elsewhere torch is installed first, pinned: an open range
@@ -70,7 +70,7 @@ ablation: setup
 	  echo "ltfm: some trials failed ($(VENV)/bin/ltfm sweep $(SWEEP) --status $(RESULTS_ARGS)); $(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results) shows them"
 	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS)
 	$(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results)
-	$(VENV)/bin/ltfm report $(SWEEP) $(if $(QUICK),--results results-quick --out reports/build/quick-$(notdir $(basename $(SWEEP))),)
+	$(VENV)/bin/ltfm report $(SWEEP) $(if $(QUICK),--results results-quick --out reports/build/quick-$(notdir $(basename $(SWEEP))),$(if $(REPORT_RESULTS),--results $(REPORT_RESULTS),))
 
 # make reference: `make ablation` (same variables), then its report copied to reports/reference/<sweep name>/ with
 # provenance.txt (command, commit, machine, start date, wall time) and status.txt (every row's state and duration)
@@ -138,6 +138,20 @@ soak: setup
 # the suite without the tests that train through subprocesses (marked slow): a few minutes, for development
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# make heldout: the held-out exports of the verdict's back-test (issue #51), sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml
+# in turn, each by `make reference` (one worker of one thread beside other work: HELDOUT_ARGS), so each lands in
+# reports/reference/<sweep>/ with its export and provenance. Resumable: rerun the same command (HELDOUT_RESULTS: the
+# results folder of the earlier part) and every finished run is kept, an unfinished one resumes from its checkpoint.
+# Its runs measure curves, not the verdict's code: they trained on main's training code of commit 2ebebad.
+HELDOUT_SWEEPS ?= fr s3 s4
+HELDOUT_RESULTS ?= results
+HELDOUT_ARGS ?= train.threads=1 run.results_dir=$(HELDOUT_RESULTS)
+heldout: setup
+	@set -e; for s in $(HELDOUT_SWEEPS); do \
+	  $(SUBMAKE) --no-print-directory reference SWEEP=sweeps/table3-cpu-heldout-$$s.yaml WORKERS=1 ARGS='$(HELDOUT_ARGS)' \
+	    REPORT_RESULTS=$(HELDOUT_RESULTS); \
+	done
 
 clean:
 	rm -rf results results-quick reports/build wandb soak-out

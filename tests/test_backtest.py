@@ -18,7 +18,7 @@ LATER = str(ROOT / "reports" / "reference" / "table3-cpu-continued" / "export")
 HELDOUT_SWEEP = str(ROOT / "sweeps" / "table3-cpu-heldout.yaml")   # rows never used to choose the method
 HELDOUT = str(ROOT / "reports" / "reference" / "table3-cpu-heldout" / "export")
 COMMITTED = ROOT / "reports" / "reference" / "backtest"
-KEYS = ["beyond_noise", "called_holds", "kept_sign", "interval_coverage", "rows"]
+KEYS = ["beyond_noise", "called_holds", "kept_sign", "interval_coverage", "level", "sign_level", "rows"]
 
 
 def same(got, want) -> None:
@@ -46,7 +46,9 @@ def run_json(capsys, *args, export: str = EXPORT, sweep: str = SWEEP) -> dict:
                                                 ("b", EXPORT, ["--backtest-to", LATER]),
                                                 ("a-every50", EVERY_50, ["--backtest", "0.667"]),
                                                 ("c-every50", EVERY_50, ["--backtest", "0.334"]),
-                                                ("d-heldout", HELDOUT, ["--backtest", "0.334"])])
+                                                ("d-heldout", HELDOUT, ["--backtest", "0.334"]),
+                                                ("d200-heldout", HELDOUT, ["--backtest", "0.334", "--backtest-budget",
+                                                                           "600"])])
 def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, monkeypatch, name, export, args):
     monkeypatch.chdir(tmp_path)
     got = run_json(capsys, *args, export=export, sweep=HELDOUT_SWEEP if export == HELDOUT else SWEEP)
@@ -57,18 +59,24 @@ def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, 
     holds = [r for r in got["rows"] if r["verdict"] == "holds"]
     assert got["called_holds"] == len(holds) and got["kept_sign"] == sum(r["sign_kept"] for r in holds)
     assert got["beyond_noise"] == sum(r["noise"] == "beyond" for r in got["rows"])
-    # of the rows called holds >= 90% keep their sign; at 3x (issue #46's targets): >= half of those beyond noise
-    # are holds and >= 80% of the measured gaps are inside their 90% intervals
-    assert got["kept_sign"] >= 0.9 * got["called_holds"]
-    if name in ("b", "c-every50"):
-        assert got["called_holds"] >= got["beyond_noise"] / 2 and got["interval_coverage"] >= 0.8
+    # of the rows called holds >= 95% keep their sign; at 3x (issue #51's targets): >= 2/3 of those beyond noise
+    # are holds (each export's coverage is in tests/test_calibration.py, over the exports)
+    assert got["kept_sign"] >= 0.95 * got["called_holds"] and (got["level"], got["sign_level"]) == (0.8, 0.8)
+    if name in ("b", "c-every50", "d-heldout", "d200-heldout"):
+        assert got["called_holds"] >= 2 / 3 * got["beyond_noise"]
     assert all(r["width"] == pytest.approx(r["high"] - r["low"], abs=2e-4) for r in got["rows"] if r["low"] is not None)
-    assert all((r["settle"] is None) == (r["verdict"] in ("holds", "too few points")) for r in got["rows"])
+    assert all((r["settle"] is None) == (r["verdict"] != "may flip") for r in got["rows"])
+    # the direction's bound: on today's side exactly for the rows called holds
+    assert all((r["bound"] * r["change"] > 0) == (r["verdict"] == "holds") for r in got["rows"]
+               if r["noise"] == "beyond" and r["bound"] is not None)
     if name.startswith("a"):  # every row of a 600-step export, each from its curve to step 399 (big: 1199 of 1800)
         assert len(rows) == 20 and (rows["C1"]["step"], rows["C1"]["at_step"]) == (399, 599)
         assert (rows["big"]["step"], rows["big"]["base_step"], rows["big"]["at_step"]) == (1199, 399, 1799)
     elif name.startswith("c"):  # every row's first third (steps <= 199; big: <= 599 of 1800) predicts its end
         assert len(rows) == 20 and (rows["C1"]["step"], rows["C1"]["at_step"]) == (199, 599)
+    elif name.startswith("d200"):  # the same runs read at 600 steps, each from its first 200
+        assert sorted(rows) == ["A1", "B1", "C4", "D2", "D4", "prenorm"]
+        assert {(r["step"], r["at_step"]) for r in rows.values()} == {(199, 599)}
     elif name.startswith("d"):  # the held-out rows, each from its first 600 steps to 1800
         assert sorted(rows) == ["A1", "B1", "C4", "D2", "D4", "prenorm"]
         assert {(r["step"], r["at_step"]) for r in rows.values()} == {(599, 1799)}
@@ -81,38 +89,13 @@ def test_the_printed_table_and_out(capsys, tmp_path):
     assert cli.main(["report", SWEEP, "--from-export", EXPORT, "--backtest-to", LATER]) == 0
     text = capsys.readouterr().out
     assert text == (COMMITTED / "backtest-b.md").read_text()
-    assert "| C1 | -41.5% at 600 | holds |" in text and "- kept their sign: 3/3 (100%)" in text
+    assert "| C1 | -41.5% at 600 | holds |" in text and "- kept their sign: 6/6 (100%)" in text
     out = tmp_path / "bt" / "b.json"
     assert cli.main(["report", SWEEP, "--from-export", EXPORT, "--backtest-to", LATER, "--out", str(out)]) == 0
     assert capsys.readouterr().out == text
     assert sorted(p.name for p in out.parent.iterdir()) == ["b.json", "b.md", "b.png"]
     assert list(json.loads(out.read_text())) == KEYS and (out.parent / "b.md").read_text() == text
     assert (out.parent / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_the_extrapolation_error_is_the_conformal_quantile_of_the_committed_3x_backtests():
-    """curves.EXTRAPOLATION_ERROR is chosen on the committed exports only: the 90% conformal quantile of the scores
-    of every row of the two k = 3 back-tests (their JSON, rebuilt from the exports by the test above)."""
-    from lightning_tfm.sweep import curves
-
-    scores = [r["score"] for name in ("b", "c-every50")
-              for r in json.loads((COMMITTED / f"backtest-{name}.json").read_text())["rows"] if r["score"] is not None]
-    assert len(scores) == 28 and curves.conformal_quantile(scores, 0.9) == curves.EXTRAPOLATION_ERROR
-
-
-def test_the_coverage_the_headline_quotes_is_the_committed_3x_backtests():
-    """curves.EXTRAPOLATION_COVERAGE (the report's headline quotes it beside the settle budgets): per k = 3
-    back-test, the rows whose measured gap fell inside their interval, of those predicted, in its committed JSON."""
-    from lightning_tfm.sweep import curves
-
-    for quoted, names in ((curves.EXTRAPOLATION_COVERAGE, ["b", "c-every50"]),
-                          (curves.HELDOUT_COVERAGE, ["d-heldout"])):
-        got = []
-        for name, _, _ in quoted:
-            rows = json.loads((COMMITTED / f"backtest-{name}.json").read_text())["rows"]
-            judged = [r["inside"] for r in rows if r["inside"] is not None]
-            got.append((name, sum(judged), len(judged)))
-        assert tuple(got) == quoted and [n for n, _, _ in got] == names
 
 
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
@@ -134,6 +117,12 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
         (["--from-export", EXPORT, "--backtest", "0"], "must be between 0 and 1"),
         (["--from-export", EXPORT, "--backtest", "two thirds"], "--backtest 'two thirds': give a fraction"),
         (["--from-export", EXPORT, "--backtest", "0.5", "--backtest-to", LATER], "give one"),
+        (["--from-export", EXPORT, "--backtest-to", LATER, "--backtest-budget", "600"],
+         "--backtest-budget reads the export at an earlier budget for --backtest FRACTION"),
+        (["--from-export", EXPORT, "--backtest", "0.5", "--backtest-budget", "six hundred"],
+         "--backtest-budget 'six hundred': give a number of updates of at least 2"),
+        (["--from-export", EXPORT, "--backtest", "0.5", "--backtest-budget", "2"],
+         "--backtest-budget 2: the base's runs have no validation near step 1"),
         (["--from-export", EXPORT, "--backtest-to", str(other), "--out", str(out)],
          "has no run folder in common with 'table3-cpu'"),
         (["--from-export", EXPORT, "--backtest-to", str(stray)], "whose file nowhere.yaml is not beside"),

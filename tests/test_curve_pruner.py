@@ -1,4 +1,4 @@
-"""The curve pruner (``pruner: {type: curve}``, lightning_tfm.sweep.curves.CurvePruner) in a real in-memory Optuna
+"""The curve pruner (``pruner: {type: curve}``, lightning_tfm.sweep.curve_pruner.CurvePruner) in a real in-memory Optuna
 study on synthetic learning curves of known shape: a clearly worse curve is stopped, a slow starter whose curve
 crosses the best is kept (where the median pruner stops it), and too few reports after the warmup never prune."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import yaml
 
 from conftest import SMOKE
 from lightning_tfm.sweep import load_sweep, schema
-from lightning_tfm.sweep.curves import CurvePruner
+from lightning_tfm.sweep.curve_pruner import CurvePruner
 from lightning_tfm.training.errors import UserError
 
 STEPS = list(range(100, 1001, 100))   # updates at which a trial reports its dev loss; its budget is 1,000

@@ -14,7 +14,7 @@ import yaml
 from conftest import ROOT, write_sweep
 from lightning_tfm import report as rd
 from lightning_tfm.report.views import render
-from lightning_tfm.report.table3 import compare, compute, verdict
+from lightning_tfm.report.table3 import compare, compute, stats, verdict
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
 from lightning_tfm.model.transformer import train_flops_per_step
 from lightning_tfm.bench.speed import DEFAULTS
@@ -68,7 +68,8 @@ def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_p
     assert by["base"]["ppl_verdict"] is None and set(table["outlook"]) == set(ROWS)
     gap = table["outlook"]["A1"]["gap"]
     assert by["A1"]["ppl_verdict_why"] == verdict.gap_text(gap) and gap["low"] > 0 and gap["at_step"] == 1799
-    assert re.fullmatch(r"predicted [-+]\d+\.\d% \[[-+]\d+\.\d, [-+]\d+\.\d\] at 1800 steps",
+    assert re.fullmatch(r"predicted [-+]\d+\.\d% \[[-+]\d+\.\d, [-+]\d+\.\d\] at 1800 steps; direction bound "
+                        r"[-+]\d+\.\d%",
                         by["A3"]["ppl_verdict_why"])
     s = table["summary"]
     assert s["verdicts"] == {"holds": 2, "may flip": 1, "within noise": 1, "too few points": 0}
@@ -79,23 +80,23 @@ def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_p
             "1 within noise, 0 too few points; direction agrees with the paper on the rows that hold: dev PPL 2/2 "
             "rows (100%).") in md
     assert "Verdict (dev PPL): each run's dev log-PPL after the warmup is fitted with a power law" in md  # the notes
-    assert "predicted at 3 × the budget" in md and "90% interval (200 draws, seed 0" in md
+    assert "predicted at 3 × the budget" in md and "80% interval (200 draws, seed 0" in md
     _, cells = _md(md)
     assert cells["A1"]["budget verdict"] == f"holds ({verdict.gap_text(gap)})"
     assert cells["A3"]["budget verdict"] == "within noise"
     csv_rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(render.table_csv(table)))}
     assert csv_rows["A2"]["ppl_verdict"] == "may flip" and csv_rows["A1"]["ppl_verdict"] == "holds"
     assert csv_rows["A1"]["ppl_verdict_why"] == verdict.gap_text(gap)
-    # the settle budget: rows that may flip or are within noise, in the table and the CSV
+    # the settle budget: rows that may flip, in the table and the CSV (a row within noise gets none)
     assert by["A1"]["ppl_settle"] is None and csv_rows["A1"]["ppl_settle"] == ""
     assert csv_rows["A2"]["ppl_settle"] == by["A2"]["ppl_settle"] == verdict.settle_text(
         table["outlook"]["A2"]["settle"], by["A2"]["flops_per_step"])  # the records have no wall time: no hours
-    assert cells["A2"]["settles at"] == by["A2"]["ppl_settle"] and by["A3"]["ppl_settle"]
+    assert cells["A2"]["settles at"] == by["A2"]["ppl_settle"] and by["A3"]["ppl_settle"] is None
     # the sweep file's settings: 2 x the budget, another seed
     sweep.report = {**sweep.report, "k": 2.0, "seed": 5}
     other = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "s", {}), bootstrap=False)
     again = {r["variant"]: r for r in other["rows"]}
-    assert again["A1"]["ppl_verdict_why"].endswith("at 1200 steps") and "2 × the budget" in rd.table_markdown(other)
+    assert "at 1200 steps; direction" in again["A1"]["ppl_verdict_why"] and "2 × the budget" in rd.table_markdown(other)
     sweep.report = dict(REPORT_DEFAULTS)
     same = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "s", {}), bootstrap=False)
     assert [r["ppl_verdict_why"] for r in same["rows"]] == [r["ppl_verdict_why"] for r in table["rows"]]  # seeded
@@ -103,59 +104,71 @@ def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_p
 
 def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
     """The committed CPU reference rebuilt from its export: the headline's settle line counts, at each multiple of
-    the budget that changes the count, the rows (may flip or within noise) whose ``ppl_settle`` is at most that
-    multiple, and quotes the committed back-tests' interval coverage (counted here in their JSON); the terminal's
-    headline has it too."""
-    import json
-
+    the budget that changes the count, the rows that may flip whose ``ppl_settle`` is at most that multiple, by
+    kind and side, and quotes each kind's back-tested record; the record line, how many rows beyond noise hold and
+    how often such calls kept their sign, with the size interval's coverage (counted here from the committed
+    back-tests); the terminal's headline has both."""
+    from lightning_tfm.report import calibration
     from lightning_tfm.report.views.render import headline_lines, headline_text
+    from lightning_tfm.sweep import curves
 
     table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml",
                                                export_dir=ROOT / "reports" / "reference" / "table3-cpu" / "export"))
-    unsettled = [r.ppl_settle for r in table["rows"] if r.ppl_verdict in ("may flip", "within noise")]
+    unsettled = [r.ppl_settle for r in table["rows"] if r.ppl_verdict == "may flip"]
     assert unsettled and all(unsettled)
+    assert all(r.ppl_settle is None for r in table["rows"] if r.ppl_verdict in ("within noise", "holds"))
     ks = [float(m.group(1)) for t in unsettled if (m := re.search(r" at ([\d.]+)x: ", t))]
     not_within = sum(t == "not within 10x" for t in unsettled)
-    assert ks and not_within and len(ks) + not_within == len(unsettled)  # the reference has both kinds
-    want, last = [], 0
-    for m in verdict.SETTLE_AT:
-        if (n := sum(k <= m for k in ks)) > last:
-            want.append((m, n))
-            last = n
-    (line,) = [ln for ln in headline_lines(table) if ln.startswith("A run ")]
-    head = re.match(r"A run ([\d.]+)x as long would settle (\d+) of the (\d+) rows that may flip or are within "
-                    r"noise((?:, [\d.]+x \d+)*)", line)
-    got = [(float(head.group(1)), int(head.group(2)))] + [
-        (float(m), int(n)) for m, n in re.findall(r", ([\d.]+)x (\d+)", head.group(4))]
-    assert got == want and int(head.group(3)) == len(unsettled) and len(want) > 1
-    crosses = sum(t.startswith("crosses the base") for t in unsettled)
-    assert f" ({crosses} of them by crossing the base); {not_within} not within 10x. " in line
-    held = {}
-    for name in ("b", "c-every50", "d-heldout"):  # the k = 3 back-tests; the last on rows held out
-        rows = json.loads((ROOT / "reports" / "reference" / "backtest" / f"backtest-{name}.json").read_text())["rows"]
-        judged = [r["inside"] for r in rows if r["inside"] is not None]
-        held[name] = f"{sum(judged)}/{len(judged)}"
-    assert line.endswith(f"These are predictions of the fitted curves: the verdict's 90% intervals held "
-                         f"{held['b']} and {held['c-every50']} of the measured gaps at 3x in the back-tests they were "
-                         f"calibrated on, and {held['d-heldout']} on rows held out from it (reports/reference/backtest/).")
-    assert f"\n{line}\n" in headline_text(table) and f"\n- {line}\n" in rd.table_markdown(table)
+    assert len(ks) + not_within == len(unsettled)
+    lines = headline_lines(table)
+    (line,) = [ln for ln in lines if "may flip" in ln and ("A run " in ln or "No run " in ln)]
+    if ks:
+        want, last = [], 0
+        for m in verdict.SETTLE_AT:
+            if (n := sum(k <= m for k in ks)) > last:
+                want.append((m, n))
+                last = n
+        head = re.match(r"A run ([\d.]+)x as long would settle (\d+) of the (\d+) rows? that may flip((?:, [\d.]+x "
+                        r"\d+)*)", line)
+        got = [(float(head.group(1)), int(head.group(2)))] + [
+            (float(m), int(n)) for m, n in re.findall(r", ([\d.]+)x (\d+)", head.group(4))]
+        assert got == want and int(head.group(3)) == len(unsettled)
+        flips = sum(t.startswith("flips to") for t in unsettled)
+        assert (f"{flips} by flipping to the other" in line) == bool(flips)
+    assert (f"; {not_within} not within 10x" in line) == bool(not_within)
+    assert line.endswith(f"'holds' {curves.SETTLE_RECORD['holds'][0]} of {curves.SETTLE_RECORD['holds'][1]}; "
+                         f"'flips' {curves.SETTLE_RECORD['flips'][0]} of {curves.SETTLE_RECORD['flips'][1]} (rows "
+                         "within noise get none: theirs came true no more often than saying nothing).")
+    # the record line: the counts and their confidence intervals, as the committed back-tests give them
+    rows = calibration.load(ROOT / "reports" / "reference" / "backtest")
+    beyond, called, kept = calibration.record(rows)["holds"]
+    inside, n = calibration.record(rows)["size"]
+    holds = sum(r.ppl_verdict == "holds" for r in table["rows"])
+    flip = sum(r.ppl_verdict == "may flip" for r in table["rows"])
+    (record,) = [ln for ln in lines if "hold their direction" in ln]
+    assert record.startswith(f"{holds} of the {holds + flip} rows beyond noise hold their direction at 3x (80% "
+                             "one-sided bound")
+    assert f"kept their sign in {stats.share(kept, called)} back-tested rows" in record
+    assert f"its 80% interval that held {stats.share(inside, n)} measured gaps" in record
+    assert f"\n{line}\n" in headline_text(table) and f"\n- {record}\n" in rd.table_markdown(table)
     # none of the rows unsettled: no line; none settled by 10x: says so
     assert not verdict.settle_summary({"A1": {"verdict": "holds", "settle": None}})["unsettled"]
     table["summary"]["settle"] = verdict.settle_summary(
         {"A1": {"verdict": "may flip", "settle": dict.fromkeys(("kind", "k", "step", "base_step", "sign"))}})
     (line,) = [ln for ln in headline_lines(table) if "settle" in ln]
-    assert line.startswith("No run up to 10x as long is predicted to settle any of the 1 row that may flip or is "
-                           "within noise. These are predictions")
+    assert line.startswith("No run up to 10x as long is predicted to settle any of the 1 row that may flip; 1 not "
+                           "within 10x. These are predictions") or line.startswith(
+        "No run up to 10x as long is predicted to settle any of the 1 row that may flip. These are predictions")
 
 
 def test_the_report_section_of_a_sweep_file_is_checked(tmp_path, ltfm_here):
     path = write_sweep(tmp_path / "r.yaml", "r", {"base": {}})
-    assert load_sweep(path).report == REPORT_DEFAULTS == {"k": 3.0, "min_points": 3, "level": 0.9,
+    assert load_sweep(path).report == REPORT_DEFAULTS == {"k": 3.0, "min_points": 3, "level": 0.8,
                                                           "bootstraps": 200, "seed": 0, "family": "power"}
     tree = yaml.safe_load(path.read_text())
-    tree["report"] = {"k": 2, "level": 0.8, "family": "saturating"}
+    tree["report"] = {"k": 2, "level": 0.9, "family": "saturating"}
     path.write_text(yaml.safe_dump(tree))
-    assert load_sweep(path).report == {**REPORT_DEFAULTS, "k": 2.0, "level": 0.8, "family": "saturating"}
+    assert load_sweep(path).report == {**REPORT_DEFAULTS, "k": 2.0, "level": 0.9, "family": "saturating"}
     for bad, words in (({"k": 0.5}, "report.k must be a number >= 1"), ({"k": "3x"}, "report.k"),
                        ({"level": 1}, "report.level must be a number in (0, 1)"),
                        ({"min_points": 2}, "report.min_points must be an integer >= 3"),
@@ -299,4 +312,5 @@ def test_perplexities_near_a_floats_range_give_numbers_and_verdicts_not_overflow
     climbing = {s: math.exp(100 + (s + 1)) for s in LSTEPS}
     v = verdict.curve_verdict([climbing], [LBASE, law(1.5, 30.0, 0.5, 0.01)], 1e300, "beyond")
     assert v["gap"]["point"] > 710 and v["verdict"] == "holds"
-    assert v["why"] == "+inf% [+inf, +inf] at 1800 steps" and verdict.pct(v["gap"]["point"]) == "+inf%"
+    assert v["why"] == "+inf% [+inf, +inf] at 1800 steps; direction bound +inf%"
+    assert verdict.pct(v["gap"]["point"]) == "+inf%"

@@ -22,7 +22,8 @@ own rooms, one concern each, bottom to top:
   :func:`~.publish.published.publish`, which sends it to both and says where it was published;
 - at the top, :mod:`.commands` (the ``ltfm report`` command's declaration and handler) and :mod:`.backtest`
   (``ltfm report --backtest``: a short sweep's verdicts against a later export's curves; it builds tables and draws
-  the outlook figure, so it sits above both).
+  the outlook figure, so it sits above both), and :mod:`.calibration` (the verdict's constants computed from the
+  back-tests, each export left out in turn).
 
 A room imports only from the rooms below it (tests/test_layers.py: ``REPORT_ROOMS``). The notebooks stay thin:
 ``from lightning_tfm import report as rd`` and the names below, beside the modules they import by name.

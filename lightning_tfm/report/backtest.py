@@ -31,12 +31,12 @@ import json
 import math
 from pathlib import Path
 
-from ..sweep.curves import extrapolation_score
+from ..sweep.curves import SIGN_LEVEL, extrapolation_score, sign_score
 from ..training.errors import UserError
 from .table3.stats import mean_std, noise_verdict, relative
-from .table3.verdict import HOLDS, TOO_FEW, change, curve_verdict, last_step
+from .table3.verdict import HOLDS, TOO_FEW, change, curve_verdict, last_step, settings_of
 
-KEYS = ("beyond_noise", "called_holds", "kept_sign", "interval_coverage", "rows")
+KEYS = ("beyond_noise", "called_holds", "kept_sign", "interval_coverage", "level", "sign_level", "rows")
 
 
 def _curves(data) -> dict:
@@ -52,6 +52,25 @@ def cut_runs(runs: list[dict[int, float]], fraction: float) -> list[dict[int, fl
         return []
     cut = fraction * (end + 1) - 1 + 1e-9 * (end + 1)  # a hair: 2/3 of 600 keeps step 399 whatever the rounding
     return [{s: p for s, p in r.items() if s <= cut} for r in runs]
+
+
+def at_budget(curves: dict, updates: int, sweep=None) -> dict:
+    """The curves read as if each run's budget were ``updates`` updates (a row the sweep file trains ``b`` times
+    the steps, such as big, at ``b`` times that, as the table compares it): the validations at steps < each side's
+    budget."""
+    variants = getattr(sweep, "variants", None) or {}
+    factor = {v: float((variants.get(v) or {}).get("budget") or 1.0) for v in curves["runs"]}
+    return {**curves, "runs": {v: [{s: p for s, p in r.items() if s < round(factor[v] * updates)} for r in runs]
+                               for v, runs in curves["runs"].items()}}
+
+
+def _check_budget(curves: dict, updates: int) -> None:
+    """Every side keeps its last validation at the earlier budget ``updates`` (else it cannot be read there)."""
+    short = [v for v, runs in curves["runs"].items() if any(r and max(r) < 0.9 * updates - 1 for r in runs)
+             or not any(runs)]
+    if "base" in short or not curves["runs"].get("base"):
+        raise UserError(f"--backtest-budget {updates}: the base's runs have no validation near step {updates - 1}: "
+                        "give the budget of a validation they made (e.g. 600 for runs validated every 50)")
 
 
 def _at(runs: list[dict[int, float]], step: int | None) -> list[float]:
@@ -120,13 +139,20 @@ def backtest(earlier: dict, later: dict, settings: dict | None = None) -> tuple[
                      "width": _r(gap and change(gap["high"]) - change(gap["low"])),
                      "score": None if gap is None or measured is None or gap["k"] <= 1 else _r(extrapolation_score(
                          gap["point"], gap["boot_low"], gap["boot_high"], measured, gap["k"])),
-                     "settle": settle and {"kind": settle["kind"], "k": _r(settle["k"]), "step": settle["step"]}})
+                     "settle": settle and {"kind": settle["kind"], "k": _r(settle["k"]), "step": settle["step"],
+                                           "sign": settle["sign"]},
+                     "bound": _r(gap and sign and change(gap["point"] - sign * gap["sign_margin"])),
+                     "sign_score": None if gap is None or measured is None or not sign or gap["k"] <= 1 else _r(
+                         sign_score(gap["now"], gap["noise_sd"], gap["point"], measured, gap["k"])),
+                     "log": gap and {"now": _r(gap["now"]), "noise_sd": _r(gap["noise_sd"]), "point": _r(gap["point"]),
+                                     "boot_low": _r(gap["boot_low"]), "boot_high": _r(gap["boot_high"]),
+                                     "k": _r(gap["k"]), "measured": _r(measured)}})
     holds = [r for r in rows if r["verdict"] == HOLDS]
     predicted = [r for r in rows if r["inside"] is not None]
     result = {"beyond_noise": sum(1 for r in rows if r["noise"] == "beyond"), "called_holds": len(holds),
               "kept_sign": sum(1 for r in holds if r["sign_kept"]),
               "interval_coverage": _r(sum(r["inside"] for r in predicted) / len(predicted)) if predicted else None,
-              "rows": rows}
+              "level": settings_of(settings)["level"], "sign_level": SIGN_LEVEL, "rows": rows}
     return result, outlook
 
 
@@ -162,12 +188,12 @@ def backtest_text(result: dict, title: str) -> str:
     still = sum(1 for r in holds if r["noise_later"] == "beyond")
     lines += ["", f"- beyond noise at the earlier budget: {result['beyond_noise']} of {len(result['rows'])} rows",
               f"- called holds: {_share(result['called_holds'], result['beyond_noise'])} of those beyond noise "
-              "(target: at least half)",
+              "(target: at least 2/3)",
               f"- kept their sign: {_share(result['kept_sign'], result['called_holds'])} of the rows called holds "
-              "(target: at least 90%); still beyond seed noise at the later budget: "
-              f"{_share(still, len(holds))}",
+              f"(target: at least 95%; the direction's one-sided bound at {100 * result['sign_level']:g}%); still "
+              f"beyond seed noise at the later budget: {_share(still, len(holds))}",
               f"- interval coverage: {_share(inside, n_pred)} of the predicted rows' measured gaps inside their "
-              "interval"]
+              f"{100 * result['level']:g}% interval (target: within 10 points of it)"]
     return "\n".join(lines) + "\n"
 
 
@@ -298,6 +324,9 @@ def backtest_cli(args, sweep) -> int:
     if not curves["runs"].get("base"):
         raise UserError(f"--from-export {args.from_export!r}: no completed base run: nothing to predict a gap to")
     if args.backtest is not None:
+        if args.backtest_budget is not None:
+            curves = at_budget(curves, args.backtest_budget, sweep)
+            _check_budget(curves, args.backtest_budget)
         later = curves
         cut = {"runs": {v: cut_runs(r, args.backtest) for v, r in curves["runs"].items()},
                "warmup": curves["warmup"]}

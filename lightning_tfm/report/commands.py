@@ -39,6 +39,10 @@ def _report_arguments(rp: argparse.ArgumentParser) -> None:
     rp.add_argument("--backtest", metavar="FRACTION", help="with --from-export: back-test the verdict: each row's "
                     "curves cut to the first FRACTION of its budget (0.667: steps <= 399 of 600) predict its end; "
                     "prints each row's verdict, predicted and measured gap, and the share that kept their sign")
+    rp.add_argument("--backtest-budget", metavar="STEPS", help="with --backtest: read the export as if its budget "
+                    "were STEPS updates (its validations after step STEPS - 1 left out), so that one long curve gives "
+                    "a back-test at an earlier stage too (1,800-step runs with --backtest-budget 600 --backtest "
+                    "0.334: steps <= 199 predict 599)")
     rp.add_argument("--backtest-to", metavar="LATER_DIR", help="with --from-export: back-test the verdict against the "
                     "export of a sweep that trained these runs on (its sweep file beside SWEEP): this export's "
                     "curves predict the later budget")
@@ -142,6 +146,17 @@ def _backtest_args(args):
                             "0.667") from None
         if not math.isfinite(args.backtest):
             raise UserError(f"--backtest {args.backtest!r}: give a fraction of the budget between 0 and 1, e.g. 0.667")
+    if args.backtest_budget is not None:
+        if args.backtest is None:
+            raise UserError("--backtest-budget reads the export at an earlier budget for --backtest FRACTION: give "
+                            "--backtest too, or drop --backtest-budget")
+        given = args.backtest_budget
+        try:
+            args.backtest_budget = int(given)
+        except ValueError:
+            args.backtest_budget = 0
+        if args.backtest_budget < 2:
+            raise UserError(f"--backtest-budget {given!r}: give a number of updates of at least 2 (e.g. 600)")
     return args
 
 

@@ -10,6 +10,8 @@ How to run a sweep is in the README ("Sweep"); the sweep file's keys: ``ltfm swe
 - :mod:`.queue`: the rows a variants sweep queues, the atomic claim of one, the duplicate check;
 - :mod:`.worker`: claimed trials run as ``ltfm train`` processes, and what a worker does when one fails;
 - :mod:`.budget`: a run folder read at a sweep's budget when another sweep trained it on (worker, status, reports);
+- :mod:`.curves`: learning curves fitted and extrapolated, the predicted gap's direction and size (the verdict's);
+- :mod:`.curve_pruner`: the pruner that stops a search trial from its fitted curve;
 - :mod:`.pruning`: the Lightning callback a trial reports its dev metric through (imports Lightning);
 - :mod:`.launch`: ``--workers K|auto`` and the progress line;
 - :mod:`.status`: the dry run and the status table;

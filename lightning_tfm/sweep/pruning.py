@@ -11,7 +11,7 @@ trial_id)`` (the same object ``study.optimize`` hands to an objective), so ``tri
 
 - The pruner is the sweep file's, read from the study's user attribute ``ltfm.pruner`` (written by the
   worker), so the trial process needs nothing but the storage, the study and the trial number. The curve
-  pruner (``pruner: {type: curve}``, :class:`~.curves.CurvePruner`) gets this trial's ``train.warmup`` and
+  pruner (``pruner: {type: curve}``, :class:`~.curve_pruner.CurvePruner`) gets this trial's ``train.warmup`` and
   ``train.max_steps`` where the file leaves its ``warmup`` and ``final_step`` unset.
 - Steps are optimizer steps (``trainer.global_step``); Hyperband's resources are therefore steps too.
 - Resume: the values reported so far are kept in the callback's state, which Lightning saves in every
@@ -37,7 +37,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 
 from ..training.runs.results import history_key
-from .curves import CurvePruner
+from .curve_pruner import CurvePruner
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
 from ..training.config.config import Config

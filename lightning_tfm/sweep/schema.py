@@ -30,7 +30,7 @@ METRICS = {key: direction for key, (_, direction) in OBJECTIVES.items()}
 RESERVED = ("run.seed", "run.id", "run.variant", "run.family", "run.study")
 SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler", "gp": "GPSampler",
             "qmc": "QMCSampler"}
-# Pruner names to classes: curve's is lightning_tfm.sweep.curves.CurvePruner, the others Optuna's (optuna.pruners)
+# Pruner names to classes: curve's is lightning_tfm.sweep.curve_pruner.CurvePruner, the others Optuna's (optuna.pruners)
 PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "PercentilePruner",
            "hyperband": "HyperbandPruner", "successive_halving": "SuccessiveHalvingPruner",
            "threshold": "ThresholdPruner", "curve": "CurvePruner"}
@@ -93,7 +93,7 @@ class PrunerSpec:
     type: Literal[tuple(PRUNERS)] = _f("none", "none, median, percentile, hyperband, successive_halving, threshold "
                                                "or curve (stops a trial only when its learning curve, extrapolated "
                                                "to its final step, ends worse than the best completed trial with "
-                                               "confidence: lightning_tfm.sweep.curves.CurvePruner)")
+                                               "confidence: lightning_tfm.sweep.curve_pruner.CurvePruner)")
     # The curve pruner's arguments (given to another type, its class refuses them)
     min_points: int = _f(3, "curve: reports after the warmup the fit needs before a trial can be pruned (and one "
                             "more than the family's parameters)", "an integer >= 3 (reports; at most 100000)",
@@ -137,7 +137,8 @@ class ReportSpec:
     min_points: int = _f(3, "validations after the warmup a run's curve fit needs at least (and one more than the "
                             "family's parameters)", "an integer >= 3 (validations; at most 100000)",
                          lambda v: 3 <= v <= 100000)
-    level: float = _f(0.9, "the central share of the bootstrap draws the predicted gap's interval covers",
+    level: float = _f(0.8, "the central share of the predicted gap's interval (its size at k x; 80%: the level "
+                            "the back-tests support, sweep.curves.EXTRAPOLATION_LEVEL)",
                       "a number in (0, 1)", lambda v: 0 < v < 1)
     bootstraps: int = _f(200, "bootstrap draws of the predicted gap (residual bootstrap of each run's fit, the "
                               "base's seeds resampled; at most 20000 for power, 2000 for the other families)",

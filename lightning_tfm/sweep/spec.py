@@ -156,7 +156,7 @@ def build_pruner(spec: dict | None):
     spec = dict(spec or {"type": "none"})
     kind = spec.pop("type")
     if kind == "curve":  # ours: a trial stopped when its extrapolated curve is worse with confidence
-        from .curves import CurvePruner
+        from .curve_pruner import CurvePruner
         return CurvePruner(**spec)
     cls = getattr(optuna.pruners, PRUNERS[kind])
     return cls(**spec)

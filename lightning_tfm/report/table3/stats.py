@@ -259,3 +259,19 @@ def paired_bootstrap(by_variant: dict[str, list[RunRecord]], variants: list[str]
         except Exception as e:  # noqa: BLE001 - e.g. Hub references offline: the table stands without the test
             notes.append(f"paired bootstrap for {v} not computed: {first_line(e, 200) or e.__class__.__name__}")
     return out, notes, signature
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of a share ``k`` of ``n`` (scipy's)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def share(k: int, n: int) -> str:
+    """A back-tested record with its confidence interval: ``26 of 30 (95% CI 70-96%)``."""
+    if not n:
+        return "0 of 0"
+    lo, hi = clopper_pearson(k, n)
+    return f"{k} of {n} (95% CI {100 * lo:.0f}-{100 * hi:.0f}%)"

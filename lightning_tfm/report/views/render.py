@@ -26,7 +26,7 @@ from ...training.atomic import write_text
 from ..table3.compute import COMPUTE_RULE
 from ..table3.columns import BLEU, CONFIG, PPL, columns, shown
 from ..core.columns import CSV
-from ..table3.stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE
+from ..table3.stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE, share
 from ..core.text import fmt, md_cell, md_code, md_text
 from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN, settings_of, verdict_rule
 
@@ -66,39 +66,61 @@ def verdict_line(table: dict) -> str:
             f"{_fraction(s['ppl_findings'])}.")
 
 
+def record_line(table: dict) -> str | None:
+    """How many rows beyond noise hold their direction at k x and how often such calls kept their sign in the
+    back-tests, then the size interval's coverage, each with its count and confidence interval (the records of
+    :mod:`lightning_tfm.sweep.curves`: each export left out, and held out once reported); None without a row
+    beyond noise."""
+    n = table["summary"]["verdicts"]
+    beyond = n[HOLDS] + n[MAY_FLIP]
+    if not beyond:
+        return None
+    from ...sweep.curves import (DIRECTION_RECORD, EXTRAPOLATION_K, EXTRAPOLATION_LEVEL, HELDOUT_RECORD, SIGN_LEVEL,
+                                 SIZE_RECORD)
+
+    k = settings_of(table.get("report_settings"))["k"]
+    _, called, kept = DIRECTION_RECORD
+    inside, rows = SIZE_RECORD
+    held_out = ("not yet measured: the held-out exports of sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml are reported "
+                "once trained" if HELDOUT_RECORD is None else
+                f"held out: such calls kept their sign in {share(HELDOUT_RECORD['holds'][2], HELDOUT_RECORD['holds'][1])}"
+                f" rows, the interval held {share(*HELDOUT_RECORD['size'])} measured gaps")
+    at = f" at {k:g}x" if k == EXTRAPOLATION_K else f" at {k:g}x (back-tested at {EXTRAPOLATION_K:g}x)"
+    return (f"{n[HOLDS]} of the {beyond} rows beyond noise hold their direction{at} ({100 * SIGN_LEVEL:g}% "
+            f"one-sided bound on the gap on today's side): such calls kept their sign in {share(kept, called)} "
+            f"back-tested rows, each export left out; the size of each gap comes with its "
+            f"{100 * EXTRAPOLATION_LEVEL:g}% interval that held {share(inside, rows)} measured gaps, each export left "
+            f"out; {held_out} (reports/reference/backtest/).")
+
+
 def settle_line(table: dict) -> str | None:
-    """How much longer a run would settle how many of the rows that may flip or are within noise (their settle
-    budgets counted at the multiples of :data:`~.verdict.SETTLE_AT` that change the count,
-    :func:`~.verdict.settle_summary`), said to be predictions, with how often the verdict's intervals held in the
-    committed back-tests (:data:`~lightning_tfm.sweep.curves.EXTRAPOLATION_COVERAGE`); None without such rows."""
+    """How much longer a run would settle how many of the rows that may flip (their settle budgets counted at the
+    multiples of :data:`~.verdict.SETTLE_AT` that change the count, :func:`~.verdict.settle_summary`), on which side,
+    said to be predictions, with each kind's back-tested record
+    (:data:`~lightning_tfm.sweep.curves.SETTLE_RECORD`); None without such rows."""
     s = table["summary"].get("settle")
     if not s or not s["unsettled"]:
         return None
-    from ...sweep.curves import (EXTRAPOLATION_COVERAGE, EXTRAPOLATION_K, EXTRAPOLATION_LEVEL, HELDOUT_COVERAGE,
-                                 SETTLE_MOST)
+    from ...sweep.curves import SETTLE_MOST, SETTLE_RECORD
 
     steps: list[tuple[float, int]] = []
     for m, n in s["settled"]:
         if n > (steps[-1][1] if steps else 0):
             steps.append((m, n))
-    rows = (f"of the {s['unsettled']} rows that may flip or are within noise" if s["unsettled"] > 1 else
-            "of the 1 row that may flip or is within noise")
+    rows = f"of the {s['unsettled']} rows that may flip" if s["unsettled"] > 1 else "of the 1 row that may flip"
     if steps:
-        (m, n), last, crosses = steps[0], steps[-1][1], s["crosses"]
-        how = ("" if not crosses else " (by crossing the base)" if crosses == last == 1 else
-               f" (all {last} by crossing the base)" if crosses == last else
-               f" ({crosses} of them by crossing the base)")
+        (m, n), kinds = steps[0], s.get("kinds") or {}
+        how = [f"{kinds[kind]} {'on their side' if kind == 'holds' else 'by flipping to the other'}"
+               for kind in ("holds", "flips") if kinds.get(kind)]
         text = (f"A run {m:g}x as long would settle {n} {rows}" + "".join(f", {m:g}x {n}" for m, n in steps[1:])
-                + how)
+                + f" ({', '.join(how)})")
         text += f"; {s['not_within']} not within {SETTLE_MOST:g}x" if s["not_within"] else ""
     else:
         text = f"No run up to {SETTLE_MOST:g}x as long is predicted to settle any {rows}"
     text += f"; {s['no_prediction']} without a prediction" if s["no_prediction"] else ""
-    held = " and ".join(f"{k}/{n}" for _, k, n in EXTRAPOLATION_COVERAGE)
-    held_out = " and ".join(f"{k}/{n}" for _, k, n in HELDOUT_COVERAGE)
-    return (f"{text}. These are predictions of the fitted curves: the verdict's {100 * EXTRAPOLATION_LEVEL:g}% "
-            f"intervals held {held} of the measured gaps at {EXTRAPOLATION_K:g}x in the back-tests they were "
-            f"calibrated on, and {held_out} on rows held out from it (reports/reference/backtest/).")
+    record = "; ".join(f"'{kind}' {ok} of {n}" for kind, (ok, n) in SETTLE_RECORD.items())
+    return (f"{text}. These are predictions of the fitted curves; back-tested at 3x, such predictions came true: "
+            f"{record} (rows within noise get none: theirs came true no more often than saying nothing).")
 
 
 def _duration(seconds: float | None) -> str:
@@ -153,6 +175,9 @@ def headline_lines(table: dict) -> list[str]:
         lines.append(f"Direction agrees with the paper on the rows beyond noise: dev PPL {_fraction(s['ppl_beyond'])}, "
                      f"dev BLEU {_fraction(s['bleu_beyond'])}.")
     lines.append(verdict_line(table))
+    record = record_line(table)
+    if record:
+        lines.append(record)
     settle = settle_line(table)
     if settle:
         lines.append(settle)
