@@ -116,3 +116,16 @@ def test_the_makefile_reads_its_data_default_from_the_code():
     p = subprocess.run(["make", "-pn", "setup"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     values = [ln.split(" := ", 1)[1] for ln in p.stdout.splitlines() if ln.startswith("DEFAULT_DATA := ")]
     assert values == [DEFAULT_DATA], values
+
+
+def test_a_finished_training_says_what_it_measured_before_where_it_went(smoke_run):
+    """The smoke training's last lines give the numbers the README promises (dev PPL, dev and test BLEU, as in
+    summary.json), then where the run is."""
+    import json
+
+    said = (smoke_run.parent.parent / "train.stderr").read_text().splitlines()
+    summary = json.loads((smoke_run / "summary.json").read_text())
+    (line,) = [ln for ln in said if ln.startswith("ltfm: finished at step ")]
+    assert line == (f"ltfm: finished at step {summary['steps']}: dev PPL {summary['dev_ppl']:.2f}, dev BLEU "
+                    f"{summary['dev_bleu']:.2f}, test BLEU {summary['test_bleu']:.2f}")
+    assert said.index(line) < [i for i, ln in enumerate(said) if ln.startswith("ltfm: output: ")][-1]
