@@ -93,7 +93,8 @@ def test_alignment_figure_of_an_rnn_run(tmp_path):
     run = write_run(tmp_path / "rnn-run", {"model.arch": "rnn", "rnn.emb_size": 8, "rnn.enc_hidden": 6,
                                            "rnn.dec_hidden": 8, "rnn.attention_size": 5})
     aligns, meta = att.alignments(run, ["a man rides a bike .", "two dogs ."])
-    assert meta == {"arch": "rnn", "decode": "greedy", "checkpoint": "last", "run": "rnn-run"}
+    assert meta == {"arch": "rnn", "decode": "greedy", "checkpoint": "last", "run": "rnn-run",
+                    "attention": "additive attention alpha_ij", "heads": False}   # what the RNN class declares
     for a in aligns:
         assert a.source[-1] == a.output[-1] == "</s>"
         assert a.weights.shape == (1, len(a.output), len(a.source))

@@ -5,6 +5,7 @@ transformer's run ids and refuses knobs of another architecture in one line."""
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 import io
 from dataclasses import dataclass, field
 
@@ -148,7 +149,8 @@ def test_a_toy_architecture_trains_decodes_and_is_reported(tmp_path, data_dir, m
     # no attention weights from a toy: the alignment figure names the registered architectures that give them
     from lightning_tfm.report.views.attention import alignments
 
-    seeing = type("SeeingToy", (Toy,), {"features": lambda self, src, tgt_in, need_attention=False: None})
+    seeing = type("SeeingToy", (Toy,), {"features": lambda self, src, tgt_in, need_attention=False: None,
+                                        "ATTENTION": "the toy's attention"})  # declared on the class
     monkeypatch.setitem(registry.ARCHITECTURES, "seeing", registry.Architecture("seeing", seeing, ToyConfig))
     with pytest.raises(UserError, match=r"architecture 'toy' does not give its attention weights .*alignments are "
                                         r"drawn for runs of transformer, rnn, seeing$"):
@@ -246,3 +248,16 @@ def test_a_sweep_variant_with_a_knob_of_another_architecture_stops_the_sweep(tmp
     assert cli_main(["sweep", str(sweep), "--dry-run", "data.path=/data/multi30k"]) == 2
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert "variant stray: toy.hidden does not apply to model.arch=transformer" in err, err
+
+
+def test_no_architecture_is_named_outside_its_own_file_and_the_registry():
+    """What the report and bench ask of an architecture (its attention, its shapes in words) is declared on its
+    class (model/incremental.py's ATTENTION, ATTENTION_HEADS, describe): no module outside model/ names the
+    recurrent baseline (the default architecture is ``registry.DEFAULT_ARCH``)."""
+    import re
+
+    package = Path(registry.__file__).resolve().parents[1]
+    named = [f"{p.relative_to(package)}:{i}" for p in package.rglob("*.py") if "model" not in p.relative_to(package).parts
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"""["']rnn["']""", line) and not line.lstrip().startswith("#")]
+    assert named == [], named

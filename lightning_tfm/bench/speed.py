@@ -186,11 +186,7 @@ def shape_text(s: dict, model_cfg: ModelConfig | None = None) -> str:
     """The measured model's shapes in a few words (the report's first line)."""
     if model_cfg is None or model_cfg.arch == DEFAULT_ARCH:
         return f"N={s['layers']} d_model={s['d_model']} d_ff={s['d_ff']} heads={s['heads']}"
-    c = registry.arch_config(model_cfg)
-    if model_cfg.arch == "rnn":
-        return (f"rnn: {c.cell} emb {c.emb_size}, encoder {c.enc_layers} x 2 x {c.enc_hidden}, decoder "
-                f"{c.dec_layers} x {c.dec_hidden}, attention {c.attention_size}")
-    return f"{model_cfg.arch}: " + ", ".join(f"{k} {v}" for k, v in sorted(vars(c).items()) if not k.startswith("_"))
+    return f"{model_cfg.arch}: " + registry.entry(model_cfg).cls.describe(registry.arch_config(model_cfg))
 
 
 def build_marian(s: dict):

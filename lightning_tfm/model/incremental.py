@@ -33,6 +33,19 @@ class EncoderDecoder(nn.Module):
     max_positions: int
     #: whether :meth:`decode_step` takes an encoder output with one row per group of consecutive token rows
     shares_encoder_rows: bool = False
+    #: What the architecture's attention maps are, as a figure's title says it (None: it gives none). One that
+    #: gives them takes ``features(src, tgt_in, need_attention=True)`` and returns ``(states, weights)``, the
+    #: weights ``(B, heads, T, S)`` or ``(B, T, S)`` (report/views/attention.py draws them).
+    ATTENTION: str | None = None
+    #: Whether its attention has several heads worth a figure each (the report's ``*_heads.png``).
+    ATTENTION_HEADS: bool = False
+
+    @classmethod
+    def describe(cls, cfg) -> str:
+        """The architecture's shapes in a few words, of its config section ``cfg`` (``ltfm bench``'s first line):
+        by default every field of the section."""
+        fields = getattr(cfg, "__dataclass_fields__", {})
+        return ", ".join(f"{k} {getattr(cfg, k)}" for k in fields if not k.startswith("_"))
 
     # ------------------------------------------------------------------------------------------ training
     def features(self, src: Tensor, tgt_in: Tensor) -> Tensor:

@@ -105,6 +105,13 @@ def _gates(cell: str) -> int:
 class RNN(EncoderDecoder):
     """Bahdanau et al.'s encoder-decoder with additive attention, of the sizes of ``cfg`` (the module docstring)."""
 
+    ATTENTION = "additive attention alpha_ij"   # one (T, S) map: no heads
+
+    @classmethod
+    def describe(cls, cfg: RNNConfig) -> str:
+        return (f"{cfg.cell} emb {cfg.emb_size}, encoder {cfg.enc_layers} x 2 x {cfg.enc_hidden}, decoder "
+                f"{cfg.dec_layers} x {cfg.dec_hidden}, attention {cfg.attention_size}")
+
     def __init__(self, cfg: RNNConfig, vocab_size: int):
         super().__init__()
         E, He, Hd, A = cfg.emb_size, cfg.enc_hidden, cfg.dec_hidden, cfg.attention_size

@@ -32,6 +32,12 @@ class Transformer(EncoderDecoder):
     """
 
     shares_encoder_rows = True  # MemoryCache serves a sentence's beams from one copy of its memory
+    ATTENTION = "last decoder layer's encoder-decoder attention, mean over heads"
+    ATTENTION_HEADS = True
+
+    @classmethod
+    def describe(cls, cfg: ModelConfig) -> str:
+        return f"N={cfg.layers} d_model={cfg.d_model} d_ff={cfg.d_ff} heads={cfg.heads}"
 
     def __init__(self, cfg: ModelConfig, vocab_size: int):
         super().__init__()

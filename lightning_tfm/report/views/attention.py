@@ -1,14 +1,15 @@
 """Attention you can look at: a finished run's cross-attention alignments (Bahdanau et al., 2014, Figure 3) and the
 positional encodings (Vaswani et al., 2017, Sec. 3.5; Table 3 row E), for the report notebooks.
 
-* :func:`alignment_figure` loads a run of either architecture (``model.arch``: ``transformer`` or ``rnn``) through
+* :func:`alignment_figure` loads a run of any architecture that gives its attention (its class's ``ATTENTION``) through
   :func:`~lightning_tfm.training.runs.checkpoints.load_model`, decodes the first few dev sentences with the run's own
   ``decode.*`` settings (beam search, or greedy at beam 1: :func:`~lightning_tfm.training.decode.translate_ids`),
   feeds each hypothesis back teacher-forced with ``features(src, tgt_in, need_attention=True)`` and draws the
   weights: output position i (the piece generated there, EOS last) against the source pieces (EOS last), one image
-  per sentence, source on the x axis and output on the y axis, as Bahdanau's Figure 3. The RNN's are its additive
-  attention's alpha_ij; the Transformer's are its last decoder layer's encoder-decoder attention, the mean over the
-  heads, plus a grid of every head for the first sentence (a second file).
+  per sentence, source on the x axis and output on the y axis, as Bahdanau's Figure 3, titled by what the class
+  says they are (the RNN's additive attention's alpha_ij; the Transformer's last decoder layer's encoder-decoder
+  attention, the mean over heads), plus, for a class whose ``ATTENTION_HEADS`` says so, a grid of every head for
+  the first sentence (a second file).
 * :func:`report_alignment_figure` is what a Table 2 report calls: one dev sentence's alignment of each
   architecture's row side by side (the Transformer's mean over heads beside the RNN's alpha_ij), each from the
   row's run folder in the results folder; a row without one (a report read from W&B or an export has no
@@ -70,8 +71,6 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
     and what the figure's title says: {"arch", "decode", "checkpoint", "run"}. ``checkpoint``: as ``ltfm evaluate
     --checkpoint`` (None: ``average`` when written, else ``last``). A run whose architecture gives no attention
     weights, or no sentence to draw, is a :class:`~lightning_tfm.training.errors.UserError`."""
-    import inspect
-
     import torch
 
     from ...model import BOS, EOS, registry
@@ -83,11 +82,10 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
     run_dir = Path(run_dir)
     checkpoint = checkpoint or _checkpoint_of(run_dir)
     model, cfg, tokenizer = load_model(run_dir, checkpoint)
-    gives = lambda cls: "need_attention" in inspect.signature(cls.features).parameters  # noqa: E731
-    if not gives(type(model)):
-        drawn = ", ".join(name for name, a in registry.ARCHITECTURES.items() if gives(a.cls))
+    if type(model).ATTENTION is None:
+        drawn = ", ".join(name for name, a in registry.ARCHITECTURES.items() if a.cls.ATTENTION is not None)
         raise UserError(f"{run_dir}: architecture {cfg.model.arch!r} does not give its attention weights "
-                        f"(features(..., need_attention=True)); alignments are drawn for runs of {drawn}")
+                        f"(its class declares no ATTENTION); alignments are drawn for runs of {drawn}")
     lines = _dev_sentences(cfg, sentences) if isinstance(sentences, int) else list(sentences)
     lines = [line for line in lines if line.strip()]
     if not lines:
@@ -108,7 +106,8 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
             out.append(Alignment([piece(i) for i in src_ids] + [EOS_PIECE],
                                  [piece(i) for i in hyp.tokens] + [EOS_PIECE], heads, line))
     decode = "greedy" if d.beam_size == 1 else f"beam {d.beam_size}"
-    return out, {"arch": cfg.model.arch, "decode": decode, "checkpoint": checkpoint, "run": run_dir.name}
+    return out, {"arch": cfg.model.arch, "decode": decode, "checkpoint": checkpoint, "run": run_dir.name,
+                 "attention": type(model).ATTENTION, "heads": type(model).ATTENTION_HEADS}
 
 
 def _draw(ax, weights, source: list[str], output: list[str], vmax: float, fontsize: float = 8,
@@ -124,9 +123,7 @@ def _draw(ax, weights, source: list[str], output: list[str], vmax: float, fontsi
 
 
 def _title(meta: dict) -> str:
-    what = ("additive attention alpha_ij" if meta["arch"] == "rnn"
-            else "last decoder layer's encoder-decoder attention, mean over heads")
-    return f"{meta['run']} ({meta['arch']}, {meta['decode']}, {meta['checkpoint']} checkpoint)\n{what}"
+    return f"{meta['run']} ({meta['arch']}, {meta['decode']}, {meta['checkpoint']} checkpoint)\n{meta['attention']}"
 
 
 def _top(weights) -> float:
@@ -185,7 +182,7 @@ def alignment_figure(run_dir: str | Path, sentences: int | list[str] = SENTENCES
     aligns, meta = alignments(run_dir, sentences, checkpoint)
     path = Path(path)
     written = [save_figure(plot_alignments(aligns, _title(meta)), path, formats)]
-    if meta["arch"] != "rnn" and len(aligns[0].weights) > 1:
+    if meta["heads"] and len(aligns[0].weights) > 1:
         title = f"{meta['run']}: each head of the last decoder layer's encoder-decoder attention, sentence 1"
         written.append(save_figure(plot_heads(aligns[0], title), heads_path(path), formats))
     return written
@@ -270,7 +267,7 @@ def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("
                  "Figure 3)", fontsize=9)
     png = save_figure(fig, path, formats)
     path = Path(path)
-    heads = [(row, a[0], meta) for row, a, meta, _ in panels if a and meta["arch"] != "rnn" and len(a[0].weights) > 1]
+    heads = [(row, a[0], meta) for row, a, meta, _ in panels if a and meta["heads"] and len(a[0].weights) > 1]
     if heads:
         row, a, meta = heads[0]
         title = f"row {row['variant']}, run {meta['run']}: each head of the last decoder layer's encoder-decoder " \
