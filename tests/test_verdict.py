@@ -14,7 +14,7 @@ import yaml
 from conftest import ROOT, write_sweep
 from lightning_tfm import report as rd
 from lightning_tfm.report.views import render
-from lightning_tfm.report.table3 import compare, compute, stats, verdict
+from lightning_tfm.report.table3 import columns, compare, compute, stats, verdict
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
 from lightning_tfm.model.transformer import train_flops_per_step
 from lightning_tfm.bench.speed import DEFAULTS
@@ -82,8 +82,9 @@ def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_p
     assert "Verdict (dev PPL): each run's dev log-PPL after the warmup is fitted with a power law" in md  # the notes
     assert "predicted at 3 × the budget" in md and "80% interval (200 draws, seed 0" in md
     _, cells = _md(md)
-    assert cells["A1"]["budget verdict"] == f"holds ({verdict.gap_text(gap)})"
-    assert cells["A3"]["budget verdict"] == "within noise"
+    title = {c.key: c.shown[columns.PPL].title for c in columns.COLUMNS if columns.PPL in c.shown}  # as declared
+    assert cells["A1"][title["ppl_verdict"]] == f"holds ({verdict.gap_text(gap)})"
+    assert cells["A3"][title["ppl_verdict"]] == "within noise"
     csv_rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(render.table_csv(table)))}
     assert csv_rows["A2"]["ppl_verdict"] == "may flip" and csv_rows["A1"]["ppl_verdict"] == "holds"
     assert csv_rows["A1"]["ppl_verdict_why"] == verdict.gap_text(gap)
@@ -91,7 +92,7 @@ def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_p
     assert by["A1"]["ppl_settle"] is None and csv_rows["A1"]["ppl_settle"] == ""
     assert csv_rows["A2"]["ppl_settle"] == by["A2"]["ppl_settle"] == verdict.settle_text(
         table["outlook"]["A2"]["settle"], by["A2"]["flops_per_step"])  # the records have no wall time: no hours
-    assert cells["A2"]["settles at"] == by["A2"]["ppl_settle"] and by["A3"]["ppl_settle"] is None
+    assert cells["A2"][title["ppl_settle"]] == by["A2"]["ppl_settle"] and by["A3"]["ppl_settle"] is None
     # the sweep file's settings: 2 x the budget, another seed
     sweep.report = {**sweep.report, "k": 2.0, "seed": 5}
     other = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "s", {}), bootstrap=False)

@@ -259,15 +259,17 @@ COLUMNS: list[Column] = [
     C("ppl_noise", "the change of dev PPL against seed noise: beyond, within, unknown (.stats)", _P,
       {PPL: S("PPL beyond noise", _noise("ppl"), left=True)}, compare_at=5),
     C("ppl_verdict", "the verdict from each run's learning curve extrapolated to k x the budget: holds (beyond "
-      "noise, the predicted gap's interval keeps today's sign), may flip, within noise, too few points (.verdict)", _P,
+      "noise, the one-sided bound of the predicted gap keeps today's sign), may flip, within noise, too few points "
+      "(.verdict)", _P,
       {PPL: S("budget verdict", _verdict, left=True),
        COMPARE: S("verdict {side}", lambda r, t: r.ppl_verdict or "", left=True)}, compare_at=6),
-    C("ppl_verdict_why", "the predicted change of dev PPL at k x the budget with its interval (e.g. -4.1% [-6.0, "
-      "-2.2] at 1800 steps), or why there is none", compare_at=7),
-    C("ppl_settle", "for a row that may flip or is within noise: the least multiple of the budget (up to 10x) at "
-      "which its predicted gap's interval (bootstrap and extrapolation) would exclude zero, or at which the gap is "
-      "predicted to cross the base, as steps, FLOPs and hours on the machine that trained it; else 'not within "
-      "10x' (.verdict)", _P, {PPL: S("settles at", lambda r, t: r.ppl_settle or "", left=True)}),
+    C("ppl_verdict_why", "the predicted change of dev PPL at k x the budget with its 80% interval and the direction's "
+      "one-sided bound (e.g. -4.1% [-6.0, -2.2] at 1800 steps; direction bound -1.0%), or why there is none",
+      compare_at=7),
+    C("ppl_settle", "for a row that may flip: the least multiple of the budget (up to 10x) at which a verdict taken "
+      "then is predicted to hold, on today's side (holds) or the other (flips), naming the side, as steps, FLOPs "
+      "and hours on the machine that trained it; else 'not within 10x' (.verdict)", _P,
+      {PPL: S("settles at", lambda r, t: r.ppl_settle or "", left=True)}),
     C("flops_per_step", "training FLOPs per step at the row's shapes (as `ltfm bench` counts them)"),
     C("train_flops", "training FLOPs at the row's last validation"),
     C("dev_ppl_equal_flops", "our dev PPL at the base's training FLOPs"),
