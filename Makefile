@@ -45,7 +45,7 @@ BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak heldout
+.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak heldout rerender
 
 # A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
 # system's packages and pip installs no torch over it. Elsewhere torch is installed first, pinned: an open range
@@ -152,6 +152,11 @@ heldout: setup
 	  $(SUBMAKE) --no-print-directory reference SWEEP=sweeps/table3-cpu-heldout-$$s.yaml WORKERS=1 ARGS='$(HELDOUT_ARGS)' \
 	    REPORT_RESULTS=$(HELDOUT_RESULTS); \
 	done
+
+# make rerender: every committed reference page re-rendered from its export by today's report code
+# (reports/reference/rerender.sh; the exports and provenance stay): a no-op on a main whose pages are current
+rerender: setup
+	PY=$(PY) LTFM=$(VENV)/bin/ltfm bash reports/reference/rerender.sh
 
 clean:
 	rm -rf results results-quick reports/build wandb soak-out
