@@ -13,7 +13,7 @@ GPUs, not our data nor our scale.
 The claim, for each pair (a transformer row, a row of another architecture):
 
 - (a) BLEU at equal training FLOPs: whose BLEU is higher, by how much, and whether the gap is beyond seed noise
-  (|Δ| > 2 x the larger of the two rows' seed sd); a pair whose budgets differ by more than :data:`EQUAL_TOLERANCE`
+  (Welch's 90% t interval of the difference at the seeds done excludes zero: :func:`.claims.pair_noise`); a pair whose budgets differ by more than :data:`EQUAL_TOLERANCE`
   says so;
 - (b) the training FLOPs and wall time each needs to reach the other row's final dev BLEU, read on the dev-BLEU
   curves when every run of the pair logged one (``decode.dev_bleu_every_steps``: BLEU of the first
@@ -38,8 +38,8 @@ from ..inputs.records import is_pipeline_check
 from ..core.columns import CSV
 from ..table3.stats import finite, mean_std
 from ..table3.table import as_shown, learning_curves, ordered_variants, row_status
-from .claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, SETTLE_NOTE, any_bleu_curves, claim_lines, has_bleu_curve,
-                     pair_settle, pairs)
+from .claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, PAIR_NOISE_RULE, SETTLE_NOTE, any_bleu_curves, claim_lines,
+                     has_bleu_curve, pair_settle, pairs)
 from .columns import ROWS, SUMMARY, Row, columns
 from ..core.text import md_code, md_text
 
@@ -247,8 +247,8 @@ def notes_markdown(table: dict) -> str:
              "Training wall time: fitting, validations included, the closing decoding of dev and test not "
              "(summary.json's train_time_s; else the run's whole wall time); at a validation step: that x step / "
              "steps (a constant rate). Train tokens/s: target tokens over that time.",
-             f"The claim's seed noise: |Δ| > 2 x the larger of the two rows' seed sd; equal budgets: within "
-             f"{100 * EQUAL_TOLERANCE:.0f}% of the larger."]
+             f"The claim's seed noise: {PAIR_NOISE_RULE}; equal budgets: within {100 * EQUAL_TOLERANCE:.0f}% of the "
+             "larger."]
     if any(r.bleu_settle_seeds for r in table["rows"]):
         lines.append(SETTLE_NOTE)
     lines += [bleu_curves_note(table["rows"])]
