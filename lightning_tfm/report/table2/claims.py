@@ -186,7 +186,7 @@ def reach_line(t: dict, o: dict, metric: str) -> str:
         source = (f"on the dev-PPL curves (no dev-BLEU curve of {lacking}: its runs logged dev BLEU at fewer than "
                   "two validations; decode.dev_bleu_every_steps sets how often)" if lacking else
                   "on the dev-PPL curves")
-    parts, cost = [], {}
+    parts, cost, bound = [], {}, {}
     for r in (t, o):
         step = reach(r, metric, target)
         f, w = r["flops_per_step"], r["s_per_step"]
@@ -195,15 +195,42 @@ def reach_line(t: dict, o: dict, metric: str) -> str:
             parts.append(f"{md_text(r['variant'])} does not reach it within its budget (its best {best:.2f})")
             continue
         cost[r["variant"]] = (step * f if f else None, step * w if w else None)
-        parts.append(f"{md_text(r['variant'])} needs {cost[r['variant']][0] or 0:.3g} FLOPs and "
-                     f"{_seconds(cost[r['variant']][1])} (step {step:.0f})")
+        bound[r["variant"]] = step == min(r["curves"][metric])
+        at_most = "at most " if bound[r["variant"]] else ""
+        parts.append(f"{md_text(r['variant'])} needs {at_most}{cost[r['variant']][0] or 0:.3g} FLOPs and {at_most}"
+                     f"{_seconds(cost[r['variant']][1])} "
+                     + (f"(by step {step:.0f}, its first validation: an upper bound)" if at_most else
+                        f"(step {step:.0f})"))
     ratio = ""
     if t["variant"] in cost and o["variant"] in cost:
         (ft, wt), (fo, wo) = cost[t["variant"]], cost[o["variant"]]
         if ft and fo and wt and wo:
-            ratio = f": {md_text(t['variant'])} spends {fo / ft:.2f}x fewer FLOPs and {wo / wt:.2f}x less wall time"
+            ratio = ": " + fewer(t["variant"], o["variant"], (ft, wt), (fo, wo), bound[t["variant"]],
+                                 bound[o["variant"]])
     return (f"(b) To reach {md_text(o['variant'])}'s final {what} ({target:.2f}), {source}: "
             + "; ".join(parts) + ratio + ".")
+
+
+def fewer(a: str, b: str, ca: tuple[float, float], cb: tuple[float, float], a_bound: bool, b_bound: bool) -> str:
+    """Claim (b)'s comparison of the costs (FLOPs, wall time) of ``a`` and ``b`` to reach the target. Both measured
+    crossings: ``a``'s ratio ("spends 1.15x fewer FLOPs"). A side that reaches the target at its first validation
+    has only an upper bound of its cost: a ratio is said only where that bound still decides it ("at least"), else
+    "cannot say" (never a ratio of two bounds)."""
+    if not (a_bound or b_bound):
+        return f"{md_text(a)} spends {cb[0] / ca[0]:.2f}x fewer FLOPs and {cb[1] / ca[1]:.2f}x less wall time"
+    said, unsaid = [], []
+    for xa, xb, what, less in ((ca[0], cb[0], "FLOPs", "fewer"), (ca[1], cb[1], "wall time", "less")):
+        if not b_bound and xb >= xa:  # a's true cost is at most xa
+            said.append(f"at least {xb / xa:.2f}x {less} {what}")
+        elif not a_bound and xa >= xb:  # b's true cost is at most xb
+            said.append(f"at least {xa / xb:.2f}x more {what}")
+        else:
+            unsaid.append(f"{less} {what}")
+    first = [md_text(v) for v, f in ((a, a_bound), (b, b_bound)) if f]
+    why = (f"{' and '.join(first)} reach{'es' if len(first) == 1 else ''} it by "
+           f"{'its' if len(first) == 1 else 'their'} first validation, where its cost is only an upper bound")
+    return "; ".join(([f"{md_text(a)} spends " + " and ".join(said)] if said else [])
+                     + ([f"cannot say which spends {' or '.join(unsaid)}"] if unsaid else [])) + f" ({why})"
 
 
 def claim_lines(rows: list[Row], metric: str | None = None, settings: dict | None = None) -> list[str]:

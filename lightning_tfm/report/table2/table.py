@@ -19,7 +19,8 @@ The claim, for each pair (a transformer row, a row of another architecture):
   curves when every run of the pair logged one (``decode.dev_bleu_every_steps``: BLEU of the first
   ``decode.dev_bleu_subset`` dev sentences), else on the dev-PPL curves (the other row's final dev PPL): the first
   crossing of the row's mean curve, linear between validations (log PPL for PPL); the wall time at a step is the
-  run's training wall time x step / steps (a constant rate).
+  run's training wall time x step / steps (a constant rate). A row at the target by its first validation has only
+  an upper bound of its cost ("at most"): no ratio of two bounds is said (:func:`.claims.fewer`).
 
 The claim's lines: :mod:`.claims`; the row, its columns and their views: :mod:`.table2.columns`.
 """
