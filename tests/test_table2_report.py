@@ -114,8 +114,9 @@ def test_table_and_claims_at_equal_flops_from_ppl_curves(sweep, tmp_path):
     a, b, a_big, b_big = table["claims"]
     assert a.startswith("(a) BLEU at equal training FLOPs: transformer 30.50 ± 0.71 against rnn 25.50 ± 0.71 "
                         "test BLEU")
-    assert "the same budget within 5%" in a and "transformer higher by 5.00 BLEU, beyond seed noise (Welch's 90% t " \
-                                                 "interval of the difference at 2 seeds a row, ±2.06, excludes zero)" in a
+    assert "the same budget within 5%" in a and "transformer higher by 5.00 BLEU, beyond seed noise (Welch's 90% " \
+                                                 "t interval of the difference at 2 seeds a row, ±2.06, excludes " \
+                                                 "zero)" in a
     # (b) on the PPL curves: the transformer reaches the rnn's final 10.0 between its validations at 300 (12.0) and
     # 400 (9.0), log PPL linear: step 300 + 100 x log(12/10) / log(12/9)
     step = 300 + 100 * math.log(1.2) / math.log(12 / 9)

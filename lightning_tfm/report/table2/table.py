@@ -13,8 +13,8 @@ GPUs, not our data nor our scale.
 The claim, for each pair (a transformer row, a row of another architecture):
 
 - (a) BLEU at equal training FLOPs: whose BLEU is higher, by how much, and whether the gap is beyond seed noise
-  (Welch's 90% t interval of the difference at the seeds done excludes zero: :func:`.claims.pair_noise`); a pair whose budgets differ by more than :data:`EQUAL_TOLERANCE`
-  says so;
+  (Welch's 90% t interval of the difference at the seeds done excludes zero: :func:`.claims.pair_noise`); a pair
+  whose budgets differ by more than :data:`EQUAL_TOLERANCE` says so;
 - (b) the training FLOPs and wall time each needs to reach the other row's final dev BLEU, read on the dev-BLEU
   curves when every run of the pair logged one (``decode.dev_bleu_every_steps``: BLEU of the first
   ``decode.dev_bleu_subset`` dev sentences), else on the dev-PPL curves (the other row's final dev PPL): the first
