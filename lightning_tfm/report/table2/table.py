@@ -329,7 +329,7 @@ def write_table2(table: dict, out_dir: str | Path) -> tuple[Path, Path]:
 def plot_curves(table: dict, path: str | Path, formats=("png",)) -> str:
     """Dev PPL (and dev BLEU when logged) against training FLOPs and against wall time: one line per row (the
     mean over its seeds), the seeds' range shaded."""
-    from ..core.plots import new_figure, save_figure
+    from ..core.plots import mark_pipeline_check, new_figure, save_figure
 
     metrics = ["ppl"] + (["bleu"] if any(len(r["curves"]["bleu"]) >= 2 for r in table["rows"]) else [])
     fig, axes = new_figure(len(metrics), 2, 11, 4.2 * len(metrics))
@@ -356,4 +356,5 @@ def plot_curves(table: dict, path: str | Path, formats=("png",)) -> str:
             ax.set_ylabel("dev BLEU (higher is better)" if metric == "bleu" else "dev perplexity (log scale)")
             ax.grid(True, alpha=0.3)
     fig.suptitle(f"Dev curves against training compute and wall time; sweep {table['sweep']}", fontsize=10)
+    mark_pipeline_check(fig, bool(table.get("pipeline_check")))
     return save_figure(fig, path, formats)
