@@ -52,11 +52,17 @@ RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 # would pull a multi-GB CUDA build on a machine without torch.
 SYSTEM_CUDA_TORCH = $(shell $(PYTHON) -c 'import sys, torch; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(0 if v >= (2, 4) and torch.version.cuda else 1)' >/dev/null 2>&1 && echo 1)
 
+# Each step says what it does before it starts (the whole setup takes minutes, pip -q says nothing meanwhile).
 $(VENV)/.installed: pyproject.toml
+	@echo "setup 1/3: creating the virtual environment $(VENV) ($(PYTHON) -m venv, seconds)"
 	$(PYTHON) -m venv $(if $(SYSTEM_CUDA_TORCH),--system-site-packages,) $(VENV)
-	$(if $(SYSTEM_CUDA_TORCH),@echo "setup: using the CUDA torch of $(PYTHON) (no torch installed)",$(PY) -m pip install -q torch==2.13.0)
+	@echo "setup 2/3: $(if $(SYSTEM_CUDA_TORCH),using the CUDA torch of $(PYTHON) (no torch installed),installing \
+	torch 2.13.0: the largest download (~1-4 min; pip shows its progress))"
+	$(if $(SYSTEM_CUDA_TORCH),,$(PY) -m pip install torch==2.13.0)
+	@echo "setup 3/3: installing lightning_tfm and its dependencies (Lightning, Optuna, W&B, Jupyter, ...: ~1-3 min)"
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
+	@echo "setup: done: $(VENV) (then: source $(VENV)/bin/activate)"
 
 setup: $(VENV)/.installed
 

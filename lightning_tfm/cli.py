@@ -6,7 +6,9 @@ code 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 
 from .bench import commands as bench_commands
@@ -17,9 +19,33 @@ from .training.commands import Command
 from .training.errors import UserError
 
 
+def suggestion(word: str, choices: list[str]) -> str:
+    """``"; did you mean --from-export?"``: the one of ``choices`` closest to ``word`` (difflib, as a config key's
+    :func:`~lightning_tfm.training.config.config.did_you_mean`, which imports torch: an argument error stays
+    fast), else the one ``word`` begins, else ""."""
+    ranked = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in choices), reverse=True)
+    (r1, best), (r2, _) = (ranked + [(0.0, "")] * 2)[:2]
+    longer = [c for c in choices if c.startswith(word)]
+    best = best if r1 >= 0.75 and r1 > r2 else longer[0] if len(longer) == 1 else ""
+    return f"; did you mean {best}?" if best else ""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse prints usage + message otherwise)
-        raise UserError(f"{self.prog}: {message} (see {self.prog} --help)")
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        hint = suggestion(choice.group(1), re.findall(r"'([^']*)'", choice.group(2))) if choice else ""
+        raise UserError(f"{message}{hint} (see {self.prog} --help)")
+
+    def flags(self) -> list[str]:
+        """Every option string of this parser (``--from-export``, ``-h``), for a mistyped one's suggestion."""
+        return [s for action in self._actions for s in action.option_strings]
+
+    def unrecognized(self, unknown: list[str]) -> None:
+        """Refuse ``unknown`` arguments: one line naming them, the closest flag of this command for each mistyped
+        one (``--from-exprt``: did you mean --from-export?), exit 2."""
+        hints = [suggestion(a.split("=", 1)[0], self.flags()) for a in unknown if a.startswith("-")]
+        hint = next((h for h in hints if h), "")
+        raise UserError(f"unrecognized arguments: {' '.join(unknown)}{hint} (see {self.prog} --help)")
 
 
 USAGE = """Train the Transformer of "Attention Is All You Need", run the paper's Table 3 as an Optuna sweep,
@@ -54,8 +80,10 @@ def description(command: Command) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ltfm", description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+    p.commands = {}
     for command in COMMANDS:
-        command.arguments(sub.add_parser(command.name, help=command.help, description=description(command)))
+        p.commands[command.name] = sub.add_parser(command.name, help=command.help, description=description(command))
+        command.arguments(p.commands[command.name])
     return p
 
 
@@ -67,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         # decode.beam_size=1`): argparse stops collecting positionals at the first option.
         unknown = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
         if unknown:
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+            parser.commands[args.command].unrecognized(unknown)
         if extra:
             args.overrides = list(args.overrides or []) + extra
         return next(c for c in COMMANDS if c.name == args.command).handler(args)

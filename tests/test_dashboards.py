@@ -46,7 +46,7 @@ def reported(swept, tmp_path_factory):
     p = ltfm("report", swept["sweep"], "--results", results, "--out", out)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "warning" not in p.stderr, p.stderr
-    return {"sweep": swept["sweep"], "results": results, "out": out, "stdout": p.stdout,
+    return {"sweep": swept["sweep"], "results": results, "out": out, "stdout": p.stdout, "stderr": p.stderr,
             "args": ["report", swept["sweep"], "--results", results, "--out", out]}
 
 
@@ -376,6 +376,32 @@ def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
     assert claims.strip() in note and "| transformer | transformer | 12.00 |" in note
     assert note.index(end) < note.index("A person's remark.") and str(out / "table2.html") in note
     assert get_plotly_graph_objects(study._storage.get_study_system_attrs(study._study_id)) == {}
+
+
+def test_the_report_ends_with_the_command_that_opens_its_study(reported):
+    """#52 item 20: the report named the study but not the command: ``ltfm: next:`` gives it, as the report's
+    publishing line does (the storage it read: here an absolute SQLite path, the results being outside the folder
+    the command ran in)."""
+    command = f"optuna-dashboard sqlite:///{reported['results'] / 'rep.db'}"
+    then = [ln for ln in reported["stderr"].splitlines() if ln.startswith("ltfm: next: ")]
+    assert len(then) == 1 and f"   or   {command} (the study, its note holds this report)" in then[0], then
+    assert f"optuna-dashboard: note and 2 plots on study rep; open it: {command}" in reported["stdout"]
+
+
+def test_the_dashboard_command_masks_a_password_and_reads_no_study_where_the_report_read_none(tmp_path,
+                                                                                               monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = load_sweep(write_sweep(tmp_path / "rep.yaml", "rep", {"base": {}}))
+    (tmp_path / "res").mkdir()
+    url = "postgresql://alice:s3cr@t@db.example:5432/sweeps"
+    said = published.dashboard_next(sweep, {"results_dir": "res", "storage": url})
+    assert said.startswith("optuna-dashboard 'postgresql://alice:***@db.example:5432/sweeps' (the password in "
+                           "place of ***)") and "s3cr" not in said
+    assert published.dashboard_next(sweep, {"results_dir": "res", "storage": None}) is None  # no rep.db
+    (tmp_path / "res" / "rep.db").write_text("")
+    assert published.dashboard_next(sweep, {"results_dir": "res"}).startswith("optuna-dashboard sqlite:///res/rep.db")
+    assert published.dashboard_next(sweep, {"results_dir": "res", "wandb_path": "a/b"}) is None
+    assert published.dashboard_next(sweep, {"export_dir": "e"}) is None
 
 
 def test_the_report_says_where_its_wandb_run_is_and_how_to_open_its_study(tmp_path, monkeypatch):

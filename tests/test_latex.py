@@ -141,9 +141,44 @@ def pdflatex(folder: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("which", ["reference", "nasty"])
+#: Row names that were read as something else (#52, 12): an optional argument after \midrule or \\ ([2pt]), \\*,
+#: an em dash, quote ligatures, and characters the default fonts lack (pdflatex stopped at an emoji or CJK).
+ODD = ["[2pt]x", "*y", "a---b -- c", "``q''", "Zürich café ı", "emoji 😀 中文"]
+
+
+def test_a_cell_prints_as_given_never_an_argument_a_dash_ligature_or_a_missing_glyph():
+    assert tex_text("[2pt]x") == "{[}2pt{]}x" and tex_text("*y") == "{*}y"
+    assert tex_text("a---b -- c") == "a-{}-{}-b -{}- c" and tex_text("-0.50 x-y") == "-0.50 x-y"
+    assert tex_text("``q''") == "{`}{`}q'{}'"
+    assert tex_text("Zürich café ı") == r"Z\"{u}rich caf\'{e} \i{}"
+    assert tex_text("emoji 😀 中文") == r"emoji \texttt{U+1F600} \texttt{U+4E2D}\texttt{U+6587}"
+    for name in ODD:
+        assert tex_text(name).isascii()
+
+
+def odd_table(tmp_path: Path) -> dict:
+    """A table whose rows are named :data:`ODD`, each the first of its family (after a \\midrule) or after a \\."""
+    sweep = load_sweep(write_sweep(tmp_path / "odd.yaml", "odd", {"base": {}, "A1": {}}))
+    recs = [rd.RunRecord(variant="base", family="base", seed=1, status="completed", dev_ppl=20.0, dev_bleu=10.0)]
+    recs += [rd.RunRecord(variant=name, family=f"f{i // 2}", seed=1, status="completed", dev_ppl=30.0 + i,
+                          dev_bleu=5.0) for i, name in enumerate(ODD)]
+    return rd.build_table(rd.ReportData(sweep, recs, "test", {}), bootstrap=False)
+
+
+def test_odd_row_names_are_their_own_cells_after_a_midrule_or_a_line_end(tmp_path):
+    tex = table_latex(odd_table(tmp_path))
+    _, rows = body(tex)
+    firsts = [cells(ln)[0] for ln in rows if ln != r"\midrule"]
+    assert sorted(tex_text(n) for n in ODD) == sorted(f for f in firsts if f not in ("base", "A1"))
+    assert tex.isascii() and "[2pt]" not in tex and "---" not in tex
+    after = [rows[i + 1] for i, ln in enumerate(rows[:-1]) if ln == r"\midrule" or ln.endswith(r"\\")]
+    assert not any(ln.startswith(("[", "*")) for ln in after)
+
+
+@pytest.mark.parametrize("which", ["reference", "nasty", "odd"])
 def test_it_compiles_on_its_own(which, table, tmp_path):
-    write_latex(table if which == "reference" else nasty_table(tmp_path), tmp_path / "out")
+    write_latex({"reference": lambda: table, "nasty": lambda: nasty_table(tmp_path),
+                 "odd": lambda: odd_table(tmp_path)}[which](), tmp_path / "out")
     p = pdflatex(tmp_path / "out")
     assert p.returncode == 0, p.stdout[-3000:]
     pdf = tmp_path / "out" / STANDALONE_FILE.replace(".tex", ".pdf")

@@ -290,7 +290,7 @@ def test_help_and_argument_errors_import_neither_torch_nor_optuna():
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "usage: ltfm" in p.stdout
-    assert "ltfm: error: ltfm sweep: argument --n-trials: invalid int value: 'x'" in p.stderr
+    assert "ltfm: error: argument --n-trials: invalid int value: 'x' (see ltfm sweep --help)" in p.stderr
 
 
 def test_the_room_order_check_sees_planted_violations(tmp_path):

@@ -114,8 +114,9 @@ def test_table_and_claims_at_equal_flops_from_ppl_curves(sweep, tmp_path):
     a, b, a_big, b_big = table["claims"]
     assert a.startswith("(a) BLEU at equal training FLOPs: transformer 30.50 ± 0.71 against rnn 25.50 ± 0.71 "
                         "test BLEU")
-    assert "the same budget within 5%" in a and "transformer higher by 5.00 BLEU, beyond seed noise (2 x the larger " \
-                                                 "seed sd, 1.41)" in a
+    assert "the same budget within 5%" in a and "transformer higher by 5.00 BLEU, beyond seed noise (Welch's 90% " \
+                                                 "t interval of the difference at 2 seeds a row, ±2.06, excludes " \
+                                                 "zero)" in a
     # (b) on the PPL curves: the transformer reaches the rnn's final 10.0 between its validations at 300 (12.0) and
     # 400 (9.0), log PPL linear: step 300 + 100 x log(12/10) / log(12/9)
     step = 300 + 100 * math.log(1.2) / math.log(12 / 9)
@@ -343,3 +344,29 @@ def test_a_table2_column_declared_once_is_in_the_markdown_csv_wandb_table_summar
     cols, data = tables["table2/rows"]
     assert cols == list(rows[0]) and data[0][-1] == pytest.approx(3050.0)
     assert summary["transformer/bleu_per_mparam"] == pytest.approx(3050.0) and "rnn-big/bleu_per_mparam" not in summary
+
+
+@pytest.mark.parametrize("t_bleu, r_bleu, said, unsaid", [
+    # both flat at 0.0 (a pipeline check): both reach the rnn's final 0.00 at their first validation
+    (lambda s: 0.0, lambda s: 0.0, "cannot say which spends fewer FLOPs or less wall time (transformer and rnn reach "
+     "it by their first validation, where its cost is only an upper bound)", "x fewer FLOPs"),
+    # the transformer is at 20 from its first validation; the rnn climbs to its final 15 at step 600: the
+    # transformer's cost is at most 100 steps', so it spends at least 6x fewer FLOPs (equal FLOPs a step)
+    (lambda s: 20.0, lambda s: s / 40, "transformer spends at least 6.00x fewer FLOPs and at least 12.00x less wall "
+     "time (transformer reaches it by its first validation", "cannot say"),
+    # the other way round: the rnn is at its final 15 from the start; the transformer needs step 300
+    (lambda s: s / 20, lambda s: 15.0, "transformer spends at least 3.00x more FLOPs and at least 1.50x more wall "
+     "time (rnn reaches it by its first validation", "cannot say")])
+def test_a_side_at_the_target_by_its_first_validation_has_an_upper_bound_not_a_ratio(sweep, tmp_path, t_bleu, r_bleu,
+                                                                                     said, unsaid):
+    """#52, 15: a curve that meets the target at its first validation says only that its cost is at most that
+    validation's; claim (b) never divides two such bounds ("1.15x fewer FLOPs"), and says a ratio only where the
+    bound still decides it."""
+    rnn = {"model.arch": "rnn", **RNN_KNOBS}
+    recs = [record(tmp_path, "transformer", s, TRANSFORMER, lambda x: 3600 / x, t_bleu, 30.0) for s in (1, 2)]
+    recs += [record(tmp_path, "rnn", s, rnn, lambda x: 6000 / x, r_bleu, 25.0, wall=120.0,
+                    tokens=rnn_tokens_for_equal_flops()) for s in (1, 2)]
+    b = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))["claims"][1]
+    assert "on the dev-BLEU curves" in b and said in b, b
+    assert unsaid not in b, b
+    assert "(by step 100, its first validation: an upper bound)" in b and "needs at most " in b, b

@@ -78,7 +78,8 @@ def test_a_pair_within_noise_says_when_it_would_settle(sweep, tmp_path):
     n = next(k for k in range(2, SEEDS_MOST + 1) if welch_excludes_zero(d, *sds, k))
     assert n > 3  # not yet at today's 3 seeds
     a = table["claims"][0]
-    assert "within seed noise (2 x the larger seed sd, 2.73); predicted to settle" in a, a
+    assert "within seed noise (Welch's 90% t interval of the difference at 3 seeds a row, ±" in a, a
+    assert "includes zero); predicted to settle" in a, a
     assert f"in seeds, at {n} seeds a row (3 now), where Welch's 90% t interval of the difference would exclude " \
            "zero; in steps, BLEU's curves are not fitted, and the dev-PPL gap of rnn to transformer is" in a, a
     v = verdict.curve_verdict(o.runs, t.runs, o.dev_ppl - t.dev_ppl, "within", sweep.report)
@@ -124,3 +125,31 @@ def test_the_reference_pair_within_noise_would_settle_at_the_seeds_welch_says():
     assert not welch_excludes_zero(d, *sds, 3) and seeds.startswith(f"at {n} seeds a row (3 now)")
     assert steps.endswith("not predicted, no dev-PPL curves of both rows' runs")
     assert table2.pair_settle(t, rows["rnn"]) == ("beyond", None, None)
+
+
+@pytest.mark.parametrize("sds", [(0.5, 0.5), (0.3, 0.45), (1.0, 0.2)])
+def test_one_rule_decides_a_pair_and_its_line_says_one_thing(sweep, tmp_path, sds):
+    """12.00 and 11.10 test BLEU at 3 seeds a row (#52, 6): twice the larger sd (1.00) would call 0.90 within noise
+    while Welch's interval at those 3 seeds already excludes zero. One rule (claims.pair_noise) decides: its verdict
+    is scipy's Welch test at the seeds done; a pair within noise is predicted to settle at more seeds than done,
+    and a pair beyond it gets no prediction. The line never says both."""
+    rnn = {"model.arch": "rnn", **RNN_KNOBS}
+    z = np.array([-1.0, 0.0, 1.0])  # mean 0, sample sd 1
+    recs = ([record(tmp_path, "transformer", s, TRANSFORMER, lambda x: 3600 / x, None, 12.0 + sds[0] * z[s - 1])
+             for s in (1, 2, 3)]
+            + [record(tmp_path, "rnn", s, rnn, lambda x: 3700 / x, None, 11.1 + sds[1] * z[s - 1], wall=120.0,
+                      tokens=rnn_tokens_for_equal_flops()) for s in (1, 2, 3)])
+    table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
+    a = table["claims"][0]
+    beyond = welch_excludes_zero(0.9, *sds, 3)
+    noise = table2.pair_settle(*table["rows"])[0]
+    assert noise == ("beyond" if beyond else "within"), a
+    assert ("beyond seed noise" in a) == beyond and ("within seed noise" in a) == (not beyond), a
+    assert "already" not in a and "2 x the larger" not in a
+    if beyond:
+        assert "predicted to settle" not in a, a
+    else:
+        n = next(k for k in range(2, SEEDS_MOST + 1) if welch_excludes_zero(0.9, *sds, k))
+        assert n > 3 and f"in seeds, at {n} seeds a row (3 now)" in a, a
+    assert "Welch's 90% t interval of the difference of the two rows' means at the seeds done" in \
+        table2.notes_markdown(table)

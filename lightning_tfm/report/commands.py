@@ -121,15 +121,19 @@ def report_cli(args) -> int:
     with stopped_by_signals(out) as stopped:
         code = execute(notebook, parameters, out, name, then=published)
         if code == 0:
-            _say_done(Path(args.out or Path("reports") / "build" / sweep.name), name)
+            from .publish.published import dashboard_next
+            study = dashboard_next(sweep, parameters) if name in ("table2", "table3") else None
+            _say_done(Path(args.out or Path("reports") / "build" / sweep.name), name, study)
         return code
     return stopped["code"]
 
 
-def _say_done(out: Path, name: str) -> None:
-    """A report's closing lines: its folder (as given, or the default relative to here) and its page to open."""
+def _say_done(out: Path, name: str, study: str | None = None) -> None:
+    """A report's closing lines: its folder (as given, or the default relative to here) and its page to open; with
+    ``study``, also the optuna-dashboard command that opens the sweep's study (:func:`.published.dashboard_next`)."""
     say_done(f"{out}/ ({name}.html, .md, .csv, .ipynb, the figures)",
-             f"open {out / (name + '.html')} in a browser (its tables: {out / (name + '.md')})")
+             f"open {out / (name + '.html')} in a browser (its tables: {out / (name + '.md')})"
+             + (f"   or   {study} (the study, its note holds this report)" if study else ""))
 
 
 def _backtest_args(args):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,9 +261,44 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None,
     url = default_storage(sweep, results)
     has_db = (results / f"{sweep.name}.db").is_file()
     if not has_db and not results.is_dir():
-        raise UserError(f"no results for sweep {sweep.name!r}: neither {results} nor {mask_url(url)} exists; run "
-                        f"`ltfm sweep {sweep.path}` first, or pass {options[0]} DIR / {options[1]} URL")
+        raise UserError(f"no results for sweep {sweep.name!r}: neither {results} nor {mask_url(url)} exists"
+                        + (elsewhere_hint(sweep, results, options[0]) or f"; run `ltfm sweep {sweep.path}` first, or "
+                           f"pass {options[0]} DIR / {options[1]} URL"))
     return results, (url if has_db else None)
+
+
+def completed_runs(sweep, folder: Path) -> int:
+    """How many run folders directly in ``folder`` are completed runs of ``sweep`` (their summary.json: status
+    completed, run.study the sweep's name)."""
+    from ...training.runs.results import read_summary
+
+    n = 0
+    for d in sorted(folder.iterdir()) if folder.is_dir() else ():
+        summary = read_summary(d) if d.is_dir() else None
+        if isinstance(summary, dict) and summary.get("status") == "completed" \
+                and ((summary.get("config") or {}).get("run") or {}).get("study") == sweep.name:
+            n += 1
+    return n
+
+
+def elsewhere_hint(sweep, results: Path, option: str = "--results") -> str:
+    """``"; results-quick/ has 14 completed runs of it: ltfm report S.yaml --results results-quick"``: the folders
+    beside ``results`` (``make ablation QUICK=1`` writes results-quick/) holding completed runs of ``sweep``, the
+    one with the most named with the option that reads it; "" when there is none."""
+    import shlex
+
+    results = Path(results).absolute()
+    found = sorted(((completed_runs(sweep, d), d) for d in sorted(results.parent.iterdir())
+                    if d.is_dir() and d != results and not d.name.startswith(".")), key=lambda x: -x[0]) \
+        if results.parent.is_dir() else []
+    found = [(n, d) for n, d in found if n]
+    if not found:
+        return ""
+    n, best = found[0]
+    shown = Path(os.path.relpath(best)) if not os.path.relpath(best).startswith("..") else best
+    others = f" (also {', '.join(f'{d.name}/ {k}' for k, d in found[1:])})" if found[1:] else ""
+    return (f"; {shown}/ has {n} completed run(s) of it{others}: ltfm report {shlex.quote(str(sweep.path))} "
+            f"{option} {shlex.quote(str(shown))}")
 
 
 def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, dict]:

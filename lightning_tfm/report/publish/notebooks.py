@@ -346,7 +346,7 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
                       export: str | None = None, against: bool = False) -> dict:
     """The notebook's parameters, checked here first (cheap, before any kernel starts); ``against``: side B of a
     comparison, whose errors name the --against-* options."""
-    from ..inputs.records import check_wandb_access, resolve_local
+    from ..inputs.records import check_wandb_access, elsewhere_hint, resolve_local
 
     option = "--against-export" if against else "--from-export"
     local = ("--against-results", "--against-storage") if against else ("--results", "--storage")
@@ -374,7 +374,8 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
                             wandb_path=wandb_path)
     where = (f"W&B {wandb_path} (group {sweep.name})" if wandb_path else
              f"{params['results_dir']}" + (f" or {mask_url(url)}" if url else ""))
-    require_completed(data, where, f"run `ltfm sweep {sweep.path}` first" + (
+    hint = "" if wandb_path else elsewhere_hint(sweep, Path(params["results_dir"]), local[0])
+    require_completed(data, where, hint[2:] if hint else f"run `ltfm sweep {sweep.path}` first" + (
         "" if wandb_path else f", or pass {local[0]} DIR (the folder it wrote its runs to)"))
     return params
 

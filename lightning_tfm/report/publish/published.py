@@ -55,15 +55,39 @@ def where_published(data, results_dir=None, storage: str | None = None, wandb_pa
         lines.append(f"W&B: the report run {md_code(run_id)}: <{md_text(url)}>"
                      + ("" if target["entity"] else " (ENTITY: your W&B entity, the API key's default)") + ".")
     if data.study is not None and not wandb_path:
-        url = storage or resolve_local(sweep, results_dir, None)[1] or ""  # the URL the study was read from
-        if url.startswith("sqlite:///"):
-            url = "sqlite:///" + _here(Path(url[len("sqlite:///"):]))
-        masked = mask_url(url)
-        lines.append(f"optuna-dashboard: {md_code('optuna-dashboard ' + shlex.quote(masked))} opens the study "
+        command, masked = dashboard_command(sweep, results_dir, storage)
+        lines.append(f"optuna-dashboard: {md_code(command)} opens the study "
                      f"{md_code(data.study.study_name)} (its note holds this report's headline)"
-                     + ("; put the password in place of `***`" if masked != url else "")
+                     + ("; put the password in place of `***`" if masked else "")
                      + "; `pip install -e '.[dashboard]'` installs it.")
     return lines
+
+
+def dashboard_command(sweep, results_dir=None, storage: str | None = None) -> tuple[str, bool]:
+    """(``optuna-dashboard <storage URL>``, whether a password in it is masked): the command that opens the sweep's
+    study, its URL the one the report read (``storage``, else the results folder's SQLite file, relative to here),
+    its password masked (secrets are never printed)."""
+    url = storage or resolve_local(sweep, results_dir, None)[1] or ""
+    if url.startswith("sqlite:///"):
+        url = "sqlite:///" + _here(Path(url[len("sqlite:///"):]))
+    masked = mask_url(url)
+    return "optuna-dashboard " + shlex.quote(masked), masked != url
+
+
+def dashboard_next(sweep, parameters: dict) -> str | None:
+    """The optuna-dashboard part of ``ltfm report``'s ``ltfm: next:`` line: the command that opens the study the
+    report read (and wrote its note to), or None when it read none (W&B, an export, run folders without a
+    storage)."""
+    if parameters.get("wandb_path") or parameters.get("export_dir"):
+        return None
+    try:
+        if not (parameters.get("storage") or resolve_local(sweep, parameters.get("results_dir"), None)[1]):
+            return None
+    except Exception:  # noqa: BLE001 - the folder went away since: nothing to open
+        return None
+    command, masked = dashboard_command(sweep, parameters.get("results_dir"), parameters.get("storage"))
+    return (command + (" (the password in place of ***)" if masked else "")
+            + ("" if dashboard_available() else " (after: pip install -e '.[dashboard]')"))
 
 
 def _warn(message: str) -> None:
@@ -126,7 +150,8 @@ def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: lis
         try:
             d = write_dashboard(data, table, out, kind)
             plots = f" and {len(d['plots'])} plots" if d["plots"] else ""
-            lines.append(f"  optuna-dashboard: note{plots} on study {d['study']}")
+            lines.append(f"  optuna-dashboard: note{plots} on study {d['study']}; open it: "
+                         f"{dashboard_command(sweep, parameters.get('results_dir'), parameters.get('storage'))[0]}")
         except Exception as e:  # noqa: BLE001 - nor the dashboard
             _warn(f"report not written to optuna-dashboard ({e.__class__.__name__}: {first_line(scrub(str(e), urls))})")
     return lines

@@ -2,11 +2,14 @@
 another architecture) of its rows (:class:`~.table2.columns.Row`): (a) BLEU at equal training FLOPs, (b) what each
 needs to reach the other's final dev BLEU or PPL (:mod:`.table2`'s docstring says how).
 
-A pair within seed noise in (a) gets its prediction of when it would settle (:func:`pair_settle`), as Table 3's
-rows get theirs (:func:`.verdict.settle_text`): in seeds, the least seeds a row (up to
-:data:`~.stats.SEEDS_MOST`) at which Welch's 90% t interval of the difference of the two rows' means would exclude
-zero, the measured difference and seed sds taken as they are (:func:`.stats.seeds_to_settle`: a plug-in power
-calculation under normal seed noise, not back-tested); in steps, Table 3's verdict and settle budget
+A pair's seed noise has one rule, one function (:func:`pair_noise`): the difference of the two rows' means is
+beyond seed noise when Welch's 90% t interval of it at the seeds done (the fewer of the two rows', a row) excludes
+zero (:func:`.stats.welch_half_width`), within when it includes zero, unknown with a row of one seed. A pair within
+seed noise in (a) gets its prediction of when it would settle (:func:`pair_settle`), as Table 3's rows get theirs
+(:func:`.verdict.settle_text`): in seeds, the least seeds a row (up to :data:`~.stats.SEEDS_MOST`) at which that
+interval would exclude zero, the measured difference and seed sds taken as they are (:func:`.stats.seeds_to_settle`:
+a plug-in power calculation under normal seed noise, not back-tested; always more seeds than done, the interval
+narrowing with seeds); in steps, Table 3's verdict and settle budget
 (:func:`.verdict.curve_verdict`) on the pair's dev-PPL curves, the transformer row as the base (the curve fits are
 of dev log-PPL, falling curves whose extrapolation error was measured on log-PPL gaps: BLEU's curves are not
 fitted). The row, its columns and their views: :mod:`.table2.columns`.
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..table3.stats import SEEDS_LEVEL, SEEDS_MOST, noise_verdict, seeds_to_settle
+from ..table3.stats import SEEDS_LEVEL, SEEDS_MOST, finite, seeds_to_settle, welch_half_width
 from .columns import Row, pm as _pm, seconds as _seconds
 from ..core.text import md_text
 
@@ -74,21 +77,49 @@ def bleu_key(t: Row, o: Row) -> str:
     return "test_bleu" if t.test_bleu is not None and o.test_bleu is not None else "dev_bleu"
 
 
+INTERVAL = f"Welch's {100 * SEEDS_LEVEL:g}% t interval of the difference"
+#: The pair's noise rule in words (:func:`pair_noise`), for the notes.
+PAIR_NOISE_RULE = (f"a pair's difference is beyond seed noise when {INTERVAL} of the two rows' means at the seeds "
+                   "done (the fewer of the two rows', a row) excludes zero, within when it includes zero, unknown "
+                   "with a row of one completed seed")
+
+
+def pair_noise(delta: float | None, sd_a: float | None, sd_b: float | None,
+               seeds: int) -> tuple[str | None, float | None]:
+    """The one noise rule of a Table 2 pair (:data:`PAIR_NOISE_RULE`): (``"beyond"``, ``"within"`` or
+    ``"unknown"``, the half-width of the interval at ``seeds`` seeds a row); (None, None) without a difference.
+    Its prediction of when a pair within noise settles (:func:`.stats.seeds_to_settle`) is the same interval at
+    more seeds, so a pair within noise is always predicted to settle at more seeds than done."""
+    if not finite(delta):
+        return None, None
+    if not (finite(sd_a) and finite(sd_b)) or seeds < 2:
+        return "unknown", None
+    half = welch_half_width(sd_a, sd_b, seeds)
+    return ("beyond" if abs(delta) > half else "within"), half
+
+
+def noise_text(noise: str | None, half: float | None, seeds: int) -> str:
+    """Claim (a)'s words for :func:`pair_noise`'s verdict."""
+    if noise == "unknown" or half is None:
+        return "seed noise unknown (a row with one completed seed)" if noise == "unknown" else ""
+    at = f"{INTERVAL} at {seeds} seeds a row, ±{half:.2f}"
+    return (f"beyond seed noise ({at}, excludes zero)" if noise == "beyond" else
+            f"within seed noise ({at}, includes zero)")
+
+
 def pair_settle(t: Row, o: Row, settings: dict | None = None) -> tuple[str | None, str | None, str | None]:
-    """(the noise verdict of claim (a)'s BLEU difference, and for a pair within noise its prediction in seeds and
-    in steps: the module docstring), each None where there is none."""
+    """(the noise verdict of claim (a)'s BLEU difference (:func:`pair_noise`), and for a pair within noise its
+    prediction in seeds and in steps: the module docstring), each None where there is none."""
     key = bleu_key(t, o)
     if not t.seeds_completed or not o.seeds_completed or t[key] is None or o[key] is None:
         return None, None, None
-    d, sds = t[key] - o[key], (t[f"{key}_std"], o[f"{key}_std"])
-    noise = noise_verdict(d, max(sds) if None not in sds else None)
+    d, sds, have = t[key] - o[key], (t[f"{key}_std"], o[f"{key}_std"]), min(t.seeds_completed, o.seeds_completed)
+    noise, _ = pair_noise(d, *sds, have)
     if noise != "within":
         return noise, None, None
-    n, have = seeds_to_settle(d, *sds), min(t.seeds_completed, o.seeds_completed)
-    interval = f"Welch's {100 * SEEDS_LEVEL:g}% t interval of the difference"
-    seeds = (f"not within {SEEDS_MOST} seeds a row ({interval} includes zero up to there)" if n is None else
-             f"at {n} seeds a row ({have} now), where {interval} would exclude zero" if n > have else
-             f"at {n} seeds a row, {have} done: {interval} already excludes zero")
+    n = seeds_to_settle(d, *sds)
+    seeds = (f"not within {SEEDS_MOST} seeds a row ({INTERVAL} includes zero up to there)" if n is None else
+             f"at {n} seeds a row ({have} now), where {INTERVAL} would exclude zero")
     return noise, seeds, settle_steps(t, o, settings)
 
 
@@ -101,8 +132,8 @@ def settle_steps(t: Row, o: Row, settings: dict | None = None) -> str:
     if o.dev_ppl is None or t.dev_ppl is None or not o.runs or not t.runs:
         return f"{gap}: not predicted, no dev-PPL curves of both rows' runs"
     d, sds = o.dev_ppl - t.dev_ppl, (o.dev_ppl_std, t.dev_ppl_std)
-    v = curve_verdict(o.runs, t.runs, d, noise_verdict(d, max(sds) if None not in sds else None), settings,
-                      warmup=o.warmup, base_warmup=t.warmup)
+    noise, _ = pair_noise(d, *sds, min(t.seeds_completed, o.seeds_completed))
+    v = curve_verdict(o.runs, t.runs, d, noise, settings, warmup=o.warmup, base_warmup=t.warmup)
     if v["verdict"] == HOLDS:
         return f"{gap} is beyond seed noise and predicted to hold ({v['why']}): nothing to settle"
     settle = settle_text(v.get("settle"), o.flops_per_step, o.s_per_step)
@@ -129,19 +160,15 @@ def equal_flops_line(t: Row, o: Row, settings: dict | None = None) -> str:
                   f"NOT at equal training FLOPs ({ft:.3g} against {fo:.3g}, {max(ft, fo) / min(ft, fo):.2f}x)")
     else:
         budget = "training FLOPs unknown"
-    d = t[key] - o[key]
-    sds = [sd for sd in (t[f"{key}_std"], o[f"{key}_std"]) if sd is not None]
-    sd = max(sds) if len(sds) == 2 else None
+    d, have = t[key] - o[key], min(t.seeds_completed, o.seeds_completed)
     noise, seeds, steps = pair_settle(t, o, settings)
-    noise_text = {"beyond": f"beyond seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
-                  "within": f"within seed noise (2 x the larger seed sd, {2 * sd:.2f})" if sd is not None else "",
-                  "unknown": "seed noise unknown (a row with one completed seed)"}.get(noise, "")
+    said = noise_text(noise, pair_noise(d, t[f"{key}_std"], o[f"{key}_std"], have)[1], have)
     winner = t if d > 0 else o
     lead = (f"{md_text(winner['variant'])} higher by {abs(d):.2f} BLEU" if d else "the same BLEU")
     settle = (f"; predicted to settle (a prediction: the notes say how made): in seeds, {seeds}; in steps, {steps}"
               if seeds else "")
     return (f"(a) BLEU at equal training FLOPs: {md_text(t['variant'])} {_pm(t[key], t[key + '_std'])} against "
-            f"{md_text(o['variant'])} {_pm(o[key], o[key + '_std'])} {what}, {budget}: {lead}, {noise_text}{settle}.")
+            f"{md_text(o['variant'])} {_pm(o[key], o[key + '_std'])} {what}, {budget}: {lead}, {said}{settle}.")
 
 
 def reach_line(t: dict, o: dict, metric: str) -> str:
@@ -159,7 +186,7 @@ def reach_line(t: dict, o: dict, metric: str) -> str:
         source = (f"on the dev-PPL curves (no dev-BLEU curve of {lacking}: its runs logged dev BLEU at fewer than "
                   "two validations; decode.dev_bleu_every_steps sets how often)" if lacking else
                   "on the dev-PPL curves")
-    parts, cost = [], {}
+    parts, cost, bound = [], {}, {}
     for r in (t, o):
         step = reach(r, metric, target)
         f, w = r["flops_per_step"], r["s_per_step"]
@@ -168,15 +195,42 @@ def reach_line(t: dict, o: dict, metric: str) -> str:
             parts.append(f"{md_text(r['variant'])} does not reach it within its budget (its best {best:.2f})")
             continue
         cost[r["variant"]] = (step * f if f else None, step * w if w else None)
-        parts.append(f"{md_text(r['variant'])} needs {cost[r['variant']][0] or 0:.3g} FLOPs and "
-                     f"{_seconds(cost[r['variant']][1])} (step {step:.0f})")
+        bound[r["variant"]] = step == min(r["curves"][metric])
+        at_most = "at most " if bound[r["variant"]] else ""
+        parts.append(f"{md_text(r['variant'])} needs {at_most}{cost[r['variant']][0] or 0:.3g} FLOPs and {at_most}"
+                     f"{_seconds(cost[r['variant']][1])} "
+                     + (f"(by step {step:.0f}, its first validation: an upper bound)" if at_most else
+                        f"(step {step:.0f})"))
     ratio = ""
     if t["variant"] in cost and o["variant"] in cost:
         (ft, wt), (fo, wo) = cost[t["variant"]], cost[o["variant"]]
         if ft and fo and wt and wo:
-            ratio = f": {md_text(t['variant'])} spends {fo / ft:.2f}x fewer FLOPs and {wo / wt:.2f}x less wall time"
+            ratio = ": " + fewer(t["variant"], o["variant"], (ft, wt), (fo, wo), bound[t["variant"]],
+                                 bound[o["variant"]])
     return (f"(b) To reach {md_text(o['variant'])}'s final {what} ({target:.2f}), {source}: "
             + "; ".join(parts) + ratio + ".")
+
+
+def fewer(a: str, b: str, ca: tuple[float, float], cb: tuple[float, float], a_bound: bool, b_bound: bool) -> str:
+    """Claim (b)'s comparison of the costs (FLOPs, wall time) of ``a`` and ``b`` to reach the target. Both measured
+    crossings: ``a``'s ratio ("spends 1.15x fewer FLOPs"). A side that reaches the target at its first validation
+    has only an upper bound of its cost: a ratio is said only where that bound still decides it ("at least"), else
+    "cannot say" (never a ratio of two bounds)."""
+    if not (a_bound or b_bound):
+        return f"{md_text(a)} spends {cb[0] / ca[0]:.2f}x fewer FLOPs and {cb[1] / ca[1]:.2f}x less wall time"
+    said, unsaid = [], []
+    for xa, xb, what, less in ((ca[0], cb[0], "FLOPs", "fewer"), (ca[1], cb[1], "wall time", "less")):
+        if not b_bound and xb >= xa:  # a's true cost is at most xa
+            said.append(f"at least {xb / xa:.2f}x {less} {what}")
+        elif not a_bound and xa >= xb:  # b's true cost is at most xb
+            said.append(f"at least {xa / xb:.2f}x more {what}")
+        else:
+            unsaid.append(f"{less} {what}")
+    first = [md_text(v) for v, f in ((a, a_bound), (b, b_bound)) if f]
+    why = (f"{' and '.join(first)} reach{'es' if len(first) == 1 else ''} it by "
+           f"{'its' if len(first) == 1 else 'their'} first validation, where its cost is only an upper bound")
+    return "; ".join(([f"{md_text(a)} spends " + " and ".join(said)] if said else [])
+                     + ([f"cannot say which spends {' or '.join(unsaid)}"] if unsaid else [])) + f" ({why})"
 
 
 def claim_lines(rows: list[Row], metric: str | None = None, settings: dict | None = None) -> list[str]:

@@ -13,13 +13,14 @@ GPUs, not our data nor our scale.
 The claim, for each pair (a transformer row, a row of another architecture):
 
 - (a) BLEU at equal training FLOPs: whose BLEU is higher, by how much, and whether the gap is beyond seed noise
-  (|Δ| > 2 x the larger of the two rows' seed sd); a pair whose budgets differ by more than :data:`EQUAL_TOLERANCE`
-  says so;
+  (Welch's 90% t interval of the difference at the seeds done excludes zero: :func:`.claims.pair_noise`); a pair
+  whose budgets differ by more than :data:`EQUAL_TOLERANCE` says so;
 - (b) the training FLOPs and wall time each needs to reach the other row's final dev BLEU, read on the dev-BLEU
   curves when every run of the pair logged one (``decode.dev_bleu_every_steps``: BLEU of the first
   ``decode.dev_bleu_subset`` dev sentences), else on the dev-PPL curves (the other row's final dev PPL): the first
   crossing of the row's mean curve, linear between validations (log PPL for PPL); the wall time at a step is the
-  run's training wall time x step / steps (a constant rate).
+  run's training wall time x step / steps (a constant rate). A row at the target by its first validation has only
+  an upper bound of its cost ("at most"): no ratio of two bounds is said (:func:`.claims.fewer`).
 
 The claim's lines: :mod:`.claims`; the row, its columns and their views: :mod:`.table2.columns`.
 """
@@ -38,8 +39,8 @@ from ..inputs.records import is_pipeline_check
 from ..core.columns import CSV
 from ..table3.stats import finite, mean_std
 from ..table3.table import as_shown, learning_curves, ordered_variants, row_status
-from .claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, SETTLE_NOTE, any_bleu_curves, claim_lines, has_bleu_curve,
-                     pair_settle, pairs)
+from .claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, PAIR_NOISE_RULE, SETTLE_NOTE, any_bleu_curves, claim_lines,
+                     has_bleu_curve, pair_settle, pairs)
 from .columns import ROWS, SUMMARY, Row, columns
 from ..core.text import md_code, md_text
 
@@ -247,8 +248,8 @@ def notes_markdown(table: dict) -> str:
              "Training wall time: fitting, validations included, the closing decoding of dev and test not "
              "(summary.json's train_time_s; else the run's whole wall time); at a validation step: that x step / "
              "steps (a constant rate). Train tokens/s: target tokens over that time.",
-             f"The claim's seed noise: |Δ| > 2 x the larger of the two rows' seed sd; equal budgets: within "
-             f"{100 * EQUAL_TOLERANCE:.0f}% of the larger."]
+             f"The claim's seed noise: {PAIR_NOISE_RULE}; equal budgets: within {100 * EQUAL_TOLERANCE:.0f}% of the "
+             "larger."]
     if any(r.bleu_settle_seeds for r in table["rows"]):
         lines.append(SETTLE_NOTE)
     lines += [bleu_curves_note(table["rows"])]
@@ -328,7 +329,7 @@ def write_table2(table: dict, out_dir: str | Path) -> tuple[Path, Path]:
 def plot_curves(table: dict, path: str | Path, formats=("png",)) -> str:
     """Dev PPL (and dev BLEU when logged) against training FLOPs and against wall time: one line per row (the
     mean over its seeds), the seeds' range shaded."""
-    from ..core.plots import new_figure, save_figure
+    from ..core.plots import mark_pipeline_check, new_figure, save_figure
 
     metrics = ["ppl"] + (["bleu"] if any(len(r["curves"]["bleu"]) >= 2 for r in table["rows"]) else [])
     fig, axes = new_figure(len(metrics), 2, 11, 4.2 * len(metrics))
@@ -355,4 +356,5 @@ def plot_curves(table: dict, path: str | Path, formats=("png",)) -> str:
             ax.set_ylabel("dev BLEU (higher is better)" if metric == "bleu" else "dev perplexity (log scale)")
             ax.grid(True, alpha=0.3)
     fig.suptitle(f"Dev curves against training compute and wall time; sweep {table['sweep']}", fontsize=10)
+    mark_pipeline_check(fig, bool(table.get("pipeline_check")))
     return save_figure(fig, path, formats)

@@ -4,15 +4,16 @@ compute, each row's curve fitted and extrapolated (:func:`plot_outlook`: the ver
 back-test's) (the lead figure, each row's change beside the paper's, is :mod:`.lead`).
 
 Each is written as :mod:`.core.plots` writes a figure (PNG, and on request SVG and PDF beside it; one with
-nothing to show is a :class:`~.core.plots.LeftOut`)."""
+nothing to show is a :class:`~.core.plots.LeftOut`); a pipeline check's (runs tagged ``pipeline-check``) says so
+across it (:func:`~.core.plots.mark_pipeline_check`)."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
 from ...training.runs import results
-from ..inputs.records import ReportData, RunRecord
-from ..core.plots import LeftOut, new_figure, save_figure
+from ..inputs.records import ReportData, RunRecord, is_pipeline_check
+from ..core.plots import LeftOut, mark_pipeline_check, new_figure, save_figure
 from ..table3.paper import load_paper
 from ..table3.table import ordered_variants
 
@@ -166,6 +167,7 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path, formats=("png",))
         axes[k // ncols][k % ncols].set_visible(False)
     fig.suptitle(f"Dev perplexity during training, each row family against the base (black); sweep "
                  f"{data.sweep.name}", fontsize=10)
+    mark_pipeline_check(fig, is_pipeline_check(data.records))
     return save_figure(fig, path, formats, empty="no row has a dev-perplexity curve (no validation logged)")
 
 
@@ -198,6 +200,7 @@ def plot_bleu_vs_params(table: dict, path: str | Path, formats=("png",)) -> str:
         ours.text(0.5, 0.5, "no completed run", ha="center", va="center", transform=ours.transAxes)
     if not paper.lines:
         paper.text(0.5, 0.5, "no row of the paper in this sweep", ha="center", va="center", transform=paper.transAxes)
+    mark_pipeline_check(fig, bool(table.get("pipeline_check")))
     return save_figure(fig, path, formats, empty="no completed run with a dev BLEU and no row of the paper")
 
 
@@ -253,6 +256,7 @@ def plot_norm_curves(data: ReportData, path: str | Path, formats=("png",)) -> st
     fig.suptitle("Layer norm before (pre-norm) or after (post-norm, the paper's) each sublayer: training curves"
                  + (f" ({'; '.join(missing)})" if missing else ""),
                  fontsize=10)
+    mark_pipeline_check(fig, is_pipeline_check(data.records))
     return save_figure(fig, path, formats, empty="neither the base nor a pre-norm row has a training curve")
 
 
@@ -290,6 +294,7 @@ def plot_ppl_vs_flops(table: dict, path: str | Path, formats=("png",)) -> str:
     ax.set_title(f"Dev perplexity against training compute; sweep {table['sweep']}"
                  + (f" (no FLOP count: {', '.join(missing)})" if missing else ""), fontsize=9)
     ax.grid(True, alpha=0.3)
+    mark_pipeline_check(fig, bool(table.get("pipeline_check")))
     return save_figure(fig, path, formats, empty="no row has a dev-perplexity curve and a FLOP count")
 
 
@@ -374,4 +379,5 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
     fig.suptitle((title or f"Each row's dev log-PPL against the base's, fitted ({s['family']} law) and extrapolated to "
                   f"{s['k']:g} × the budget; sweep {table.get('sweep')}")
                  + "\nx: training step, dashed: the budget; hollow: before the warmup (not fitted)", fontsize=9)
+    mark_pipeline_check(fig, bool(table.get("pipeline_check")))
     return save_figure(fig, path, formats)

@@ -10,11 +10,16 @@ named beside the row's name. The rows are in the table's order, a ``\\midrule`` 
 are printed as ``table3.md`` prints them. The preamble needs ``\\usepackage{booktabs}``.
 
 Every string (a row's name, the sweep's, a status) goes in through :func:`tex_text`: LaTeX's special characters
-are escaped, so a name reads as itself and never runs as a command.
+are escaped, so a name reads as itself and never runs as a command; brackets and ``*`` are braced (after ``\\\\``
+or ``\\midrule`` a ``[2pt]`` would be read as an optional argument), dashes and quotes are kept from their
+ligatures (``---`` prints three hyphens, not an em dash), and the output is ASCII: an accented Latin letter is
+written with its accent command (``é``: ``\\'{e}``), any other character the default (OT1) fonts lack as a visible
+``\\texttt{U+1F600}`` (an emoji or a CJK character would stop ``pdflatex``).
 """
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 
 from ...training.atomic import write_text
@@ -27,13 +32,41 @@ TEX_FILE, STANDALONE_FILE = "table3.tex", "table3-standalone.tex"
 _ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"$\mathdollar$", "#": r"\#", "_": r"\_",
             "{": r"\{", "}": r"\}", "~": r"\~{}", "^": r"\^{}", "<": r"\textless{}", ">": r"\textgreater{}",
             "|": r"\textbar{}", "±": r"$\pm$", "×": r"$\times$", "Δ": r"$\Delta$", "σ": r"$\sigma$",
-            "ε": r"$\epsilon$", "→": r"$\to$", "−": "-"}
-_SPECIAL = re.compile("|".join(map(re.escape, _ESCAPES)))
+            "ε": r"$\epsilon$", "→": r"$\to$", "−": "-",
+            # read as an optional argument after \\ or \midrule, or as \\*: braced, they print as themselves
+            "[": "{[}", "]": "{]}", "*": "{*}",
+            "`": "{`}",  # `` a quote, !` ?` inverted marks: ligatures broken by a group (and -- '' below)
+            # letters OT1 has under a command of their own
+            "ß": r"\ss{}", "æ": r"\ae{}", "Æ": r"\AE{}", "œ": r"\oe{}", "Œ": r"\OE{}", "ø": r"\o{}",
+            "Ø": r"\O{}", "ł": r"\l{}", "Ł": r"\L{}", "ı": r"\i{}", "¡": "!{`}", "¿": "?{`}", "·": r"$\cdot$",
+            "°": r"$^\circ$", "…": r"\ldots{}", "–": "-{}-{}", "—": "-{}-{}-{}", "“": "``", "”": "''",
+            "‘": "`", "’": "'", "\u00a0": "~"}
+# the combining accents OT1 sets over a letter: NFD's mark -> its accent command
+_ACCENTS = {"\u0300": "`", "\u0301": "'", "\u0302": "^", "\u0303": "~", "\u0308": '"', "\u0304": "=",
+            "\u0306": "u", "\u0307": ".", "\u030a": "r", "\u030b": "H", "\u030c": "v", "\u0327": "c"}
+# a character whose ligature with the next one (-- an en dash, --- an em dash, '' a quote) is broken by a group
+_LIGATURES = {"-": "-{}", "'": "'{}"}
+_SPECIAL = re.compile("|".join(f"{re.escape(c)}(?={re.escape(c)})" for c in _LIGATURES) + "|"
+                      + "|".join(map(re.escape, _ESCAPES)) + "|[^\x20-\x7e]")
+
+
+def _char(c: str) -> str:
+    """One character of :func:`tex_text`: its escape, a Latin letter with its accent commands, else a visible
+    ``\texttt{U+XXXX}`` (nothing the default fonts lack reaches pdflatex)."""
+    if c in _ESCAPES or c in _LIGATURES:  # a "-" or "'" is matched only before another
+        return _ESCAPES.get(c) or _LIGATURES[c]
+    base, *marks = unicodedata.normalize("NFD", c)
+    if base.isascii() and base.isalpha() and marks and all(m in _ACCENTS for m in marks):
+        out = r"\i" if base == "i" and marks else base
+        for m in marks:
+            out = rf"\{_ACCENTS[m]}{{{out}}}"
+        return out
+    return rf"\texttt{{U+{ord(c):04X}}}"
 
 
 def tex_text(value) -> str:
-    """``value`` as LaTeX text that prints as itself, on one line."""
-    return _SPECIAL.sub(lambda m: _ESCAPES[m.group()], " ".join(str(value).split()))
+    """``value`` as LaTeX text that prints as itself, on one line, in ASCII (the module docstring)."""
+    return _SPECIAL.sub(lambda m: _char(m.group()), " ".join(str(value).split()))
 
 
 def _label(sweep: str) -> str:

@@ -11,7 +11,10 @@ direction to compare with; pale where the change is within seed noise. The band 
 noise (``NOISE_K`` × the base's standard deviation over its seeds, as a share of the base: the table's rule,
 :mod:`.stats`). The right column is each row's verdict (:mod:`.verdict`: holds, may flip, within noise, too few
 points). A row with no change to show (no completed run, or no base) says "no data" in place of its bar; a row the
-paper lacks says so in place of the paper's.
+paper lacks says so in place of the paper's. A change is never shown as a share of a base of (about) nothing: where
+our base's value shows as 0, or a dev BLEU below :data:`~.stats.BLEU_FLOOR` (BLEU set by the smoothing of zero
+counts), our bars give way to "n/a" and the absolute change (:func:`relative_shown`). A pipeline check's figure
+(runs tagged ``pipeline-check``) says so in its title and across it (:func:`~.plots.mark_pipeline_check`).
 
 :func:`changes_markdown` is its section of ``table3.md`` (the figure and its caption), :func:`changes_caption` the
 same without the image (the notebook shows the figure itself below it).
@@ -24,8 +27,8 @@ from pathlib import Path
 
 from ...training.config.config import TABLE3_KNOBS
 from .figures import FAMILY_TITLES, OTHER
-from ..core.plots import save_figure
-from ..table3.stats import NOISE_K
+from ..core.plots import mark_pipeline_check, save_figure
+from ..table3.stats import BLEU_FLOOR, NOISE_K
 from ..core.text import fmt_knob
 from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN
 
@@ -104,6 +107,17 @@ def _no_data(row) -> str:
     return "no data" + (f" ({why.group(1)})" if why else "")
 
 
+def relative_shown(table: dict, metric: str) -> bool:
+    """Whether our changes of ``metric`` are shown as a share of our base: its value shows as nonzero at the
+    figure's precision and, for BLEU, is at least :data:`~.stats.BLEU_FLOOR` (a share of about nothing is no
+    number: a pipeline check's +0.22 BLEU over a base of 0.004 is "+5525%")."""
+    base = _base(table)
+    value = _get(base, f"dev_{metric}") if base is not None else None
+    if value is None:
+        return True  # no base: every row says "no data" anyway
+    return round(abs(value), 2 if metric == "ppl" else 1) > 0 and (metric != "bleu" or abs(value) >= BLEU_FLOOR)
+
+
 def _base_text(table: dict, metric: str) -> str:
     base = _base(table)
     ours, sd = (_get(base, f"dev_{metric}"), _get(base, f"dev_{metric}_std")) if base is not None else (None, None)
@@ -115,7 +129,8 @@ def _base_text(table: dict, metric: str) -> str:
 
 
 def _draw_metric(ax, table: dict, metric: str, label: str, better: str, items) -> None:
-    band = noise_band(table, metric)
+    relative = relative_shown(table, metric)
+    band = noise_band(table, metric) if relative else None  # a share of about nothing: no band either
     if band is not None:
         ax.axvspan(-100 * band, 100 * band, color="black", alpha=0.1, linewidth=0, zorder=0)
     ax.axvline(0, color="black", linewidth=0.8, zorder=1)
@@ -125,7 +140,11 @@ def _draw_metric(ax, table: dict, metric: str, label: str, better: str, items) -
             ax.axhline(y - 0.5, color="black", linewidth=0.4, alpha=0.4)
             continue
         ours, paper = _get(row, f"delta_{metric}_rel"), _get(row, f"paper_delta_{metric}_rel")
-        if ours is None:
+        absolute = _get(row, f"delta_{metric}")
+        if not relative and absolute is not None:
+            ax.annotate(f"n/a: our base is about 0 (change {absolute:+.2f})", (0, y - _GAP), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=7, fontstyle="italic", color="dimgray")
+        elif ours is None:
             ax.annotate(_no_data(row), (0, y - _GAP), xytext=(4, 0), textcoords="offset points", va="center",
                         fontsize=7, fontstyle="italic", color="dimgray")
         else:
@@ -207,9 +226,12 @@ def plot_changes(table: dict, path: str | Path, formats=("png",)) -> str:
     if not items:
         first.text(0.5, 0.5, "no data: the sweep has no row beside the base", ha="center", va="center",
                    transform=first.transAxes, color="dimgray")
-    fig.suptitle(f"{TITLE} (sweep {table['sweep']})\nEach side's change as a share of its own base; "
-                 "the tables below give every number", fontsize=10)
+    check = bool(table.get("pipeline_check"))
+    fig.suptitle(("PIPELINE CHECK (runs tagged pipeline-check), not a result: numbers say nothing\n" if check else "")
+                 + f"{TITLE} (sweep {table['sweep']})\nEach side's change as a share of its own base; "
+                 "the tables below give every number", fontsize=10, color="red" if check else "black")
     _legend(fig, table)
+    mark_pipeline_check(fig, check)
     return save_figure(fig, path, formats)
 
 
@@ -219,15 +241,20 @@ def changes_caption(table: dict) -> str:
     noise = (f"the shaded band is our seed noise ({NOISE_K:g} × the base's standard deviation over its "
              f"{table.get('base_seeds', 0)} seeds, ±{100 * band:.0f}% of its dev PPL)" if band is not None else
              "our seed noise is unknown (one base seed): no band")
+    zero = [label for metric, label, _ in shown_metrics(table) if not relative_shown(table, metric)]
     return ("## " + TITLE + "\n\n"
-            "Each row's change of dev perplexity"
+            + ("**Pipeline check (runs tagged pipeline-check): numbers say nothing.** " if table.get("pipeline_check")
+               else "")
+            + "Each row's change of dev perplexity"
             + (" and dev BLEU" if len(shown_metrics(table)) > 1 else "")
             + " against its own base, as a share of that base: ours (upper bar; blue: the paper's direction, "
               "orange: the opposite, purple: the paper has none to compare; pale: within seed noise) above the "
               "paper's (grey); " + noise
             + "; on the right, each row's verdict from its learning curve extrapolated (holds, may flip, within "
               "noise, too few points; the rule is in the notes). \"no data\": the row has no completed run to "
-              "compare.\n")
+              "compare."
+            + (f" \"n/a\": our base's {' and '.join(zero)} is about 0 (a share of it would be no number): the "
+               "absolute change is given instead." if zero else "") + "\n")
 
 
 def changes_markdown(table: dict) -> str:
