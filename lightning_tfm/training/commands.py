@@ -185,20 +185,37 @@ def check_out_file(out: str | None) -> None:
         raise UserError(f"--out {out}: the folder {probe} is not writable: give a path you can write")
 
 
-def checkpoint_label(checkpoint: str, run_dir: Path) -> str:
-    """The name of a ``--checkpoint`` in a hypotheses file's name: ``last``, ``best``, ``average``, or a file's stem
-    (``step=000050``) when the file is one of the run's own; another run's checkpoint is named with its run folder
-    (``<run>.last``; a file elsewhere: with its folder), so that its hypotheses never take the place of the run's
-    own under the same label (the user asked for that checkpoint's translations beside, not instead of, the run's)."""
-    from .runs.checkpoints import own_run
+def path_tag(path: str | Path) -> str:
+    """Eight hex digits that tell one file from another of the same name: a hash of its resolved path."""
+    import hashlib
 
+    return hashlib.sha256(str(Path(path).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def checkpoint_label(checkpoint: str, run_dir: Path, average_last: int | None = None) -> str:
+    """The name of a ``--checkpoint`` in a hypotheses file's name: ``last``, ``best``, ``average`` (the written
+    ``checkpoints/average.ckpt``; ``average-last3`` when none is written and the last 3 are averaged in memory), or
+    a file's stem (``step=000050``) when the file is one of the run's own. Another run's checkpoint is named with
+    its run folder and a hash of its path (``<run>-1a2b3c4d.last``; a file elsewhere: with its folder), so that its
+    hypotheses never take the place of the run's own under the same label, nor those of another checkpoint whose
+    run folder has the same name (``results/X`` and ``results-quick/X``)."""
+    from .runs.checkpoints import own_run, resolve_checkpoint
+
+    if checkpoint == "average" and resolve_checkpoint(run_dir, "average") is None:
+        return f"average-last{average_last or 5}"
     if checkpoint in ("last", "best", "average"):
         return checkpoint
     path = Path(checkpoint)
     owner = own_run(path)
     if owner is not None and owner.resolve() == run_dir.resolve():
         return path.stem
-    return f"{(owner or path.absolute().parent).name}.{path.stem}"
+    return f"{(owner or path.absolute().parent).name}-{path_tag(path)}.{path.stem}"
+
+
+def source_label(src: str) -> str:
+    """The name of a ``--src`` file in a hypotheses file's name: its name and a hash of its path (``val.en-1a2b3c4d``),
+    so that two sources of the same name in different folders never share a hypotheses file."""
+    return f"{Path(src).name.removesuffix('.gz')}-{path_tag(src)}"
 
 
 def _evaluate_arguments(e: argparse.ArgumentParser) -> None:
@@ -226,7 +243,9 @@ def evaluate_cli(args) -> int:
     if bool(args.src) != bool(args.ref):
         raise UserError("--src and --ref go together: give both line-aligned files")
     check_out_file(args.out)
-    model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, _average_last_override(args.overrides))
+    average_last = _average_last_override(args.overrides)
+    model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, average_last)
+    label = checkpoint_label(args.checkpoint, Path(args.run_dir), average_last or cfg.decode.average_last)
     cfg = apply_overrides(cfg, args.overrides)
     if args.src:
         src_lines, ref_lines = read_lines(args.src), read_lines(args.ref)
@@ -235,7 +254,7 @@ def evaluate_cli(args) -> int:
                             f"source and reference must be line-aligned")
         if not src_lines:
             raise UserError(f"{args.src} is empty: give at least one source sentence")
-        name = Path(args.src).name.removesuffix(".gz")
+        name = source_label(args.src)
     else:
         d = cfg.data
         name = args.split or d.test_split or d.dev_split
@@ -243,7 +262,6 @@ def evaluate_cli(args) -> int:
         limit = d.max_test_pairs if name == d.test_split else d.max_dev_pairs if name == d.dev_split else None
         ds = load_split(cfg, name, limit)
         src_lines, ref_lines = list(ds["src"]), list(ds["tgt"])
-    label = checkpoint_label(args.checkpoint, Path(args.run_dir))
     # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
     default_out = Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg.decode.beam_size}.txt"
     out = Path(args.out) if args.out else default_out
