@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import shlex
 import sys
@@ -130,34 +131,37 @@ AVERAGE = Command("average", "average the last N checkpoints of a run into one f
                   average_cli)
 
 
-def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
-    """``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides."""
+def check_overrides(overrides: list[str] | None) -> dict:
+    """The ``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides of ``evaluate`` and
+    ``translate``, read and checked before any work as ``ltfm train`` and ``ltfm config`` check them: a known key,
+    its type, its range (:func:`~.config.config.check_value`); {key: value}. A one-line UserError otherwise."""
     from .config import config
 
-    cfg = copy.deepcopy(cfg)
+    probe, checked = config.Config(), {}
     for text in overrides or []:
         key, value = config.parse_override(text)
         if key.split(".")[0] not in ("decode", "data"):
             raise UserError(f"cannot override {key!r} when decoding: only decode.* and data.* keys apply")
-        config.set_dotted(cfg, key, value)
-    if cfg.decode.beam_size < 1:
-        raise UserError(f"decode.beam_size={cfg.decode.beam_size} must be at least 1")
-    if cfg.decode.batch_sentences < 1:
-        raise UserError(f"decode.batch_sentences={cfg.decode.batch_sentences} must be at least 1")
-    return cfg
+        config.set_dotted(probe, key, value)  # an unknown key, a wrong type
+        checked[key] = value = config.get_dotted(probe, key)
+        if isinstance(value, float) and not math.isfinite(value):  # as config.validate says it, before the range
+            raise UserError(f"{key}={value} is not a finite number: give a real value")
+        config.check_value(key, value)  # its range, as the config check of ltfm train
+    return checked
 
 
-def _average_last_override(overrides: list[str] | None) -> int | None:
+def apply_overrides(cfg: Config, overrides: dict) -> Config:
+    """A copy of the run's ``cfg`` with ``overrides`` (:func:`check_overrides`) set, and the sections they touch
+    checked whole (their rules across keys: decode.max_len_a=0 with decode.max_len_b=0 allows no token)."""
     from .config import config
 
-    for text in overrides or []:
-        key, value = config.parse_override(text)
-        if key == "decode.average_last":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise UserError(f"decode.average_last={value!r} must be 0 (no averaging) or the number of last "
-                                "checkpoints to average, e.g. 5")
-            return value or None
-    return None
+    cfg = copy.deepcopy(cfg)
+    for key, value in overrides.items():
+        config.set_dotted(cfg, key, value)
+    for section in sorted({key.split(".")[0] for key in overrides}):
+        if (why := getattr(cfg, section).problem()) is not None:
+            raise UserError(why)
+    return cfg
 
 
 def _write_lines_atomic(path: Path, lines: list[str]) -> None:
@@ -242,11 +246,12 @@ def evaluate_cli(args) -> int:
         raise UserError("give either --split NAME or --src FILE --ref FILE, not both")
     if bool(args.src) != bool(args.ref):
         raise UserError("--src and --ref go together: give both line-aligned files")
+    overrides = check_overrides(args.overrides)
     check_out_file(args.out)
-    average_last = _average_last_override(args.overrides)
+    average_last = overrides.get("decode.average_last") or None
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, average_last)
     label = checkpoint_label(args.checkpoint, Path(args.run_dir), average_last or cfg.decode.average_last)
-    cfg = apply_overrides(cfg, args.overrides)
+    cfg = apply_overrides(cfg, overrides)
     if args.src:
         src_lines, ref_lines = read_lines(args.src), read_lines(args.ref)
         if len(src_lines) != len(ref_lines):
@@ -295,8 +300,9 @@ def translate_cli(args) -> int:
     from .runs.checkpoints import load_model
     from .evaluate import decode_dtype, translate_lines
 
-    model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, _average_last_override(args.overrides))
-    cfg = apply_overrides(cfg, args.overrides)
+    overrides = check_overrides(args.overrides)
+    model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, overrides.get("decode.average_last") or None)
+    cfg = apply_overrides(cfg, overrides)
     dtype = decode_dtype(cfg)
     chunk = 1 if sys.stdin.isatty() else max(8 * cfg.decode.batch_sentences, 1)
     total, buf = 0, []
