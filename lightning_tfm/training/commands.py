@@ -116,9 +116,12 @@ def _average_arguments(a: argparse.ArgumentParser) -> None:
 
 def average_cli(args) -> int:
     """``ltfm average RUN_DIR [--last N] [--out PATH]``."""
+    from .atomic import check_writable
     from .runs.checkpoints import write_average
 
-    check_out_file(args.out)
+    if args.out or Path(args.run_dir).is_dir():  # (a run folder that is not there: write_average says so)
+        check_writable([args.out or Path(args.run_dir) / "checkpoints" / "average.ckpt"],
+                       "--out" if args.out else "the averaged checkpoint")
     out, chosen = write_average(args.run_dir, args.last, args.out)
     note = "" if len(chosen) == args.last else f" (only {len(chosen)} available, {args.last} asked)"
     print(f"averaged {len(chosen)} checkpoints{note}: {', '.join(p.name for p in chosen)} -> {out}")
@@ -171,24 +174,6 @@ def _write_lines_atomic(path: Path, lines: list[str]) -> None:
     write_text(path, "".join(line + "\n" for line in lines))
 
 
-def check_out_file(out: str | None) -> None:
-    """``--out`` must name a file that can be written: checked before any work, so a decode of the whole test
-    set is never lost to a bad path at the end."""
-    if not out:
-        return
-    path = Path(out)
-    if path.is_dir():
-        raise UserError(f"--out {out} is a folder: give a file path, e.g. {path / 'out.txt'}")
-    parent = path.parent if str(path.parent) else Path(".")
-    probe = parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UserError(f"--out {out}: {probe} is a file, not a folder: give a path in a folder")
-    if not os.access(probe, os.W_OK):
-        raise UserError(f"--out {out}: the folder {probe} is not writable: give a path you can write")
-
-
 def path_tag(path: str | Path) -> str:
     """Eight hex digits that tell one file from another of the same name: a hash of its resolved path."""
     import hashlib
@@ -238,6 +223,7 @@ def evaluate_cli(args) -> int:
 
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
+    from .atomic import check_writable
     from .runs.checkpoints import load_model
     from .data.data import load_split, read_lines
     from .evaluate import decode_dtype, evaluate_texts, format_bleu
@@ -247,11 +233,17 @@ def evaluate_cli(args) -> int:
     if bool(args.src) != bool(args.ref):
         raise UserError("--src and --ref go together: give both line-aligned files")
     overrides = check_overrides(args.overrides)
-    check_out_file(args.out)
+    if args.out:  # before the checkpoint is read (the default name is known once it is)
+        check_writable([args.out])
     average_last = overrides.get("decode.average_last") or None
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, average_last)
     label = checkpoint_label(args.checkpoint, Path(args.run_dir), average_last or cfg.decode.average_last)
     cfg = apply_overrides(cfg, overrides)
+    d = cfg.data
+    name = source_label(args.src) if args.src else args.split or d.test_split or d.dev_split
+    # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
+    out = Path(args.out or Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg.decode.beam_size}.txt")
+    check_writable([out], "--out" if args.out else "the hypotheses file")  # before the data and the decoding
     if args.src:
         src_lines, ref_lines = read_lines(args.src), read_lines(args.ref)
         if len(src_lines) != len(ref_lines):
@@ -259,17 +251,11 @@ def evaluate_cli(args) -> int:
                             f"source and reference must be line-aligned")
         if not src_lines:
             raise UserError(f"{args.src} is empty: give at least one source sentence")
-        name = source_label(args.src)
     else:
-        d = cfg.data
-        name = args.split or d.test_split or d.dev_split
         # The run's own subset sizes apply to its own splits, so the numbers match its summary.
         limit = d.max_test_pairs if name == d.test_split else d.max_dev_pairs if name == d.dev_split else None
         ds = load_split(cfg, name, limit)
         src_lines, ref_lines = list(ds["src"]), list(ds["tgt"])
-    # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
-    default_out = Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg.decode.beam_size}.txt"
-    out = Path(args.out) if args.out else default_out
     hyps, result = evaluate_texts(model, tokenizer, src_lines, ref_lines, cfg.decode, cfg.data.tgt_lang,
                                   decode_dtype(cfg))
     _write_lines_atomic(out, hyps)
