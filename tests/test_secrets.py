@@ -94,3 +94,15 @@ def test_config_and_saved_settings_mask_the_password(data_dir, ltfm_here):
         p = ltfm_here("config", EXPERIMENT, f"sweep.storage={url}", f"data.path={data_dir}")
         assert p.returncode == 0, p.stderr
         assert "storage:" in p.stdout and not leaked(p.stdout + p.stderr), p.stdout
+
+
+@pytest.mark.parametrize("base", [f"http://ltfm:{SECRET}@127.0.0.1:9", f"http://127.0.0.1:9/?api_key={SECRET}"])
+def test_the_wandb_server_is_named_without_its_credentials(base, tmp_path, ltfm_here):
+    """``--from-wandb`` with a WANDB_BASE_URL holding credentials, unreachable: one line naming the server masked;
+    neither the URL's secret nor the API key shown."""
+    key = "k" * 12 + SECRET + "k" * 20
+    env = {"WANDB_API_KEY": key, "WANDB_BASE_URL": base, "HOME": str(tmp_path), "NETRC": str(tmp_path / "netrc")}
+    p = ltfm_here("report", SMOKE_SWEEP, "--from-wandb", "team/proj", "--out", tmp_path / "report", env=env)
+    assert p.returncode == 2 and "cannot reach W&B at http://" in p.stderr and "***" in p.stderr, p.stderr
+    assert not leaked(p.stdout + p.stderr), p.stderr
+    assert files_holding_secret(tmp_path) == []
