@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lightning_tfm.training.redact import mask_url, scrub, scrub_text
+from pg import pg_url, postgres  # noqa: F401  (fixtures)
 
 SMOKE_SWEEP = "sweeps/smoke.yaml"
 EXPERIMENT = "experiments/multi30k-smoke.yaml"
@@ -106,3 +107,28 @@ def test_the_wandb_server_is_named_without_its_credentials(base, tmp_path, ltfm_
     assert p.returncode == 2 and "cannot reach W&B at http://" in p.stderr and "***" in p.stderr, p.stderr
     assert not leaked(p.stdout + p.stderr), p.stderr
     assert files_holding_secret(tmp_path) == []
+
+
+def test_a_sweep_on_postgres_with_the_password_in_the_query_writes_it_nowhere(postgres, pg_url, tmp_path, data_dir):
+    """The whole way through a real server: a sweep (its trial's config, summary, logs and offline W&B run), its
+    --status and its report (whose optuna-dashboard line names the storage) with ``?password=`` in the URL."""
+    from conftest import ltfm, write_sweep
+
+    password = postgres.password
+    url = pg_url.replace(f":{password}@", "@") + f"?password={password}"
+    assert password in url and f":{password}@" not in url
+    results, wandb_dir = tmp_path / "results", tmp_path / "wandb"
+    sweep = write_sweep(tmp_path / "secret.yaml", "secret", {"base": {}})
+    common = [f"data.path={data_dir}", f"run.results_dir={results}", "--storage", url]
+    env = {"WANDB_DIR": str(wandb_dir), "WANDB_MODE": "offline"}
+    outputs = []
+    for args in (["sweep", sweep, *common], ["sweep", sweep, *common, "--status"],
+                 ["report", sweep, "--storage", url, "--results", results, "--out", tmp_path / "report"]):
+        p = ltfm(*args, env=env)
+        assert p.returncode == 0, (args[0], p.stdout[-2000:], p.stderr[-3000:])
+        outputs.append(p.stdout + p.stderr)
+    dashboard = [ln for ln in (tmp_path / "report" / "table3.md").read_text().splitlines() if "optuna-dashboard '" in ln]
+    assert dashboard and "?password=***'" in dashboard[0], dashboard  # the command to open the study, masked
+    assert [o for o in outputs if password in o] == []
+    assert any(results.rglob("summary.json")) and any(tmp_path.rglob("*.wandb"))
+    assert [f for f in tmp_path.rglob("*") if f.is_file() and password.encode() in f.read_bytes()] == []
