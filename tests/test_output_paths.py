@@ -87,7 +87,8 @@ def test_an_average_in_memory_is_named_by_how_many_checkpoints_it_averages(tmp_p
     src, ref = sources
     names = set()
     for n in (2, 3):
-        p = ltfm_here("evaluate", run, "--checkpoint", "average", f"decode.average_last={n}", "--src", src, "--ref", ref)
+        p = ltfm_here("evaluate", run, "--checkpoint", "average", f"decode.average_last={n}", "--src", src,
+                      "--ref", ref)
         assert p.returncode == 0, p.stderr[-2000:]
         names.add(Path(next(ln for ln in p.stdout.splitlines() if ln.startswith("hypotheses: ")).split()[1]).name)
     assert len(names) == 2 and all(f".average-last" in n for n in names), names
@@ -125,7 +126,8 @@ def read_only_folder(tmp_path: Path) -> Path:
 
     folder = tmp_path / "read-only"
     folder.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)], capture_output=True).returncode:
+    mount = ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)]
+    if subprocess.run(mount, capture_output=True).returncode:
         if os.geteuid() == 0:
             pytest.skip("no read-only folder for root here: cannot mount a read-only tmpfs, and root writes anywhere")
         folder.chmod(0o555)

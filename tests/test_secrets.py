@@ -60,7 +60,8 @@ def test_mask_url_masks_every_form(form):
 
 
 def test_what_is_not_a_secret_is_shown_as_it_is():
-    for url in ("sqlite:////tmp/results/smoke.db", "postgresql://ltfm@h:5432/db?sslmode=require&passfile=/home/u/.pgpass",
+    for url in ("sqlite:////tmp/results/smoke.db",
+                "postgresql://ltfm@h:5432/db?sslmode=require&passfile=/home/u/.pgpass",
                 "postgresql://ltfm@h/db?application_name=ltfm&keepalives=1"):
         assert mask_url(url) == url
     assert scrub_text("train.batch_tokens=4096 decode.max_len_b=5 passwordless=1") == \
@@ -127,7 +128,8 @@ def test_a_sweep_on_postgres_with_the_password_in_the_query_writes_it_nowhere(po
         p = ltfm(*args, env=env)
         assert p.returncode == 0, (args[0], p.stdout[-2000:], p.stderr[-3000:])
         outputs.append(p.stdout + p.stderr)
-    dashboard = [ln for ln in (tmp_path / "report" / "table3.md").read_text().splitlines() if "optuna-dashboard '" in ln]
+    md = (tmp_path / "report" / "table3.md").read_text()
+    dashboard = [ln for ln in md.splitlines() if "optuna-dashboard '" in ln]
     assert dashboard and "?password=***'" in dashboard[0], dashboard  # the command to open the study, masked
     assert [o for o in outputs if password in o] == []
     assert any(results.rglob("summary.json")) and any(tmp_path.rglob("*.wandb"))
