@@ -134,3 +134,12 @@ def test_a_sweep_on_postgres_with_the_password_in_the_query_writes_it_nowhere(po
     assert [o for o in outputs if password in o] == []
     assert any(results.rglob("summary.json")) and any(tmp_path.rglob("*.wandb"))
     assert [f for f in tmp_path.rglob("*") if f.is_file() and password.encode() in f.read_bytes()] == []
+
+
+@pytest.mark.parametrize("form", ["query", "userinfo", "keyword-dsn"])
+def test_an_argument_error_quoting_a_url_masks_it(form, ltfm_here):
+    """argparse quotes what it does not know: a mistyped ``--storge URL`` is said back masked."""
+    p = ltfm_here("sweep", SMOKE_SWEEP, "--storge", FORMS[form])
+    assert p.returncode == 2 and "unrecognized arguments: --storge" in p.stderr, p.stderr
+    assert not leaked(p.stdout + p.stderr), p.stderr
+    assert "***" in p.stderr or "=" in FORMS[form], p.stderr  # (a word with "=" is taken for an override)
