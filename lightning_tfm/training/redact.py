@@ -2,8 +2,11 @@
 a secret reaches a child process that writes its parameters down (a report's notebook): :func:`hide`, :func:`reveal`.
 
 Anything that goes to a file, a log, the terminal or W&B passes through :func:`scrub` (nested data and
-free text) or :func:`mask_url` (one URL). A URL is masked by *parsing* it (SQLAlchemy's ``make_url``),
-so a password holding ``@``, ``:`` or ``/`` is masked whole, not just up to its first odd character.
+free text), :func:`scrub_text` (a message; every one-line error of ``ltfm`` does) or :func:`mask_url` (one URL or
+libpq keyword DSN). Every form a secret takes in one is masked by the same rules: the password of the user
+information (up to the *last* "@", so a password holding ``@``, ``:`` or ``/`` is masked whole), and the value of
+every ``key=value`` pair whose key names a secret (:func:`is_secret_key`: ``password``, ``sslpassword``, ``token``,
+``api_key``, ``key``, ...; percent-encoded keys read decoded), in a URL's query or a DSN, quoted or not.
 """
 from __future__ import annotations
 
