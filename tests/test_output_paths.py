@@ -64,6 +64,19 @@ def test_checkpoints_of_runs_with_the_same_folder_name_never_share_a_hypotheses_
     assert sorted(p.name for p in (run / "hyps").iterdir()) == sorted(f.name for f in written.values())
 
 
+def test_a_checkpoint_with_long_names_gets_a_default_name_that_fits(tmp_path, data_dir, vocabularies, sources,
+                                                                     ltfm_here):
+    run = tiny_run(tmp_path / "results" / "mine", data_dir, vocabularies["de"])
+    elsewhere = tmp_path / ("f" * 200) / ("c" * 200 + ".ckpt")  # a checkpoint outside any run folder
+    elsewhere.parent.mkdir()
+    shutil.copy(run / "checkpoints" / "last.ckpt", elsewhere)
+    src, ref = sources
+    p = ltfm_here("evaluate", run, "--checkpoint", elsewhere, "--src", src, "--ref", ref)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (hyps,) = (run / "hyps").iterdir()
+    assert len(os.fsencode(hyps.name)) <= 255 and hyps.name.startswith("val.en-") and "f" * 40 + "-" in hyps.name
+
+
 def test_sources_of_the_same_name_never_share_a_hypotheses_file(tmp_path, data_dir, vocabularies, sources, ltfm_here):
     run = tiny_run(tmp_path / "results" / "mine", data_dir, vocabularies["de"])
     src, ref = sources

@@ -174,6 +174,11 @@ def _write_lines_atomic(path: Path, lines: list[str]) -> None:
     write_text(path, "".join(line + "\n" for line in lines))
 
 
+#: How much of a folder's or a file's name a hypotheses file's name keeps (characters; the hash beside it tells them
+#: apart): the default name then fits in a folder's 255 bytes whatever the run folder or the source is called
+_KEPT = 40
+
+
 def path_tag(path: str | Path) -> str:
     """Eight hex digits that tell one file from another of the same name: a hash of its resolved path."""
     import hashlib
@@ -198,13 +203,13 @@ def checkpoint_label(checkpoint: str, run_dir: Path, average_last: int | None = 
     owner = own_run(path)
     if owner is not None and owner.resolve() == run_dir.resolve():
         return path.stem
-    return f"{(owner or path.absolute().parent).name}-{path_tag(path)}.{path.stem}"
+    return f"{(owner or path.absolute().parent).name[:_KEPT]}-{path_tag(path)}.{path.stem[:_KEPT]}"
 
 
 def source_label(src: str) -> str:
     """The name of a ``--src`` file in a hypotheses file's name: its name and a hash of its path (``val.en-1a2b3c4d``),
     so that two sources of the same name in different folders never share a hypotheses file."""
-    return f"{Path(src).name.removesuffix('.gz')}-{path_tag(src)}"
+    return f"{Path(src).name.removesuffix('.gz')[:_KEPT]}-{path_tag(src)}"
 
 
 def _evaluate_arguments(e: argparse.ArgumentParser) -> None:
@@ -243,7 +248,7 @@ def evaluate_cli(args) -> int:
     name = source_label(args.src) if args.src else args.split or d.test_split or d.dev_split
     # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
     out = Path(args.out or Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg.decode.beam_size}.txt")
-    check_writable([out], "--out" if args.out else "the hypotheses file")  # before the data and the decoding
+    check_writable([out], "--out" if args.out else "the hypotheses file (--out FILE names another)")  # before the work
     if args.src:
         src_lines, ref_lines = read_lines(args.src), read_lines(args.ref)
         if len(src_lines) != len(ref_lines):
