@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         if extra:
             args.overrides = list(args.overrides or []) + extra
         return next(c for c in COMMANDS if c.name == args.command).handler(args)
-    except UserError as e:
-        print(f"ltfm: error: {e}", file=sys.stderr)
+    except UserError as e:  # its text masked (training/redact.py): argparse quotes a mistyped --storage URL whole
+        from .training.redact import scrub_text
+        print(f"ltfm: error: {scrub_text(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ltfm: interrupted", file=sys.stderr)

@@ -112,7 +112,7 @@ def test_evaluate_prints_the_bleu_of_sacrebleus_command_line(run_dir, src_ref):
     src, ref, refs = src_ref
     p = ltfm("evaluate", run_dir, "decode.beam_size=3", "--src", src, "--ref", ref)
     assert p.returncode == 0, p.stderr
-    hyp_file = run_dir / "hyps" / "val.en.last.beam3.txt"
+    (hyp_file,) = (run_dir / "hyps").glob("val.en-*.last.beam3.txt")  # val.en-<hash of its path>
     hyps = hyp_file.read_text().splitlines()
     assert len(hyps) == len(refs)
     cli = subprocess.run([str(SACREBLEU), str(ref), "-i", str(hyp_file), "-w", "2"], capture_output=True,

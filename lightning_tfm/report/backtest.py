@@ -316,9 +316,11 @@ def backtest_cli(args, sweep) -> int:
     out = None
     if args.out:
         out = Path(args.out)
-        if out.suffix != ".json" or out.is_dir():
+        if out.suffix != ".json":
             raise UserError(f"--out {args.out!r}: a back-test writes FILE.json (and FILE.md, FILE.png beside it): "
                             "give a path ending in .json")
+        from ..training.atomic import check_writable
+        check_writable([out, out.with_suffix(".md"), out.with_suffix(".png")])  # all three, before any reading
     earlier = read_export(sweep, args.from_export)
     curves = _curves(earlier)
     if not curves["runs"].get("base"):

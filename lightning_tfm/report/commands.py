@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 from ..training.commands import Command, say_done
@@ -71,10 +72,11 @@ def report_cli(args) -> int:
     check_sources(args)
     formats = _formats(args, sweep)
     if args.against:
+        given = Path(args.out or Path("reports") / "build" / f"{sweep.name}-vs-{load_sweep(args.against).name}")
+        check_report_out(given.absolute())
         code = compare_cli(args, sweep)
         if code == 0:
-            other = load_sweep(args.against).name
-            _say_done(Path(args.out or Path("reports") / "build" / f"{sweep.name}-vs-{other}"), "compare")
+            _say_done(given, "compare")
         return code
     name = notebook_name(sweep)
     if args.from_export and name != "table3":
@@ -83,6 +85,7 @@ def report_cli(args) -> int:
         raise UserError(f"--from-export rebuilds a Table 3 report (a sweep with variants), not {kind}: drop "
                         "--from-export and read the runs")
     out = Path(args.out or Path("reports") / "build" / sweep.name).absolute()
+    check_report_out(out)
     check_out(out)
     parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
     if name in ("table2", "table3"):
@@ -126,6 +129,20 @@ def report_cli(args) -> int:
             _say_done(Path(args.out or Path("reports") / "build" / sweep.name), name, study)
         return code
     return stopped["code"]
+
+
+def check_report_out(out: Path) -> None:
+    """That the report folder ``out`` can be made, before any notebook runs (:func:`~lightning_tfm.training.atomic.
+    check_writable`): its name, and the names :mod:`.publish.notebooks` gives the folders and the lock beside it while
+    it replaces it (``.<name>.tmp-<pid>``, ``.<name>.old-<pid>``, ``.<name>.lock``), each within NAME_MAX."""
+    from ..training.atomic import NAME_MAX, check_writable
+
+    beside = [out.with_name(f".{out.name}.{kind}-{os.getpid()}") for kind in ("tmp", "old")]
+    room = NAME_MAX - max(len(os.fsencode(p.name)) - len(os.fsencode(out.name)) for p in beside)
+    if len(os.fsencode(out.name)) > room:
+        raise UserError(f"--out {str(out)[:60]}...: the report folder's name is {len(os.fsencode(out.name))} bytes; "
+                        f"the folders made beside it while it is replaced need it at most {room}: give a shorter name")
+    check_writable(files=[out.with_name(f".{out.name}.lock")], folders=[out, *beside])
 
 
 def _say_done(out: Path, name: str, study: str | None = None) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import shlex
 import sys
@@ -115,9 +116,12 @@ def _average_arguments(a: argparse.ArgumentParser) -> None:
 
 def average_cli(args) -> int:
     """``ltfm average RUN_DIR [--last N] [--out PATH]``."""
+    from .atomic import check_writable
     from .runs.checkpoints import write_average
 
-    check_out_file(args.out)
+    if args.out or Path(args.run_dir).is_dir():  # (a run folder that is not there: write_average says so)
+        check_writable([args.out or Path(args.run_dir) / "checkpoints" / "average.ckpt"],
+                       "--out" if args.out else "the averaged checkpoint")
     out, chosen = write_average(args.run_dir, args.last, args.out)
     note = "" if len(chosen) == args.last else f" (only {len(chosen)} available, {args.last} asked)"
     print(f"averaged {len(chosen)} checkpoints{note}: {', '.join(p.name for p in chosen)} -> {out}")
@@ -130,34 +134,37 @@ AVERAGE = Command("average", "average the last N checkpoints of a run into one f
                   average_cli)
 
 
-def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
-    """``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides."""
+def check_overrides(overrides: list[str] | None) -> dict:
+    """The ``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides of ``evaluate`` and
+    ``translate``, read and checked before any work as ``ltfm train`` and ``ltfm config`` check them: a known key,
+    its type, its range (:func:`~.config.config.check_value`); {key: value}. A one-line UserError otherwise."""
     from .config import config
 
-    cfg = copy.deepcopy(cfg)
+    probe, checked = config.Config(), {}
     for text in overrides or []:
         key, value = config.parse_override(text)
         if key.split(".")[0] not in ("decode", "data"):
             raise UserError(f"cannot override {key!r} when decoding: only decode.* and data.* keys apply")
-        config.set_dotted(cfg, key, value)
-    if cfg.decode.beam_size < 1:
-        raise UserError(f"decode.beam_size={cfg.decode.beam_size} must be at least 1")
-    if cfg.decode.batch_sentences < 1:
-        raise UserError(f"decode.batch_sentences={cfg.decode.batch_sentences} must be at least 1")
-    return cfg
+        config.set_dotted(probe, key, value)  # an unknown key, a wrong type
+        checked[key] = value = config.get_dotted(probe, key)
+        if isinstance(value, float) and not math.isfinite(value):  # as config.validate says it, before the range
+            raise UserError(f"{key}={value} is not a finite number: give a real value")
+        config.check_value(key, value)  # its range, as the config check of ltfm train
+    return checked
 
 
-def _average_last_override(overrides: list[str] | None) -> int | None:
+def apply_overrides(cfg: Config, overrides: dict) -> Config:
+    """A copy of the run's ``cfg`` with ``overrides`` (:func:`check_overrides`) set, and the sections they touch
+    checked whole (their rules across keys: decode.max_len_a=0 with decode.max_len_b=0 allows no token)."""
     from .config import config
 
-    for text in overrides or []:
-        key, value = config.parse_override(text)
-        if key == "decode.average_last":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise UserError(f"decode.average_last={value!r} must be 0 (no averaging) or the number of last "
-                                "checkpoints to average, e.g. 5")
-            return value or None
-    return None
+    cfg = copy.deepcopy(cfg)
+    for key, value in overrides.items():
+        config.set_dotted(cfg, key, value)
+    for section in sorted({key.split(".")[0] for key in overrides}):
+        if (why := getattr(cfg, section).problem()) is not None:
+            raise UserError(why)
+    return cfg
 
 
 def _write_lines_atomic(path: Path, lines: list[str]) -> None:
@@ -167,38 +174,42 @@ def _write_lines_atomic(path: Path, lines: list[str]) -> None:
     write_text(path, "".join(line + "\n" for line in lines))
 
 
-def check_out_file(out: str | None) -> None:
-    """``--out`` must name a file that can be written: checked before any work, so a decode of the whole test
-    set is never lost to a bad path at the end."""
-    if not out:
-        return
-    path = Path(out)
-    if path.is_dir():
-        raise UserError(f"--out {out} is a folder: give a file path, e.g. {path / 'out.txt'}")
-    parent = path.parent if str(path.parent) else Path(".")
-    probe = parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UserError(f"--out {out}: {probe} is a file, not a folder: give a path in a folder")
-    if not os.access(probe, os.W_OK):
-        raise UserError(f"--out {out}: the folder {probe} is not writable: give a path you can write")
+#: How much of a folder's or a file's name a hypotheses file's name keeps (characters; the hash beside it tells them
+#: apart): the default name then fits in a folder's 255 bytes whatever the run folder or the source is called
+_KEPT = 40
 
 
-def checkpoint_label(checkpoint: str, run_dir: Path) -> str:
-    """The name of a ``--checkpoint`` in a hypotheses file's name: ``last``, ``best``, ``average``, or a file's stem
-    (``step=000050``) when the file is one of the run's own; another run's checkpoint is named with its run folder
-    (``<run>.last``; a file elsewhere: with its folder), so that its hypotheses never take the place of the run's
-    own under the same label (the user asked for that checkpoint's translations beside, not instead of, the run's)."""
-    from .runs.checkpoints import own_run
+def path_tag(path: str | Path) -> str:
+    """Eight hex digits that tell one file from another of the same name: a hash of its resolved path."""
+    import hashlib
 
+    return hashlib.sha256(str(Path(path).resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def checkpoint_label(checkpoint: str, run_dir: Path, average_last: int | None = None) -> str:
+    """The name of a ``--checkpoint`` in a hypotheses file's name: ``last``, ``best``, ``average`` (the written
+    ``checkpoints/average.ckpt``; ``average-last3`` when none is written and the last 3 are averaged in memory), or
+    a file's stem (``step=000050``) when the file is one of the run's own. Another run's checkpoint is named with
+    its run folder and a hash of its path (``<run>-1a2b3c4d.last``; a file elsewhere: with its folder), so that its
+    hypotheses never take the place of the run's own under the same label, nor those of another checkpoint whose
+    run folder has the same name (``results/X`` and ``results-quick/X``)."""
+    from .runs.checkpoints import own_run, resolve_checkpoint
+
+    if checkpoint == "average" and resolve_checkpoint(run_dir, "average") is None:
+        return f"average-last{average_last or 5}"
     if checkpoint in ("last", "best", "average"):
         return checkpoint
     path = Path(checkpoint)
     owner = own_run(path)
     if owner is not None and owner.resolve() == run_dir.resolve():
         return path.stem
-    return f"{(owner or path.absolute().parent).name}.{path.stem}"
+    return f"{(owner or path.absolute().parent).name[:_KEPT]}-{path_tag(path)}.{path.stem[:_KEPT]}"
+
+
+def source_label(src: str) -> str:
+    """The name of a ``--src`` file in a hypotheses file's name: its name and a hash of its path (``val.en-1a2b3c4d``),
+    so that two sources of the same name in different folders never share a hypotheses file."""
+    return f"{Path(src).name.removesuffix('.gz')[:_KEPT]}-{path_tag(src)}"
 
 
 def _evaluate_arguments(e: argparse.ArgumentParser) -> None:
@@ -217,6 +228,7 @@ def evaluate_cli(args) -> int:
 
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
+    from .atomic import check_writable
     from .runs.checkpoints import load_model
     from .data.data import load_split, read_lines
     from .evaluate import decode_dtype, evaluate_texts, format_bleu
@@ -225,9 +237,18 @@ def evaluate_cli(args) -> int:
         raise UserError("give either --split NAME or --src FILE --ref FILE, not both")
     if bool(args.src) != bool(args.ref):
         raise UserError("--src and --ref go together: give both line-aligned files")
-    check_out_file(args.out)
-    model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, _average_last_override(args.overrides))
-    cfg = apply_overrides(cfg, args.overrides)
+    overrides = check_overrides(args.overrides)
+    if args.out:  # before the checkpoint is read (the default name is known once it is)
+        check_writable([args.out])
+    average_last = overrides.get("decode.average_last") or None
+    model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, average_last)
+    label = checkpoint_label(args.checkpoint, Path(args.run_dir), average_last or cfg.decode.average_last)
+    cfg = apply_overrides(cfg, overrides)
+    d = cfg.data
+    name = source_label(args.src) if args.src else args.split or d.test_split or d.dev_split
+    # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
+    out = Path(args.out or Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg.decode.beam_size}.txt")
+    check_writable([out], "--out" if args.out else "the hypotheses file (--out FILE names another)")  # before the work
     if args.src:
         src_lines, ref_lines = read_lines(args.src), read_lines(args.ref)
         if len(src_lines) != len(ref_lines):
@@ -235,18 +256,11 @@ def evaluate_cli(args) -> int:
                             f"source and reference must be line-aligned")
         if not src_lines:
             raise UserError(f"{args.src} is empty: give at least one source sentence")
-        name = Path(args.src).name.removesuffix(".gz")
     else:
-        d = cfg.data
-        name = args.split or d.test_split or d.dev_split
         # The run's own subset sizes apply to its own splits, so the numbers match its summary.
         limit = d.max_test_pairs if name == d.test_split else d.max_dev_pairs if name == d.dev_split else None
         ds = load_split(cfg, name, limit)
         src_lines, ref_lines = list(ds["src"]), list(ds["tgt"])
-    label = checkpoint_label(args.checkpoint, Path(args.run_dir))
-    # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
-    default_out = Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg.decode.beam_size}.txt"
-    out = Path(args.out) if args.out else default_out
     hyps, result = evaluate_texts(model, tokenizer, src_lines, ref_lines, cfg.decode, cfg.data.tgt_lang,
                                   decode_dtype(cfg))
     _write_lines_atomic(out, hyps)
@@ -277,8 +291,9 @@ def translate_cli(args) -> int:
     from .runs.checkpoints import load_model
     from .evaluate import decode_dtype, translate_lines
 
-    model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, _average_last_override(args.overrides))
-    cfg = apply_overrides(cfg, args.overrides)
+    overrides = check_overrides(args.overrides)
+    model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, overrides.get("decode.average_last") or None)
+    cfg = apply_overrides(cfg, overrides)
     dtype = decode_dtype(cfg)
     chunk = 1 if sys.stdin.isatty() else max(8 * cfg.decode.batch_sentences, 1)
     total, buf = 0, []

@@ -2,8 +2,11 @@
 a secret reaches a child process that writes its parameters down (a report's notebook): :func:`hide`, :func:`reveal`.
 
 Anything that goes to a file, a log, the terminal or W&B passes through :func:`scrub` (nested data and
-free text) or :func:`mask_url` (one URL). A URL is masked by *parsing* it (SQLAlchemy's ``make_url``),
-so a password holding ``@``, ``:`` or ``/`` is masked whole, not just up to its first odd character.
+free text), :func:`scrub_text` (a message; every one-line error of ``ltfm`` does) or :func:`mask_url` (one URL or
+libpq keyword DSN). Every form a secret takes in one is masked by the same rules: the password of the user
+information (up to the *last* "@", so a password holding ``@``, ``:`` or ``/`` is masked whole), and the value of
+every ``key=value`` pair whose key names a secret (:func:`is_secret_key`: ``password``, ``sslpassword``, ``token``,
+``api_key``, ``key``, ...; percent-encoded keys read decoded), in a URL's query or a DSN, quoted or not.
 """
 from __future__ import annotations
 
@@ -13,24 +16,33 @@ from typing import Any, Mapping
 
 MASK = "***"
 
-# A key is secret when one of its words (split on . _ - / and spaces, lower case) is one of these.
-# Word matching, not substring matching: "train.batch_tokens" and "d_k" are not secrets.
+# A key is secret when one of its words (split on . _ - / and spaces, lower case) is one of these, or ends with one
+# of _SECRET_ENDINGS (libpq's "sslpassword", "authtoken", "clientsecret"). Word matching, not substring matching:
+# "train.batch_tokens", "passwordless" and "d_k" are not secrets. ("passfile" names a file, not a secret.)
 _SECRET_WORDS = {"key", "apikey", "password", "passwd", "pwd", "token", "secret", "secrets", "credential",
                  "credentials", "auth"}
+_SECRET_ENDINGS = ("password", "passwd", "passphrase", "token", "secret", "apikey")
 # scheme://user:PASSWORD@host in free text: greedy up to the last "@" of the word, so a password holding
 # an unencoded "@" or "/" is masked whole (masking a little of the host too is the safe side to err on)
 _URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(\S*)(@)")
-# ?password=...&token=... in query strings and "key=value" text
-_KV_SECRET = re.compile(r"(?i)\b((?:api[_-]?key|password|passwd|pwd|token|secret|access[_-]?token)=)([^&\s;]+)")
+# key=value pairs wherever they stand: a URL's query (?password=..&token=..), a libpq keyword DSN
+# ("host=h password = 'p w'"), an override (wandb.api_key=...). The key may be percent-encoded (pass%77ord);
+# whether it is secret is decided on its decoded form (:func:`is_secret_key`). A value is quoted ('..' with \'
+# escapes, as libpq reads it; an unclosed quote masks the rest) or runs to the next & or blank (masking too much,
+# never too little).
+_PAIR = re.compile(r"""(?<![\w%.\-])([\w%.\-]+)(\s*=\s*)('(?:\\.|[^'\\])*'?|"(?:\\.|[^"\\])*"?|[^&\s]+)""")
 # Environment variables whose values are masked wherever they appear: narrower than _SECRET_WORDS, since
 # PWD (the working directory) and SSH_AUTH_SOCK (a socket path) are not secrets and appear in paths.
 _ENV_SECRET_WORDS = {"key", "apikey", "password", "passwd", "token", "secret"}
 
 
 def is_secret_key(key: str) -> bool:
-    """True when a config/summary key names a secret (``WANDB_API_KEY``, ``db.password``, ``auth_token``)."""
-    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower())
-    return any(w in _SECRET_WORDS for w in words)
+    """True when a config/summary key or a URL/DSN parameter names a secret (``WANDB_API_KEY``, ``db.password``,
+    ``auth_token``, ``sslpassword``, ``pass%77ord``: percent-encoded keys are read decoded)."""
+    from urllib.parse import unquote
+
+    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", unquote(str(key))).lower())
+    return any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
 
 
 def _split_userinfo(url: str) -> tuple[str, str, str | None, str] | None:
@@ -44,43 +56,66 @@ def _split_userinfo(url: str) -> tuple[str, str, str | None, str] | None:
 
 
 def url_password(url: str) -> str | None:
-    """The password of a storage URL as written (percent-encoded or not), or None."""
+    """The password of a storage URL's user information as written (percent-encoded or not), or None."""
     parts = _split_userinfo(url)
     return parts[2] if parts and parts[2] else None
 
 
+def _secret_pairs(text: str) -> list[str]:
+    """The values of the secret key=value pairs in ``text`` (quotes taken off), as written."""
+    values = []
+    for m in _PAIR.finditer(text):
+        if is_secret_key(m.group(1)):
+            v = m.group(3)
+            values.append(v[1:-1] if len(v) >= 2 and v[0] in "'\"" and v[-1] == v[0] else v.strip("'\""))
+    return [v for v in values if v]
+
+
+def _mask_pairs(text: str) -> str:
+    return _PAIR.sub(lambda m: m.group(1) + m.group(2) + MASK if is_secret_key(m.group(1)) else m.group(0), text)
+
+
 def mask_url(url: str) -> str:
-    """``postgresql://alice:s3cr@tPW@host/db`` -> ``postgresql://alice:***@host/db``, whatever the password
-    holds. SQLAlchemy's ``make_url`` reads a URL with one "@" (its ``render_as_string(hide_password=True)``
-    is the masked form); with several "@" it would take the first as the end of the password and show
-    the rest as the host, so the user information is taken up to the last "@" instead."""
-    parts = _split_userinfo(url)
-    if parts is None or parts[2] is None:
+    """A storage URL or DSN as it may be shown: every secret in it replaced by ``***``, whatever form it takes.
+
+    ``postgresql://alice:s3cr@tPW@host/db`` -> ``postgresql://alice:***@host/db`` (the user information ends at
+    the *last* "@": a password holding "@", ":" or "/" is masked whole); ``...db?password=PW&sslpassword=K``
+    -> ``...db?password=***&sslpassword=***`` (any secret query key, percent-encoded or not: libpq and
+    SQLAlchemy read the password from the query too); a libpq keyword DSN ``host=h password='p w'`` ->
+    ``host=h password=***``. Every URL or DSN the project prints or writes passes through here (or through
+    :func:`scrub` / :func:`scrub_text`, which use the same rules on free text)."""
+    if not isinstance(url, str):
         return url
-    scheme, user, password, rest = parts
-    if "@" not in password:
-        try:
-            from sqlalchemy.engine import make_url
-            return make_url(url).render_as_string(hide_password=True)
-        except Exception:  # not a URL SQLAlchemy reads (e.g. an https:// link): mask it by hand
-            pass
-    return f"{scheme}{user}:{MASK}@{rest}"
+    parts = _split_userinfo(url)
+    if parts is not None and parts[2] is not None:
+        scheme, user, _, rest = parts
+        url = f"{scheme}{user}:{MASK}@{rest}"
+    if "://" in url:  # a URL: the secrets are in its query (a path such as sqlite:///a=b.db is shown as it is)
+        head, sep, query = url.partition("?")
+        return head + sep + _mask_pairs(query)
+    return _mask_pairs(url)  # a keyword DSN, or any other text
 
 
 def _url_secrets(url: str | None) -> list[str]:
-    """The password of ``url`` in every spelling a message may quote it in."""
-    pw = url_password(url) if url else None
-    if not pw:
+    """The secrets of ``url`` (its password, its secret query values) in every spelling a message may quote them
+    in: as written, decoded (a driver's message may quote either) ... or a piece of one: given
+    postgresql://u:s3cr@tPW@host, the driver reads host "tPW@host"."""
+    if not url or not isinstance(url, str):
         return []
-    from urllib.parse import unquote
-    # as written and decoded (a driver's message may quote either) ... or a piece of it: given
-    # postgresql://u:s3cr@tPW@host, the driver reads host "tPW@host"
-    return [pw, unquote(pw)] + [piece for piece in re.split(r"[@:/]", unquote(pw)) if len(piece) >= 3]
+    from urllib.parse import unquote, unquote_plus
+
+    found = []
+    pw = url_password(url)
+    if pw:
+        found += [pw, unquote(pw)] + [piece for piece in re.split(r"[@:/]", unquote(pw)) if len(piece) >= 3]
+    for value in _secret_pairs(url.partition("?")[2] if "://" in url else url):
+        found += [value, unquote(value), unquote_plus(value), re.sub(r"\\(.)", r"\1", value)]
+    return list(dict.fromkeys(s for s in found if s and s != MASK))
 
 
 def scrub_text(text: str, url: str | None = None) -> str:
-    """``text`` with URL passwords, ``password=...`` pairs, secret environment values and, when given, the
-    password of ``url`` (however it appears in the text, e.g. inside a driver's error message) masked."""
+    """``text`` with URL passwords, secret ``key=value`` pairs, secret environment values and, when given, the
+    secrets of ``url`` (however they appear in the text, e.g. inside a driver's error message) masked."""
     return _scrub_str(text, _known_secret_values() + _url_secrets(url))
 
 
@@ -116,7 +151,7 @@ def _scrub(obj: Any, env_secrets: list[str]) -> Any:
 
 def _scrub_str(text: str, secrets: list[str]) -> str:
     s = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), text)
-    s = _KV_SECRET.sub(lambda m: m.group(1) + MASK, s)
+    s = _mask_pairs(s)
     for value in sorted(secrets, key=len, reverse=True):
         s = s.replace(value, MASK)
     return s

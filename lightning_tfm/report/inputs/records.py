@@ -220,6 +220,7 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
     import socket
     from urllib.parse import urlparse
 
+    from ...training.redact import mask_url
     from ...training.tracking.tracking import has_api_key
     check_wandb_path(path)
     if not has_api_key():
@@ -231,8 +232,8 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
     try:
         socket.create_connection((parsed.hostname, port), timeout=probe_timeout).close()
     except OSError as e:
-        raise UserError(f"cannot reach W&B at {url} ({e.strerror or e.__class__.__name__}): --from-wandb needs the "
-                        "network (or drop it to read the local results)") from None
+        raise UserError(f"cannot reach W&B at {mask_url(url)} ({e.strerror or e.__class__.__name__}): --from-wandb "
+                        "needs the network (or drop it to read the local results)") from None
 
 
 def default_results_dir(sweep) -> Path:

@@ -49,7 +49,8 @@ def where_published(data, results_dir=None, storage: str | None = None, wandb_pa
         lines.append(f"W&B: the report run {md_code(run_id)} (offline), in {md_code(run)}; to publish it: "
                      f"{md_code('wandb sync ' + run)}.")
     else:
-        app = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").rstrip("/").replace("://api.", "://", 1)
+        base = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+        app = mask_url(base.rstrip("/").replace("://api.", "://", 1))
         entity = target["entity"] or "ENTITY"
         url = f"{app}/{entity}/{target['project']}/runs/{run_id}"
         lines.append(f"W&B: the report run {md_code(run_id)}: <{md_text(url)}>"

@@ -25,9 +25,12 @@ continues the same W&B run: offline, each attempt is one more folder of the same
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
+import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -218,7 +221,7 @@ def read_run(path: str | Path) -> OfflineRun:
             run.history.append(row)
             for key, value in row.items():
                 if isinstance(value, dict) and value.get("_type") == "table-file":
-                    table = json.loads((files_dir / value["path"]).read_text())
+                    table = json.loads(_own_file(files_dir, str(value.get("path")), path).read_text())
                     run.tables.setdefault(key, []).append({
                         "_step": row["_step"], "trainer/global_step": row.get("trainer/global_step"),
                         "columns": table["columns"], "data": table["data"], "path": value["path"]})
@@ -234,6 +237,23 @@ def read_run(path: str | Path) -> OfflineRun:
         run.summary.pop(key, None)
     run.output = "".join(output)
     return run
+
+
+def _own_file(folder: Path, name: str, wandb_file: Path) -> Path:
+    """``folder / name`` when it is a regular file inside ``folder`` (a table a run logged), else a
+    :class:`WandbFileError`: a record names no file outside its run's ``files/`` folder, nor a link or a folder."""
+    target = folder / name
+    inside = os.path.realpath(target).startswith(os.path.realpath(folder) + os.sep)
+    if not inside or not stat.S_ISREG(_lstat_mode(target)):
+        raise WandbFileError(f"{wandb_file}: its table file {name!r} is not a file in {folder}")
+    return target
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 def read_runs(root: str | Path) -> list[OfflineRun]:
@@ -285,7 +305,8 @@ def run_folders(wandb_dir: str | Path, run_id: str | None = None) -> list[Path]:
         return []
     for p in root.iterdir():
         m = _FOLDER.fullmatch(p.name)
-        if m and (run_id is None or m["id"] == run_id) and (p / f"run-{m['id']}.wandb").is_file():
+        # any entry of that name (a folder, a link): it claims the segment, and reading it says what it is
+        if m and (run_id is None or m["id"] == run_id) and os.path.lexists(p / f"run-{m['id']}.wandb"):
             found.append((m["time"], int(m["n"] or 0), p))
     return [p for *_, p in sorted(found)]
 
@@ -337,10 +358,34 @@ def read_run_folder(run_dir: str | Path, summary: dict | None = None) -> Offline
         why = f" (its summary.json says W&B was {mode})" if mode == "disabled" else ""
         raise UserError(f"{run_dir} has no W&B run files (wandb/offline-run-*/run-*.wandb){why}: give a run "
                         "trained with wandb.mode offline or online")
+    for f in files:
+        if (why := _not_own(f)) is not None:
+            raise UserError(f"cannot read the W&B run of {run_dir}: {f} {why}, not a W&B file of this run: remove it "
+                            "(or put the run's own file there)")
     try:
-        return merge([read_run(f) for f in files])
+        segments = [read_run(f) for f in files]
     except (WandbFileError, OSError, ValueError, KeyError, TypeError) as e:  # a file damaged or cut short
         raise UserError(f"cannot read the W&B run of {run_dir}: {e}") from None
+    for f, segment in zip(files, segments):
+        if segment.run_id and segment.run_id != _run_id_of(f.parent):
+            raise UserError(f"cannot read the W&B run of {run_dir}: {f} holds W&B run {segment.run_id}, not "
+                            f"{_run_id_of(f.parent)} as its name says: remove it (or put the run's own file there)")
+    return merge(segments)
+
+
+def _not_own(path: Path) -> str | None:
+    """None when ``path`` is a regular file (not a link: a link may lead to another run's file, or loop), else what
+    it is."""
+    mode = _lstat_mode(path)
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        try:
+            os.stat(path)
+        except OSError as e:
+            return "is a symbolic link that loops" if e.errno == errno.ELOOP else "is a symbolic link to nothing"
+        return f"is a symbolic link to {os.path.realpath(path)}"
+    return "is a folder" if stat.S_ISDIR(mode) else "is not a regular file"
 
 
 # ------------------------------------------------------------------------------------------------ showing it
