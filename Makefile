@@ -141,7 +141,9 @@ SOAK_SEED ?= 1
 soak: setup
 	OMP_NUM_THREADS=1 $(PY) tests/soak/soak.py --seed $(SOAK_SEED) --out soak-out $(if $(DATA),--data $(abspath $(DATA)),) $(SOAK_ARGS)
 
-# the suite without the tests that train through subprocesses (marked slow): a few minutes, for development
+# the suite without the tests that train through subprocesses (marked slow): a few minutes, for development. It needs
+# no ../shared: without Multi30k there the tests read the toy corpus of tests/data (those that need Multi30k itself
+# are skipped, saying so)
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real Multi30k data beside the checkout, and one smoke training reused by many tests.
+"""Shared fixtures: the corpus (Multi30k beside the checkout, else the toy corpus of tests/data), and one smoke
+training reused by many tests.
 
 Tests that train through real subprocesses (or use a fixture that does) are marked ``slow``: ``make test``
 runs everything, ``make test-fast`` (``pytest -m "not slow"``) the rest, in a few minutes.
@@ -16,7 +17,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("LTFM_DATA", ROOT.parent / "shared" / "data" / "multi30k"))
+#: Multi30k: ../shared/data/multi30k beside the checkout (LTFM_DATA=folder: another copy), as CI and the team have it.
+MULTI30K = Path(os.environ.get("LTFM_DATA", ROOT.parent / "shared" / "data" / "multi30k"))
+HAS_MULTI30K = (MULTI30K / "train.en.gz").is_file()
+#: The toy corpus committed in tests/data (tests/data/make_corpus.py wrote it): Multi30k's file names and languages,
+#: a thousand synthetic training pairs. Where Multi30k is absent (a fresh clone, LTFM_DATA=/nonexistent) the tests
+#: run on it: ``make test-fast`` passes there, and the tests that need Multi30k itself (``multi30k``) are skipped.
+TOY_DATA = ROOT / "tests" / "data"
+#: The suite's corpus (``data_dir``): Multi30k where it is, else the toy corpus.
+DATA = MULTI30K if HAS_MULTI30K else TOY_DATA
 SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"
 #: What commands write by default, relative to the folder they run in (run.results_dir, the data cache beside it,
 #: the report's --out, W&B's folder, make's QUICK, gpu-check and soak outputs). No test reads or writes the
@@ -187,9 +196,18 @@ def ltfm_here(capfd, monkeypatch):
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    if not (DATA / "train.en.gz").is_file():
-        pytest.fail(f"Multi30k not found at {DATA}: CI runs with ../shared beside the checkout (or set LTFM_DATA)")
+    """The suite's corpus folder (``DATA``): Multi30k where it is beside the checkout, else the toy corpus."""
     return DATA
+
+
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    """Multi30k's folder, for a test that needs the real corpus (figures measured on it, its run ids); the test is
+    skipped, saying so, where Multi30k is absent."""
+    if not HAS_MULTI30K:
+        pytest.skip(f"needs Multi30k itself, not found at {MULTI30K} (the toy corpus of tests/data stands in for "
+                    f"the other tests): put it at ../shared/data/multi30k or set LTFM_DATA")
+    return MULTI30K
 
 
 def once_per_session(tmp_path_factory, name: str, build) -> Path:

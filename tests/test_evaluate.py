@@ -28,7 +28,7 @@ from lightning_tfm.training.evaluate import bleu, tokenize_compound_split, token
 from lightning_tfm.model import build_model
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "multi30k"
+DATA = conftest.DATA  # Multi30k beside the checkout, else the toy corpus of tests/data
 SACREBLEU = Path(sys.executable).parent / "sacrebleu"
 
 

@@ -90,7 +90,7 @@ def test_ids_and_batches_are_those_of_the_per_run_pipeline(tmp_path, data_dir, b
     c = K.Corpus(cfg, progress=False)
     assert c.tokenizer.to_str() == tok.to_str()
     assert c.train.ids("src") == s_ids and c.train.ids("tgt") == t_ids
-    assert c.skipped == 6000 - len(s_ids) > 0
+    assert c.skipped == len(read_parallel(data_dir, "train", "en", "de")[0][:6000]) - len(s_ids) > 0
     # dev pairs follow the training length rule by truncation (the old pipeline kept them whole)
     dev_s, dev_t = [x[:c.limit] for x in dev_s], [x[:c.limit] for x in dev_t]
     assert c.dev.ids("src") == dev_s and c.dev.ids("tgt") == dev_t

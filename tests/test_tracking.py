@@ -25,7 +25,7 @@ from lightning_tfm.training.tracking import tracking
 from lightning_tfm.training.config.config import Config, load_config
 from lightning_tfm.training.errors import UserError
 from wandb_offline import find_run_files, read_records, read_run, read_runs
-from conftest import ltfm_in
+from conftest import DATA, ltfm_in
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_KEY = "fake0api0key0" + "7" * 27  # 40 characters, like a real W&B key
@@ -382,9 +382,6 @@ def test_ddp_creates_one_wandb_run_on_rank_zero_only(wandb_env):
     assert run.summary["dev_ppl"] == 2.0 and [s for s, _ in run.metric(results.TRAIN_LOSS)] == [0, 1, 2, 3]
 
 
-DATA = REPO.parent / "shared" / "data" / "multi30k"
-
-
 def read_gz_lines(path: Path, n: int) -> list[str]:
     import gzip
     with gzip.open(path, "rt", encoding="utf-8") as f:
@@ -392,7 +389,6 @@ def read_gz_lines(path: Path, n: int) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
 def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     """`ltfm train` on the smoke config, WANDB_MODE=offline, read back from the run-<id>.wandb file."""
     results_dir = wandb_env / "results"
