@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from .runs.checkpoints import RESUME_ONLY, TOKENIZER
+from .runs.checkpoints import CORPUS, RESUME_ONLY, RUN_ID, TOKENIZER
 from .data.corpus import MappedPairs
 from .data.data import Batch, TokenBatchSampler, collate
 from ..model import PAD, build_model
@@ -43,7 +43,7 @@ class Seq2SeqModule(pl.LightningModule):
         self._dev_sums = None
         self._plateau, self._plateau_state = None, None  # train.lr_schedule=plateau: its scheduler, a resumed state
         self.train_tokens = 0  # target tokens seen by this rank
-        self.run_id = None  # set by train()
+        self.run_id = self.corpus_identity = None  # set by train(): recorded in every checkpoint
 
     def forward(self, src, tgt_in):
         return self._forward(src, tgt_in)
@@ -143,6 +143,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint["train_tokens"] = self.train_tokens * self.trainer.world_size
+        checkpoint.update({k: v for k, v in ((RUN_ID, self.run_id), (CORPUS, self.corpus_identity)) if v})
         if self._plateau is not None:
             checkpoint["lr_plateau"] = self._plateau.state_dict()
 

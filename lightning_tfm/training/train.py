@@ -27,8 +27,8 @@ import torch
 from . import atomic
 from .config import config
 from .runs import results, run_folder
-from .runs.checkpoints import (atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint,
-                               tokenizer_hash)
+from .runs.checkpoints import (atomic_checkpoint_io, check_resumable, resume_checkpoint, resume_choice,
+                               check_resume, tokenizer_hash)
 from .data.corpus import Corpus
 from .errors import UserError
 from .precision import resolve_precision
@@ -90,12 +90,14 @@ class Run:
         self.trainer = self.wandb_logger = None
         self.summary: dict = {}
         self.prev_wall = 0.0
+        self.resume: Path | None = None
 
     def go(self) -> dict:
         prev = self.open_folder()
         if run_folder.already_done(prev, self.cfg):  # completed by the process that held the lock a moment ago
             print(f"ltfm: run {self.rid} is already completed: {self.summary_path}", file=sys.stderr)
             return prev
+        self.resume = self.resume_from()
         module = self.build(prev)
         try:
             metrics, pruned = self.fit(module)
@@ -112,6 +114,15 @@ class Run:
         return self.summarise(module, metrics, pruned, train_wall)
 
     # -------------------------------------------------------------------------------------------- build
+    def resume_from(self) -> Path | None:
+        """The checkpoint to resume from, checked to be this run's (the one Lightning loads, under the lock: one
+        copied in since :func:`train`'s check is refused too), before anything is written. Rank zero sets unreadable
+        ones aside; the other ranks pick the same file (:func:`~.runs.checkpoints.resume_choice`)."""
+        if not self.is_zero:
+            return resume_choice(self.ckpt_dir)[0]
+        vocab = tokenizer_hash(self.corpus.folder / "tokenizer.json")
+        return resume_checkpoint(self.ckpt_dir, lambda path: check_resume(path, self.run_dir, self.cfg, vocab))
+
     def open_folder(self) -> dict | None:
         """Rank zero: the folder still holds this config's run; remove what a killed process left mid-write, read the
         earlier summary."""
@@ -135,7 +146,7 @@ class Run:
             self.corpus.use_in_run(self.run_dir, write=True)
             atomic.write_text(self.run_dir / "config.yaml", config.saved_yaml(cfg))
         module = Seq2SeqModule(cfg, self.corpus.vocab_size, tokenizer_hash(self.corpus.folder / "tokenizer.json"))
-        module.run_id = self.rid
+        module.run_id, module.corpus_identity = self.rid, self.corpus.identity  # recorded in its checkpoints
         self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg.to_dict()),
                         "params": module.model.num_parameters(), "vocab_size": self.corpus.vocab_size,
                         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
@@ -183,9 +194,7 @@ class Run:
             print(f"ltfm: run {self.rid}: {world} process(es) x {t.batch_tokens} tokens x accumulation {accumulate} "
                   f"= {self.summary['effective_batch_tokens']} tokens per side per optimizer step", file=sys.stderr)
         datamodule = TranslationDataModule(cfg, self.corpus.train, self.corpus.dev)
-        # Rank zero picks the checkpoint (setting unreadable ones aside); the other ranks wait for the
-        # same file name (a DDP run on one node shares the folder; Lightning broadcasts nothing here).
-        resume = resume_checkpoint(self.ckpt_dir) if self.is_zero else rank_resume_checkpoint(self.ckpt_dir)
+        resume = self.resume
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
         if trainer.interrupted:
             raise KeyboardInterrupt
