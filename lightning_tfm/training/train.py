@@ -165,7 +165,7 @@ class Run:
         import pytorch_lightning as pl
         from pytorch_lightning.loggers import CSVLogger
 
-        from .lit import DevBleu, TranslationDataModule
+        from .lit import DevBleu, StopOnSignal, TranslationDataModule
         from .tracking.tracking import make_wandb_logger
 
         cfg, t = self.cfg, self.cfg.train
@@ -180,9 +180,10 @@ class Run:
         world = world_size(t)
         accumulate = accumulation(t, world)
         trainer_kwargs = _trainer_kwargs(cfg, accumulate)
+        checkpoints = checkpoint_callbacks(t, self.ckpt_dir)  # a signal stops at a step's end, with last.ckpt there
+        stop = StopOnSignal(checkpoints[0], None if t.checkpoint_every_minutes else t.checkpoint_every_steps)
         self.trainer = trainer = pl.Trainer(
-            logger=loggers, callbacks=[stop_on_nonfinite_loss(), *checkpoint_callbacks(t, self.ckpt_dir),
-                                       self.dev_bleu, *self.extra],
+            logger=loggers, callbacks=[stop_on_nonfinite_loss(), *checkpoints, stop, self.dev_bleu, *self.extra],
             default_root_dir=str(self.run_dir), plugins=[atomic_checkpoint_io()], **trainer_kwargs)
         if trainer.world_size != world:
             raise UserError(f"train.devices={t.devices} x train.num_nodes={t.num_nodes} gives {world} processes "
@@ -224,7 +225,9 @@ class Run:
         return self.summary
 
     def fail(self, e: BaseException) -> None:
-        """Record the attempt as failed (if the folder still takes a small file), keeping the earlier ones."""
+        """Record the attempt as failed, or as stopped by a signal with the run's last validation (its step, dev loss
+        and perplexity: a stopped run is not a failed one), if the folder still takes a small file, keeping the
+        earlier attempts."""
         if not self.is_zero:
             return
         from .redact import scrub
@@ -232,10 +235,19 @@ class Run:
 
         err = e if isinstance(e, UserError) else run_folder.storage_error(e, self.run_dir) or e
         text = str(err).splitlines()[0] if str(err) else ""
-        why = (stop_reason(e) or (None,))[0] or (str(e) if isinstance(e, Abandoned) else None)
-        self.summary.update(status="failed", error=why or scrub(f"{err.__class__.__name__}: {text}"),
-                            steps=self.trainer.global_step if self.trainer is not None else 0,
+        stopped = (stop_reason(e) or (None,))[0]
+        why = stopped or (str(e) if isinstance(e, Abandoned) else None)
+        steps = self.trainer.global_step if self.trainer is not None else 0
+        self.summary.update(status="stopped" if stopped else "failed",
+                            error=why or scrub(f"{err.__class__.__name__}: {text}"), steps=steps,
                             wall_time_s=self.prev_wall + time.time() - self.started)
+        if stopped:
+            try:
+                validation = results.last_validation(self.run_dir, steps)
+            except (OSError, ValueError):  # its logs unreadable: the stop is still recorded
+                validation = None
+            if validation is not None:
+                self.summary["last_validation"] = validation
         try:
             self.summary.update(finish(self.wandb_logger, self.summary))
         except Exception:  # noqa: BLE001 - the run's own error is the one to report
