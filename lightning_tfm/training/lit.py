@@ -329,17 +329,18 @@ class CheckpointEverySeconds(pl.Callback):
             checkpoint[RESUME_ONLY] = True
 
 
-def write_last(trainer, step_checkpoint) -> None:
+def write_last(trainer, step_checkpoint, final: bool = False) -> None:
     """``last.ckpt`` written now through the Trainer (the atomic writer), as a resume point. ModelCheckpoint writes
     ``last-v1.ckpt`` beside a last.ckpt it did not write itself: ``step_checkpoint`` (the step checkpoints'
     ModelCheckpoint, with ``save_last``) is told the file is its own (as it records its own before saving, so the
-    path is part of the saved state)."""
+    path is part of the saved state). ``final``: the fit's last one (:class:`StopOnSignal`), which ModelCheckpoint
+    is told it wrote."""
     path = step_checkpoint.format_checkpoint_name({}, step_checkpoint.CHECKPOINT_NAME_LAST)
     step_checkpoint.last_model_path = path
     trainer.save_checkpoint(path, weights_only=False)  # the whole training state (Lightning's default, said so)
     # ... and that it wrote one in this fit: else its on_train_end writes last.ckpt again, in a state that, at an
     # epoch's end, resumes one batch into a phantom epoch (Lightning carries the batch count over)
-    if hasattr(step_checkpoint, "_last_checkpoint_saved"):
+    if final and hasattr(step_checkpoint, "_last_checkpoint_saved"):
         step_checkpoint._last_checkpoint_saved = path
 
 
@@ -405,7 +406,7 @@ class StopOnSignal(Checkpoint):
         if self._saved_at != step:
             self._saving = True
             try:
-                write_last(trainer, self.step_checkpoint)
+                write_last(trainer, self.step_checkpoint, final=True)
             finally:
                 self._saving = False
         self._saved_at = step
