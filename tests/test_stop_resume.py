@@ -90,9 +90,10 @@ def test_a_stopped_run_resumes_on_the_batches_of_a_run_never_stopped(sig, at, st
     resumable.)"""
     results = tmp_path / "results"
     args = train_args(data_dir, results, straight["cache"])
+    wandb = "offline" if at == 13 else "disabled"  # one case tells W&B too
+    env = {"WANDB_MODE": wandb, "WANDB_DIR": str(tmp_path / "wandb")}
     p = subprocess.run([sys.executable, "-c", STOPPER, *map(str, args)], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "STOP_AT": str(at), "STOP_SIGNAL": sig,
-                            "WANDB_MODE": "disabled"}, preexec_fn=default_signals)
+                       env={**os.environ, "STOP_AT": str(at), "STOP_SIGNAL": sig, **env}, preexec_fn=default_signals)
     code, line = {"SIGTERM": (143, "ltfm: stopped by SIGTERM (preempted or killed)"),
                   "SIGINT": (130, "ltfm: interrupted (SIGINT)")}[sig]
     assert p.returncode == code, p.stderr[-3000:]
@@ -106,8 +107,13 @@ def test_a_stopped_run_resumes_on_the_batches_of_a_run_never_stopped(sig, at, st
     assert s["last_validation"]["dev_ppl"] == pytest.approx(straight["ppl"][validated], rel=1e-6)
     shown = ltfm("runs", results)
     assert shown.returncode == 0 and f"stopped at {s['steps']}" in shown.stdout and f" @{validated}" in shown.stdout
+    if wandb == "offline":  # the W&B run's summary says so too
+        from lightning_tfm.training.tracking.wandb_files import read_run_folder
 
-    p = ltfm(*args, env={"WANDB_MODE": "disabled"})
+        told = read_run_folder(stopped["run"], s).summary
+        assert told["status"] == "stopped" and told["last_validation"]["step"] == validated, told
+
+    p = ltfm(*args, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert f"from step {s['steps']} to {STEPS}" in p.stderr and "not resumable" not in p.stderr, p.stderr[-3000:]
     resumed = trained(results)
@@ -115,6 +121,7 @@ def test_a_stopped_run_resumes_on_the_batches_of_a_run_never_stopped(sig, at, st
     assert [a["status"] for a in resumed["summary"]["attempts"]] == ["stopped"]
     assert resumed["batches"] == straight["batches"]
     assert same_weights(resumed["weights"], straight["weights"])
+    assert not [f.name for f in (resumed["run"] / "checkpoints").iterdir() if "-v" in f.name]  # no last-v1.ckpt
 
 
 @pytest.mark.slow

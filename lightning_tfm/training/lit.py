@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import signal
 import sys
 import threading
@@ -370,6 +371,10 @@ class StopOnSignal(Checkpoint):
     # ------------------------------------------------------------------------------------------ the handlers
     def on_train_start(self, trainer, pl_module) -> None:
         self._step = trainer.global_step
+        cb = self.step_checkpoint
+        last = cb.format_checkpoint_name({}, cb.CHECKPOINT_NAME_LAST)
+        if os.path.isfile(last):  # resumed from a step checkpoint's state (last.ckpt at a step checkpoint is one file
+            cb.last_model_path = last  # with it), which predates ModelCheckpoint's last.ckpt: else it writes last-v1
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in (signal.SIGTERM, signal.SIGINT):
