@@ -390,8 +390,10 @@ class StopOnSignal(Checkpoint):
         self.signal = self.signal or signum
 
     def _restore(self) -> None:
+        """The handlers stood in for, back (where this one's are still in place), once fitting ends."""
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            if signal.getsignal(sig) == self._received:
+                signal.signal(sig, handler)
         self._previous = {}
 
     def teardown(self, trainer, pl_module, stage) -> None:
@@ -456,6 +458,7 @@ class StopOnSignal(Checkpoint):
         self._save(trainer)
         if self._stopping(trainer):
             self._stop()
+        self._restore()  # before Lightning puts back the handlers it found: a signal after fitting is theirs
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if self._saving:

@@ -275,7 +275,9 @@ def stop_reason(e: BaseException) -> tuple[str, int] | None:
     when a signal did, else None. Lightning turns SIGTERM (a scheduler's preemption,
     ``kill``; ``ltfm train`` sends itself one on SIGUSR1 outside SLURM) into ``SIGTERMException`` and Ctrl-C
     (SIGINT) into ``SystemExit(1)`` raised while handling the KeyboardInterrupt: both are SystemExits, which
-    must not read as success."""
+    must not read as success. Ctrl-C outside fit (the closing evaluation) is a KeyboardInterrupt itself."""
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted (SIGINT): run the same command to resume from the last checkpoint", 130
     if not isinstance(e, SystemExit):
         return None
     if type(e).__name__ == "SIGTERMException":
