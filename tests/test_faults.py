@@ -418,10 +418,10 @@ def test_a_run_stopped_by_a_schedulers_signal_says_so_and_exits_non_zero(tmp_pat
         assert "Traceback" not in err
         (summary_path,) = tmp_path.glob("*/summary.json")
         summary = json.loads(summary_path.read_text())
-        assert summary["status"] == "failed" and "stopped by SIGTERM" in summary["error"]
+        assert summary["status"] == "stopped" and "stopped by SIGTERM" in summary["error"]
         steps.append(summary["steps"])
     assert 0 < steps[0] < steps[1] < 100000  # the second attempt resumed the first
-    assert [a["status"] for a in summary["attempts"]] == ["failed"]
+    assert [a["status"] for a in summary["attempts"]] == ["stopped"]
 
 
 SIGTERM_IN_FINAL_EVALUATION = """
@@ -448,7 +448,7 @@ def test_a_sigterm_after_fit_is_recorded_and_exits_143_like_one_during_fit(tmp_p
     assert p.stderr.strip().splitlines()[-1].startswith("ltfm: stopped by SIGTERM")
     no_traceback(p)
     (run_dir,) = tmp_path.iterdir()
-    assert summary(run_dir)["status"] == "failed" and "stopped by SIGTERM" in summary(run_dir)["error"]
+    assert summary(run_dir)["status"] == "stopped" and "stopped by SIGTERM" in summary(run_dir)["error"]
     assert not temps(run_dir)
 
 

@@ -534,7 +534,7 @@ def test_a_schedulers_signal_to_a_worker_stops_its_trial_like_ctrl_c(sig, tmp_pa
     (trial,) = trials_of(url, "sig")
     assert trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs["status"] == "interrupted"
     stopped = json.loads((run_dir / "summary.json").read_text())
-    assert stopped["status"] == "failed" and stopped["error"].startswith("interrupted (SIGINT)"), stopped
+    assert stopped["status"] == "stopped" and stopped["error"].startswith("interrupted (SIGINT)"), stopped
 
 
 def wait_for_line(path: Path, text: str, proc: subprocess.Popen) -> str:

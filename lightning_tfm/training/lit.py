@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
+import sys
+import threading
 import time
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import Checkpoint
 from torch.utils.data import DataLoader
 
-from .runs.checkpoints import RESUME_ONLY, TOKENIZER
+from .runs.checkpoints import CORPUS, RESUME_ONLY, RUN_ID, TOKENIZER
 from .data.corpus import MappedPairs
 from .data.data import Batch, TokenBatchSampler, collate
 from ..model import PAD, build_model
@@ -42,8 +47,9 @@ class Seq2SeqModule(pl.LightningModule):
         self._tokens_since, self._time_since = 0, None
         self._dev_sums = None
         self._plateau, self._plateau_state = None, None  # train.lr_schedule=plateau: its scheduler, a resumed state
+        self._rng_state = None  # a resumed checkpoint's random state, restored when training starts
         self.train_tokens = 0  # target tokens seen by this rank
-        self.run_id = None  # set by train()
+        self.run_id = self.corpus_identity = None  # set by train(): recorded in every checkpoint
 
     def forward(self, src, tgt_in):
         return self._forward(src, tgt_in)
@@ -115,9 +121,14 @@ class Seq2SeqModule(pl.LightningModule):
             self._plateau.step(dev_loss)
 
     def on_train_start(self):
-        """A step checkpoint is written before its step's validation, and a run resumed from it does not run that
-        validation again: its dev loss (the same weights and dev set) is computed here for the plateau schedule,
-        which so sees every validation's dev loss, as in a run never stopped."""
+        """A resumed run's random state (dropout) back as it was when its checkpoint was written: with the loader's
+        position (:class:`ResumableLoader`) it trains as a run never stopped. A step checkpoint is written before its
+        step's validation, and a run resumed from it does not run that validation again: its dev loss (the same
+        weights and dev set) is computed here for the plateau schedule, which so sees every validation's dev loss,
+        as in a run never stopped."""
+        if self._rng_state is not None:
+            set_rng_state(self._rng_state)
+            self._rng_state = None
         if self._plateau is None or not self._plateau_behind():
             return
         self.on_validation_epoch_start()
@@ -143,12 +154,56 @@ class Seq2SeqModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint["train_tokens"] = self.train_tokens * self.trainer.world_size
+        checkpoint[RNG] = rng_state()
+        checkpoint.update({k: v for k, v in ((RUN_ID, self.run_id), (CORPUS, self.corpus_identity)) if v})
         if self._plateau is not None:
             checkpoint["lr_plateau"] = self._plateau.state_dict()
 
     def on_load_checkpoint(self, checkpoint):
         self._plateau_state = checkpoint.get("lr_plateau")  # before configure_optimizers, which loads it
+        self._rng_state = checkpoint.get(RNG)
         self.train_tokens = int(checkpoint.get("train_tokens", 0)) // max(1, self.trainer.world_size if self._trainer else 1)
+
+
+#: The key of a checkpoint holding torch's random state when it was written (:func:`rng_state`).
+RNG = "ltfm_rng"
+
+
+def rng_state() -> dict:
+    """torch's random state (CPU, and each CUDA device's once CUDA is in use): tensors, loadable with
+    ``weights_only=True``. Python's and numpy's generators draw nothing in training (the sampler has its own)."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """:func:`rng_state` back (the CUDA devices this process has, of those recorded)."""
+    torch.set_rng_state(state["cpu"])
+    cuda = state.get("cuda") or []
+    if cuda and torch.cuda.is_available():
+        for device, s in list(enumerate(cuda))[:torch.cuda.device_count()]:
+            torch.cuda.set_rng_state(s, device)
+
+
+class ResumableLoader(DataLoader):
+    """The training loader, resumable mid-epoch: Lightning saves its :meth:`state_dict` in every checkpoint (the
+    loops' state) and gives it back to :meth:`load_state_dict` before iterating, so a run resumed inside an epoch
+    goes on with the batch after the last one trained, as a run never stopped does (without it Lightning starts the
+    epoch over and warns that the dataloader is not resumable). ``trained``: the batches of the current epoch
+    trained so far (Lightning's count, set by the data module)."""
+
+    trained = staticmethod(lambda: 0)
+
+    def state_dict(self) -> dict:
+        return {"epoch": int(self.batch_sampler.epoch), "batches": int(self.trained())}
+
+    def load_state_dict(self, state: dict) -> None:
+        epoch, batches = int(state["epoch"]), int(state["batches"])
+        if batches >= len(self.batch_sampler):  # written at the epoch's last batch: Lightning goes on with the next
+            epoch, batches = epoch + 1, 0
+        self.batch_sampler.resume_at(epoch, batches)
 
 
 class TranslationDataModule(pl.LightningDataModule):
@@ -161,7 +216,7 @@ class TranslationDataModule(pl.LightningDataModule):
         super().__init__()
         self.config, self.train_pairs, self.dev_pairs = config, train_pairs, dev_pairs
 
-    def _loader(self, pairs: MappedPairs, shuffle: bool, shard: bool) -> DataLoader:
+    def _loader(self, pairs: MappedPairs, shuffle: bool, shard: bool, cls=DataLoader) -> DataLoader:
         world = self.trainer.world_size if (shard and self.trainer) else 1
         rank = self.trainer.global_rank if (shard and self.trainer) else 0
         src_widths, tgt_widths = pairs.widths()
@@ -169,11 +224,18 @@ class TranslationDataModule(pl.LightningDataModule):
                                     shuffle=shuffle, seed=self.config.run.seed, num_replicas=world, rank=rank)
         workers = self.config.train.num_workers
         cuda = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
-        return DataLoader(pairs, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
-                          persistent_workers=workers > 0, pin_memory=cuda)
+        # Its own generator: a new iterator (each epoch, a resume) draws its workers' base seed from it, not from
+        # torch's global generator, whose state (dropout) a resume restores as the checkpoint recorded it.
+        return cls(pairs, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+                   persistent_workers=workers > 0, pin_memory=cuda,
+                   generator=torch.Generator().manual_seed(self.config.run.seed))
 
     def train_dataloader(self):
-        return self._loader(self.train_pairs, shuffle=True, shard=True)
+        loader = self._loader(self.train_pairs, shuffle=True, shard=True, cls=ResumableLoader)
+        trainer = self.trainer
+        if trainer is not None:  # what a checkpoint written now records (a count of this epoch's batches)
+            loader.trained = lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return loader
 
     def val_dataloader(self):
         return self._loader(self.dev_pairs, shuffle=False, shard=True)
@@ -255,18 +317,148 @@ class CheckpointEverySeconds(pl.Callback):
             due = bool(trainer.strategy.broadcast(due, src=0))
         if not due or 0 < trainer.max_steps <= step:
             return  # the last step: the run ends here, with the checkpoints ModelCheckpoint writes at the end
-        cb = self.step_checkpoint
-        path = cb.format_checkpoint_name({}, cb.CHECKPOINT_NAME_LAST)
-        # ModelCheckpoint writes ``last-v1.ckpt`` beside a last.ckpt it did not write itself: it is told the
-        # file is its own (as it records its own before saving, so the path is part of the saved state).
-        cb.last_model_path = path
         self._saving = True
         try:
-            trainer.save_checkpoint(path)
+            write_last(trainer, self.step_checkpoint)
         finally:
             self._saving = False
         self.saved_steps.append(step)
         self._since = self.clock()
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        if self._saving:
+            checkpoint[RESUME_ONLY] = True
+
+
+def write_last(trainer, step_checkpoint, final: bool = False) -> None:
+    """``last.ckpt`` written now through the Trainer (the atomic writer), as a resume point. ModelCheckpoint writes
+    ``last-v1.ckpt`` beside a last.ckpt it did not write itself: ``step_checkpoint`` (the step checkpoints'
+    ModelCheckpoint, with ``save_last``) is told the file is its own (as it records its own before saving, so the
+    path is part of the saved state). ``final``: the fit's last one (:class:`StopOnSignal`), which ModelCheckpoint
+    is told it wrote."""
+    path = step_checkpoint.format_checkpoint_name({}, step_checkpoint.CHECKPOINT_NAME_LAST)
+    step_checkpoint.last_model_path = path
+    trainer.save_checkpoint(path, weights_only=False)  # the whole training state (Lightning's default, said so)
+    # ... and that it wrote one in this fit: else its on_train_end writes last.ckpt again, in a state that, at an
+    # epoch's end, resumes one batch into a phantom epoch (Lightning carries the batch count over)
+    if final and hasattr(step_checkpoint, "_last_checkpoint_saved"):
+        step_checkpoint._last_checkpoint_saved = path
+
+
+class StopOnSignal(Checkpoint):
+    """SIGTERM (a scheduler's preemption, ``kill``; SIGUSR1 outside SLURM) and SIGINT (Ctrl-C) while fitting stop the
+    run at the end of the optimizer step under way, after its validation when one is due, with ``last.ckpt`` written
+    at that step (a resume point, :data:`RESUME_ONLY`; not twice where the step checkpoint wrote it): the same command
+    resumes it with no step lost, and mid-epoch on the batches a run never stopped trains on
+    (:class:`ResumableLoader`, the random state in the checkpoint). The budget's end leaves ``last.ckpt`` at its last
+    step too (a continuation resumes there). Its handlers stand in for Lightning's SIGTERM handler and Python's Ctrl-C
+    while fitting (a second Ctrl-C stops at once; a signal the process ignores, as under ``nohup``, stays ignored); it
+    then raises what Lightning raises for the signal (``SIGTERMException``; ``KeyboardInterrupt``, which Lightning
+    ends as ``SystemExit(1)``), so the run records the stop and exits as before (:func:`~.train.stop_reason`). A
+    :class:`Checkpoint`, so that Lightning runs it after the step checkpoints. ``steps``: their interval (None when
+    they come by time). Every rank decides together."""
+
+    def __init__(self, step_checkpoint, steps: int | None):
+        super().__init__()
+        self.step_checkpoint, self.steps = step_checkpoint, steps
+        self.signal: int | None = None  # the first stopping signal received
+        self._previous: dict = {}  # the handlers this one stands in for
+        self._step = None  # the optimizer step seen at the last batch end
+        self._saved_at = None  # the step last.ckpt holds, when written in this fit
+        self._pending = False  # last.ckpt written for a stop; the stop waits for the step's validation
+        self._saving = False
+
+    # ------------------------------------------------------------------------------------------ the handlers
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._step = trainer.global_step
+        cb = self.step_checkpoint
+        last = cb.format_checkpoint_name({}, cb.CHECKPOINT_NAME_LAST)
+        if os.path.isfile(last):  # resumed from a step checkpoint's state (last.ckpt at a step checkpoint is one file
+            cb.last_model_path = last  # with it), which predates ModelCheckpoint's last.ckpt: else it writes last-v1
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+                self._previous[sig] = signal.signal(sig, self._received)
+
+    def _received(self, signum, frame) -> None:  # noqa: ARG002
+        if signum == signal.SIGINT and self.signal == signal.SIGINT:
+            raise KeyboardInterrupt  # Ctrl-C again: at once
+        if self.signal is None and signum == signal.SIGINT:
+            print("ltfm: interrupted (SIGINT): stopping after this step, with a checkpoint to resume from (Ctrl-C "
+                  "again stops at once)", file=sys.stderr, flush=True)
+        self.signal = self.signal or signum
+
+    def _restore(self) -> None:
+        """The handlers stood in for, back (where this one's are still in place), once fitting ends."""
+        for sig, handler in self._previous.items():
+            if signal.getsignal(sig) == self._received:
+                signal.signal(sig, handler)
+        self._previous = {}
+
+    def teardown(self, trainer, pl_module, stage) -> None:
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._restore()
+
+    # ------------------------------------------------------------------------------------------ the stop
+    def _stopping(self, trainer) -> bool:
+        stop = self.signal is not None or self._pending
+        return bool(trainer.strategy.reduce_boolean_decision(stop, all=False)) if trainer.world_size > 1 else stop
+
+    def _save(self, trainer) -> None:
+        """last.ckpt at this step, unless it is there already."""
+        step = trainer.global_step
+        if self._saved_at != step:
+            self._saving = True
+            try:
+                write_last(trainer, self.step_checkpoint, final=True)
+            finally:
+                self._saving = False
+        self._saved_at = step
+
+    def _stop(self):
+        sig = self.signal
+        self._restore()
+        if sig == signal.SIGINT:
+            raise KeyboardInterrupt
+        from pytorch_lightning.utilities.exceptions import SIGTERMException
+        raise SIGTERMException
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step == self._step:  # inside a gradient accumulation: no optimizer step since the last batch end
+            return
+        self._step = step
+        if self.steps and step % self.steps == 0:  # the step checkpoint wrote last.ckpt before this hook
+            self._saved_at = step
+        if self._stopping(trainer):
+            self._save(trainer)
+            self._pending = True  # the stop itself waits for this step's validation, if one is due
+        elif 0 < trainer.max_steps <= step:  # the budget's last step: a continuation resumes here
+            self._save(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        if self._stopping(trainer):
+            self._save(trainer)  # a signal during the validation: last.ckpt at this step, written after it
+            self._stop()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._pending:  # saved at the last step's end, and no validation came
+            self._stop()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """The end of fitting: last.ckpt at its last step (written at that step's end when the budget ended it; here
+        when time, a pruner or nothing left to train did), so that a continuation to a larger budget resumes there and
+        ``--checkpoint last`` is the weights the run ended with; a signal still stops the run, before its closing
+        evaluation."""
+        self._save(trainer)
+        if self._stopping(trainer):
+            self._stop()
+        self._restore()  # before Lightning puts back the handlers it found: a signal after fitting is theirs
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if self._saving:

@@ -27,8 +27,8 @@ import torch
 from . import atomic
 from .config import config
 from .runs import results, run_folder
-from .runs.checkpoints import (atomic_checkpoint_io, check_resumable, rank_resume_checkpoint, resume_checkpoint,
-                               tokenizer_hash)
+from .runs.checkpoints import (atomic_checkpoint_io, check_resumable, resume_checkpoint, resume_choice,
+                               check_resume, tokenizer_hash)
 from .data.corpus import Corpus
 from .errors import UserError
 from .precision import resolve_precision
@@ -90,12 +90,14 @@ class Run:
         self.trainer = self.wandb_logger = None
         self.summary: dict = {}
         self.prev_wall = 0.0
+        self.resume: Path | None = None
 
     def go(self) -> dict:
         prev = self.open_folder()
         if run_folder.already_done(prev, self.cfg):  # completed by the process that held the lock a moment ago
             print(f"ltfm: run {self.rid} is already completed: {self.summary_path}", file=sys.stderr)
             return prev
+        self.resume = self.resume_from()
         module = self.build(prev)
         try:
             metrics, pruned = self.fit(module)
@@ -112,6 +114,15 @@ class Run:
         return self.summarise(module, metrics, pruned, train_wall)
 
     # -------------------------------------------------------------------------------------------- build
+    def resume_from(self) -> Path | None:
+        """The checkpoint to resume from, checked to be this run's (the one Lightning loads, under the lock: one
+        copied in since :func:`train`'s check is refused too), before anything is written. Rank zero sets unreadable
+        ones aside; the other ranks pick the same file (:func:`~.runs.checkpoints.resume_choice`)."""
+        if not self.is_zero:
+            return resume_choice(self.ckpt_dir)[0]
+        vocab = tokenizer_hash(self.corpus.folder / "tokenizer.json")
+        return resume_checkpoint(self.ckpt_dir, lambda path: check_resume(path, self.run_dir, self.cfg, vocab))
+
     def open_folder(self) -> dict | None:
         """Rank zero: the folder still holds this config's run; remove what a killed process left mid-write, read the
         earlier summary."""
@@ -135,7 +146,7 @@ class Run:
             self.corpus.use_in_run(self.run_dir, write=True)
             atomic.write_text(self.run_dir / "config.yaml", config.saved_yaml(cfg))
         module = Seq2SeqModule(cfg, self.corpus.vocab_size, tokenizer_hash(self.corpus.folder / "tokenizer.json"))
-        module.run_id = self.rid
+        module.run_id, module.corpus_identity = self.rid, self.corpus.identity  # recorded in its checkpoints
         self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg.to_dict()),
                         "params": module.model.num_parameters(), "vocab_size": self.corpus.vocab_size,
                         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
@@ -154,7 +165,7 @@ class Run:
         import pytorch_lightning as pl
         from pytorch_lightning.loggers import CSVLogger
 
-        from .lit import DevBleu, TranslationDataModule
+        from .lit import DevBleu, StopOnSignal, TranslationDataModule
         from .tracking.tracking import make_wandb_logger
 
         cfg, t = self.cfg, self.cfg.train
@@ -169,9 +180,10 @@ class Run:
         world = world_size(t)
         accumulate = accumulation(t, world)
         trainer_kwargs = _trainer_kwargs(cfg, accumulate)
+        checkpoints = checkpoint_callbacks(t, self.ckpt_dir)  # a signal stops at a step's end, with last.ckpt there
+        stop = StopOnSignal(checkpoints[0], None if t.checkpoint_every_minutes else t.checkpoint_every_steps)
         self.trainer = trainer = pl.Trainer(
-            logger=loggers, callbacks=[stop_on_nonfinite_loss(), *checkpoint_callbacks(t, self.ckpt_dir),
-                                       self.dev_bleu, *self.extra],
+            logger=loggers, callbacks=[stop_on_nonfinite_loss(), *checkpoints, stop, self.dev_bleu, *self.extra],
             default_root_dir=str(self.run_dir), plugins=[atomic_checkpoint_io()], **trainer_kwargs)
         if trainer.world_size != world:
             raise UserError(f"train.devices={t.devices} x train.num_nodes={t.num_nodes} gives {world} processes "
@@ -183,9 +195,7 @@ class Run:
             print(f"ltfm: run {self.rid}: {world} process(es) x {t.batch_tokens} tokens x accumulation {accumulate} "
                   f"= {self.summary['effective_batch_tokens']} tokens per side per optimizer step", file=sys.stderr)
         datamodule = TranslationDataModule(cfg, self.corpus.train, self.corpus.dev)
-        # Rank zero picks the checkpoint (setting unreadable ones aside); the other ranks wait for the
-        # same file name (a DDP run on one node shares the folder; Lightning broadcasts nothing here).
-        resume = resume_checkpoint(self.ckpt_dir) if self.is_zero else rank_resume_checkpoint(self.ckpt_dir)
+        resume = self.resume
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=True)
         if trainer.interrupted:
             raise KeyboardInterrupt
@@ -215,7 +225,9 @@ class Run:
         return self.summary
 
     def fail(self, e: BaseException) -> None:
-        """Record the attempt as failed (if the folder still takes a small file), keeping the earlier ones."""
+        """Record the attempt as failed, or as stopped by a signal with the run's last validation (its step, dev loss
+        and perplexity: a stopped run is not a failed one), if the folder still takes a small file, keeping the
+        earlier attempts."""
         if not self.is_zero:
             return
         from .redact import scrub
@@ -223,10 +235,19 @@ class Run:
 
         err = e if isinstance(e, UserError) else run_folder.storage_error(e, self.run_dir) or e
         text = str(err).splitlines()[0] if str(err) else ""
-        why = (stop_reason(e) or (None,))[0] or (str(e) if isinstance(e, Abandoned) else None)
-        self.summary.update(status="failed", error=why or scrub(f"{err.__class__.__name__}: {text}"),
-                            steps=self.trainer.global_step if self.trainer is not None else 0,
+        stopped = (stop_reason(e) or (None,))[0]
+        why = stopped or (str(e) if isinstance(e, Abandoned) else None)
+        steps = self.trainer.global_step if self.trainer is not None else 0
+        self.summary.update(status="stopped" if stopped else "failed",
+                            error=why or scrub(f"{err.__class__.__name__}: {text}"), steps=steps,
                             wall_time_s=self.prev_wall + time.time() - self.started)
+        if stopped:
+            try:
+                validation = results.last_validation(self.run_dir, steps)
+            except (OSError, ValueError):  # its logs unreadable: the stop is still recorded
+                validation = None
+            if validation is not None:
+                self.summary["last_validation"] = validation
         try:
             self.summary.update(finish(self.wandb_logger, self.summary))
         except Exception:  # noqa: BLE001 - the run's own error is the one to report
@@ -254,7 +275,9 @@ def stop_reason(e: BaseException) -> tuple[str, int] | None:
     when a signal did, else None. Lightning turns SIGTERM (a scheduler's preemption,
     ``kill``; ``ltfm train`` sends itself one on SIGUSR1 outside SLURM) into ``SIGTERMException`` and Ctrl-C
     (SIGINT) into ``SystemExit(1)`` raised while handling the KeyboardInterrupt: both are SystemExits, which
-    must not read as success."""
+    must not read as success. Ctrl-C outside fit (the closing evaluation) is a KeyboardInterrupt itself."""
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted (SIGINT): run the same command to resume from the last checkpoint", 130
     if not isinstance(e, SystemExit):
         return None
     if type(e).__name__ == "SIGTERMException":

@@ -156,6 +156,9 @@ class TokenBatchSampler(Sampler[list[int]]):
     a multiple of the world size, the largest batches are halved until it is, so every pair is seen by
     exactly one rank once per epoch, none twice and none dropped, and every rank takes the same number
     of steps (DDP would hang otherwise).
+
+    :meth:`resume_at` makes the next iteration start inside an epoch (a run resumed mid-epoch trains on the batches
+    a run never stopped would have: :class:`~lightning_tfm.training.lit.ResumableLoader`).
     """
 
     def __init__(self, src_lens, tgt_lens, batch_tokens: int, shuffle: bool = True, seed: int = 1,
@@ -165,6 +168,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
         self.batch_tokens, self.shuffle, self.seed = batch_tokens, shuffle, seed
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
+        self._skip = 0  # batches of this epoch the next iteration leaves out (resume_at)
         self.order, self.bounds = self._make_batches()
 
     def _make_batches(self) -> tuple[np.ndarray, np.ndarray]:
@@ -192,8 +196,20 @@ class TokenBatchSampler(Sampler[list[int]]):
     def batches(self) -> list[list[int]]:
         return [self.order[a:b].tolist() for a, b in zip(self.bounds[:-1], self.bounds[1:])]
 
+    @property
+    def sampler(self) -> "TokenBatchSampler":
+        """Itself, as torch's ``BatchSampler.sampler`` is the sampler it draws from: Lightning calls ``set_epoch`` at
+        each epoch's start on a loader's ``sampler`` and ``batch_sampler.sampler``, never on the batch sampler (without
+        this every epoch repeated the first one's order)."""
+        return self
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def resume_at(self, epoch: int, batches: int) -> None:
+        """The next iteration yields epoch ``epoch``'s batches (this rank's) after its first ``batches``; the one after
+        it a whole epoch again."""
+        self.epoch, self._skip = epoch, max(0, batches)
 
     def _epoch_spans(self) -> list[tuple[int, int]]:
         spans = list(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()))
@@ -212,7 +228,8 @@ class TokenBatchSampler(Sampler[list[int]]):
         return [self.order[a:b].tolist() for a, b in self._epoch_spans()]
 
     def __iter__(self):
-        for a, b in self._epoch_spans()[self.rank::self.num_replicas]:
+        skip, self._skip = self._skip, 0
+        for a, b in self._epoch_spans()[self.rank::self.num_replicas][skip:]:
             yield self.order[a:b].tolist()
 
     def __len__(self) -> int:

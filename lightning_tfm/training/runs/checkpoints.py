@@ -27,6 +27,9 @@ RESUME_ONLY = "ltfm_resume_only"
 #: The hyper-parameter naming the vocabulary a checkpoint was trained with (:func:`tokenizer_hash`): ids of another
 #: vocabulary of the same size decode to garbage, so a checkpoint is only decoded or resumed with its own.
 TOKENIZER = "tokenizer_sha256"
+#: Keys of a checkpoint naming the run that wrote it (its folder's name) and the content identity of its corpus
+#: (:func:`~.data.corpus_id.fingerprint`): a checkpoint copied into another run's folder is told by them.
+RUN_ID, CORPUS = "ltfm_run_id", "ltfm_corpus"
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -83,27 +86,17 @@ def recorded_config(ck: dict, path: Path) -> "config.Config | None":
                         f"written by this version's `ltfm train` or `ltfm average`") from None
 
 
-def newest_readable(run_dir: str | Path) -> tuple[Path, dict] | None:
-    """(path, dict) of the checkpoint a resume of the run would start from, read memory-mapped: ``last.ckpt``, else
-    the newest step checkpoint that loads; None when none does. Reads only (:func:`resume_checkpoint` sets
-    unreadable ones aside)."""
-    ckpt_dir = Path(run_dir) / "checkpoints"
-    for path in [ckpt_dir / "last.ckpt", *(p for _, p in reversed(step_checkpoints(run_dir)))]:
-        try:
-            ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True) if path.is_file() else None
-        except Exception:  # noqa: BLE001 - unreadable: the next one
-            continue
-        if isinstance(ck, dict) and isinstance(ck.get("state_dict"), dict):
-            return path, ck
-    return None
-
-
 def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: str | None, whose: str,
-                    sections: set[str] | None = None, corpus: str | None = None) -> str | None:
-    """Why checkpoint ``ck`` (at ``path``) is not one of the run ``whose`` (a run folder) with config ``cfg`` and
-    vocabulary hash ``vocab``: another vocabulary, or another config in ``sections``' keys (all the run id's keys
-    when None: :func:`~.run_folder.differences`, the checkpoint's corpus as ``corpus`` identifies it); None when it
-    is, or cannot tell."""
+                    sections: set[str] | None = None, corpus: str | None = None, run: str | None = None) -> str | None:
+    """Why checkpoint ``ck`` (at ``path``) is not one of the run ``whose`` (a run folder) with config ``cfg``,
+    vocabulary hash ``vocab`` and run id ``run``: written by another run (the id it records, :data:`RUN_ID`), another
+    vocabulary, or another config in ``sections``' keys (all the run id's keys when None:
+    :func:`~.run_folder.differences`, the checkpoint's corpus as it records it, :data:`CORPUS`, else as ``corpus``
+    identifies it); None when it is, or cannot tell (a checkpoint of an older version records no run id)."""
+    writer = ck.get(RUN_ID)
+    if run is not None and isinstance(writer, str) and writer != run:
+        return f"checkpoint {path} was written by run {writer}, not by {whose}"
+    corpus = ck[CORPUS] if isinstance(ck.get(CORPUS), str) else corpus
     theirs = checkpoint_tokenizer(ck, path)
     if vocab is not None and theirs is not None and theirs != vocab:
         return (f"checkpoint {path} was trained with another vocabulary (tokenizer {theirs}) than {whose} (tokenizer "
@@ -116,15 +109,25 @@ def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: st
     return None
 
 
-def check_resumable(run_dir: Path, cfg: "config.Config", vocab: str) -> None:
-    """The checkpoint a resume of ``run_dir`` would load must be of ``cfg`` and of the vocabulary ``vocab``: else one
-    line (a checkpoint copied in, a folder whose ``tokenizer.json`` was replaced or deleted), before training."""
-    found = newest_readable(run_dir)
-    why = foreign_problem(found[1], found[0], cfg, vocab, f"run {run_dir.name}",
-                          corpus=run_folder.recorded_corpus(run_dir)) if found else None
+def check_resume(path: Path, run_dir: Path, cfg: "config.Config", vocab: str) -> None:
+    """The checkpoint ``path`` a resume of ``run_dir`` loads must be of this run (the id it records), of ``cfg`` and of
+    the vocabulary ``vocab`` (:func:`foreign_problem`): else one line naming it and the way out (a checkpoint copied
+    in, a folder whose ``tokenizer.json`` was replaced or deleted). Reads only."""
+    ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    why = foreign_problem(ck, path, cfg, vocab, f"run {run_dir.name}", corpus=run_folder.recorded_corpus(run_dir),
+                          run=run_dir.name)
     if why is not None:
-        raise UserError(f"{why}: cannot resume {run_dir} from it; give another run.id (or run.results_dir), or "
-                        f"delete the folder to train there anew")
+        raise UserError(f"{why}: cannot resume {run_dir} from it; move {path.name} out of {path.parent} if it was "
+                        f"copied in, else give another run.id (or run.results_dir), or delete the folder to train "
+                        f"there anew")
+
+
+def check_resumable(run_dir: Path, cfg: "config.Config", vocab: str) -> None:
+    """:func:`check_resume` of the checkpoint a resume of ``run_dir`` would load (:func:`resume_choice`: the same
+    file), before anything is written."""
+    path = resume_choice(run_dir / "checkpoints")[0]
+    if path is not None:
+        check_resume(path, run_dir, cfg, vocab)
 
 
 def checkpoint_problem(path: str | Path) -> str | None:
@@ -175,7 +178,7 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
             first = (ck, Path(path))
         else:  # another vocabulary or model of the same shapes would average into nonsense
             why = foreign_problem(ck, Path(path), recorded_config(*first), checkpoint_tokenizer(*first),
-                                  f"{paths[0]}", run_folder.model_sections())
+                                  f"{paths[0]}", run_folder.model_sections(), run=first[0].get(RUN_ID))
             if why is not None:
                 raise UserError(f"{why}: average checkpoints of one run")
         if i == 0:
@@ -323,13 +326,15 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     # Another run's checkpoint must share this run's vocabulary and model (its own may predate a change the
     # version before run_folder.check_reuse let through: its vocabulary is still checked).
     foreign = owner is None or owner.resolve() != run_dir.resolve()
+    # A file in this run's folder passes for its checkpoint (evaluate labels its hypotheses so): it must be its own.
     why = foreign_problem(ck, path, run_cfg if foreign else None, tokenizer_hash(run_dir / "tokenizer.json"),
-                          f"run {run_dir}", run_folder.model_sections())
+                          f"run {run_dir}", run_folder.model_sections(), run=None if foreign else run_dir.resolve().name)
     if why is None and vocab != tokenizer.get_vocab_size():
         why = (f"checkpoint {path} has a vocabulary of {vocab} entries but {run_dir / 'tokenizer.json'} has "
                f"{tokenizer.get_vocab_size()}")
     if why is not None:
-        mine = f", or run this command on its own run folder {owner}" if owner is not None and foreign else ""
+        mine = f", or run this command on its own run folder {owner}" if owner is not None and foreign else \
+            f" (move {path.name} out of {path.parent} if it was copied in)" if not foreign else ""
         raise UserError(f"{why}: it belongs to another run; give a checkpoint of this run{mine}")
     try:
         model = build_model(ck_cfg.model, vocab)  # ValueError: an architecture this version does not register
@@ -348,39 +353,49 @@ def set_aside(path: Path, why: str) -> Path:
     return dest
 
 
-def resume_checkpoint(ckpt_dir: Path) -> Path | None:
-    """The checkpoint to resume from: the newest readable one of ``last.ckpt`` and the ``step=*.ckpt`` files
-    (a process killed between writing a step checkpoint and ``last.ckpt`` leaves ``last.ckpt`` older, or none:
-    resuming from it would train those steps again and write ``step=N-v1.ckpt`` beside the old file);
-    unreadable ones (truncated by a full disk or a kill) are set aside with a warning.
-    None (start from step 0) when there is none, which is said too if checkpoints were set aside."""
+def resume_choice(ckpt_dir: Path) -> tuple[Path | None, list[tuple[Path, str]], int | None]:
+    """(the checkpoint a resume loads, the unreadable ones before it with why, ``last.ckpt``'s step or None): the
+    newest readable one of ``last.ckpt`` and the ``step=*.ckpt`` files (a process killed between writing a step
+    checkpoint and ``last.ckpt`` leaves ``last.ckpt`` older, or none: resuming from it would train those steps again
+    and write ``step=N-v1.ckpt`` beside the old file); None when none is readable. Reads only: every rank of a run
+    and the check before it (:func:`check_resumable`) find the same file."""
     last = ckpt_dir / "last.ckpt"
-    set_aside_any = False
+    unreadable: list[tuple[Path, str]] = []
     last_step = None
     if last.is_file():
         why = checkpoint_problem(last)
         if why is None:
             last_step = int(torch.load(last, map_location="cpu", weights_only=True, mmap=True).get("global_step", -1))
         else:
-            set_aside(last, why)
-            set_aside_any = True
+            unreadable.append((last, why))
     for step, path in reversed(step_checkpoints(ckpt_dir.parent)):
         if last_step is not None and step <= last_step:
             break  # last.ckpt is as new as any step checkpoint left
         why = checkpoint_problem(path)
         if why is None:
-            print(f"ltfm: resuming from {path.name} (step {step}) " +
-                  ("instead" if set_aside_any else "(no last.ckpt: the run was stopped before writing it)"
-                   if last_step is None else f"(newer than last.ckpt, step {last_step}: the run was stopped "
-                   "between writing the two)"), file=sys.stderr)
-            return path
-        set_aside(path, why)
-        set_aside_any = True
-    if last_step is not None:
-        return last
-    if set_aside_any:
+            return path, unreadable, last_step
+        unreadable.append((path, why))
+    return (last if last_step is not None else None), unreadable, last_step
+
+
+def resume_checkpoint(ckpt_dir: Path, check=None) -> Path | None:
+    """The checkpoint to resume from (:func:`resume_choice`); ``check(path)``: raises when it must not be resumed,
+    before anything changes. Then the unreadable ones (truncated by a full disk or a kill) are set aside with a
+    warning. None (start from step 0) when there is none, which is said too if checkpoints were set aside."""
+    path, unreadable, last_step = resume_choice(ckpt_dir)
+    if path is not None and check is not None:
+        check(path)
+    for bad, why in unreadable:
+        set_aside(bad, why)
+    if path is not None and path.name != "last.ckpt":
+        step = int(STEP_CKPT.match(path.name).group(1))
+        print(f"ltfm: resuming from {path.name} (step {step}) " +
+              ("instead" if unreadable else "(no last.ckpt: the run was stopped before writing it)"
+               if last_step is None else f"(newer than last.ckpt, step {last_step}: the run was stopped "
+               "between writing the two)"), file=sys.stderr)
+    if path is None and unreadable:
         print("ltfm: warning: no readable checkpoint left: the run starts over from step 0", file=sys.stderr)
-    return None
+    return path
 
 
 def newest_step(run_dir: str | Path) -> int:
@@ -397,17 +412,15 @@ def newest_step(run_dir: str | Path) -> int:
     return newest
 
 
-def rank_resume_checkpoint(ckpt_dir: Path) -> Path | None:
-    """A non-zero rank's checkpoint: rank zero has set unreadable ones aside before the ranks meet in
-    ``fit``, so by then ``last.ckpt`` is readable or gone; the newest step checkpoint otherwise."""
-    last = ckpt_dir / "last.ckpt"
-    if last.is_file():
-        return last
-    steps = step_checkpoints(ckpt_dir.parent)
-    return steps[-1][1] if steps else None
-
-
 # ------------------------------------------------------------------------------------------- writing
+def training_state(checkpoint: dict) -> tuple:
+    """What tells two checkpoints of one fit apart: the step, and a sum of each tensor of the weights (one pass
+    over them: two files of one step and one set of weights are the same checkpoint, whatever else they record)."""
+    sums = tuple(float(t.detach().double().sum()) for t in checkpoint.get("state_dict", {}).values()
+                 if isinstance(t, torch.Tensor))
+    return checkpoint.get("global_step"), checkpoint.get("epoch"), sums
+
+
 def atomic_checkpoint_io():
     """Lightning's checkpoint writer, made atomic inside the run folder (a plugin for the Trainer; built
     here, not at import, so that ``ltfm train`` reports config errors before importing Lightning).
@@ -416,17 +429,51 @@ def atomic_checkpoint_io():
     in ``$TMPDIR`` and then *copied* into the run folder: a full disk or a kill during that copy leaves a
     truncated ``last.ckpt``. Here the serialized bytes are written to a temporary file beside the target,
     fsynced and renamed (:mod:`lightning_tfm.training.atomic`), so a checkpoint is either whole or absent.
+
+    One step's checkpoints are one file: ``step=N.ckpt``, ``last.ckpt`` and ``best.ckpt`` written at one step with
+    the same weights (:func:`training_state`) are hard links to the first of them written, not copies (a 20-step run
+    kept three copies of its last step). A link is made under a temporary name and renamed over the target, as a
+    write is, so a later write of one name (``last.ckpt`` at the next step) replaces that name alone and never
+    changes the file the others name; pruning a step checkpoint removes its name only. Where the filesystem has no
+    hard links the bytes are written.
     """
     from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
     class AtomicCheckpointIO(TorchCheckpointIO):
+        def __init__(self):
+            super().__init__()
+            self.written: tuple | None = None  # (path, its inode, training_state) of the last file written
+
         def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
             if storage_options is not None:
                 raise TypeError("AtomicCheckpointIO takes no storage_options")
-            buf = io.BytesIO()
-            torch.save(checkpoint, buf)  # in memory first, as Lightning does: a write error is an OSError here
             path = Path(path)
             path.parent.mkdir(parents=True, exist_ok=True)
+            state = training_state(checkpoint)
+            if self.link(path, state):
+                return
+            buf = io.BytesIO()
+            torch.save(checkpoint, buf)  # in memory first, as Lightning does: a write error is an OSError here
             atomic.write_bytes(path, buf.getbuffer())
+            self.written = (path, path.stat().st_ino, state)
+
+        def link(self, path: Path, state: tuple) -> bool:
+            """``path`` made a hard link to the last file written, when that holds the same step and weights."""
+            if self.written is None:
+                return False
+            source, inode, written = self.written
+            if written != state or source.parent != path.parent:
+                return False
+            try:
+                if source.stat().st_ino != inode:  # replaced since: not the file written then
+                    return False
+                if path.exists() and path.stat().st_ino == inode:
+                    return True
+                with atomic.atomic_path(path) as tmp:
+                    tmp.unlink()
+                    os.link(source, tmp)
+            except OSError:  # no hard links here (or the file went): write the bytes
+                return False
+            return True
 
     return AtomicCheckpointIO()

@@ -57,8 +57,8 @@ class Summary(TypedDict, total=False):
     """``<run>/summary.json``: written by ``train.train`` at the start of each attempt (status ``running``) and
     at its end. Every field may be missing or null (a run that failed early has few)."""
     run_id: str
-    status: str                  # running | completed | pruned | failed (| interrupted)
-    error: str                   # one line, when failed
+    status: str                  # running | completed | pruned | stopped (a signal) | failed (| interrupted)
+    error: str                   # one line, when failed or stopped (what stopped it)
     run_dir: str
     host: str
     pid: int
@@ -83,8 +83,9 @@ class Summary(TypedDict, total=False):
     steps: int
     epochs: int
     train_tokens: int | float
-    dev_loss: int | float        # the last validation's DEV_LOSS
+    dev_loss: int | float        # the last validation's DEV_LOSS (a completed or pruned run's)
     dev_ppl: int | float
+    last_validation: dict        # a stopped run's last validation: {"step", "dev_loss", "dev_ppl"}
     dev_bleu: int | float        # beam search on the whole dev set at the end
     test_bleu: int | float
     dev_bleu_ratio: int | float  # hypothesis/reference length ratio
@@ -199,6 +200,19 @@ def latest_completed(summary: dict) -> dict | None:
         if attempt.get("status") == "completed":
             return attempt
     return None
+
+
+def last_validation(run_dir: str | Path, upto: int | None = None) -> dict | None:
+    """The run's last validation up to optimizer step ``upto`` (all when None), from its metric history
+    (:func:`read_metrics`, every attempt's): ``{"step", "dev_loss", "dev_ppl"}``, or None when it has none. Lightning
+    logs a validation at ``global_step - 1``; ``step`` is the optimizer step it validated."""
+    found = None
+    for row in read_metrics(run_dir):
+        step = int(row["step"]) + 1
+        if DEV_LOSS in row and (upto is None or step <= upto):
+            found = {"step": step, "dev_loss": row[DEV_LOSS],
+                     "dev_ppl": row.get(DEV_PPL, math.exp(min(row[DEV_LOSS], 50.0)))}
+    return found
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:

@@ -3,7 +3,7 @@ the dashboard).
 
 The results folder is the source of truth; each run folder's ``summary.json`` is read as it is.
 
-Status: the summary's ``status`` (``completed`` | ``failed`` | ``running``), with two refinements:
+Status: the summary's ``status`` (``completed`` | ``stopped`` | ``failed`` | ``running``), with refinements:
 
 - ``stale``: the summary says ``running`` but records the ``pid`` and ``host`` of its process, the host
   is this machine and that process no longer exists (killed worker, crash). A running summary without
@@ -13,6 +13,8 @@ Status: the summary's ``status`` (``completed`` | ``failed`` | ``running``), wit
   was never written.
 - ``failed (completed before)``: a continuation (larger ``train.max_steps``) failed; the run's earlier
   completed results are kept in ``summary.json``'s ``attempts`` and shown in the other columns.
+- ``stopped at N``: a signal stopped the run at step N (SIGTERM, Ctrl-C; the same command resumes it); its dev
+  perplexity is that of its last validation, shown with that step (``12.34 @100``).
 
 A results folder that does not exist (``results/`` before any training, when ``make ablation QUICK=1`` wrote
 ``results-quick/``) is an error that names the folders beside it that hold runs (:func:`results_folders_near`);
@@ -32,8 +34,8 @@ from ..errors import UserError
 from .results import RESULT_FIELDS, latest_completed, load_summary
 
 # Row keys (also the --json keys and the accepted --sort keys).
-ROW_KEYS = ("id", "variant", "family", "study", "arch", "precision", *RESULT_FIELDS, "wandb_run_id", "wandb_mode",
-            "attempts", "error", "path")
+ROW_KEYS = ("id", "variant", "family", "study", "arch", "precision", *RESULT_FIELDS, "validated_at", "wandb_run_id",
+            "wandb_mode", "attempts", "error", "path")
 # (header, row key) of the terminal table.
 COLUMNS = (("id", "id"), ("variant", "variant"), ("arch", "arch"), ("precision", "precision"), ("status", "status"),
            ("params", "params"), ("dev_ppl", "dev_ppl"), ("dev_bleu", "dev_bleu"), ("test_bleu", "test_bleu"), ("wall time", "wall_time_s"))
@@ -93,6 +95,12 @@ def _row(run_dir: Path) -> dict | None:
     if "model" in cfg:  # the architecture built (model.arch)
         row["arch"] = (cfg.get("model") or {}).get("arch") or _default_arch()
     row["status"] = _status(summary)
+    validation = summary.get("last_validation")
+    if row["status"] == "stopped":
+        row["status"] = f"stopped at {summary['steps']}" if isinstance(summary.get("steps"), int) else "stopped"
+        if isinstance(validation, dict) and row.get("dev_ppl") is None and latest_completed(summary) is None:
+            row.update(dev_ppl=validation.get("dev_ppl"), dev_loss=validation.get("dev_loss"),
+                       validated_at=validation.get("step"))
     row["attempts"] = len(summary.get("attempts") or []) + 1
     earlier = latest_completed(summary)
     if earlier is not None and earlier is not summary:
@@ -243,7 +251,8 @@ def format_table(rows: list[dict], sort: str | None = None) -> str:
     """A plain-text table: id, variant, arch, precision, status, params, dev_ppl, dev_bleu, test_bleu, wall time."""
     rows = sort_rows(rows, sort)
     header = [h for h, _ in COLUMNS]
-    body = [[_cell(k, r.get(k)) for _, k in COLUMNS] for r in rows]
+    body = [[_cell(k, r.get(k)) + (f" @{r['validated_at']}" if k == "dev_ppl" and r.get("validated_at") else "")
+             for _, k in COLUMNS] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(header, *body)]
     numeric = {"params", "dev_ppl", "dev_bleu", "test_bleu", "wall time"}
 

@@ -52,8 +52,9 @@ from .wandb_files import ID_FILE  # the file naming a run folder's W&B run: one 
 
 SAMPLE_COLUMNS = ["source", "reference", "hypothesis"]
 
-# summary.json fields copied to the W&B run summary by ``finish`` (whichever are present).
-SUMMARY_KEYS = RESULT_FIELDS + ("bleu_signature",)
+# summary.json fields copied to the W&B run summary by ``finish`` (whichever are present): a stopped run's status
+# ("stopped", not "failed") with its last validation (step, dev loss and perplexity).
+SUMMARY_KEYS = RESULT_FIELDS + ("bleu_signature", "last_validation")
 
 MODES = ("online", "offline", "disabled")
 # The tag of a pipeline check's runs (`make ablation QUICK=1`: wandb.tags=[pipeline-check]): numbers that say
