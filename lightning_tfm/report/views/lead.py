@@ -98,7 +98,7 @@ def shown_metrics(table: dict) -> list[tuple[str, str, str]]:
     return [m for m in METRICS if m[0] == "ppl" or any(_get(r, "dev_bleu") is not None for r in table["rows"])]
 
 
-_STATUS = re.compile(r"\b(missing|waiting|running|failed|skipped|pruned|diverged|continued)\b")
+_STATUS = re.compile(r"\b(missing|waiting|running|failed|stopped|skipped|pruned|diverged|continued)\b")
 
 
 def _no_data(row) -> str:
