@@ -81,3 +81,15 @@ def test_no_share_of_a_base_of_about_nothing(monkeypatch, tmp_path):
     # a base of 1.5 BLEU is a base: its share is shown
     table = table_of(data(False, base_bleu=1.5))
     assert lead.relative_shown(table, "bleu") and lead.relative_shown(table, "ppl")
+
+
+def test_the_tables_give_no_share_of_a_bleu_below_the_floor():
+    """The BLEU table and the CSV, like the lead figure: a change against a base BLEU below BLEU_FLOOR has no share
+    (a share of smoothing), the absolute change stays; a base above it keeps its share."""
+    from lightning_tfm.report.table3.stats import BLEU_FLOOR
+
+    low = {r.variant: r for r in table_of(data(True, base_bleu=0.0025))["rows"]}
+    assert low["A1"]["delta_bleu"] == pytest.approx(0.2185) and low["A1"]["delta_bleu_rel"] is None
+    assert low["A1"]["delta_ppl_rel"] is not None   # dev PPL's share as before
+    high = {r.variant: r for r in table_of(data(False, base_bleu=BLEU_FLOOR + 0.5))["rows"]}
+    assert high["A1"]["delta_bleu_rel"] == pytest.approx(high["A1"]["delta_bleu"] / (BLEU_FLOOR + 0.5015))

@@ -28,8 +28,8 @@ from .columns import Row
 from ..inputs.export import read_export
 from ..inputs.records import DONE, ReportData, RunRecord, is_pipeline_check, mark_diverged, nonfinite
 from .compute import add_equal_compute
-from .stats import (agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict, paired_bootstrap,
-                    relative)
+from .stats import (BLEU_FLOOR, agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict,
+                    paired_bootstrap, relative)
 from .verdict import add_verdicts, seconds_per_step, settle_summary, verdict_summary
 
 
@@ -95,7 +95,9 @@ def _change(mean, base_mean, base_sd, p: dict | None, pbase: dict, key: str, is_
     (``base_mean``, ``base_sd``: our base row's, None without one)."""
     d = mean - base_mean if not is_base and mean is not None and base_mean is not None else None
     pd = p[key] - pbase[key] if p and not is_base else None
-    return (d, pd, relative(d, base_mean), relative(pd, pbase[key]), agrees(d, pd),
+    # a share of a BLEU below the floor is a share of smoothing (a pipeline check's base of 0.0: "+5525%"): none
+    floor = key == "dev_bleu" and base_mean is not None and base_mean < BLEU_FLOOR
+    return (d, pd, None if floor else relative(d, base_mean), relative(pd, pbase[key]), agrees(d, pd),
             noise_verdict(d, base_sd) if d is not None else None)
 
 
