@@ -1,7 +1,7 @@
 """Prepared corpora: the shared BPE vocabulary and every split's token ids, built once, mapped by every run.
 
-Everything that decides the token ids (the resolved data source with its files' sizes and modification
-times, or the Hub dataset name and configuration; the languages and splits; the pair limits;
+Everything that decides the token ids (the resolved data source with its files' content identity,
+:func:`~.corpus_id.fingerprint`, the one the run id hashes, or the Hub dataset name and configuration; the languages and splits; the pair limits;
 ``vocab_size``, ``tokenizer_min_frequency``, ``max_tokens_per_sentence``; the tokenizer's settings and the
 ``tokenizers`` version) hashes to one folder ``<data.cache_dir>/<name>-<hash>``. Model and training keys
 are not part of it, so every row of a sweep (Table 3: one shared vocabulary) and every rank of a DDP
@@ -70,8 +70,21 @@ def splits_of(cfg: Config) -> dict[str, tuple[str, int | None]]:
     return out
 
 
-def cache_key(cfg: Config) -> dict:
-    """Everything that decides the token ids, as a JSON-able dict (local files: path, size, mtime)."""
+def _file_stats(cfg: Config) -> dict:
+    """{file name: [size, mtime in ns]} of the local corpus's files the config reads."""
+    d, files = cfg.data, {}
+    for name, _ in splits_of(cfg).values():
+        for lang in (d.src_lang, d.tgt_lang):
+            st = (f := split_file(Path(d.path).expanduser().resolve(), name, lang)).stat()
+            files[f.name] = [st.st_size, st.st_mtime_ns]
+    return files
+
+
+def cache_key(cfg: Config, by_stats: bool = False) -> dict:
+    """Everything that decides the token ids, as a JSON-able dict (local files: their folder and their content
+    identity, :func:`~.corpus_id.fingerprint`: an edit is another corpus even where it keeps the files' sizes and
+    modification times). ``by_stats``: the key of earlier versions (each file's size and mtime in place of the
+    identity), which the prepared corpora and run folders they made record (:func:`changed_since`)."""
     import tokenizers
 
     d = cfg.data
@@ -81,18 +94,39 @@ def cache_key(cfg: Config) -> dict:
                  "vocab_size": d.vocab_size, "tokenizer_min_frequency": d.tokenizer_min_frequency,
                  "max_tokens_per_sentence": d.max_tokens_per_sentence}
     if d.source == "local":
-        folder = Path(d.path).expanduser().resolve()
-        key["path"] = str(folder)
-        files = {}
-        for name, _ in splits_of(cfg).values():
-            for lang in (d.src_lang, d.tgt_lang):
-                f = split_file(folder, name, lang)
-                st = f.stat()
-                files[f.name] = [st.st_size, st.st_mtime_ns]
-        key["files"] = files
+        key["path"] = str(Path(d.path).expanduser().resolve())
+        identity = None if by_stats else fingerprint(d)
+        if identity is None:  # a file missing (split_file says which) or unreadable: by its size and mtime
+            key["files"] = _file_stats(cfg)
+        else:
+            key["corpus"] = identity
     else:  # the Hub: datasets' own cache keeps the revision it downloaded
         key["hub_name"], key["hub_config"] = d.hub_name, d.hub_config
     return key
+
+
+def changed_since(cfg: Config, data_cache: str | None, data_cache_hash: str | None) -> list[str] | None:
+    """For a run that recorded no content identity of its corpus (an earlier version's), which of the files its
+    config reads changed since it was prepared, by what the run did record: the prepared corpus it trained on
+    (``data_cache``: its manifest's key, by content or by each file's size and mtime), else that key's hash
+    (``data_cache_hash``, of the key by size and mtime). [] when none did; None when nothing recorded tells."""
+    if cfg.data.source != "local" or not cfg.data.path:
+        return None
+    try:
+        key = json.loads((Path(data_cache) / "manifest.json").read_text())["key"] if data_cache else None
+    except (OSError, ValueError, KeyError, TypeError):
+        key = None
+    try:
+        if isinstance(key, dict) and isinstance(key.get("corpus"), str):
+            return [] if key["corpus"] == fingerprint(cfg.data) else ["its files"]
+        if isinstance(key, dict) and isinstance(key.get("files"), dict):
+            now = _file_stats(cfg)
+            return sorted(n for n in {*now, *key["files"]} if now.get(n) != key["files"].get(n))
+        if isinstance(data_cache_hash, str):
+            return [] if key_hash(cache_key(cfg, by_stats=True)) == data_cache_hash else ["its files"]
+    except (UserError, OSError):
+        return ["its files"]  # gone or unreadable: not the corpus it trained on, as far as anything can tell
+    return None
 
 
 def key_hash(key: dict) -> str:

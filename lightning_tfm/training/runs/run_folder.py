@@ -263,9 +263,21 @@ _UNSET = object()
 
 def recorded_corpus(run_dir: Path) -> str | None:
     """The content identity of the corpus the run in ``run_dir`` trained on, as its summary records it (``corpus``:
-    :func:`~.data.corpus_id.fingerprint`), or None (a run of an older version, or none yet)."""
-    found = (results.read_summary(run_dir) or {}).get("corpus")
-    return found if isinstance(found, str) else None
+    :func:`~.data.corpus_id.fingerprint`). A run of an older version recorded none: where what it did record of its
+    prepared corpus shows that its files changed since (:func:`~.data.corpus.changed_since`), an identity that
+    matches no corpus (``val.de changed since the run``), so that it is continued on none; else None (its files'
+    content now stands for it; or no run yet)."""
+    summary = results.read_summary(run_dir) or {}
+    found = summary.get("corpus")
+    if isinstance(found, str) or not (summary.get("data_cache") or summary.get("data_cache_hash")):
+        return found if isinstance(found, str) else None
+    from ..data.corpus import changed_since
+
+    saved = saved_config(run_dir)[0]
+    cache, cache_hash = summary.get("data_cache"), summary.get("data_cache_hash")
+    changed = changed_since(saved, cache if isinstance(cache, str) else None,
+                            cache_hash if isinstance(cache_hash, str) else None) if saved is not None else None
+    return f"{', '.join(changed)} changed since the run" if changed else None
 
 
 def differences(there: Config, asked: Config, sections: set[str] | None = None,
