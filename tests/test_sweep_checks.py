@@ -62,3 +62,71 @@ def test_status_of_the_shorter_of_two_sweeps_reads_each_run_at_exactly_its_budge
     from lightning_tfm.sweep.status import run_curve
     assert run_curve(b, 5)[0] == {1: pytest.approx(ppl[2]), 3: pytest.approx(ppl[4]), 5: pytest.approx(ppl[5])}
     assert run_curve(a, 5)[0] == {}
+
+
+def _space_sweep(path, **top) -> object:
+    path.write_text(yaml.safe_dump({"name": "s", "experiment": str(SMOKE), "n_trials": 2,
+                                    "space": {"model.dropout": {"type": "float", "low": 0.0, "high": 0.3}}, **top}))
+    return path
+
+
+# Each sampler and pruner type the schema allows, with an argument Optuna takes at build time and refuses only when
+# it samples or prunes (or at build time: then it was caught before too); "none" and "curve" have their own checks.
+BAD_PLUGINS = [
+    ("sampler", {"type": "tpe", "gamma": "x"}, "gamma='x'"),
+    ("sampler", {"type": "tpe", "n_ei_candidates": 0}, "n_ei_candidates=0"),
+    ("sampler", {"type": "tpe", "seed": 3, "weights": 3}, "weights=3"),
+    ("sampler", {"type": "random", "seed": 1, "bogus": 1}, "bogus=1"),
+    ("sampler", {"type": "qmc", "qmc_type": "x"}, "qmc_type='x'"),
+    ("sampler", {"type": "gp", "n_startup_trials": "x"}, "n_startup_trials='x'"),
+    ("sampler", {"type": "cmaes", "sigma0": -1.0}, "cmaes"),
+    ("pruner", {"type": "hyperband", "min_resource": "x"}, "min_resource='x'"),
+    ("pruner", {"type": "hyperband", "max_resource": 0}, "max_resource=0"),
+    ("pruner", {"type": "successive_halving", "reduction_factor": "x"}, "reduction_factor='x'"),
+    ("pruner", {"type": "median", "interval_steps": 0}, "interval_steps=0"),
+    ("pruner", {"type": "percentile", "percentile": 50, "n_min_trials": "x"}, "n_min_trials='x'"),
+    ("pruner", {"type": "threshold", "upper": 1.0, "n_warmup_steps": "x"}, "n_warmup_steps='x'"),
+]
+
+
+@pytest.mark.parametrize("what,spec,named", BAD_PLUGINS, ids=lambda x: x if isinstance(x, str) else x["type"])
+def test_a_bad_sampler_or_pruner_argument_is_one_line_at_load(tmp_path, ltfm_here, what, spec, named):
+    """Item 8: the file check (``--dry-run``) and ``ltfm sweep`` refuse it in one line naming the argument, before
+    any trial: no storage is written."""
+    sweep_file = _space_sweep(tmp_path / "s.yaml", **{what: spec})
+    results = tmp_path / "results"
+    for args in (["--dry-run"], []):
+        p = ltfm_here("sweep", sweep_file, *args, f"run.results_dir={results}", f"data.path={tmp_path}")
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+        assert p.stderr.startswith(f"ltfm: error: sweep file {str(sweep_file)!r}: {what} {spec['type']}")
+        assert named in p.stderr, p.stderr
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("what,spec", [("sampler", {"type": "tpe", "n_startup_trials": 50, "seed": 2,
+                                                    "multivariate": True}),
+                                       ("sampler", {"type": "gp", "seed": 1}), ("sampler", "qmc"),
+                                       ("pruner", {"type": "hyperband", "min_resource": 2}),
+                                       ("pruner", {"type": "percentile", "percentile": 25.0}), ("pruner", "curve")])
+def test_good_sampler_and_pruner_arguments_pass(tmp_path, ltfm_here, what, spec):
+    p = ltfm_here("sweep", _space_sweep(tmp_path / "s.yaml", **{what: spec}), "--dry-run")
+    assert p.returncode == 0 and "search-0001" in p.stdout, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("key", ["src_len", "tgt_len"])
+@pytest.mark.parametrize("value", [1.0e-300, 0.5, 1.0e6, -1.0])
+def test_a_flops_budgets_sentence_length_is_range_checked(tmp_path, ltfm_here, key, value):
+    """Item 16: ``budget: {equal: flops, src_len: 1.0e-300}`` trained a row of "inf FLOPs, 1 step"."""
+    def sweep_file(length):
+        path = tmp_path / "v.yaml"
+        path.write_text(yaml.safe_dump({"name": "v", "experiment": str(SMOKE), "budget": {"equal": "flops",
+                                                                                         key: length},
+                                        "variants": {"base": {}, "wide": {"model.d_ff": 64}}}))
+        return path
+
+    p = ltfm_here("sweep", sweep_file(value), "--dry-run")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr[-2000:]
+    assert f"budget.{key} must be a number of tokens from 1 to 65536, not {value}" in p.stderr, p.stderr
+    ok = ltfm_here("sweep", sweep_file(1.0), "--dry-run", "--json")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert all(math.isfinite(r["train_flops"]) and r["max_steps"] >= 1 for r in json.loads(ok.stdout))

@@ -163,12 +163,69 @@ def build_pruner(spec: dict | None):
 
 
 def _check_plugin(path, what: str, spec: dict, builder) -> None:
+    """``sampler:`` or ``pruner:`` checked by building it and using it on a throwaway study in memory
+    (:func:`_exercise`): Optuna checks many arguments only when it samples or prunes (TPE's gamma, n_ei_candidates;
+    Hyperband's resources), which would otherwise fail the first trial with a traceback. One line naming the
+    arguments given, else nothing."""
+    import optuna
+
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    stage = "built"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             builder(spec)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise err(path, f"{what} {spec['type']}: {str(e).splitlines()[0] if str(e) else e.__class__.__name__}") from None
+            stage = "used"
+            _exercise(what, spec, builder)
+    except ImportError as e:
+        raise err(path, f"{what} {spec['type']}: it needs the package {e.name or str(e)} (pip install "
+                        f"{e.name or '...'}), or choose another {what}") from None
+    except Exception as e:  # noqa: BLE001 - whatever the class raises on the arguments given is theirs
+        why = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        args = ", ".join(f"{k}={shown(v)}" for k, v in spec.items() if k != "type") or "its defaults"
+        cls = (SAMPLERS if what == "sampler" else PRUNERS)[spec["type"]]
+        raise err(path, f"{what} {spec['type']}: {why} ({e.__class__.__name__} when {stage}, with {args}): fix "
+                        f"the arguments ({'optuna.samplers' if what == 'sampler' else 'optuna.pruners'}.{cls})"
+                  ) from None
+    finally:
+        optuna.logging.set_verbosity(level)
+
+
+def _exercise(what: str, spec: dict, builder) -> None:
+    """Build ``spec`` and use it as a sweep does: a sampler draws a float, an int and a categorical parameter past
+    its startup trials (lowered to 2 here, so that its model is used); a pruner judges trials reporting at each
+    step. Raises what the class raises."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    space = {"f": FloatDistribution(1e-3, 1.0, log=True), "i": IntDistribution(1, 8),
+             "c": CategoricalDistribution(["a", "b"])}
+    if what == "pruner":
+        pruner = builder(spec)
+        if spec["type"] in ("none", "curve"):  # curve: ours, its arguments are the schema's (PrunerSpec)
+            return
+        study = optuna.create_study(pruner=pruner)
+        for k in range(4):
+            trial = study.ask(space)
+            for step in range(1, 5):
+                trial.report(float(k) + 1.0 / step, step)
+                trial.should_prune()
+            study.tell(trial, float(k))
+        return
+    import inspect
+
+    startup = spec.get("n_startup_trials", 3)
+    takes = "n_startup_trials" in inspect.signature(getattr(optuna.samplers, SAMPLERS[spec["type"]])).parameters
+    lowered = {**spec, "n_startup_trials": 2} if takes and isinstance(startup, int) and not isinstance(startup, bool) \
+        and startup > 2 else spec
+    study = optuna.create_study(sampler=builder(lowered))
+    for k in range(4):
+        study.add_trial(optuna.trial.create_trial(params={"f": 0.01 * (k + 1), "i": k + 1, "c": "ab"[k % 2]},
+                                                  distributions=space, value=float(k % 3)))
+    for _ in range(2):
+        study.tell(trial := study.ask(space), 1.0)
+        del trial
 
 
 def _number(path, where: str, name: str, v: Any, integer: bool) -> int | float:
