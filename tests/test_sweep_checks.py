@@ -130,3 +130,16 @@ def test_a_flops_budgets_sentence_length_is_range_checked(tmp_path, ltfm_here, k
     ok = ltfm_here("sweep", sweep_file(1.0), "--dry-run", "--json")
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert all(math.isfinite(r["train_flops"]) and r["max_steps"] >= 1 for r in json.loads(ok.stdout))
+
+
+@pytest.mark.parametrize("step", [2.2250738585e-313, 1e-12])
+def test_a_space_step_too_fine_for_a_grid_is_one_line(tmp_path, ltfm_here, step):
+    """Found by tests/test_properties.py: a float range's step of 1e-313 ended in decimal's DivisionImpossible
+    traceback; a grid of more than 10**9 values is refused in one line."""
+    sweep_file = _space_sweep(tmp_path / "s.yaml")
+    tree = yaml.safe_load(sweep_file.read_text())
+    tree["space"]["model.dropout"]["step"] = step
+    sweep_file.write_text(yaml.safe_dump(tree))
+    p = ltfm_here("sweep", sweep_file, "--dry-run")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"space model.dropout: step {step} makes more than 1e+09 values from 0.0 to 0.3" in p.stderr, p.stderr

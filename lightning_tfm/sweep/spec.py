@@ -243,6 +243,9 @@ def _number(path, where: str, name: str, v: Any, integer: bool) -> int | float:
     return v
 
 
+MAX_GRID = 10 ** 9  # the most values a stepped range of ``space:`` holds
+
+
 def _check_distribution(path, key: str, spec: Any) -> dict:
     """One entry of ``space:``, checked whole (the type fits the key; low < high; log needs low > 0 and no step;
     step positive and dividing high - low; choices distinct plain values of the key's type), so that Optuna
@@ -302,6 +305,9 @@ def _check_distribution(path, key: str, spec: Any) -> dict:
             raise err(path, f"{where}: step must be positive, not {step}")
         if log and (kind == "float" or step != 1):
             raise err(path, f"{where}: a log range takes no step: drop step or log")
+        if (high - low) / step > MAX_GRID:  # also what Decimal's remainder below cannot take
+            raise err(path, f"{where}: step {step} makes more than {MAX_GRID:.0e} values from {low} to {high}: raise "
+                            "step, or drop it for a continuous range")
         from decimal import Decimal
         if (Decimal(str(high)) - Decimal(str(low))) % Decimal(str(step)):
             raise err(path, f"{where}: high - low ({high} - {low}) is not a multiple of step {step}: "

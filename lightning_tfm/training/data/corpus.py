@@ -1,11 +1,11 @@
 """Prepared corpora: the shared BPE vocabulary and every split's token ids, built once, mapped by every run.
 
 Everything that decides the token ids (the resolved data source with its files' content identity,
-:func:`~.corpus_id.fingerprint`, the one the run id hashes, or the Hub dataset name and configuration; the languages and splits; the pair limits;
-``vocab_size``, ``tokenizer_min_frequency``, ``max_tokens_per_sentence``; the tokenizer's settings and the
-``tokenizers`` version) hashes to one folder ``<data.cache_dir>/<name>-<hash>``. Model and training keys
-are not part of it, so every row of a sweep (Table 3: one shared vocabulary) and every rank of a DDP
-run reads the same folder. It holds:
+:func:`~.corpus_id.fingerprint`, the one the run id hashes, or the Hub dataset name and configuration; the
+languages and splits; the pair limits; ``vocab_size``, ``tokenizer_min_frequency``, ``max_tokens_per_sentence``;
+the tokenizer's settings and the ``tokenizers`` version) hashes to one folder ``<data.cache_dir>/<name>-<hash>``.
+Model and training keys are not part of it, so every row of a sweep (Table 3: one shared vocabulary) and every
+rank of a DDP run reads the same folder. It holds:
 
 * ``tokenizer.json``: the BPE vocabulary trained on the training split (source and target together);
 * ``{split}.{src,tgt}.ids.npy``: the ids of all sentences of a side, concatenated (uint16 when the
