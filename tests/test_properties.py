@@ -193,46 +193,53 @@ def good_file(space: bool) -> dict:
     return {**top, "budget": {"equal": "flops"}, "variants": {"base": {}, "wide": {"model.d_ff": 256}}}
 
 
-@st.composite
-def sweep_edit(draw):
-    """(a sweep file with one field, or one Optuna argument, or one config key of a row or of the overrides, set
-    to an odd value; what was set)."""
+def _edit(draw, tree: dict) -> str:
+    """One field, one Optuna argument, or one config key of a row, of the overrides or of the space, of ``tree``
+    set to an odd value; returns what was set."""
+    space = "space" in tree
     what = draw(st.sampled_from(["field", "field", "field", "plugin", "row key", "override", "space key"]))
-    tree = good_file(space=draw(st.booleans()))
     if what == "field":
-        where, cls = draw(st.sampled_from(SECTIONS))
+        where, cls = draw(st.sampled_from([(w, c) for w, c in SECTIONS if not w or w[0] in
+                                           ("sampler", "pruner", "heartbeat", "report", "budget",
+                                            "space" if space else "variants")]))
         name, hint = draw(st.sampled_from(_fields(cls)))
-        if where and where[0] == "variants" and "variants" not in tree or where and where[0] == "space" and \
-                "space" not in tree:
-            tree = good_file(space=where[0] == "space")
+        if not where and name in ("variants", "space"):
+            name = "seeds"
         node = tree
         for part in where:
-            node = node.setdefault(part, {})
+            node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else node
         if where == ("budget",) and name != "equal":
             node["equal"] = "flops"
         node[name] = draw(_hint_values(hint))
-        return tree, f"{'.'.join(where + (name,))}={node[name]!r}"
+        return f"{'.'.join(where + (name,))}={node[name]!r}"
     if what == "plugin":
         section = draw(st.sampled_from(["sampler", "pruner"]))
         arg = draw(st.sampled_from(EXTRA[section]))
         tree[section] = {"type": draw(st.sampled_from(TYPES[section])),
                          arg: draw(st.sampled_from(ODD_NUMBERS + WRONG + ODD_TEXT[:3] + [0.5, 3, 10]))}
-        return tree, f"{section}={tree[section]!r}"
+        return f"{section}={tree[section]!r}"
     key, value = draw(key_and_value())
-    if key in schema.RESERVED or key.startswith("sweep.") or key in ("run.name",):
-        key, value = "model.dropout", value
-    if what == "space key":
-        tree = good_file(space=True)
+    if key in schema.RESERVED or key.startswith("sweep."):
+        key = "model.dropout"
+    if what == "space key" and space:
         spec = draw(st.sampled_from([{"type": "categorical", "choices": [value]},
-                                     {"type": "int", "low": value, "high": 8}, {"type": "float", "low": 0.0,
-                                                                                 "high": value}]))
+                                     {"type": "int", "low": value, "high": 8},
+                                     {"type": "float", "low": 0.0, "high": value}]))
         tree["space"][key] = spec
-        return tree, f"space.{key}={spec!r}"
-    if what == "row key" and "variants" in tree:
+        return f"space.{key}={spec!r}"
+    if what == "row key" and not space:
         tree["variants"]["wide"][key] = value
-    else:
-        tree["overrides"][key] = value
-    return tree, f"{what} {key}={value!r}"
+        return f"variants.wide.{key}={value!r}"
+    tree.setdefault("overrides", {})[key] = value
+    return f"overrides.{key}={value!r}"
+
+
+@st.composite
+def sweep_edit(draw):
+    """(a sweep file that passes (:func:`good_file`) with one to three edits (:func:`_edit`), what was set)."""
+    tree = good_file(space=draw(st.booleans()))
+    done = [_edit(draw, tree) for _ in range(draw(st.integers(1, 3)))]
+    return tree, "; ".join(done)
 
 
 def test_every_sweep_file_field_at_its_limits_is_usable_or_one_line(tiny, tmp_path_factory, ltfm_here):
