@@ -143,3 +143,28 @@ def test_a_space_step_too_fine_for_a_grid_is_one_line(tmp_path, ltfm_here, step)
     p = ltfm_here("sweep", sweep_file, "--dry-run")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert f"space model.dropout: step {step} makes more than 1e+09 values from 0.0 to 0.3" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("where", ["sweep", "row"])
+@pytest.mark.parametrize("name", ["a" * 300, "a\0b", "b/" * 3000])
+def test_an_experiment_that_is_no_path_is_one_line(tmp_path, ltfm_here, where, name):
+    """Found by tests/test_properties.py: ``experiment: aaa...`` (300 characters) ended in OSError's "File name too
+    long" traceback; the sweep's experiment and a row's own are checked as paths."""
+    tree = {"name": "e", "experiment": str(SMOKE), "variants": {"base": {}}}
+    if where == "sweep":
+        tree["experiment"] = name
+    else:
+        tree["variants"]["base"]["experiment"] = name
+    sweep_file = tmp_path / "e.yaml"
+    sweep_file.write_text(yaml.safe_dump(tree))
+    p = ltfm_here("sweep", sweep_file, "--dry-run")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "is not a path the file system takes" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("command", [["config"], ["train"], ["prepare"], ["sweep", "--dry-run"], ["sweep", "--status"]])
+def test_a_file_argument_that_is_no_path_is_one_line(ltfm_here, command):
+    """The sibling on the command line: an experiment or sweep file named by 300 characters is not found, in one
+    line (not OSError's traceback)."""
+    p = ltfm_here(command[0], "a" * 300, *command[1:])
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not found" in p.stderr, p.stderr[-2000:]

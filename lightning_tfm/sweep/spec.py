@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from ..training.config import config
-from ..training.config.sections import LABEL_CHARS
+from ..training.config.sections import LABEL_CHARS, path_check
 from ..training.errors import UserError
 from ..training.config.inputs import load_yaml, read_yaml_text, shown
 from .schema import (BUDGET_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS, RESERVED, SAMPLERS, BudgetSpec,
@@ -315,11 +315,26 @@ def _check_distribution(path, key: str, spec: Any) -> dict:
     return spec
 
 
+def _experiment_file(path, where: str, given: str) -> Path:
+    """The experiment YAML a sweep file names (``where``: the row's prefix, "" for the sweep's), relative to the sweep
+    file, as an absolute path; one line when it is no file (or no path at all: a NUL, a name over 255 bytes)."""
+    if (why := path_check("experiment", given)) is not None:
+        raise err(path, f"{where}{why}")
+    experiment = (Path(path).parent / given).absolute()
+    try:
+        experiment, found = experiment.resolve(), experiment.resolve().is_file()
+    except OSError:
+        found = False
+    if not found:
+        raise err(path, f"{where}experiment {shown(given)} not found (looked for {experiment})")
+    return experiment
+
+
 def load_sweep(path: str | os.PathLike) -> Sweep:
     """Read and validate a sweep file against its schema (:class:`SweepFile` and its sections); every problem is
     one UserError line naming the file and key."""
     p = Path(path)
-    if not p.is_file():
+    if not config.is_file(p):
         raise UserError(f"sweep file {str(path)!r} not found: give a YAML file such as sweeps/table3-cpu.yaml")
     try:
         tree = load_yaml(read_yaml_text(p, f"sweep file {shown(str(path))}"), f"sweep file {shown(str(path))}")
@@ -331,9 +346,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         tree = {**tree, "seeds": [tree["seeds"]]}  # one seed
     top, _ = parse(path, SweepFile, tree, "a sweep file", "",
                    "a mapping with name, experiment, metric, ... and variants or space")
-    experiment = (p.parent / top["experiment"]).resolve()
-    if not experiment.is_file():
-        raise err(path, f"experiment {shown(top['experiment'])} not found (looked for {experiment})")
+    experiment = _experiment_file(path, "", top["experiment"])
     metric = top.get("metric", SweepFile.metric)
     direction = top.get("direction") or METRICS[metric]
     if direction != METRICS[metric]:
@@ -393,9 +406,7 @@ def _variant(path, vname: Any, body: Any, equal: str = "steps") -> dict:
         raise err(path, f"{where}: family must be a name such as A or norm")
     experiment = None
     if known.get("experiment") is not None:
-        experiment = (Path(path).parent / known["experiment"]).resolve()
-        if not experiment.is_file():
-            raise err(path, f"{where}: experiment {shown(known['experiment'])} not found (looked for {experiment})")
+        experiment = _experiment_file(path, f"{where}: ", known["experiment"])
     if equal == "flops" and "train.max_steps" in rest:
         raise err(path, f"{where}: train.max_steps is set by budget.equal: flops (the sweep experiment's steps x "
                         "its FLOPs per step over the row's): drop it, or give the row a budget factor")
