@@ -269,3 +269,16 @@ def test_every_sweep_file_field_at_its_limits_is_usable_or_one_line(tiny, tmp_pa
         assert not (folder / "results").exists() or not any((folder / "results").iterdir()), what
 
     check()
+
+
+@pytest.mark.parametrize("command", [["config"], ["train"], ["prepare"]])
+def test_an_explicit_null_data_path_is_refused_in_one_line(tmp_path, ltfm_here, command):
+    """Found by the property above: ``data.path=null`` printed "data.path=../shared/data/multi30k (no data.path
+    given; that folder exists)" before refusing "data.path is not set" (the default was taken, then the null),
+    in a folder beside which the default corpus exists."""
+    default = tmp_path / "shared" / "data" / "multi30k"
+    default.mkdir(parents=True)
+    (default / "train.en").write_text("a\n")
+    (tmp_path / "work").mkdir()
+    p = ltfm_here(*command, SMOKE, "data.path=null", cwd=tmp_path / "work")
+    assert one_line_refusal(p) and "data.path is not set" in p.stderr, p.stderr
