@@ -1,4 +1,5 @@
 """Prepared corpora: built once, keyed on what decides the ids, identical to the per-run pipeline they replace."""
+import gzip
 import json
 import math
 import random
@@ -122,7 +123,8 @@ def test_only_what_decides_the_ids_makes_a_new_cache(tmp_path, data_dir):
                  "data.dev_split=test_2016_flickr"]
     folders = {K.cache_dir(cfg_for(tmp_path, data_dir, o)) for o in different}
     assert len(folders) == len(different) and folder not in folders
-    # the input files: a copy elsewhere is another source; rewriting a file (size/mtime) is another corpus
+    # the input files: a copy elsewhere is another source; a file rewritten is the same corpus if its text is the
+    # same (the key is the content identity, not the size and mtime), another if it is not
     copy = tmp_path / "copy"
     copy.mkdir()
     for split in ("train", "val", "test_2016_flickr"):
@@ -131,6 +133,8 @@ def test_only_what_decides_the_ids_makes_a_new_cache(tmp_path, data_dir):
     c1 = K.cache_dir(cfg_for(tmp_path, copy))
     assert c1 != folder
     (copy / "val.de.gz").write_bytes((copy / "val.de.gz").read_bytes())
+    assert K.cache_dir(cfg_for(tmp_path, copy)) == c1
+    (copy / "val.de.gz").write_bytes(gzip.compress(gzip.decompress((copy / "val.de.gz").read_bytes()) + b"x\n"))
     assert K.cache_dir(cfg_for(tmp_path, copy)) != c1
     assert K.cache_dir(cfg_for(tmp_path, data_dir, f"data.cache_dir={tmp_path / 'elsewhere'}")).parent == \
         tmp_path / "elsewhere"

@@ -169,7 +169,8 @@ def add_field(monkeypatch, kind: type, name: str, default) -> None:
 def test_a_new_field_at_its_default_changes_no_run_id(tmp_path, monkeypatch, section, kind):
     """A field added with a default that keeps today's behaviour renames no run folder (every reference export's
     run, the smoke run, a trial, the recurrent baseline, the plateau schedule); given another value, it is another
-    run; a folder saved before the field existed is still trained on."""
+    run; a folder saved before the field existed is still trained on, and a refusal shows the default it trained
+    with."""
     small = corpus(tmp_path / "small")
     made = [load_config(SMOKE, [f"data.path={small}"]), load_config(SMOKE, ["data.path=/x"]), trial_cfg(tmp_path),
             load_config(ROOT / "experiments" / "multi30k-rnn-smoke.yaml", ["data.path=/x"]),
@@ -184,7 +185,7 @@ def test_a_new_field_at_its_default_changes_no_run_id(tmp_path, monkeypatch, sec
     other = load_config(SMOKE, [f"data.path={small}", f"{section}.new_knob=4"])
     assert run_ids.run_id(other) != before[0][0]
     assert run_folder.reuse_problem(other, old) == (f"run folder {old} holds a run of another config, differing in "
-                                                    f"{section}.new_knob (unset there, 4 asked): give another "
+                                                    f"{section}.new_knob (3 there, 4 asked): give another "
                                                     f"run.id (or run.results_dir), or delete the folder to train "
                                                     f"there anew")
 

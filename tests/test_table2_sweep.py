@@ -59,7 +59,7 @@ def test_a_bad_variant_experiment_is_one_line_naming_the_variant(tmp_path, varia
 
 @pytest.mark.parametrize("budget,words", [
     ({"equal": "time"}, "budget.equal must be one of steps, flops"),
-    ({"equal": "flops", "src_len": 0}, "budget.src_len must be a positive number"),
+    ({"equal": "flops", "src_len": 0}, "budget.src_len must be a number of tokens from 1 to 65536"),
     ({"per": "row"}, "budget: unknown key 'per'"),
 ])
 def test_a_bad_budget_section_is_one_line(tmp_path, budget, words):

@@ -68,16 +68,18 @@ def _int(x) -> int | None:
     return int(x)
 
 
-def cut_history(history: list[dict], budget: int) -> tuple[list[dict], dict | None]:
+def cut_history(history: list[dict], budget: int, end: dict | None = None) -> tuple[list[dict], dict | None]:
     """(the metric history up to ``budget`` steps, its validation at the budget or None). Lightning logs the
-    validation after the ``budget``-th update at step ``budget - 1`` (or ``budget`` when training ends off the
-    validation interval)."""
+    validation after the ``budget``-th update at step ``budget - 1``, except the one that ends a training off the
+    validation interval, at its last step: a row at step ``budget`` is that of a training that ended at the budget
+    or the validation after ``budget + 1`` updates of a longer one (the attempts' metrics merged keep the later),
+    so it is never read as the budget's. ``end``: the dev values of an attempt that ended at exactly the budget
+    (its summary's), the validation at the budget when there is none at step ``budget - 1``."""
     kept = [h for h in history if h["step"] < budget]
-    dev = {h["step"]: h for h in history if h.get(DEV_PPL) is not None and h["step"] in (budget - 1, budget)}
-    at = dev.get(budget - 1)
-    if at is None and budget in dev:
-        at = dev[budget]
-        kept.append({k: v for k, v in at.items() if k == "step" or k.startswith("dev/")})
+    at = next((h for h in history if h.get(DEV_PPL) is not None and h["step"] == budget - 1), None)
+    if at is None and end is not None:
+        at = {"step": budget, **end}
+        kept.append(at)
     return kept, at
 
 
@@ -99,7 +101,9 @@ def at_budget(summary: dict | None, history: list[dict], budget) -> AtBudget | N
     if not attempts and not beyond:
         return None  # not trained past the budget (still short of it, failed before it, ...): as it is
     later = str(status) if steps is None else f"{status} at step {steps}"
-    kept, at = cut_history(history, budget)
+    end = {k: float(v) for k, v in ((DEV_LOSS, attempts[-1].get("dev_loss")), (DEV_PPL, attempts[-1].get("dev_ppl")))
+           if _int(v) is not None} if attempts else {}
+    kept, at = cut_history(history, budget, end if DEV_PPL in end else None)
     then = {k: v for k, v in summary.items() if k not in AT_END}
     if attempts:
         then.update({k: v for k, v in attempts[-1].items() if k not in ("config", "attempts")})

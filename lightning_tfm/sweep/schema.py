@@ -168,6 +168,9 @@ class VariantSpec:
 
 
 EQUAL = ("steps", "flops")
+# A mean sentence length FLOPs are counted at: a sentence has a piece at least (a tiny one made a row's FLOPs per
+# step round to nothing and its steps infinite)
+LENGTH = f"a number of tokens from 1 to {MAX_POSITIONS}"
 
 
 @dataclass
@@ -179,10 +182,10 @@ class BudgetSpec:
                                         "times its budget factor")
     src_len: float | None = _f(None, "flops: the mean source sentence length (tokens) FLOPs are counted at "
                                      "(default: ltfm bench's, the report's default)",
-                               f"a positive number of tokens, at most {MAX_POSITIONS}", lambda v: 0 < v <= MAX_POSITIONS)
+                               LENGTH, lambda v: 1 <= v <= MAX_POSITIONS)
     tgt_len: float | None = _f(None, "flops: the mean target sentence length (tokens) FLOPs are counted at "
                                      "(default: ltfm bench's, the report's default)",
-                               f"a positive number of tokens, at most {MAX_POSITIONS}", lambda v: 0 < v <= MAX_POSITIONS)
+                               LENGTH, lambda v: 1 <= v <= MAX_POSITIONS)
 
 
 @dataclass

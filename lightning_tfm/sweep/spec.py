@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from ..training.config import config
-from ..training.config.sections import LABEL_CHARS
+from ..training.config.sections import LABEL_CHARS, path_check
 from ..training.errors import UserError
 from ..training.config.inputs import load_yaml, read_yaml_text, shown
 from .schema import (BUDGET_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS, RESERVED, SAMPLERS, BudgetSpec,
@@ -163,12 +163,69 @@ def build_pruner(spec: dict | None):
 
 
 def _check_plugin(path, what: str, spec: dict, builder) -> None:
+    """``sampler:`` or ``pruner:`` checked by building it and using it on a throwaway study in memory
+    (:func:`_exercise`): Optuna checks many arguments only when it samples or prunes (TPE's gamma, n_ei_candidates;
+    Hyperband's resources), which would otherwise fail the first trial with a traceback. One line naming the
+    arguments given, else nothing."""
+    import optuna
+
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    stage = "built"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             builder(spec)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise err(path, f"{what} {spec['type']}: {str(e).splitlines()[0] if str(e) else e.__class__.__name__}") from None
+            stage = "used"
+            _exercise(what, spec, builder)
+    except ImportError as e:
+        raise err(path, f"{what} {spec['type']}: it needs the package {e.name or str(e)} (pip install "
+                        f"{e.name or '...'}), or choose another {what}") from None
+    except Exception as e:  # noqa: BLE001 - whatever the class raises on the arguments given is theirs
+        why = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        args = ", ".join(f"{k}={shown(v)}" for k, v in spec.items() if k != "type") or "its defaults"
+        cls = (SAMPLERS if what == "sampler" else PRUNERS)[spec["type"]]
+        raise err(path, f"{what} {spec['type']}: {why} ({e.__class__.__name__} when {stage}, with {args}): fix "
+                        f"the arguments ({'optuna.samplers' if what == 'sampler' else 'optuna.pruners'}.{cls})"
+                  ) from None
+    finally:
+        optuna.logging.set_verbosity(level)
+
+
+def _exercise(what: str, spec: dict, builder) -> None:
+    """Build ``spec`` and use it as a sweep does: a sampler draws a float, an int and a categorical parameter past
+    its startup trials (lowered to 2 here, so that its model is used); a pruner judges trials reporting at each
+    step. Raises what the class raises."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    space = {"f": FloatDistribution(1e-3, 1.0, log=True), "i": IntDistribution(1, 8),
+             "c": CategoricalDistribution(["a", "b"])}
+    if what == "pruner":
+        pruner = builder(spec)
+        if spec["type"] in ("none", "curve"):  # curve: ours, its arguments are the schema's (PrunerSpec)
+            return
+        study = optuna.create_study(pruner=pruner)
+        for k in range(4):
+            trial = study.ask(space)
+            for step in range(1, 5):
+                trial.report(float(k) + 1.0 / step, step)
+                trial.should_prune()
+            study.tell(trial, float(k))
+        return
+    import inspect
+
+    startup = spec.get("n_startup_trials", 3)
+    takes = "n_startup_trials" in inspect.signature(getattr(optuna.samplers, SAMPLERS[spec["type"]])).parameters
+    lowered = {**spec, "n_startup_trials": 2} if takes and isinstance(startup, int) and not isinstance(startup, bool) \
+        and startup > 2 else spec
+    study = optuna.create_study(sampler=builder(lowered))
+    for k in range(4):
+        study.add_trial(optuna.trial.create_trial(params={"f": 0.01 * (k + 1), "i": k + 1, "c": "ab"[k % 2]},
+                                                  distributions=space, value=float(k % 3)))
+    for _ in range(2):
+        study.tell(trial := study.ask(space), 1.0)
+        del trial
 
 
 def _number(path, where: str, name: str, v: Any, integer: bool) -> int | float:
@@ -184,6 +241,9 @@ def _number(path, where: str, name: str, v: Any, integer: bool) -> int | float:
     if not integer and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
         raise err(path, f"{where}: {name} must be a finite number, not {shown(v)}")
     return v
+
+
+MAX_GRID = 10 ** 9  # the most values a stepped range of ``space:`` holds
 
 
 def _check_distribution(path, key: str, spec: Any) -> dict:
@@ -245,6 +305,9 @@ def _check_distribution(path, key: str, spec: Any) -> dict:
             raise err(path, f"{where}: step must be positive, not {step}")
         if log and (kind == "float" or step != 1):
             raise err(path, f"{where}: a log range takes no step: drop step or log")
+        if (high - low) / step > MAX_GRID:  # also what Decimal's remainder below cannot take
+            raise err(path, f"{where}: step {step} makes more than {MAX_GRID:.0e} values from {low} to {high}: raise "
+                            "step, or drop it for a continuous range")
         from decimal import Decimal
         if (Decimal(str(high)) - Decimal(str(low))) % Decimal(str(step)):
             raise err(path, f"{where}: high - low ({high} - {low}) is not a multiple of step {step}: "
@@ -252,11 +315,26 @@ def _check_distribution(path, key: str, spec: Any) -> dict:
     return spec
 
 
+def _experiment_file(path, where: str, given: str) -> Path:
+    """The experiment YAML a sweep file names (``where``: the row's prefix, "" for the sweep's), relative to the sweep
+    file, as an absolute path; one line when it is no file (or no path at all: a NUL, a name over 255 bytes)."""
+    if (why := path_check("experiment", given)) is not None:
+        raise err(path, f"{where}{why}")
+    experiment = (Path(path).parent / given).absolute()
+    try:
+        experiment, found = experiment.resolve(), experiment.resolve().is_file()
+    except OSError:
+        found = False
+    if not found:
+        raise err(path, f"{where}experiment {shown(given)} not found (looked for {experiment})")
+    return experiment
+
+
 def load_sweep(path: str | os.PathLike) -> Sweep:
     """Read and validate a sweep file against its schema (:class:`SweepFile` and its sections); every problem is
     one UserError line naming the file and key."""
     p = Path(path)
-    if not p.is_file():
+    if not config.is_file(p):
         raise UserError(f"sweep file {str(path)!r} not found: give a YAML file such as sweeps/table3-cpu.yaml")
     try:
         tree = load_yaml(read_yaml_text(p, f"sweep file {shown(str(path))}"), f"sweep file {shown(str(path))}")
@@ -268,9 +346,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         tree = {**tree, "seeds": [tree["seeds"]]}  # one seed
     top, _ = parse(path, SweepFile, tree, "a sweep file", "",
                    "a mapping with name, experiment, metric, ... and variants or space")
-    experiment = (p.parent / top["experiment"]).resolve()
-    if not experiment.is_file():
-        raise err(path, f"experiment {shown(top['experiment'])} not found (looked for {experiment})")
+    experiment = _experiment_file(path, "", top["experiment"])
     metric = top.get("metric", SweepFile.metric)
     direction = top.get("direction") or METRICS[metric]
     if direction != METRICS[metric]:
@@ -330,9 +406,7 @@ def _variant(path, vname: Any, body: Any, equal: str = "steps") -> dict:
         raise err(path, f"{where}: family must be a name such as A or norm")
     experiment = None
     if known.get("experiment") is not None:
-        experiment = (Path(path).parent / known["experiment"]).resolve()
-        if not experiment.is_file():
-            raise err(path, f"{where}: experiment {shown(known['experiment'])} not found (looked for {experiment})")
+        experiment = _experiment_file(path, f"{where}: ", known["experiment"])
     if equal == "flops" and "train.max_steps" in rest:
         raise err(path, f"{where}: train.max_steps is set by budget.equal: flops (the sweep experiment's steps x "
                         "its FLOPs per step over the row's): drop it, or give the row a budget factor")

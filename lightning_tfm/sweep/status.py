@@ -21,7 +21,7 @@ import math
 
 from ..training.runs.run_folder import existing_run_id
 from ..training.runs.results import DEV_PPL, in_results, read_metrics, read_summary, storage_in_results
-from .budget import CONTINUED, at_budget, cut_history, folder_at_budget, is_budget
+from .budget import CONTINUED, at_budget, folder_at_budget, is_budget
 from .curves import predicted_gap
 from .plan import Plan, check_buildable, flops_per_step, sentence_lengths
 from .spec import REPORT_DEFAULTS, Entry, Sweep, suggest
@@ -180,7 +180,7 @@ def run_curve(run_dir, budget: int | None = None) -> tuple[dict[int, float], int
         read = at_budget(read_summary(run_dir), history, budget)
         if read is not None and read.summary["status"] == CONTINUED:
             return {}, 0
-        history = cut_history(history, budget)[0]
+        history = read.history if read is not None else history
     curve = {int(h["step"]): float(h[DEV_PPL]) for h in history
              if isinstance(h.get(DEV_PPL), float) and math.isfinite(h[DEV_PPL])}
     train = ((read_summary(run_dir) or {}).get("config") or {}).get("train") or {}

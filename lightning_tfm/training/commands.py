@@ -46,9 +46,11 @@ class Command:
 
 
 def default_data(cfg: Config) -> list[str]:
-    """``["data.path=DEFAULT_DATA"]`` when ``cfg`` (read without it) reads a local corpus but names no data.path
-    and DEFAULT_DATA holds files, with a note on stderr; else ``[]``. Put before the command line's overrides."""
-    if cfg.data.source != "local" or cfg.data.path or not any(Path(DEFAULT_DATA).glob(f"{cfg.data.train_split}.*")):
+    """``["data.path=DEFAULT_DATA"]`` when ``cfg`` (read without it) reads a local corpus but names no data.path (an
+    explicit ``data.path=null`` names one: none) and DEFAULT_DATA holds files, with a note on stderr; else ``[]``.
+    Put before the command line's overrides."""
+    if cfg.data.source != "local" or cfg.data.path or "path" in cfg.data.given() or \
+            not any(Path(DEFAULT_DATA).glob(f"{cfg.data.train_split}.*")):
         return []
     print(f"ltfm: data.path={DEFAULT_DATA} (no data.path given; that folder exists)", file=sys.stderr, flush=True)
     return [f"data.path={Path(DEFAULT_DATA).resolve()}"]

@@ -201,10 +201,18 @@ def merge(cfg: Config, tree: dict) -> None:
             set_dotted(cfg, f"{sec}.{name}", value)
 
 
+def is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; False, not an error, for what is no path at all (a name over 255 bytes, a NUL)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def read_yaml(path: str | os.PathLike) -> dict:
     p = Path(path)
     what = f"config file {shown(str(path))}"
-    if not p.is_file():
+    if not is_file(p):
         raise UserError(f"{what} not found: give a YAML file such as experiments/multi30k-smoke.yaml")
     try:
         tree = load_yaml(read_yaml_text(p, what), what) or {}

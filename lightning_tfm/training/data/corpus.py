@@ -1,11 +1,11 @@
 """Prepared corpora: the shared BPE vocabulary and every split's token ids, built once, mapped by every run.
 
-Everything that decides the token ids (the resolved data source with its files' sizes and modification
-times, or the Hub dataset name and configuration; the languages and splits; the pair limits;
-``vocab_size``, ``tokenizer_min_frequency``, ``max_tokens_per_sentence``; the tokenizer's settings and the
-``tokenizers`` version) hashes to one folder ``<data.cache_dir>/<name>-<hash>``. Model and training keys
-are not part of it, so every row of a sweep (Table 3: one shared vocabulary) and every rank of a DDP
-run reads the same folder. It holds:
+Everything that decides the token ids (the resolved data source with its files' content identity,
+:func:`~.corpus_id.fingerprint`, the one the run id hashes, or the Hub dataset name and configuration; the
+languages and splits; the pair limits; ``vocab_size``, ``tokenizer_min_frequency``, ``max_tokens_per_sentence``;
+the tokenizer's settings and the ``tokenizers`` version) hashes to one folder ``<data.cache_dir>/<name>-<hash>``.
+Model and training keys are not part of it, so every row of a sweep (Table 3: one shared vocabulary) and every
+rank of a DDP run reads the same folder. It holds:
 
 * ``tokenizer.json``: the BPE vocabulary trained on the training split (source and target together);
 * ``{split}.{src,tgt}.ids.npy``: the ids of all sentences of a side, concatenated (uint16 when the
@@ -27,14 +27,11 @@ corpus is prepared; the limits that depend on the model and the batch (the archi
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -43,6 +40,7 @@ import numpy as np
 from .. import atomic
 from ..errors import UserError
 from ..config.config import Config
+from .builds import remove_stale_builds, stoppable_build
 from .corpus_id import fingerprint, split_file
 
 FORMAT_VERSION = 1
@@ -70,8 +68,21 @@ def splits_of(cfg: Config) -> dict[str, tuple[str, int | None]]:
     return out
 
 
-def cache_key(cfg: Config) -> dict:
-    """Everything that decides the token ids, as a JSON-able dict (local files: path, size, mtime)."""
+def _file_stats(cfg: Config) -> dict:
+    """{file name: [size, mtime in ns]} of the local corpus's files the config reads."""
+    d, files = cfg.data, {}
+    for name, _ in splits_of(cfg).values():
+        for lang in (d.src_lang, d.tgt_lang):
+            st = (f := split_file(Path(d.path).expanduser().resolve(), name, lang)).stat()
+            files[f.name] = [st.st_size, st.st_mtime_ns]
+    return files
+
+
+def cache_key(cfg: Config, by_stats: bool = False) -> dict:
+    """Everything that decides the token ids, as a JSON-able dict (local files: their folder and their content
+    identity, :func:`~.corpus_id.fingerprint`: an edit is another corpus even where it keeps the files' sizes and
+    modification times). ``by_stats``: the key of earlier versions (each file's size and mtime in place of the
+    identity), which the prepared corpora and run folders they made record (:func:`changed_since`)."""
     import tokenizers
 
     d = cfg.data
@@ -81,18 +92,39 @@ def cache_key(cfg: Config) -> dict:
                  "vocab_size": d.vocab_size, "tokenizer_min_frequency": d.tokenizer_min_frequency,
                  "max_tokens_per_sentence": d.max_tokens_per_sentence}
     if d.source == "local":
-        folder = Path(d.path).expanduser().resolve()
-        key["path"] = str(folder)
-        files = {}
-        for name, _ in splits_of(cfg).values():
-            for lang in (d.src_lang, d.tgt_lang):
-                f = split_file(folder, name, lang)
-                st = f.stat()
-                files[f.name] = [st.st_size, st.st_mtime_ns]
-        key["files"] = files
+        key["path"] = str(Path(d.path).expanduser().resolve())
+        identity = None if by_stats else fingerprint(d)
+        if identity is None:  # a file missing (split_file says which) or unreadable: by its size and mtime
+            key["files"] = _file_stats(cfg)
+        else:
+            key["corpus"] = identity
     else:  # the Hub: datasets' own cache keeps the revision it downloaded
         key["hub_name"], key["hub_config"] = d.hub_name, d.hub_config
     return key
+
+
+def changed_since(cfg: Config, data_cache: str | None, data_cache_hash: str | None) -> list[str] | None:
+    """For a run that recorded no content identity of its corpus (an earlier version's), which of the files its
+    config reads changed since it was prepared, by what the run did record: the prepared corpus it trained on
+    (``data_cache``: its manifest's key, by content or by each file's size and mtime), else that key's hash
+    (``data_cache_hash``, of the key by size and mtime). [] when none did; None when nothing recorded tells."""
+    if cfg.data.source != "local" or not cfg.data.path:
+        return None
+    try:
+        key = json.loads((Path(data_cache) / "manifest.json").read_text())["key"] if data_cache else None
+    except (OSError, ValueError, KeyError, TypeError):
+        key = None
+    try:
+        if isinstance(key, dict) and isinstance(key.get("corpus"), str):
+            return [] if key["corpus"] == fingerprint(cfg.data) else ["its files"]
+        if isinstance(key, dict) and isinstance(key.get("files"), dict):
+            now = _file_stats(cfg)
+            return sorted(n for n in {*now, *key["files"]} if now.get(n) != key["files"].get(n))
+        if isinstance(data_cache_hash, str):
+            return [] if key_hash(cache_key(cfg, by_stats=True)) == data_cache_hash else ["its files"]
+    except (UserError, OSError):
+        return ["its files"]  # gone or unreadable: not the corpus it trained on, as far as anything can tell
+    return None
 
 
 def key_hash(key: dict) -> str:
@@ -246,76 +278,12 @@ def _select(ids: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tuple[np.
     return ids[mask], new_off
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        pass
-    return True
-
-
-def _remove_stale_builds(root: Path, holding: Path | None = None) -> None:
-    """Remove the temporary folders of builds that were killed (``.<corpus>.tmp<pid>``, by SIGKILL or a crash
-    of the machine), of every corpus in ``root``. Only the holder of a corpus's build lock builds it, so under
-    the lock (``holding``: that corpus) every such folder of it is stale; any other is removed only when the
-    process that made it is gone and its corpus's lock can be taken at once (no build of it is running)."""
-    from filelock import FileLock, Timeout
-
-    for path in root.glob(".*.tmp*"):
-        name, _, pid = path.name[1:].rpartition(".tmp")
-        if not name or not pid.isdigit() or not path.is_dir():
-            continue
-        mine = holding is not None and name == holding.name
-        if not mine and (int(pid) == os.getpid() or _alive(int(pid))):
-            continue
-        try:
-            with contextlib.nullcontext() if mine else FileLock(str(root / name) + ".lock", timeout=0):
-                shutil.rmtree(path, ignore_errors=True)
-        except (Timeout, OSError):
-            continue
-        if not path.exists():
-            print(f"ltfm prepare: removed {path.name}, left by a build that was stopped", file=sys.stderr)
-
-
-class _Stopped(BaseException):
-    """SIGTERM or SIGHUP during a build: unwinds it (its temporary folder is removed on the way out)."""
-
-
-@contextlib.contextmanager
-def _stoppable_build():
-    """SIGTERM and SIGHUP, whose default ends the process at once, unwind the build instead (so its temporary
-    folder is removed), and are then sent again to the handler they had: the process ends as it would have,
-    without the leftover. SIGINT needs nothing: Ctrl-C already unwinds (KeyboardInterrupt)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):  # noqa: ARG001
-        raise _Stopped(signum)
-    sigs = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) is not signal.SIG_IGN]
-    previous = {s: signal.signal(s, stop) for s in sigs}
-    restore = lambda: [signal.signal(s, handler) for s, handler in previous.items()]  # noqa: E731
-    try:
-        yield
-    except _Stopped as e:
-        restore()
-        print(f"ltfm prepare: stopped by {signal.Signals(e.args[0]).name}: the partial build was removed",
-              file=sys.stderr, flush=True)
-        os.kill(os.getpid(), e.args[0])  # what the signal would have done (the default: end the process)
-        raise KeyboardInterrupt from None  # its handler returned: stop all the same
-    finally:
-        restore()
-
-
 def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[Path, dict]:
     """The folder and manifest of this config's prepared corpus, built first if it is missing or damaged
     (one line per stage on stderr; ``progress`` adds a progress bar of the encoding).
 
     Concurrent callers (sweep workers, the ranks of one run) serialise on a lock file: one builds, the
-    others wait and then find it complete. Killed builds' leftovers are removed (:func:`_remove_stale_builds`).
+    others wait and then find it complete. Killed builds' leftovers are removed (:func:`~.builds.remove_stale_builds`).
     """
     from filelock import FileLock
 
@@ -323,7 +291,7 @@ def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[
     folder = cache_dir(cfg, key)
     manifest = None if rebuild else check_folder(folder)
     if manifest is not None:
-        _remove_stale_builds(folder.parent)
+        remove_stale_builds(folder.parent)
         return folder, manifest
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -331,12 +299,12 @@ def prepare(cfg: Config, progress: bool = True, rebuild: bool = False) -> tuple[
             manifest = None if rebuild else check_folder(folder)  # another process may have built it meanwhile
             if manifest is not None:
                 return folder, manifest
-            _remove_stale_builds(folder.parent, holding=folder)
+            remove_stale_builds(folder.parent, holding=folder)
             if folder.exists() or folder.is_symlink():
                 print(f"ltfm prepare: {folder} is incomplete or damaged: rebuilding it", file=sys.stderr)
                 shutil.rmtree(folder, ignore_errors=True)
             tmp = folder.parent / f".{folder.name}.tmp{os.getpid()}"
-            with _stoppable_build():
+            with stoppable_build():
                 tmp.mkdir()
                 try:
                     manifest = build(cfg, tmp, key, progress)

@@ -33,15 +33,16 @@ def split_file(folder: str | Path, split: str, lang: str) -> Path:
                     f"(data.train_split/dev_split/test_split) and the languages (data.src_lang/tgt_lang)")
 
 
-# (path, device, inode, size, mtime in ns) -> the SHA-256 of the file's text: a file is read once per process
-# while it is unchanged (a sweep's dry run names every row, each of the same corpus).
+# (path, device, inode, size, mtime and ctime in ns) -> the SHA-256 of the file's text: a file is read once per
+# process while it is unchanged (a sweep's dry run names every row, each of the same corpus). The ctime is there
+# because an edit that keeps the size and restores the mtime (``cp -p``, ``rsync -t``, ``tar x``) still sets it.
 _SEEN: dict[tuple, str] = {}
 
 
 def text_digest(path: Path) -> str:
     """SHA-256 of a file's text: its bytes, a ``.gz`` file's decompressed (read in 1 MiB blocks)."""
     st = path.stat()
-    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _SEEN:
         h = hashlib.sha256()
         with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:

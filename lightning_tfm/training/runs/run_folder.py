@@ -263,9 +263,21 @@ _UNSET = object()
 
 def recorded_corpus(run_dir: Path) -> str | None:
     """The content identity of the corpus the run in ``run_dir`` trained on, as its summary records it (``corpus``:
-    :func:`~.data.corpus_id.fingerprint`), or None (a run of an older version, or none yet)."""
-    found = (results.read_summary(run_dir) or {}).get("corpus")
-    return found if isinstance(found, str) else None
+    :func:`~.data.corpus_id.fingerprint`). A run of an older version recorded none: where what it did record of its
+    prepared corpus shows that its files changed since (:func:`~.data.corpus.changed_since`), an identity that
+    matches no corpus (``val.de changed since the run``), so that it is continued on none; else None (its files'
+    content now stands for it; or no run yet)."""
+    summary = results.read_summary(run_dir) or {}
+    found = summary.get("corpus")
+    if isinstance(found, str) or not (summary.get("data_cache") or summary.get("data_cache_hash")):
+        return found if isinstance(found, str) else None
+    from ..data.corpus import changed_since
+
+    saved = saved_config(run_dir)[0]
+    cache, cache_hash = summary.get("data_cache"), summary.get("data_cache_hash")
+    changed = changed_since(saved, cache if isinstance(cache, str) else None,
+                            cache_hash if isinstance(cache_hash, str) else None) if saved is not None else None
+    return f"{', '.join(changed)} changed since the run" if changed else None
 
 
 def differences(there: Config, asked: Config, sections: set[str] | None = None,
@@ -282,13 +294,21 @@ def differences(there: Config, asked: Config, sections: set[str] | None = None,
     a, b = (scrub(flat) for flat in ids.compared(there, asked, there_corpus))
     keys = sorted((k for k in dict.fromkeys([*b, *a]) if (sections is None or k.split(".")[0] in sections)
                    and a.get(k, _UNSET) != b.get(k, _UNSET)), key=lambda k: k != "model.arch")  # the arch first
+    held = [scrub(config.flatten(c)) for c in (there, asked)]  # every key each config holds, hashed or not
 
-    def shown(flat, k):  # a key left out of a saved config: model.arch's default (transformer), another section's
-        if k in flat:  # a corpus's identity: its first 12 hex digits
-            return flat[k][:len(corpus_id.PREFIX) + 12] if k == ids.CORPUS_KEY else flat[k]
+    def shown(flat, whole, k):
+        """The value a side holds: as hashed (a corpus's identity: its first 12 hex digits); else as the config
+        holds it (a newer key left out of the hash at its default: the value saved, or its default where the saved
+        config predates the key); else model.arch's default (transformer); else unset (another section's key)."""
+        if k in flat:
+            v = flat[k]
+            return v[:len(corpus_id.PREFIX) + 12] if k == ids.CORPUS_KEY and v.startswith(corpus_id.PREFIX) else v
+        if k in whole:
+            return whole[k]
         return config.SCHEMA["model"]["arch"][1] if k == "model.arch" else "unset"
 
-    out = [f"{k} ({shown(a, k)} {names[0]}, {shown(b, k)} {names[1]})" if i < 3 else k for i, k in enumerate(keys)]
+    out = [f"{k} ({shown(a, held[0], k)} {names[0]}, {shown(b, held[1], k)} {names[1]})" if i < 3 else k
+           for i, k in enumerate(keys)]
     return out if len(out) <= 10 else out[:8] + [f"and {len(out) - 8} more"]
 
 
