@@ -335,6 +335,9 @@ def export_html(notebook: Path, html: Path, title: str | None = None) -> Path:
     exporter.register_preprocessor(TagRemovePreprocessor(config=c), enabled=True)
     exporter.log.setLevel(logging.ERROR)  # "alternative text is missing on N image(s)"
     nb = nbformat.read(str(notebook), as_version=4)
+    for cell in nb.cells:  # papermill's injected cell gets a random id: the same report, the same page
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell["id"] = "injected-parameters"
     if title:
         nb.metadata["title"] = title
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
