@@ -55,7 +55,7 @@ def verdict_rule(settings: dict | None = None) -> str:
             f"(at least {s['min_points']} validations) and the gap log PPL(row) − log PPL(base) predicted at "
             f"{s['k']:g} × the budget (each side at its own: step {s['k']:g} × (T + 1) − 1). Two answers, each "
             f"calibrated on its own question on the committed back-tests (each export left out in turn). *Holds*: "
-            f"beyond seed noise at the end, and a {100 * SIGN_LEVEL:g}% one-sided bound on the gap at "
+            f"beyond seed noise at the end, and the {100 * SIGN_LEVEL:g}% one-sided bound on the gap at "
             f"{s['k']:g}x stays on the side of today's change: the predicted gap moved toward zero by "
             f"{SIGN_QUANTILE:.2f} × (the base's seed sd ⊕ today's gap), in log PPL (a gap the curves show closing "
             "fails it); its level was chosen on how often such calls kept their sign. *May flip*: beyond noise, "
