@@ -83,7 +83,9 @@ def test_a_pair_within_noise_says_when_it_would_settle(sweep, tmp_path):
     assert f"in seeds, at {n} seeds a row (3 now), where Welch's 90% t interval of the difference would exclude " \
            "zero; in steps, BLEU's curves are not fitted, and the dev-PPL gap of rnn to transformer is" in a, a
     v = verdict.curve_verdict(o.runs, t.runs, o.dev_ppl - t.dev_ppl, "within", sweep.report)
-    assert v["verdict"] == verdict.WITHIN and f"({v['why']}); it settles: {verdict.settle_text(v['settle'], o.flops_per_step, o.s_per_step)}" in a
+    # a gap within noise gets no settle budget in steps (Table 3's rule since #51), and says why
+    assert v["verdict"] == verdict.WITHIN and v["settle"] is None
+    assert f"is within noise ({v['why']}): not predicted in steps (back-tested" in a, a
     rows = list(csv.DictReader(io.StringIO(table2.table2_csv(table))))
     assert (rows[1]["against"], rows[1]["bleu_noise"]) == ("transformer", "within")
     assert rows[1]["bleu_settle_seeds"].startswith(f"at {n} seeds a row") and rows[1]["bleu_settle_steps"] in a
@@ -95,7 +97,7 @@ def test_a_pair_within_noise_says_when_it_would_settle(sweep, tmp_path):
 def test_a_dev_ppl_gap_beyond_noise_holds_and_a_pair_beyond_noise_gets_no_prediction(sweep, tmp_path):
     table = table2.build_table2(ReportData(sweep, within_noise(tmp_path, (7000, 7100, 6900)), "synthetic", {}))
     a = table["claims"][0]
-    assert "the dev-PPL gap of rnn to transformer is beyond seed noise and predicted to hold" in a, a
+    assert "the dev-PPL gap of rnn to transformer holds its direction (" in a and "nothing to settle in steps" in a, a
     for r in table["rows"]:
         r.test_bleu_std = 0.1  # now beyond noise: no prediction
     assert "beyond seed noise" in table2.claim_lines(table["rows"])[0]

@@ -126,7 +126,7 @@ def pair_settle(t: Row, o: Row, settings: dict | None = None) -> tuple[str | Non
 def settle_steps(t: Row, o: Row, settings: dict | None = None) -> str:
     """A pair's prediction in steps: Table 3's verdict of ``o`` against ``t`` as its base on their runs' dev-PPL
     curves (:func:`.verdict.curve_verdict`, :func:`.verdict.settle_text`), with Table 2's noise rule."""
-    from ..table3.verdict import HOLDS, TOO_FEW, curve_verdict, settle_text
+    from ..table3.verdict import HOLDS, TOO_FEW, WITHIN, curve_verdict, settle_text
 
     gap = f"BLEU's curves are not fitted, and the dev-PPL gap of {md_text(o.variant)} to {md_text(t.variant)}"
     if o.dev_ppl is None or t.dev_ppl is None or not o.runs or not t.runs:
@@ -135,11 +135,14 @@ def settle_steps(t: Row, o: Row, settings: dict | None = None) -> str:
     noise, _ = pair_noise(d, *sds, min(t.seeds_completed, o.seeds_completed))
     v = curve_verdict(o.runs, t.runs, d, noise, settings, warmup=o.warmup, base_warmup=t.warmup)
     if v["verdict"] == HOLDS:
-        return f"{gap} is beyond seed noise and predicted to hold ({v['why']}): nothing to settle"
+        return f"{gap} holds its direction ({v['why']}): nothing to settle in steps"
+    if v["verdict"] == WITHIN:  # Table 3's rule: no settle budget for a gap within noise (1 of 5 came true)
+        return (f"{gap} is within noise ({v['why']}): not predicted in steps (back-tested, such predictions came "
+                "true no more often than saying nothing)")
     settle = settle_text(v.get("settle"), o.flops_per_step, o.s_per_step)
     if v["verdict"] == TOO_FEW or settle is None:
         return f"{gap}: not predicted ({v['why']})"
-    return f"{gap} is {v['verdict']} ({v['why']}); it settles: {settle} ({md_text(t.variant)} as the base)"
+    return f"{gap} may flip ({v['why']}); it settles: {settle} ({md_text(t.variant)} as the base)"
 
 
 def equal_flops_line(t: Row, o: Row, settings: dict | None = None) -> str:
