@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ltfm, write_sweep
-from test_verdict import BASE, STEPS, _records, curve
 from lightning_tfm import report as rd
 from lightning_tfm.sweep import load_sweep
+
+from conftest import ROOT, ltfm, write_sweep
+from test_verdict import BASE, STEPS, _records, curve
 
 # The tiny sweep: the base at two seeds (the seed noise), and a row whose learning rate is a ten-thousandth of
 # the base's: it hardly learns, so its gap to the base widens at every budget.

@@ -6,11 +6,12 @@ import dataclasses
 import pytest
 import yaml
 
-from conftest import ROOT
 from lightning_tfm.model.config import ModelConfig
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT
 
 SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"
 

@@ -14,13 +14,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import ROOT, ltfm, write_sweep
-from wandb_offline import read_records, read_runs
 from lightning_tfm import report as rd
 from lightning_tfm.report.publish import kinds, optuna_note, published, wandb_run
 from lightning_tfm.report.table3.columns import WANDB_BLEU, WANDB_PPL, columns
 from lightning_tfm.report.views.render import _duration
 from lightning_tfm.sweep import load_sweep
+
+from conftest import ROOT, ltfm, write_sweep
+from wandb_offline import read_records, read_runs
 
 RUN_ID = "report-rep-table3"
 PPL_COLUMNS, BLEU_COLUMNS = ([c.key for c in columns(view)] for view in (WANDB_PPL, WANDB_BLEU))
@@ -327,6 +328,7 @@ def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
     and the rows in a block of its own, a person's note kept; no custom plots."""
     from optuna_dashboard import get_note, save_note
     from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
+
     from test_table2_report import write_smoke_runs
 
     results, out = tmp_path / "results", tmp_path / "build"

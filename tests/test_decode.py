@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from lightning_tfm.training.decode import Hypothesis, beam_search, greedy_decode, length_penalty, translate_ids
 from lightning_tfm.model import BOS, EOS, PAD, ModelConfig, Transformer
+from lightning_tfm.training.decode import Hypothesis, beam_search, greedy_decode, length_penalty, translate_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 

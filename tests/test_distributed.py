@@ -5,11 +5,12 @@ import math
 import pytest
 import torch
 
-from conftest import ROOT, SMOKE, ltfm
+from lightning_tfm.training.config.config import TrainConfig
 from lightning_tfm.training.data.data import TokenBatchSampler
 from lightning_tfm.training.runs.results import read_metrics
-from lightning_tfm.training.config.config import TrainConfig
 from lightning_tfm.training.train import accumulation, world_size
+
+from conftest import ROOT, SMOKE, ltfm
 
 COMMON = ["data.max_train_pairs=400", "data.max_dev_pairs=100", "train.batch_tokens=1024", "train.accelerator=cpu",
           "train.precision=32", "model.dropout=0", "train.record_batches=true", "train.max_steps=12",

@@ -13,9 +13,10 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE
 from lightning_tfm.training.config import config
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, SMOKE
 
 
 def _one_line(p: subprocess.CompletedProcess, *fragments: str) -> None:

@@ -9,8 +9,9 @@ import optuna
 import pytest
 import yaml
 
-from conftest import ROOT, ltfm
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, ltfm
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE
 from lightning_tfm.model.config import OPT
 from lightning_tfm.training.config import config
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, SMOKE
 
 RNN = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
 BIG = 10 ** 20
@@ -111,9 +112,9 @@ def test_a_sweep_file_value_at_the_limit_is_refused_when_loaded(tmp_path, body, 
 
 def test_the_corpus_length_limit_is_the_architectures_own_max_positions(tmp_path):
     """rnn.max_positions, not the model section's (unused by the rnn) bounds the training and dev sentences."""
-    from test_prepare import small_corpus
-
     from lightning_tfm.training.data import corpus
+
+    from test_prepare import small_corpus
 
     cfg = config.load_config(RNN, [f"data.path={small_corpus(tmp_path / 'data')}", f"run.results_dir={tmp_path}",
                                    "data.max_train_pairs=null", "data.vocab_size=100", "rnn.max_positions=8"])

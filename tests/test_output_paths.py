@@ -104,7 +104,7 @@ def test_an_average_in_memory_is_named_by_how_many_checkpoints_it_averages(tmp_p
                       "--ref", ref)
         assert p.returncode == 0, p.stderr[-2000:]
         names.add(Path(next(ln for ln in p.stdout.splitlines() if ln.startswith("hypotheses: ")).split()[1]).name)
-    assert len(names) == 2 and all(f".average-last" in n for n in names), names
+    assert len(names) == 2 and all(".average-last" in n for n in names), names
 
 
 # ------------------------------------------------------------------------------------------------------------

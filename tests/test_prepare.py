@@ -9,11 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, SMOKE, default_signals
-from lightning_tfm.training.data import corpus as K
 from lightning_tfm.training.config.config import load_config
 from lightning_tfm.training.config.run_id import run_id
+from lightning_tfm.training.data import corpus as K
 from lightning_tfm.training.data.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
+
+from conftest import ROOT, SMOKE, default_signals
 
 
 # ------------------------------------------------------------------ the pipeline before prepared corpora

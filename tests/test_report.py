@@ -18,12 +18,13 @@ import yaml
 from bs4 import BeautifulSoup
 from PIL import Image
 
-from conftest import ROOT, SMOKE, ltfm, write_sweep
-from wandb_offline import read_runs
 from lightning_tfm import report as rd
 from lightning_tfm.report.publish import notebooks
-from lightning_tfm.training.errors import UserError
 from lightning_tfm.sweep import load_sweep
+from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, SMOKE, ltfm, write_sweep
+from wandb_offline import read_runs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -13,13 +13,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import ROOT, ltfm, write_sweep
-from test_verdict import BASE, CFG, _records, curve
 from lightning_tfm import report as rd
 from lightning_tfm.report.inputs import export, records
 from lightning_tfm.report.table3 import compare, stats
 from lightning_tfm.sweep import load_sweep
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, ltfm, write_sweep
+from test_verdict import BASE, CFG, _records, curve
 
 REF = ROOT / "reports" / "reference"
 CPU = REF / "table3-cpu-2026-11-25" / "export" / "table3-cpu.json"

@@ -21,12 +21,13 @@ import optuna
 import pytest
 from bs4 import BeautifulSoup
 
+from lightning_tfm import report as rd
+from lightning_tfm.report.publish import optuna_note, wandb_run
+from lightning_tfm.report.views import render
+
 from conftest import ROOT, default_signals, ltfm, write_sweep
 from pg import postgres  # noqa: F401  (fixture)
 from wandb_offline import read_runs
-from lightning_tfm import report as rd
-from lightning_tfm.report.views import render
-from lightning_tfm.report.publish import optuna_note, wandb_run
 
 RUN_ID = "report-rep-table3"
 

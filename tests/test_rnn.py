@@ -13,13 +13,14 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, SMOKE, ltfm
 from lightning_tfm.cli import main as cli_main
 from lightning_tfm.model import EOS, PAD, EncoderDecoder, build_model
 from lightning_tfm.model.rnn import RNN, RNNConfig, additive_attention
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.optim import make_optimizer
+
+from conftest import ROOT, SMOKE, ltfm
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 

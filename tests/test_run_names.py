@@ -16,13 +16,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import ROOT, SMOKE, ltfm, write_sweep
 from lightning_tfm.training.config import config
-from lightning_tfm.training.runs import run_folder
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.config.config import load_config
 from lightning_tfm.training.config.run_id import config_hash, run_id
+from lightning_tfm.training.runs import run_folder
 from lightning_tfm.training.runs.run_folder import existing_run_id
+
+from conftest import ROOT, SMOKE, ltfm, write_sweep
 
 NO_WANDB = {"WANDB_MODE": "disabled"}  # the W&B run costs seconds per trial; the names are what is tested here
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, SMOKE
 from lightning_tfm.model import build_model
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.data.data import read_lines, train_tokenizer
+
+from conftest import ROOT, SMOKE
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
 TOKENIZER = "tokenizer_sha256"  # the hyper-parameter naming a checkpoint's vocabulary (checkpoints.TOKENIZER)
@@ -257,7 +258,8 @@ def test_a_resume_from_a_checkpoint_of_another_vocabulary_is_refused(tmp_path, d
 
 @pytest.mark.slow
 def test_training_records_its_vocabulary_in_every_checkpoint(smoke_run):
-    from lightning_tfm.training.runs.checkpoints import TOKENIZER as KEY, load_checkpoint, tokenizer_hash
+    from lightning_tfm.training.runs.checkpoints import TOKENIZER as KEY
+    from lightning_tfm.training.runs.checkpoints import load_checkpoint, tokenizer_hash
 
     assert KEY == TOKENIZER
     want = tokenizer_hash(smoke_run / "tokenizer.json")

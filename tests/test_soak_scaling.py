@@ -13,9 +13,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import ROOT, SMOKE, TINY
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
+
+from conftest import ROOT, SMOKE, TINY
 
 sys.path.insert(0, str(ROOT / "tests" / "soak"))
 import check as soak_check  # noqa: E402

@@ -13,10 +13,10 @@ import contextlib
 import pytest
 import torch
 
-from lightning_tfm.training.decode import beam_search, translate_ids
 from lightning_tfm.model import EOS, PAD, MemoryCache, ModelConfig, Transformer, build_model, fast
 from lightning_tfm.model.attention import reference_attention, scaled_dot_product_attention, sdpa_attention
 from lightning_tfm.model.fast import matmul_attention
+from lightning_tfm.training.decode import beam_search, translate_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 

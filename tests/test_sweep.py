@@ -17,9 +17,10 @@ import optuna
 import pytest
 import yaml
 
+from lightning_tfm.training.config.config import TABLE3_KNOBS, Config, choices, flatten, load_config
+
 from conftest import ROOT, SMOKE, ltfm, ltfm_in
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
-from lightning_tfm.training.config.config import TABLE3_KNOBS, Config, choices, flatten, load_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -232,8 +233,8 @@ def test_workers_of_a_seeded_search_propose_different_points_and_one_worker_is_r
 
 
 def test_trial_overrides_reach_the_trial_process_exactly():
-    from lightning_tfm.training.config.config import parse_override
     from lightning_tfm.sweep import yaml_value
+    from lightning_tfm.training.config.config import parse_override
     for value in [1e-9, 0.1, 3, "pre", "1", "null", None, True, "/a b/c", [1, 2]]:
         assert parse_override(f"k={yaml_value(value)}") == ("k", value), value
 

@@ -9,13 +9,13 @@ import json
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE
-from lightning_tfm.sweep import Plan, dry_run, load_sweep, trial_config
-from lightning_tfm.sweep import schema
+from lightning_tfm.sweep import Plan, dry_run, load_sweep, schema, trial_config
 from lightning_tfm.sweep.schema import describe_keys
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, SMOKE
 
 SECTIONS = {"": schema.SweepFile, "sampler.": schema.SamplerSpec, "pruner.": schema.PrunerSpec,
             "heartbeat.": schema.HeartbeatSpec, "report.": schema.ReportSpec,

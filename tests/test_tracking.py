@@ -16,16 +16,17 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+import wandb
 from torch.utils.data import DataLoader, TensorDataset
 
-import wandb
 from lightning_tfm.training import redact
-from lightning_tfm.training.runs import results
-from lightning_tfm.training.tracking import tracking
 from lightning_tfm.training.config.config import Config, load_config
 from lightning_tfm.training.errors import UserError
-from wandb_offline import find_run_files, read_records, read_run, read_runs
+from lightning_tfm.training.runs import results
+from lightning_tfm.training.tracking import tracking
+
 from conftest import DATA, ltfm_in
+from wandb_offline import find_run_files, read_records, read_run, read_runs
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_KEY = "fake0api0key0" + "7" * 27  # 40 characters, like a real W&B key

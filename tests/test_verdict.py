@@ -11,14 +11,15 @@ import re
 import pytest
 import yaml
 
-from conftest import ROOT, write_sweep
 from lightning_tfm import report as rd
-from lightning_tfm.report.views import render
-from lightning_tfm.report.table3 import columns, compare, compute, stats, verdict
-from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
-from lightning_tfm.model.transformer import train_flops_per_step
 from lightning_tfm.bench.speed import DEFAULTS
+from lightning_tfm.model.transformer import train_flops_per_step
+from lightning_tfm.report.table3 import columns, compare, compute, stats, verdict
+from lightning_tfm.report.views import render
+from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, write_sweep
 
 STEPS = range(100, 700, 100)  # validations at 100 .. 600 (the equal-compute cases)
 LSTEPS = range(99, 600, 100)  # Lightning's steps of 600 updates (the verdicts)

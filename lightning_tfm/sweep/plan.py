@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from ..training.config import config
-from ..training.errors import UserError
 from ..training.config.inputs import shown
+from ..training.errors import UserError
 from .spec import RESERVED, Entry, Sweep
 
 #: What a worker adds under the command line (a sweep file may set it otherwise): a trial's output goes to

@@ -28,12 +28,29 @@ from typing import Any
 import yaml
 
 from ..training.config import config
+from ..training.config.inputs import load_yaml, read_yaml_text, shown
 from ..training.config.sections import LABEL_CHARS
 from ..training.errors import UserError
-from ..training.config.inputs import load_yaml, read_yaml_text, shown
-from .schema import (BUDGET_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS, RESERVED, SAMPLERS, BudgetSpec,
-                     DistributionSpec, HeartbeatSpec, PrunerSpec, ReportSpec, SamplerSpec, SweepFile, VariantSpec,
-                     draws_problem, err, parse)
+from .schema import (
+    BUDGET_DEFAULTS,
+    METRICS,
+    NAME_RE,
+    PRUNERS,
+    REPORT_DEFAULTS,
+    RESERVED,
+    SAMPLERS,
+    BudgetSpec,
+    DistributionSpec,
+    HeartbeatSpec,
+    PrunerSpec,
+    ReportSpec,
+    SamplerSpec,
+    SweepFile,
+    VariantSpec,
+    draws_problem,
+    err,
+    parse,
+)
 
 
 @dataclass

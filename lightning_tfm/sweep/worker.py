@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 from ..training.config import config
-from ..training.runs import run_folder
+from ..training.config.run_id import run_id
 from ..training.errors import UserError
 from ..training.redact import scrub_text
-from ..training.config.run_id import run_id
+from ..training.runs import run_folder
 from ..training.runs.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable

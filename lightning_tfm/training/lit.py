@@ -13,14 +13,14 @@ import torch
 from pytorch_lightning.callbacks import Checkpoint
 from torch.utils.data import DataLoader
 
-from .runs.checkpoints import CORPUS, RESUME_ONLY, RUN_ID, TOKENIZER
+from ..model import PAD, build_model
+from .config.config import Config
 from .data.corpus import MappedPairs
 from .data.data import Batch, TokenBatchSampler, collate
-from ..model import PAD, build_model
-from .runs import results
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
-from .config.config import Config
+from .runs import results
+from .runs.checkpoints import CORPUS, RESUME_ONLY, RUN_ID, TOKENIZER
 
 
 class Seq2SeqModule(pl.LightningModule):

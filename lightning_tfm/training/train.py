@@ -26,12 +26,18 @@ import torch
 
 from . import atomic
 from .config import config
-from .runs import results, run_folder
-from .runs.checkpoints import (atomic_checkpoint_io, check_resumable, resume_checkpoint, resume_choice,
-                               check_resume, tokenizer_hash)
 from .data.corpus import Corpus
 from .errors import UserError
 from .precision import resolve_precision
+from .runs import results, run_folder
+from .runs.checkpoints import (
+    atomic_checkpoint_io,
+    check_resumable,
+    check_resume,
+    resume_checkpoint,
+    resume_choice,
+    tokenizer_hash,
+)
 
 
 def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:

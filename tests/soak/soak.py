@@ -63,8 +63,18 @@ sys.path.insert(0, str(ROOT))
 
 from lightning_tfm.sweep.storage import STORAGE_ENV  # noqa: E402
 from lightning_tfm.training.runs.run_folder import LOCK_LOG_ENV  # noqa: E402
-from scale import (CALIBRATION_TIMEOUT_S, CALIBRATION_TRIALS, HOLDS_S, MIN_RATE, STALL_T, chaos_scale,  # noqa: E402
-                   trial_time, work_kept, work_rate)
+
+from scale import (  # noqa: E402
+    CALIBRATION_TIMEOUT_S,
+    CALIBRATION_TRIALS,
+    HOLDS_S,
+    MIN_RATE,
+    STALL_T,
+    chaos_scale,
+    trial_time,
+    work_kept,
+    work_rate,
+)
 
 TMPFS_SIZE = "2g"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

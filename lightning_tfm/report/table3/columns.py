@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 from ...training.config.config import TABLE3_KNOBS, Knob, choices
 from ..core.columns import CSV, Column, Fields, Shown, in_view
-from .stats import BLEU_FLOOR, NOISE_K
 from ..core.text import fmt, fmt_knob, md_text
+from .stats import BLEU_FLOOR, NOISE_K
 from .verdict import HOLDS, MAY_FLIP, TOO_FEW
 
 

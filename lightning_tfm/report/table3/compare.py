@@ -20,10 +20,10 @@ import json
 from pathlib import Path
 
 from ...training.atomic import write_text
-from .columns import COMPARE, COMPARE_ROW, SIDE, columns, shown
 from ..core.columns import Shown
-from .stats import finite
 from ..core.text import md_cell, md_code, md_text
+from .columns import COMPARE, COMPARE_ROW, SIDE, columns, shown
+from .stats import finite
 from .verdict import HOLDS, WITHIN
 
 TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"

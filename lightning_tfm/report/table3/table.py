@@ -20,16 +20,25 @@ import contextlib
 import dataclasses
 from pathlib import Path
 
-from ...training.runs import results
 from ...training.config.config import SCHEMA, TABLE3_KNOBS
 from ...training.config.run_id import KEYS_V1
-from .paper import PAPER_ORDER, load_paper
-from .columns import Row
+from ...training.runs import results
 from ..inputs.export import read_export
 from ..inputs.records import DONE, ReportData, RunRecord, is_pipeline_check, mark_diverged, nonfinite
+from .columns import Row
 from .compute import add_equal_compute
-from .stats import (BLEU_FLOOR, agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict,
-                    paired_bootstrap, relative)
+from .paper import PAPER_ORDER, load_paper
+from .stats import (
+    BLEU_FLOOR,
+    agreement_summary,
+    agrees,
+    bleu_significant,
+    finite,
+    mean_std,
+    noise_verdict,
+    paired_bootstrap,
+    relative,
+)
 from .verdict import add_verdicts, seconds_per_step, settle_summary, verdict_summary
 
 

@@ -21,13 +21,13 @@ import csv
 import io
 from pathlib import Path
 
-from ...training.runs import results
 from ...training.atomic import write_text
-from ..table3.compute import COMPUTE_RULE
-from ..table3.columns import BLEU, CONFIG, PPL, columns, shown
+from ...training.runs import results
 from ..core.columns import CSV
-from ..table3.stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE, share
 from ..core.text import fmt, md_cell, md_code, md_text
+from ..table3.columns import BLEU, CONFIG, PPL, columns, shown
+from ..table3.compute import COMPUTE_RULE
+from ..table3.stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE, share
 from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN, settings_of, verdict_rule
 
 
@@ -75,8 +75,14 @@ def record_line(table: dict) -> str | None:
     beyond = n[HOLDS] + n[MAY_FLIP]
     if not beyond:
         return None
-    from ...sweep.curves import (DIRECTION_RECORD, EXTRAPOLATION_K, EXTRAPOLATION_LEVEL, HELDOUT_RECORD, SIGN_LEVEL,
-                                 SIZE_RECORD)
+    from ...sweep.curves import (
+        DIRECTION_RECORD,
+        EXTRAPOLATION_K,
+        EXTRAPOLATION_LEVEL,
+        HELDOUT_RECORD,
+        SIGN_LEVEL,
+        SIZE_RECORD,
+    )
 
     k = settings_of(table.get("report_settings"))["k"]
     _, called, kept = DIRECTION_RECORD

@@ -38,8 +38,17 @@ from ...model.config import OPT, ModelConfig, check_of
 from ..errors import UserError
 from .inputs import load_yaml, override_value, read_yaml_text, shown
 from .run_id import check_name
-from .sections import (PLATEAU_KEYS, DataConfig, DecodeConfig, RunConfig, SweepConfig, TrainConfig, WandbConfig,
-                       path_check)
+from .sections import (
+    PLATEAU_KEYS,
+    DataConfig,
+    DecodeConfig,
+    RunConfig,
+    SweepConfig,
+    TrainConfig,
+    WandbConfig,
+    path_check,
+)
+
 
 @dataclass
 class Config:

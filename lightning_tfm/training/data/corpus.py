@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import atomic
-from ..errors import UserError
 from ..config.config import Config
+from ..errors import UserError
 from .corpus_id import fingerprint, split_file
 
 FORMAT_VERSION = 1

@@ -6,10 +6,10 @@ checkpoint that is not on disk is averaged in memory; ``write_average`` is the o
 from __future__ import annotations
 
 import io
+import os
 import re
 import sys
 import time
-import os
 from pathlib import Path
 
 import torch
@@ -17,8 +17,8 @@ import torch
 from ...model import build_model
 from .. import atomic
 from ..config import config
-from . import run_folder
 from ..errors import UserError
+from . import run_folder
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
 #: A key of a checkpoint written only as a resume point (``last.ckpt`` by ``train.checkpoint_every_seconds``,

@@ -14,12 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import config, run_id as ids
-from ..data import corpus_id
-from . import results
 from ..atomic import free_space
-from ..errors import UserError
+from ..config import config
+from ..config import run_id as ids
 from ..config.config import Config
+from ..data import corpus_id
+from ..errors import UserError
+from . import results
 
 
 def rank_zero() -> bool:
