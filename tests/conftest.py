@@ -166,7 +166,8 @@ def ltfm_here(capfd, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", os.environ.get("WANDB_MODE", "offline"))
     monkeypatch.setenv("WANDB_SILENT", os.environ.get("WANDB_SILENT", "true"))
     sigs = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
-    kept = (torch.get_num_threads(), dict(os.environ), logging.raiseExceptions, logging.getLogger("optuna").level, bars_off())
+    kept = (torch.get_num_threads(), dict(os.environ), logging.raiseExceptions, logging.getLogger("optuna").level,
+            bars_off())
 
     def run(*args, input="", env=None, cwd=None):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode())))

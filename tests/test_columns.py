@@ -42,7 +42,8 @@ def table(monkeypatch):
 
 
 def _ppl_section(md: str) -> list[str]:
-    return [ln for ln in md.split("\n## Dev perplexity\n", 1)[1].split("\n## ", 1)[0].splitlines() if ln.startswith("|")]
+    section = md.split("\n## Dev perplexity\n", 1)[1].split("\n## ", 1)[0]
+    return [ln for ln in section.splitlines() if ln.startswith("|")]
 
 
 def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dashboard_note(table, tmp_path):

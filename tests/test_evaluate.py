@@ -43,7 +43,8 @@ def ltfm(*args, stdin: str | None = None, cwd=None) -> subprocess.CompletedProce
     return conftest.ltfm(*args, input=stdin, cwd=cwd or os.getcwd(), timeout=300)
 
 
-def save_checkpoint(path: Path, model: torch.nn.Module, cfg: config.Config, step: int, extra: dict | None = None) -> None:
+def save_checkpoint(path: Path, model: torch.nn.Module, cfg: config.Config, step: int,
+                    extra: dict | None = None) -> None:
     """A checkpoint shaped like Lightning's (what training's Seq2SeqModule writes: the config as a plain dict)."""
     state = {"model." + k: v.clone() for k, v in model.state_dict().items()}
     state.update(extra or {})

@@ -74,7 +74,8 @@ SPACE = {"name": "s", "experiment": str(SMOKE), "space": {"model.dropout": {"typ
 
 
 @pytest.mark.parametrize("body,words", [
-    ({**GOOD, "report": {"bootstraps": 100000, "family": "saturating"}}, "report.bootstraps must be an integer from 20"),
+    ({**GOOD, "report": {"bootstraps": 100000, "family": "saturating"}},
+     "report.bootstraps must be an integer from 20"),
     ({**GOOD, "report": {"bootstraps": 5000, "family": "saturating"}},
      "report.bootstraps 5000 with family saturating must be an integer from 20 to 2000"),
     ({**GOOD, "pruner": {"type": "curve", "bootstraps": 3000, "family": "exponential"}},
@@ -88,7 +89,8 @@ SPACE = {"name": "s", "experiment": str(SMOKE), "space": {"model.dropout": {"typ
                                                          "line, at most 100"),
     ({**GOOD, "seeds": list(range(101))}, "seeds must be a non-empty list of at most 100"),
     ({**SPACE, "n_trials": BIG}, "n_trials must be a positive integer, at most 10000"),
-    ({**GOOD, "pruner": {"type": "curve", "final_step": BIG}}, "pruner final_step must be null or an integer from 1 to"),
+    ({**GOOD, "pruner": {"type": "curve", "final_step": BIG}},
+     "pruner final_step must be null or an integer from 1 to"),
     ({**GOOD, "pruner": {"type": "curve", "warmup": BIG}}, "pruner warmup must be null or an integer from 0 to"),
     ({**GOOD, "overrides": {"decode.max_len_b": BIG}}, f"overrides: decode.max_len_b={BIG} must be 0 or more, at most"),
     ({**GOOD, "variants": {"A1": {"model.max_positions": BIG}}}, "variant A1: model.max_positions="),

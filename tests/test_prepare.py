@@ -305,7 +305,8 @@ def test_a_killed_builds_leftovers_of_any_corpus_are_removed_by_the_next_prepare
     gone.wait()  # its pid names no process now
     live = subprocess.Popen(["sleep", "600"])
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from filelock import FileLock; "
-                               f"lock = FileLock({str(root / 'busy.en-de-2')!r} + '.lock'); lock.acquire(); print('held', flush=True); "
+                               f"lock = FileLock({str(root / 'busy.en-de-2')!r} + '.lock'); lock.acquire(); "
+                               "print('held', flush=True); "
                                "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

@@ -267,7 +267,8 @@ def test_no_architecture_is_named_outside_its_own_file_and_the_registry():
     import re
 
     package = Path(registry.__file__).resolve().parents[1]
-    named = [f"{p.relative_to(package)}:{i}" for p in package.rglob("*.py") if "model" not in p.relative_to(package).parts
+    named = [f"{p.relative_to(package)}:{i}" for p in package.rglob("*.py")
+             if "model" not in p.relative_to(package).parts
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"""["']rnn["']""", line) and not line.lstrip().startswith("#")]
     assert named == [], named

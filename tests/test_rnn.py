@@ -229,7 +229,8 @@ def test_the_new_keys_move_no_run_id():
 
 
 @pytest.mark.parametrize("overrides,words", [
-    (["model.heads=4"], "model.heads does not apply to model.arch=rnn (transformer knobs): drop it; rnn's knobs are rnn.*"),
+    (["model.heads=4"],
+     "model.heads does not apply to model.arch=rnn (transformer knobs): drop it; rnn's knobs are rnn.*"),
     (["rnn.dec_hidden=0"], "rnn.dec_hidden=0 must be a positive integer"),
     (["rnn.dropout=1"], "rnn.dropout=1.0 must be in [0, 1)"),
     (["rnn.cell=rnn"], "rnn.cell='rnn' is not one of: gru | lstm"),

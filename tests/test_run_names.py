@@ -383,7 +383,8 @@ def test_sweep_folders_are_named_by_row_and_seed_and_runs_under_their_old_names_
     assert run_folders(results) == before  # no folder of its own for a row that has one under the old name
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in again.values()), p.stdout
     base, d1 = again[("base", 1)], again[("D1", 2)]
-    assert Path(base.user_attrs["run_dir"]) == legacy["rows-base-s1"] and Path(d1.user_attrs["run_dir"]) == legacy["rows-D1-s2"]
+    assert Path(base.user_attrs["run_dir"]) == legacy["rows-base-s1"]
+    assert Path(d1.user_attrs["run_dir"]) == legacy["rows-D1-s2"]
     # base: done, not trained again
     summary = json.loads((legacy["rows-base-s1"] / "summary.json").read_text())
     assert summary["finished_at"] == finished_at and versions(legacy["rows-base-s1"]) == 1

@@ -244,7 +244,8 @@ def test_ltfm_report_of_a_table2_sweep(tmp_path):
     # these run folders have no checkpoints: the alignment cell says so in one line (tests/test_attention_figures.py
     # draws one from checkpoints)
     assert ("Cross-attention of the first dev sentences per architecture: not drawn, needs a run folder with "
-            "checkpoints in the results folder: no completed run of it has one here.") in (out / "table2.html").read_text()
+            "checkpoints in the results folder: no completed run of it has one here."
+            ) in (out / "table2.html").read_text()
     # the smoke sweep logs dev BLEU along training: claim (b) reads the BLEU curves, and the notes say on what
     md = (out / "table2.md").read_text()
     assert "(b) To reach rnn's final dev BLEU (0.40), on the dev-BLEU curves" in md, md

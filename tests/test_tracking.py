@@ -43,8 +43,9 @@ def wandb_env(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_CONSOLE", "off")
-    for var, sub in (("WANDB_DIR", "wandb_dir"), ("WANDB_CACHE_DIR", "wandb_cache"), ("WANDB_CONFIG_DIR", "wandb_config"),
-                     ("WANDB_DATA_DIR", "wandb_data"), ("WANDB_ARTIFACT_DIR", "wandb_artifacts")):
+    for var, sub in (("WANDB_DIR", "wandb_dir"), ("WANDB_CACHE_DIR", "wandb_cache"),
+                     ("WANDB_CONFIG_DIR", "wandb_config"), ("WANDB_DATA_DIR", "wandb_data"),
+                     ("WANDB_ARTIFACT_DIR", "wandb_artifacts")):
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
@@ -436,7 +437,8 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     # sample translations: source/reference pairs are dev pairs of the corpus
     bleu_steps = [s for s, _ in run.metric(results.DEV_BLEU)]
     # dev BLEU sits on the same x value as Lightning's dev loss (which it logs at global_step - 1)
-    assert bleu_steps == [49, 99, 149, 199] == csv_steps(run_dir, results.DEV_BLEU) == csv_steps(run_dir, results.DEV_LOSS)
+    assert (bleu_steps == [49, 99, 149, 199] == csv_steps(run_dir, results.DEV_BLEU)
+            == csv_steps(run_dir, results.DEV_LOSS))
     tables = run.tables.get(results.DEV_SAMPLES)
     assert tables, "no dev/samples table in the W&B run"
     assert [t["trainer/global_step"] for t in tables] == [49, 99, 149, 199]

@@ -183,7 +183,8 @@ def test_the_report_section_of_a_sweep_file_is_checked(tmp_path, ltfm_here):
         with pytest.raises(UserError, match=re.escape(words)):
             load_sweep(path)
     p = ltfm_here("report", path)  # the command line: one line, exit 2, before anything runs
-    assert p.returncode == 2 and p.stderr.startswith("ltfm: error: sweep file") and "report must be a mapping" in p.stderr
+    assert p.returncode == 2 and p.stderr.startswith("ltfm: error: sweep file")
+    assert "report must be a mapping" in p.stderr
     assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
 
 
@@ -274,7 +275,8 @@ def test_comparison_status_of_each_row(tmp_path):
     by = {r["variant"]: r for r in cmp["rows"]}
     assert {v: r["status"] for v, r in by.items()} == {"A1": "transfers", "A2": "flips", "A3": "transfers",
                                                        "A4": "unsettled"}
-    assert cmp["summary"]["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1} and cmp["summary"]["flips"] == ["A2"]
+    assert cmp["summary"]["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1}
+    assert cmp["summary"]["flips"] == ["A2"]
     md = rd.comparison_markdown(cmp)
     assert "- Rows: 2 transfer, 1 flip (A2), 1 unsettled (of 4, the base left out)." in md
     assert "may flip: A4." in md and "*flips*: both sides hold with opposite signs" in md

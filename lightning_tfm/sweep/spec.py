@@ -121,7 +121,8 @@ def _check_override(path, where: str, key: str, value: Any) -> Any:
     try:
         scratch = config.Config()
         config.set_dotted(scratch, key, value)
-        config.check_value(key, config.get_dotted(scratch, key))  # model.max_positions: 10**20 is refused here, not per trial
+        # model.max_positions: 10**20 is refused here, not per trial
+        config.check_value(key, config.get_dotted(scratch, key))
     except UserError as e:
         raise err(path, f"{where}: {e}") from None
     return config.get_dotted(scratch, key)
@@ -185,7 +186,8 @@ def _check_plugin(path, what: str, spec: dict, builder) -> None:
             warnings.simplefilter("ignore")
             builder(spec)
     except (TypeError, ValueError, OverflowError) as e:
-        raise err(path, f"{what} {spec['type']}: {str(e).splitlines()[0] if str(e) else e.__class__.__name__}") from None
+        first = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        raise err(path, f"{what} {spec['type']}: {first}") from None
 
 
 def _number(path, where: str, name: str, v: Any, integer: bool) -> int | float:

@@ -357,7 +357,8 @@ class Worker:
             # the folder cannot say this trial's metric at its budget: never the later budget's
             reason = summary.get("error") if status == CONTINUED else (
                 f"its run folder was trained on ({past.later}) and holds no {self.sweep.metric} at step "
-                f"{cfg.train.max_steps}, this sweep's budget" + (f" ({NO_BLEU})" if "bleu" in self.sweep.metric else ""))
+                f"{cfg.train.max_steps}, this sweep's budget"
+                + (f" ({NO_BLEU})" if "bleu" in self.sweep.metric else ""))
             self.counts["skipped"] += 1
             self.say(f"{label}: skipped: {reason}")
             self._close(trial, TrialState.FAIL, skip=PAST_BUDGET, reason=reason, trained_past=past.later, **results)

@@ -379,7 +379,8 @@ class Driver:
                     next_kill = now + self.rng.uniform(*kill_every)
                     fig.update({"trial time": round(T, 1), "chaos interval": [round(x) for x in kill_every],
                                 "cap": round(now - t0 + cap)})
-                    self.log(self.p.name, "calibrated", trial_s=round(T, 1), kill_every_s=[round(x) for x in kill_every],
+                    self.log(self.p.name, "calibrated", trial_s=round(T, 1),
+                             kill_every_s=[round(x) for x in kill_every],
                              cap_s=round(now - t0 + cap))
             if T is None and now - t0 > CALIBRATION_TIMEOUT_S:
                 self.p.failures.append(f"{self.p.name}: no trial completed in {CALIBRATION_TIMEOUT_S:.0f} s: the chaos "

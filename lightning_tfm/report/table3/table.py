@@ -12,7 +12,8 @@ and the paper's against the paper's base, each also given relative to its base. 
 the base's training compute (:mod:`.compute`) and its verdict from the learning curves extrapolated (:mod:`.verdict`).
 
 A row's knobs are those of ``training.config.config.TABLE3_KNOBS`` (the config fields with a Table 3 column). The
-statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the markdown and the CSV in :mod:`.render`.
+statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the markdown and the CSV in
+:mod:`.render`.
 """
 from __future__ import annotations
 
