@@ -7,7 +7,8 @@
 #   WORKERS=K   : K workers instead of one per core (or GPU)
 #   SWEEP=sweeps/table3.yaml ARGS="train.devices=8 train.strategy=ddp" WORKERS=1 : the paper's scale on a GPU node
 # make reference: make ablation, then its report with provenance in reports/reference/<sweep name>/
-# make test     : set up .venv and run the test suite (what CI runs)
+# make test     : set up .venv and run the test suite (what CI runs), make lint first
+# make lint     : ruff's check of lightning_tfm and tests (pyproject.toml's [tool.ruff]: pycodestyle, pyflakes, isort)
 # make test-long: the long end-to-end tests make test leaves out (several sweeps each)
 # make test-fast: the suite without the slow end-to-end tests (development)
 # make bench    : the comparison with Hugging Face's MarianMTModel: installs the bench extra (transformers, which the
@@ -107,7 +108,12 @@ train: setup
 # them (reports/timing.md, "The test suite", has the measurement).
 TEST_WORKERS ?= 2
 PYTEST = $(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 )$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
-test: setup
+# ruff at 120 columns (pyproject.toml's [tool.ruff]): test and test-fast run it first
+.PHONY: lint
+lint: setup
+	$(PY) -m ruff check lightning_tfm tests
+
+test: setup lint
 	$(PYTEST) -m "not long" $(PYTEST_ARGS)
 
 # the long end-to-end tests make test leaves out (marked long on the tests themselves): several sweeps each, ~15 minutes
@@ -144,7 +150,7 @@ soak: setup
 # the suite without the tests that train through subprocesses (marked slow): a few minutes, for development. It needs
 # no ../shared: without Multi30k there the tests read the toy corpus of tests/data (those that need Multi30k itself
 # are skipped, saying so)
-test-fast: setup
+test-fast: setup lint
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # make heldout: the held-out exports of the verdict's back-test (issue #51), sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml

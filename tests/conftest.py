@@ -59,7 +59,8 @@ def plant_decoy(results: Path) -> Path:
     """A finished run as ``ltfm train experiments/multi30k-smoke.yaml data.path=<the suite's data>`` leaves it in
     ``results`` (its config.yaml and a completed summary.json: what a sweep, a dry run or a report finds a run
     by); returns its folder."""
-    from lightning_tfm.training.config import config, run_id as run_ids
+    from lightning_tfm.training.config import config
+    from lightning_tfm.training.config import run_id as run_ids
 
     cfg = config.load_config(SMOKE, {"data.path": str(DATA)}, checked=False)
     rid = run_ids.run_id(cfg)
@@ -165,7 +166,8 @@ def ltfm_here(capfd, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", os.environ.get("WANDB_MODE", "offline"))
     monkeypatch.setenv("WANDB_SILENT", os.environ.get("WANDB_SILENT", "true"))
     sigs = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}
-    kept = (torch.get_num_threads(), dict(os.environ), logging.raiseExceptions, logging.getLogger("optuna").level, bars_off())
+    kept = (torch.get_num_threads(), dict(os.environ), logging.raiseExceptions, logging.getLogger("optuna").level,
+            bars_off())
 
     def run(*args, input="", env=None, cwd=None):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode())))

@@ -142,5 +142,6 @@ def postgres():
 @pytest.fixture
 def pg_url(postgres, request) -> str:
     """A fresh database on the session's server; its URL carries the password."""
-    name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:40] + "_" + secrets.token_hex(3)
+    name = ("t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:40] + "_"
+            + secrets.token_hex(3))
     return postgres.create_database(name)

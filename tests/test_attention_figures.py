@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from lightning_tfm.model import BOS, EOS, PAD, ModelConfig, Transformer, build_model, sinusoid_table
-from lightning_tfm.report.views import attention as att
 from lightning_tfm.report.inputs.records import RunRecord
+from lightning_tfm.report.views import attention as att
 from lightning_tfm.training.config import config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -149,9 +149,9 @@ def test_alignment_figure_of_the_smoke_run(smoke_run, tmp_path):
     """The smoke run's first dev sentences decoded with its decode settings (beam 2), each hypothesis fed back:
     the figure's axes carry the BPE pieces of the source and of the hypothesis (EOS last), the weights are the
     mean over the 4 heads, and a second file holds every head of sentence 1."""
-    from lightning_tfm.training.runs.checkpoints import load_model
     from lightning_tfm.training.data.data import encode_lines, load_split
     from lightning_tfm.training.decode import translate_ids
+    from lightning_tfm.training.runs.checkpoints import load_model
 
     pngs = att.alignment_figure(smoke_run, 2, tmp_path / "align.png")
     assert pngs == [str(tmp_path / "align.png"), str(tmp_path / "align_heads.png")]

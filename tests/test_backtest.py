@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from conftest import ROOT
 from lightning_tfm import cli
+
+from conftest import ROOT
 
 SWEEP = str(ROOT / "sweeps" / "table3-cpu.yaml")
 EXPORT = str(ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export")   # validated every 100 steps

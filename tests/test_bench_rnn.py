@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from conftest import ROOT, ltfm
-from lightning_tfm.model.rnn import RNN, RNNConfig
 from lightning_tfm.bench import speed as bench
+from lightning_tfm.model.rnn import RNN, RNNConfig
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, ltfm
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
 SMALL = ["bench.batch=8", "bench.src_len=8", "bench.tgt_len=8", "bench.out_len=8", "bench.reps=1",

@@ -13,8 +13,6 @@ import optuna
 import pytest
 from pytorch_lightning.loggers import CSVLogger
 
-from conftest import SMOKE, write_sweep
-from test_status_verdicts import CURVES, log_ppl, write_run
 from lightning_tfm import report as rd
 from lightning_tfm.report.table3.verdict import predict
 from lightning_tfm.sweep import Plan, load_sweep
@@ -23,6 +21,9 @@ from lightning_tfm.sweep.status import format_status, status_rows
 from lightning_tfm.sweep.worker import write_trial_config
 from lightning_tfm.training import atomic
 from lightning_tfm.training.config.run_id import config_hash
+
+from conftest import SMOKE, write_sweep
+from test_status_verdicts import CURVES, log_ppl, write_run
 
 LATER = list(range(649, 1800, 50))  # the continued sweep's validations, to 1,800 steps
 

@@ -8,9 +8,10 @@ import math
 
 import pytest
 
-from conftest import ROOT
 from lightning_tfm.report import calibration
 from lightning_tfm.sweep import curves
+
+from conftest import ROOT
 
 FOLDER = ROOT / "reports" / "reference" / "backtest"
 

@@ -17,11 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import SMOKE
 from lightning_tfm.model import build_model
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
-TOKENIZER="tokenizer_sha256"; RUN_ID, CORPUS = "ltfm_run_id", "ltfm_corpus"
+
+from conftest import SMOKE
+
+TOKENIZER = "tokenizer_sha256"
+RUN_ID, CORPUS = "ltfm_run_id", "ltfm_corpus"
 
 SMALL = ["data.max_train_pairs=300", "data.max_dev_pairs=10", "data.vocab_size=200", "data.test_split=null",
          "model.layers=1", "model.d_model=16", "model.d_ff=32", "model.heads=2", "model.d_k=8", "model.d_v=8",

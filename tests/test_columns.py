@@ -10,15 +10,16 @@ import io
 
 import pytest
 
-from conftest import ROOT
-from wandb_offline import read_runs
 from lightning_tfm import report as rd
-from lightning_tfm.report.table3 import columns
-from lightning_tfm.report.publish import kinds, optuna_note, wandb_run
 from lightning_tfm.report.core.columns import CSV, Column, Shown
+from lightning_tfm.report.publish import kinds, optuna_note, wandb_run
+from lightning_tfm.report.table3 import columns
 from lightning_tfm.report.table3.columns import NOTE, PPL, WANDB_PPL, Row
 from lightning_tfm.report.views.render import table_csv, write_table
 from lightning_tfm.sweep import load_sweep
+
+from conftest import ROOT
+from wandb_offline import read_runs
 
 SWEEP = ROOT / "sweeps" / "table3-cpu.yaml"
 EXPORT = ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"
@@ -41,7 +42,8 @@ def table(monkeypatch):
 
 
 def _ppl_section(md: str) -> list[str]:
-    return [ln for ln in md.split("\n## Dev perplexity\n", 1)[1].split("\n## ", 1)[0].splitlines() if ln.startswith("|")]
+    section = md.split("\n## Dev perplexity\n", 1)[1].split("\n## ", 1)[0]
+    return [ln for ln in section.splitlines() if ln.startswith("|")]
 
 
 def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dashboard_note(table, tmp_path):

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ltfm, write_sweep
-from test_verdict import BASE, STEPS, _records, curve
 from lightning_tfm import report as rd
 from lightning_tfm.sweep import load_sweep
+
+from conftest import ROOT, ltfm, write_sweep
+from test_verdict import BASE, STEPS, _records, curve
 
 # The tiny sweep: the base at two seeds (the seed noise), and a row whose learning rate is a ten-thousandth of
 # the base's: it hardly learns, so its gap to the base widens at every budget.
@@ -71,14 +72,15 @@ def test_two_budgets_side_by_side_and_the_export_a_report_writes(tmp_path, data_
     p = ltfm("report", sweep, "--results", results, "--against", sweep, "--against-export", short / "export",
              "--out", cmp)
     _ok(p)
-    assert {f.name for f in cmp.iterdir()} == {"compare.md", "compare.csv", "compare.json", "compare.html", "compare.ipynb",
-                                               "compare_deltas.png", "a_ppl_vs_flops.png", "b_ppl_vs_flops.png",
-                                               ".ltfm-report"}
+    assert {f.name for f in cmp.iterdir()} == {"compare.md", "compare.csv", "compare.json", "compare.html",
+                                               "compare.ipynb", "compare_deltas.png", "a_ppl_vs_flops.png",
+                                               "b_ppl_vs_flops.png", ".ltfm-report"}
     row = _csv(cmp / "compare.csv")["slow"]
     # A at 40 steps fits three validations (19, 29, 39): its gap holds; B at 20 had too few points to say
     assert (row["a_ppl_verdict"], row["b_ppl_verdict"], row["status"]) == ("holds", "too few points", "unsettled")
     assert float(row["a_delta_ppl"]) > 0 and float(row["b_delta_ppl"]) > 0
-    assert float(row["b_delta_ppl"]) == pytest.approx(float(by["slow"]["delta_ppl"]), rel=1e-5)  # B is the 20-step table
+    # B is the 20-step table
+    assert float(row["b_delta_ppl"]) == pytest.approx(float(by["slow"]["delta_ppl"]), rel=1e-5)
     md = (cmp / "compare.md").read_text()
     assert "- Rows: 0 transfer, 0 flip, 1 unsettled (of 1, the base left out)." in md
     assert "A: bud at 40 steps" in md and "B: bud at 20 steps" in md

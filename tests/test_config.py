@@ -6,11 +6,12 @@ import dataclasses
 import pytest
 import yaml
 
-from conftest import ROOT
 from lightning_tfm.model.config import ModelConfig
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT
 
 SMOKE = ROOT / "experiments" / "multi30k-smoke.yaml"
 
@@ -27,8 +28,10 @@ def test_plain_dicts_round_trip_in_section_order():
     cfg = config.load_config(SMOKE, ["data.path=/x", "wandb.tags=[a, b]"])
     tree = cfg.to_dict()
     assert list(tree) == ["run", "data", "model", "train", "decode", "wandb", "sweep"]
-    assert list(tree["model"]) == [f.name for f in dataclasses.fields(ModelConfig) if f.name != "arch"]  # arch: only when not the default
-    assert config.Config.from_dict(tree) == cfg and config.Config.from_dict(yaml.safe_load(config.dump_yaml(cfg))) == cfg
+    # arch: only when not the default
+    assert list(tree["model"]) == [f.name for f in dataclasses.fields(ModelConfig) if f.name != "arch"]
+    assert config.Config.from_dict(tree) == cfg
+    assert config.Config.from_dict(yaml.safe_load(config.dump_yaml(cfg))) == cfg
     assert config.flatten(cfg)["model.heads"] == cfg.model.heads == tree["model"]["heads"]
     assert config.flatten(cfg) == config.flatten(tree)
     with pytest.raises(UserError, match=r"did you mean model.layers\? model has arch, layers"):

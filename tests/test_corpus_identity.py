@@ -8,9 +8,11 @@ import json
 import os
 from pathlib import Path
 
-from conftest import SMOKE
-from lightning_tfm.training.config import config, run_id as run_ids
+from lightning_tfm.training.config import config
+from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.config.config import load_config
+
+from conftest import SMOKE
 
 TINY = ["train.max_steps=2", "train.val_every_steps=2", "train.checkpoint_every_steps=2", "train.log_every_steps=1",
         "data.vocab_size=60", "model.layers=1", "model.d_model=16", "model.d_ff=16", "model.heads=2", "model.d_k=8",

@@ -10,10 +10,11 @@ import optuna
 import pytest
 import yaml
 
-from conftest import SMOKE
 from lightning_tfm.sweep import load_sweep, schema
 from lightning_tfm.sweep.curve_pruner import CurvePruner
 from lightning_tfm.training.errors import UserError
+
+from conftest import SMOKE
 
 STEPS = list(range(100, 1001, 100))   # updates at which a trial reports its dev loss; its budget is 1,000
 WARMUP = 100

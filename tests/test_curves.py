@@ -199,7 +199,8 @@ def test_the_settle_budget_of_rows_that_may_flip_names_its_side():
     assert v["verdict"] == verdict.MAY_FLIP and v["gap"]["point"] < 0 < v["gap"]["point"] + v["gap"]["sign_margin"]
     assert v["settle"]["kind"] is None and verdict.settle_text(v["settle"]) == "not within 10x"
     st = {"kind": "holds", "k": 1.5, "step": 899, "sign": -1}
-    assert verdict.settle_text(st, 2e12, 0.5) == "holds, better than the base, at 1.5x: 900 steps, 1.8e+15 FLOPs, 0.12 h"
+    assert verdict.settle_text(st, 2e12, 0.5) == ("holds, better than the base, at 1.5x: 900 steps, 1.8e+15 FLOPs, "
+                                                  "0.12 h")
     # the crossing after the budget: a flip, named as one, on the side the row goes to
     crossing = verdict.curve_verdict([run(CASES["crosses"])], [run(BASE)], delta=-0.9, noise="beyond")
     assert crossing["verdict"] == verdict.MAY_FLIP

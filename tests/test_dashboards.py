@@ -14,13 +14,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import ROOT, ltfm, write_sweep
-from wandb_offline import read_records, read_runs
 from lightning_tfm import report as rd
 from lightning_tfm.report.publish import kinds, optuna_note, published, wandb_run
 from lightning_tfm.report.table3.columns import WANDB_BLEU, WANDB_PPL, columns
 from lightning_tfm.report.views.render import _duration
 from lightning_tfm.sweep import load_sweep
+
+from conftest import ROOT, ltfm, write_sweep
+from wandb_offline import read_records, read_runs
 
 RUN_ID = "report-rep-table3"
 PPL_COLUMNS, BLEU_COLUMNS = ([c.key for c in columns(view)] for view in (WANDB_PPL, WANDB_BLEU))
@@ -162,7 +163,8 @@ def test_the_study_note_and_custom_plots_in_optuna_dashboard(reported):
     md = (out / "table3.md").read_text()
     headline = md.split("\n## ", 1)[0]
     assert headline.strip() in note and "## Dev perplexity" in note and "## Dev BLEU" not in note
-    ppl_table = [ln for ln in md.split("## Dev perplexity", 1)[1].split("\n## ", 1)[0].splitlines() if ln.startswith("|")]
+    ppl_table = [ln for ln in md.split("## Dev perplexity", 1)[1].split("\n## ", 1)[0].splitlines()
+                 if ln.startswith("|")]
     assert len(ppl_table) == 2 + len(csv_rows(out))
     for line in ppl_table:  # every row of the table (the headers too), as table3.md has it
         assert line in note.splitlines(), line
@@ -248,10 +250,11 @@ def test_run_ids_notes_and_headline_numbers():
     assert wandb_run.report_run_id("table3-cpu", pipeline_check=True) == "report-table3-cpu-pipeline-check-table3"
     long = wandb_run.report_run_id("x" * 80)
     assert len(long) <= 64 and long != wandb_run.report_run_id("x" * 79)
-    table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml",
-                                               export_dir=ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"))
+    export = ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"
+    table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml", export_dir=export))
     ours = optuna_note.note_text(table)  # the headline and the dev-perplexity table, not the BLEU table
-    assert "- Direction agrees with the paper" in ours and "| row | dev PPL ours |" in ours and "dev BLEU ours" not in ours
+    assert "- Direction agrees with the paper" in ours and "| row | dev PPL ours |" in ours
+    assert "dev BLEU ours" not in ours
     ours = ours.replace("- Direction agrees with the paper", "- fact")
     assert optuna_note.merge_note("", ours) == ours
     kept = optuna_note.merge_note("my words", ours)
@@ -261,7 +264,8 @@ def test_run_ids_notes_and_headline_numbers():
              "bleu_agrees": None, "ppl_noise": None, "bleu_noise": None},
             *[{"variant": v, "in_paper": True, "seeds_completed": 1, "status": "completed", "ppl_agrees": a,
                "bleu_agrees": b, "ppl_noise": n, "bleu_noise": "within"}
-              for v, a, b, n in (("A1", True, False, "beyond"), ("A2", False, False, "beyond"), ("A3", True, True, "within"))]]
+              for v, a, b, n in (("A1", True, False, "beyond"), ("A2", False, False, "beyond"),
+                                 ("A3", True, True, "within"))]]
     h = kinds.headline_numbers(rows, {"wall_s": 60.0, "train_s": 100.0, "runs": 4, "records": 4})
     assert (h["dev_ppl/agree_rows"], h["dev_ppl/compared_rows"], h["dev_ppl/agreement"]) == (2, 3, 2 / 3)
     assert (h["dev_ppl/agree_rows_beyond_noise"], h["dev_ppl/compared_rows_beyond_noise"]) == (1, 2)
@@ -327,6 +331,7 @@ def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
     and the rows in a block of its own, a person's note kept; no custom plots."""
     from optuna_dashboard import get_note, save_note
     from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
+
     from test_table2_report import write_smoke_runs
 
     results, out = tmp_path / "results", tmp_path / "build"

@@ -4,11 +4,20 @@ import random
 
 import pytest
 
-from lightning_tfm.training.config.config import load_config
-from lightning_tfm.training.data.data import (TokenBatchSampler, collate, decode_ids, encode_lines, load_split,
-                                              read_lines, read_parallel, train_tokenizer, widths)
-from lightning_tfm.training.errors import UserError
 from lightning_tfm.model import BOS, EOS, PAD
+from lightning_tfm.training.config.config import load_config
+from lightning_tfm.training.data.data import (
+    TokenBatchSampler,
+    collate,
+    decode_ids,
+    encode_lines,
+    load_split,
+    read_lines,
+    read_parallel,
+    train_tokenizer,
+    widths,
+)
+from lightning_tfm.training.errors import UserError
 
 
 def lengths(n=500, seed=0):

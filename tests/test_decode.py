@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from lightning_tfm.training.decode import Hypothesis, beam_search, greedy_decode, length_penalty, translate_ids
 from lightning_tfm.model import BOS, EOS, PAD, ModelConfig, Transformer
+from lightning_tfm.training.decode import Hypothesis, beam_search, greedy_decode, length_penalty, translate_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
@@ -48,7 +48,8 @@ def reverse_task_batch(g, n=32, lo=3, hi=8):
         for i, r in enumerate(rows):
             out[i, :len(r)] = torch.tensor(r)
         return out
-    return pad([s + [EOS] for s in seqs]), pad([[BOS] + s[::-1] for s in seqs]), pad([s[::-1] + [EOS] for s in seqs]), seqs
+    return (pad([s + [EOS] for s in seqs]), pad([[BOS] + s[::-1] for s in seqs]), pad([s[::-1] + [EOS] for s in seqs]),
+            seqs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -187,4 +188,5 @@ def test_beam_search_beats_greedy_on_a_trained_model():
     assert correct >= len(seqs) // 4, f"the model did not learn to reverse ({correct}/{len(seqs)})"
     assert all(b.score >= g.score - 1e-5 for b, g in zip(beam, greedy))
     assert sum(b.score > g.score + 1e-3 for b, g in zip(beam, greedy)) >= 1
-    assert sum(b.tokens == s[::-1] for b, s in zip(beam, seqs)) >= sum(g.tokens == s[::-1] for g, s in zip(greedy, seqs))
+    assert (sum(b.tokens == s[::-1] for b, s in zip(beam, seqs))
+            >= sum(g.tokens == s[::-1] for g, s in zip(greedy, seqs)))

@@ -5,11 +5,12 @@ import math
 import pytest
 import torch
 
-from conftest import ROOT, SMOKE, ltfm
+from lightning_tfm.training.config.config import TrainConfig
 from lightning_tfm.training.data.data import TokenBatchSampler
 from lightning_tfm.training.runs.results import read_metrics
-from lightning_tfm.training.config.config import TrainConfig
 from lightning_tfm.training.train import accumulation, world_size
+
+from conftest import ROOT, SMOKE, ltfm
 
 COMMON = ["data.max_train_pairs=400", "data.max_dev_pairs=100", "train.batch_tokens=1024", "train.accelerator=cpu",
           "train.precision=32", "model.dropout=0", "train.record_batches=true", "train.max_steps=12",
@@ -118,10 +119,11 @@ def test_an_rnn_under_ddp_trains_as_one_process_with_accumulation_2(tmp_path, da
     for name, extra in {"ddp": ["train.devices=2", "train.strategy=ddp"],
                         "single": ["train.devices=1", "train.accumulate=2"]}.items():
         results = tmp_path / name
-        p = ltfm("train", RNN, f"data.path={data_dir}", f"run.results_dir={results}", f"data.cache_dir={tmp_path / 'cache'}",
-                 *[a for a in COMMON if not a.startswith("model.")], "rnn.dropout=0", "train.max_steps=8", "train.val_every_steps=4",
-                 "train.checkpoint_every_steps=4", "train.lr_patience=0", "data.test_split=null",
-                 "decode.beam_size=1", *extra, env={"WANDB_DIR": str(results)})
+        p = ltfm("train", RNN, f"data.path={data_dir}", f"run.results_dir={results}",
+                 f"data.cache_dir={tmp_path / 'cache'}", *[a for a in COMMON if not a.startswith("model.")],
+                 "rnn.dropout=0", "train.max_steps=8", "train.val_every_steps=4", "train.checkpoint_every_steps=4",
+                 "train.lr_patience=0", "data.test_split=null", "decode.beam_size=1", *extra,
+                 env={"WANDB_DIR": str(results)})
         assert p.returncode == 0, p.stderr[-3000:]
         (runs[name],) = [d for d in results.iterdir() if d.is_dir()]
     s = json.loads((runs["ddp"] / "summary.json").read_text())

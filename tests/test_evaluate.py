@@ -20,12 +20,18 @@ import pytest
 import sacrebleu
 import torch
 
-import conftest
+from lightning_tfm.model import build_model
 from lightning_tfm.training.config import config
 from lightning_tfm.training.data.data import read_lines, train_tokenizer
+from lightning_tfm.training.evaluate import (
+    bleu,
+    tokenize_compound_split,
+    tokenized_bleu_compound_split,
+    translate_lines,
+)
 from lightning_tfm.training.runs.checkpoints import average_checkpoints, load_model, write_average
-from lightning_tfm.training.evaluate import bleu, tokenize_compound_split, tokenized_bleu_compound_split, translate_lines
-from lightning_tfm.model import build_model
+
+import conftest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = conftest.DATA  # Multi30k beside the checkout, else the toy corpus of tests/data
@@ -37,7 +43,8 @@ def ltfm(*args, stdin: str | None = None, cwd=None) -> subprocess.CompletedProce
     return conftest.ltfm(*args, input=stdin, cwd=cwd or os.getcwd(), timeout=300)
 
 
-def save_checkpoint(path: Path, model: torch.nn.Module, cfg: config.Config, step: int, extra: dict | None = None) -> None:
+def save_checkpoint(path: Path, model: torch.nn.Module, cfg: config.Config, step: int,
+                    extra: dict | None = None) -> None:
     """A checkpoint shaped like Lightning's (what training's Seq2SeqModule writes: the config as a plain dict)."""
     state = {"model." + k: v.clone() for k, v in model.state_dict().items()}
     state.update(extra or {})

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMOKE, ltfm
 from lightning_tfm import cli
 from lightning_tfm.training.runs.checkpoints import checkpoint_problem, step_checkpoints
+
+from conftest import SMOKE, ltfm
 
 # A fresh small run (not the smoke fixture): checkpoints every 10 steps, a quick final evaluation.
 SMALL = ["train.val_every_steps=10", "train.checkpoint_every_steps=10", "data.max_dev_pairs=20",
@@ -366,8 +367,8 @@ def test_sweep_status_never_shows_any_part_of_the_password(data_dir, ltfm_here):
 
 
 def test_report_out_replaces_only_a_folder_it_made(tmp_path):
+    from lightning_tfm.report.publish.notebooks import MARKER, _replace_dir, check_out
     from lightning_tfm.training.errors import UserError
-    from lightning_tfm.report.publish.notebooks import MARKER, check_out, _replace_dir
 
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -12,13 +12,14 @@ from xml.etree import ElementTree  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
-from conftest import ROOT, SMOKE, TINY, ltfm  # noqa: E402
 from lightning_tfm.report.core import plots  # noqa: E402
-from lightning_tfm.report.views import figures, lead  # noqa: E402
-from lightning_tfm.report.table3.table import build_table  # noqa: E402
-from lightning_tfm.training.errors import UserError  # noqa: E402
 from lightning_tfm.report.inputs.records import ReportData, RunRecord  # noqa: E402
+from lightning_tfm.report.table3.table import build_table  # noqa: E402
+from lightning_tfm.report.views import figures, lead  # noqa: E402
 from lightning_tfm.sweep import load_sweep  # noqa: E402
+from lightning_tfm.training.errors import UserError  # noqa: E402
+
+from conftest import ROOT, SMOKE, TINY, ltfm  # noqa: E402
 
 
 def test_ema_removes_the_startup_bias_and_smooths():
@@ -47,8 +48,10 @@ def kept(saved: list, real=None):
 
 def _data(seeds=(1, 2, 3)) -> ReportData:
     sweep = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml")
-    curve = lambda scale: [{"step": s, "dev/ppl": scale * 100 / s, "train/loss": scale * (5 - s / 100) + (s % 20) / 10}
-                           for s in range(10, 310, 10)]  # noqa: E731
+    def curve(scale):
+        return [{"step": s, "dev/ppl": scale * 100 / s, "train/loss": scale * (5 - s / 100) + (s % 20) / 10}
+                for s in range(10, 310, 10)]
+
     recs = [RunRecord("base", family="base", seed=s, status="completed", history=curve(1 + s / 50)) for s in seeds]
     recs.append(RunRecord("A1", family="A", seed=1, status="completed", history=curve(1.3)))
     recs.append(RunRecord("prenorm", family="norm", seed=1, status="completed", config={"model.norm": "pre"},
@@ -90,7 +93,8 @@ def test_training_loss_is_smoothed_with_the_raw_points_faint(tmp_path, monkeypat
 def test_dev_ppl_against_training_compute_marks_the_bases_budget(tmp_path, monkeypatch):
     saved = []
     monkeypatch.setattr(figures, "save_figure", kept(saved))
-    table = {"sweep": "s", "rows": [{"variant": "base", "flops_per_step": 2e9}, {"variant": "big", "flops_per_step": 6e9},
+    table = {"sweep": "s", "rows": [{"variant": "base", "flops_per_step": 2e9},
+                                    {"variant": "big", "flops_per_step": 6e9},
                                     {"variant": "A1", "flops_per_step": None}],
              "curves": {"rows": {"base": {100: 50.0, 200: 30.0}, "big": {100: 60.0, 200: 25.0, 600: 10.0},
                                  "A1": {100: 55.0}}},
@@ -212,7 +216,8 @@ def test_rows_without_a_change_say_no_data_in_place_of_a_bar(tmp_path, monkeypat
     labels = [t.get_text() for t in ppl.get_yticklabels()]
     y = {ln.split(":")[0]: i for i, ln in enumerate(labels)}
     notes = _annotations(ppl)
-    assert notes[round(y["A2"] - 0.19, 3)] == "no data (missing)" and notes[round(y["big"] - 0.19, 3)] == "no data (missing)"
+    assert notes[round(y["A2"] - 0.19, 3)] == "no data (missing)"
+    assert notes[round(y["big"] - 0.19, 3)] == "no data (missing)"
     assert round(y["A1"] - 0.19, 3) in _bars(ppl) and notes[round(y["A1"] - 0.19, 3)] == "+25%"  # its bar's value
     # no completed base: no change of any row, each says so
     data.records = [r for r in data.records if r.variant != "base"]
@@ -277,7 +282,8 @@ def test_the_report_leads_with_its_picture_and_writes_every_figure_in_paper_form
              env={"OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     pngs = sorted(f.name for f in out.glob("*.png"))
-    assert "changes.png" in pngs and len(pngs) == 7 and f"figures: {', '.join(pngs)} (each also as svg, pdf)" in p.stdout
+    assert "changes.png" in pngs and len(pngs) == 7
+    assert f"figures: {', '.join(pngs)} (each also as svg, pdf)" in p.stdout
     for png in pngs:
         stem = out / png[:-4]
         assert ElementTree.parse(f"{stem}.svg").getroot().tag == "{http://www.w3.org/2000/svg}svg", png

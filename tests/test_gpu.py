@@ -1,6 +1,6 @@
 """The GPU path. The decisions (precision, attention kernels, the launcher's device plan, the Makefile's torch,
-make gpu-check's rehearsal and its wheels' check) are tested on any machine; the tests marked ``cuda`` run the model on a CUDA GPU and skip
-cleanly without one (``make gpu-check`` runs them first)."""
+make gpu-check's rehearsal and its wheels' check) are tested on any machine; the tests marked ``cuda`` run the model
+on a CUDA GPU and skip cleanly without one (``make gpu-check`` runs them first)."""
 from __future__ import annotations
 
 import os
@@ -30,7 +30,8 @@ def test_cuda_takes_sdpa_and_the_cpu_speed_paths_stay_on_the_cpu():
     from lightning_tfm.model.fast import MATMUL_MAX_KEYS, attention_path
 
     assert attention_path("auto", "cuda", 20) == "sdpa"  # flash / memory-efficient kernels
-    assert attention_path("auto", "cpu", 20) == "matmul" and attention_path("auto", "cpu", MATMUL_MAX_KEYS + 1) == "sdpa"
+    assert attention_path("auto", "cpu", 20) == "matmul"
+    assert attention_path("auto", "cpu", MATMUL_MAX_KEYS + 1) == "sdpa"
     assert attention_path("matmul", "cuda", 20) == "matmul" and attention_path("sdpa", "cpu", 20) == "sdpa"
 
 
@@ -68,15 +69,18 @@ def test_gpu_check_rehearsal_runs_every_step_past_failures_and_says_why_it_skipp
     p = subprocess.run(["bash", str(ROOT / "tests/gpu_check.sh")], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout + p.stderr
     summary = (out / "summary.md").read_text()
-    table = [line.strip("| ").split(" | ") for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| --- |")]
+    table = [line.strip("| ").split(" | ") for line in summary.splitlines()
+             if line.startswith("| ") and not line.startswith("| --- |")]
     steps = {r[0]: r for r in table[1:]}
     assert [r[0] for r in table[1:]] == ["install the carried wheels", "check them against the machine's packages",
                                          "import the carried modules", "tiny smoke training on the CPU", *GPU_STEPS]
-    for name in ("install the carried wheels", "check them against the machine's packages", "tiny smoke training on the CPU"):
+    for name in ("install the carried wheels", "check them against the machine's packages",
+                 "tiny smoke training on the CPU"):
         status, secs, budget = steps[name][1:4]
         assert status.startswith("FAIL (exit") and secs.isdigit() and budget.isdigit(), steps[name]
     assert "no-data" in steps["tiny smoke training on the CPU"][4]  # the failure's own line, in the summary
-    assert steps["import the carried modules"][1] == "skipped" and "Python 3.12" in steps["import the carried modules"][4]
+    assert steps["import the carried modules"][1] == "skipped"
+    assert "Python 3.12" in steps["import the carried modules"][4]
     assert all(steps[s][1] == "skipped" and "no CUDA" in steps[s][4] for s in GPU_STEPS)
     log = (out / "gpu-check.log").read_text()
     assert log.index("--- install the carried wheels: FAIL") < log.index("=== tiny smoke training on the CPU")
@@ -124,7 +128,8 @@ def _setup_commands(tmp_path, torch_version: str, cuda_version: str | None) -> s
     """``make -n setup`` with a python whose ``import torch`` finds a stand-in of the given build."""
     fake = tmp_path / f"site-{torch_version}"
     (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(f"__version__ = {torch_version!r}\nclass version:\n    cuda = {cuda_version!r}\n")
+    (fake / "torch" / "__init__.py").write_text(f"__version__ = {torch_version!r}\n"
+                                                f"class version:\n    cuda = {cuda_version!r}\n")
     env = {**os.environ, "PYTHONPATH": str(fake)}
     p = subprocess.run(["make", "-n", "setup", f"VENV={tmp_path / 'venv'}", f"PYTHON={sys.executable}"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=60)

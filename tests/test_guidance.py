@@ -11,11 +11,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import ROOT, SMOKE
 from lightning_tfm import cli
+from lightning_tfm.training.commands import DEFAULT_DATA
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
-from lightning_tfm.training.commands import DEFAULT_DATA
+
+from conftest import ROOT, SMOKE
 
 SMALL = ["data.max_train_pairs=300", "data.max_dev_pairs=20", "data.max_test_pairs=10"]
 

@@ -13,9 +13,10 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE
 from lightning_tfm.training.config import config
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, SMOKE
 
 
 def _one_line(p: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -96,7 +97,8 @@ def _limited(*commands, cwd=ROOT) -> list[subprocess.CompletedProcess]:
     machine's memory (the timeout only guards the test run). One process for all: each would spend seconds
     importing torch."""
     p = subprocess.run([sys.executable, "-c", BOUNDED, json.dumps([[str(a) for a in c] for c in commands])],
-                       capture_output=True, text=True, cwd=cwd, timeout=600, env={**os.environ, "WANDB_MODE": "offline"})
+                       capture_output=True, text=True, cwd=cwd, timeout=600,
+                       env={**os.environ, "WANDB_MODE": "offline"})
     assert p.returncode == 0 and not p.stderr, p.stderr[-2000:]
     return [subprocess.CompletedProcess(c, *answer) for c, answer in zip(commands, json.loads(p.stdout))]
 

@@ -10,11 +10,12 @@ import json
 import os
 from pathlib import Path
 
-import conftest
-from conftest import DATA, OUTPUTS, ROOT, SMOKE, changes, plant_decoy, snapshot
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.runs.run_folder import existing_run_id
+
+import conftest
+from conftest import DATA, OUTPUTS, ROOT, SMOKE, changes, plant_decoy, snapshot
 
 
 def test_the_session_runs_in_a_stand_in_of_the_checkout_not_in_it():

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, write_sweep
 from lightning_tfm import report as rd
 from lightning_tfm.report.table3.columns import LATEX, columns
 from lightning_tfm.report.views.latex import STANDALONE_FILE, TEX_FILE, table_latex, tex_text, write_latex
 from lightning_tfm.report.views.render import write_table
 from lightning_tfm.sweep import load_sweep
+
+from conftest import ROOT, write_sweep
 
 SWEEP = ROOT / "sweeps" / "table3-cpu.yaml"
 EXPORT = ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"

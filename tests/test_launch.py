@@ -9,8 +9,9 @@ import optuna
 import pytest
 import yaml
 
-from conftest import ROOT, ltfm
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, ltfm
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -90,7 +91,8 @@ def test_workers_share_the_cores_on_a_cpu():
     assert [(s.gpu, s.threads, s.loader_workers) for s in worker_plan("auto", [], 2)] == [(None, 1, 0)] * 2
     assert [s.threads for s in worker_plan(2, [], 8)] == [4, 4]
     assert worker_overrides(["a.b=1"], worker_plan(2, [], 2)[0]) == ["a.b=1", "train.threads=1"]
-    assert worker_overrides(["train.threads=3"], worker_plan(2, [], 8)[1]) == ["train.threads=3"]  # the command line wins
+    # the command line wins
+    assert worker_overrides(["train.threads=3"], worker_plan(2, [], 8)[1]) == ["train.threads=3"]
 
 
 def test_several_workers_share_each_gpu_and_the_gpus_fill_evenly():
@@ -148,7 +150,8 @@ def test_a_rows_own_seeds_and_bad_ones(tmp_path):
     for bad in ([], [1, 1], "1", [1.5]):
         body["variants"]["base"]["seeds"] = bad
         f.write_text(yaml.safe_dump(body, sort_keys=False))
-        with pytest.raises(UserError, match="variant base: seeds must be a non-empty list of at most 100 distinct integers"):
+        with pytest.raises(UserError,
+                           match="variant base: seeds must be a non-empty list of at most 100 distinct integers"):
             load_sweep(f)
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE
 from lightning_tfm.model.config import OPT
 from lightning_tfm.training.config import config
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, SMOKE
 
 RNN = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
 BIG = 10 ** 20
@@ -73,7 +74,8 @@ SPACE = {"name": "s", "experiment": str(SMOKE), "space": {"model.dropout": {"typ
 
 
 @pytest.mark.parametrize("body,words", [
-    ({**GOOD, "report": {"bootstraps": 100000, "family": "saturating"}}, "report.bootstraps must be an integer from 20"),
+    ({**GOOD, "report": {"bootstraps": 100000, "family": "saturating"}},
+     "report.bootstraps must be an integer from 20"),
     ({**GOOD, "report": {"bootstraps": 5000, "family": "saturating"}},
      "report.bootstraps 5000 with family saturating must be an integer from 20 to 2000"),
     ({**GOOD, "pruner": {"type": "curve", "bootstraps": 3000, "family": "exponential"}},
@@ -87,7 +89,8 @@ SPACE = {"name": "s", "experiment": str(SMOKE), "space": {"model.dropout": {"typ
                                                          "line, at most 100"),
     ({**GOOD, "seeds": list(range(101))}, "seeds must be a non-empty list of at most 100"),
     ({**SPACE, "n_trials": BIG}, "n_trials must be a positive integer, at most 10000"),
-    ({**GOOD, "pruner": {"type": "curve", "final_step": BIG}}, "pruner final_step must be null or an integer from 1 to"),
+    ({**GOOD, "pruner": {"type": "curve", "final_step": BIG}},
+     "pruner final_step must be null or an integer from 1 to"),
     ({**GOOD, "pruner": {"type": "curve", "warmup": BIG}}, "pruner warmup must be null or an integer from 0 to"),
     ({**GOOD, "overrides": {"decode.max_len_b": BIG}}, f"overrides: decode.max_len_b={BIG} must be 0 or more, at most"),
     ({**GOOD, "variants": {"A1": {"model.max_positions": BIG}}}, "variant A1: model.max_positions="),
@@ -111,9 +114,9 @@ def test_a_sweep_file_value_at_the_limit_is_refused_when_loaded(tmp_path, body, 
 
 def test_the_corpus_length_limit_is_the_architectures_own_max_positions(tmp_path):
     """rnn.max_positions, not the model section's (unused by the rnn) bounds the training and dev sentences."""
-    from test_prepare import small_corpus
-
     from lightning_tfm.training.data import corpus
+
+    from test_prepare import small_corpus
 
     cfg = config.load_config(RNN, [f"data.path={small_corpus(tmp_path / 'data')}", f"run.results_dir={tmp_path}",
                                    "data.max_train_pairs=null", "data.vocab_size=100", "rnn.max_positions=8"])

@@ -21,8 +21,9 @@ def pytest_on(tmp_path, source: str, *args: str, conftest: str | None = None) ->
     (tmp_path / "test_it.py").write_text(textwrap.dedent(source))
     if conftest is not None:
         (tmp_path / "conftest.py").write_text(textwrap.dedent(conftest))
-    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
-                           "-p", "no:cacheprovider", "-p", "no:xdist", *args, str(tmp_path / "test_it.py")],
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
+                           "--rootdir", str(tmp_path), "-p", "no:cacheprovider", "-p", "no:xdist", *args,
+                           str(tmp_path / "test_it.py")],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
 
 

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from lightning_tfm.training.loss import label_smoothed_nll_loss
 from lightning_tfm.training.config.config import TrainConfig
+from lightning_tfm.training.loss import label_smoothed_nll_loss
 from lightning_tfm.training.optim import make_optimizer, noam_lr
 
 

@@ -44,7 +44,8 @@ def sources(tmp_path) -> tuple[Path, Path]:
 # ------------------------------------------------------------------------------------------------------------
 # 7. evaluate's hypotheses: one file a checkpoint (and a source)
 # ------------------------------------------------------------------------------------------------------------
-def test_checkpoints_of_runs_with_the_same_folder_name_never_share_a_hypotheses_file(tmp_path, data_dir, vocabularies,
+def test_checkpoints_of_runs_with_the_same_folder_name_never_share_a_hypotheses_file(tmp_path, data_dir,
+                                                                                       vocabularies,  # noqa: F811
                                                                                        sources, ltfm_here):
     run = tiny_run(tmp_path / "results" / "mine", data_dir, vocabularies["de"])
     full = tiny_run(tmp_path / "results" / "X", data_dir, vocabularies["de"], seed=2)
@@ -64,8 +65,8 @@ def test_checkpoints_of_runs_with_the_same_folder_name_never_share_a_hypotheses_
     assert sorted(p.name for p in (run / "hyps").iterdir()) == sorted(f.name for f in written.values())
 
 
-def test_a_checkpoint_with_long_names_gets_a_default_name_that_fits(tmp_path, data_dir, vocabularies, sources,
-                                                                     ltfm_here):
+def test_a_checkpoint_with_long_names_gets_a_default_name_that_fits(tmp_path, data_dir, vocabularies,  # noqa: F811
+                                                                     sources, ltfm_here):
     run = tiny_run(tmp_path / "results" / "mine", data_dir, vocabularies["de"])
     elsewhere = tmp_path / ("f" * 200) / ("c" * 200 + ".ckpt")  # a checkpoint outside any run folder
     elsewhere.parent.mkdir()
@@ -77,7 +78,8 @@ def test_a_checkpoint_with_long_names_gets_a_default_name_that_fits(tmp_path, da
     assert len(os.fsencode(hyps.name)) <= 255 and hyps.name.startswith("val.en-") and "f" * 40 + "-" in hyps.name
 
 
-def test_sources_of_the_same_name_never_share_a_hypotheses_file(tmp_path, data_dir, vocabularies, sources, ltfm_here):
+def test_sources_of_the_same_name_never_share_a_hypotheses_file(tmp_path, data_dir, vocabularies,  # noqa: F811
+                                                                sources, ltfm_here):
     run = tiny_run(tmp_path / "results" / "mine", data_dir, vocabularies["de"])
     src, ref = sources
     other = tmp_path / "elsewhere"
@@ -92,8 +94,9 @@ def test_sources_of_the_same_name_never_share_a_hypotheses_file(tmp_path, data_d
     assert outs[0] != outs[1] and all(Path(o).is_file() for o in outs)
 
 
-def test_an_average_in_memory_is_named_by_how_many_checkpoints_it_averages(tmp_path, data_dir, vocabularies, sources,
-                                                                           ltfm_here):
+def test_an_average_in_memory_is_named_by_how_many_checkpoints_it_averages(tmp_path, data_dir,
+                                                                           vocabularies,  # noqa: F811
+                                                                           sources, ltfm_here):
     run = tiny_run(tmp_path / "results" / "mine", data_dir, vocabularies["de"])
     for step in (1, 2, 3):  # step checkpoints to average (the tiny run has only last.ckpt)
         shutil.copy(run / "checkpoints" / "last.ckpt", run / "checkpoints" / f"step={step:06d}.ckpt")
@@ -104,7 +107,7 @@ def test_an_average_in_memory_is_named_by_how_many_checkpoints_it_averages(tmp_p
                       "--ref", ref)
         assert p.returncode == 0, p.stderr[-2000:]
         names.add(Path(next(ln for ln in p.stdout.splitlines() if ln.startswith("hypotheses: ")).split()[1]).name)
-    assert len(names) == 2 and all(f".average-last" in n for n in names), names
+    assert len(names) == 2 and all(".average-last" in n for n in names), names
 
 
 # ------------------------------------------------------------------------------------------------------------

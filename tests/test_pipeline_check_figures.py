@@ -12,12 +12,13 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from conftest import ROOT  # noqa: E402
 from lightning_tfm.report.core import plots  # noqa: E402
 from lightning_tfm.report.inputs.records import ReportData, RunRecord, is_pipeline_check  # noqa: E402
 from lightning_tfm.report.table3.table import build_table  # noqa: E402
 from lightning_tfm.report.views import figures, lead  # noqa: E402
 from lightning_tfm.sweep import load_sweep  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
 
 CHECK = {"wandb.tags": ["pipeline-check"]}
 

@@ -47,7 +47,8 @@ def test_the_precision_a_run_uses_is_lightnings_full_name(monkeypatch, tmp_path)
     monkeypatch.setattr(P, "cpu_has_fast_bf16", lambda: False)
     assert P.resolve_precision("auto", "cpu") == P.resolve_precision("32", "cpu") == "32-true"
     assert P.resolve_precision("auto", "mps") == "32-true"
-    assert P.resolve_precision("16-mixed", "cpu") == "16-mixed" and P.resolve_precision("bf16-true", "gpu") == "bf16-true"
+    assert P.resolve_precision("16-mixed", "cpu") == "16-mixed"
+    assert P.resolve_precision("bf16-true", "gpu") == "bf16-true"
     (tmp_path / "summary.json").write_text(json.dumps({"run_id": "r", "status": "completed", "precision": "32",
                                                        "attempts": [{"status": "failed", "precision": "32"}]}))
     summary, problem = load_summary(tmp_path)

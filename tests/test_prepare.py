@@ -10,11 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, SMOKE, default_signals
-from lightning_tfm.training.data import corpus as K
 from lightning_tfm.training.config.config import load_config
 from lightning_tfm.training.config.run_id import run_id
+from lightning_tfm.training.data import corpus as K
 from lightning_tfm.training.data.data import TokenBatchSampler, encode_lines, read_parallel, train_tokenizer, widths
+
+from conftest import ROOT, SMOKE, default_signals
 
 
 # ------------------------------------------------------------------ the pipeline before prepared corpora
@@ -308,7 +309,8 @@ def test_a_killed_builds_leftovers_of_any_corpus_are_removed_by_the_next_prepare
     gone.wait()  # its pid names no process now
     live = subprocess.Popen(["sleep", "600"])
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from filelock import FileLock; "
-                               f"lock = FileLock({str(root / 'busy.en-de-2')!r} + '.lock'); lock.acquire(); print('held', flush=True); "
+                               f"lock = FileLock({str(root / 'busy.en-de-2')!r} + '.lock'); lock.acquire(); "
+                               "print('held', flush=True); "
                                "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"

@@ -14,12 +14,14 @@ import typing
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from conftest import SMOKE
 from lightning_tfm.model.config import OPT, Range
 from lightning_tfm.sweep import schema
 from lightning_tfm.training.config import config
+
+from conftest import SMOKE
 
 PROPERTY = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
@@ -103,8 +105,8 @@ def one_line_refusal(p) -> bool:
 def usable(cfg) -> str | None:
     """Why an accepted config is not usable (its model does not build on the meta device; its parameters, FLOPs
     per step or steps are not finite), or None."""
-    from lightning_tfm.sweep.plan import build_model_params, flops_per_step
     from lightning_tfm.bench.speed import DEFAULTS
+    from lightning_tfm.sweep.plan import build_model_params, flops_per_step
 
     try:
         params = build_model_params(cfg)

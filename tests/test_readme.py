@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
 from lightning_tfm import cli
+
+from conftest import ROOT
 
 README = ROOT / "README.md"
 # the README and the pages it sends a newcomer to for the rest (the guide keeps the README short)

@@ -5,22 +5,32 @@ transformer's run ids and refuses knobs of another architecture in one line."""
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 import io
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from torch import nn
 
-from conftest import SMOKE, ltfm
 from lightning_tfm.cli import main as cli_main
-from lightning_tfm.model import EOS, PAD, EncoderDecoder, ModelConfig, Section, Transformer, build_model, register
-from lightning_tfm.model import registry
+from lightning_tfm.model import (
+    EOS,
+    PAD,
+    EncoderDecoder,
+    ModelConfig,
+    Section,
+    Transformer,
+    build_model,
+    register,
+    registry,
+)
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.errors import UserError
+
+from conftest import SMOKE, ltfm
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
@@ -104,9 +114,9 @@ def toy_experiment(tmp_path, data_dir, study="toys") -> str:
 def test_a_toy_architecture_trains_decodes_and_is_reported(tmp_path, data_dir, monkeypatch):
     from lightning_tfm import report as rd
     from lightning_tfm.report.views import render
-    from lightning_tfm.training.runs.checkpoints import load_model
     from lightning_tfm.training.data.data import pad
     from lightning_tfm.training.decode import beam_search
+    from lightning_tfm.training.runs.checkpoints import load_model
     from lightning_tfm.training.runs.runs import format_table, list_runs
     from lightning_tfm.training.train import train
 
@@ -257,7 +267,8 @@ def test_no_architecture_is_named_outside_its_own_file_and_the_registry():
     import re
 
     package = Path(registry.__file__).resolve().parents[1]
-    named = [f"{p.relative_to(package)}:{i}" for p in package.rglob("*.py") if "model" not in p.relative_to(package).parts
+    named = [f"{p.relative_to(package)}:{i}" for p in package.rglob("*.py")
+             if "model" not in p.relative_to(package).parts
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"""["']rnn["']""", line) and not line.lstrip().startswith("#")]
     assert named == [], named

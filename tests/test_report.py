@@ -18,12 +18,13 @@ import yaml
 from bs4 import BeautifulSoup
 from PIL import Image
 
-from conftest import ROOT, SMOKE, ltfm, write_sweep
-from wandb_offline import read_runs
 from lightning_tfm import report as rd
 from lightning_tfm.report.publish import notebooks
-from lightning_tfm.training.errors import UserError
 from lightning_tfm.sweep import load_sweep
+from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, SMOKE, ltfm, write_sweep
+from wandb_offline import read_runs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -71,7 +72,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert f"report: {out / 'table3.md'}" in p.stdout and "Direction agrees with the paper" in p.stdout
     assert {f.name for f in out.iterdir()} == {"table3.md", "table3.csv", "table3.tex", "table3-standalone.tex",
                                                "table3.html", "table3.ipynb", *PNGS, "export", ".ltfm-report"}
-    assert [f.name for f in (out / "export").iterdir()] == ["rep.json"] and f"export: {out / 'export' / 'rep.json'}" in p.stdout
+    assert [f.name for f in (out / "export").iterdir()] == ["rep.json"]
+    assert f"export: {out / 'export' / 'rep.json'}" in p.stdout
 
     # table3.md: one row per variant of the sweep file, in the paper's order, ours beside the paper's
     md = (out / "table3.md").read_text()
@@ -117,7 +119,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert re.fullmatch(r"budget \d\.\d+e\+\d+ FLOPs", rows["base"]["ΔPPL ours at base FLOPs"])
     assert rows["base"]["PPL beyond noise"] == "noise unknown (1 seed)"
     assert rows["A1"]["ΔBLEU ours"].rstrip("*").startswith(f"{a1['dev_bleu'] - base['dev_bleu']:+.2f}")
-    assert re.fullmatch(r"identical outputs \(30 sentences\)|(not tested: .+ \(|p [=<] [\d.]+, )\d+/30 sentences differ\)?",
+    assert re.fullmatch(r"identical outputs \(30 sentences\)|"
+                        r"(not tested: .+ \(|p [=<] [\d.]+, )\d+/30 sentences differ\)?",
                         rows["A1"]["paired bootstrap"]), rows["A1"]["paired bootstrap"]
     assert rows["prenorm"]["norm"] == "pre" and rows["prenorm"]["dev PPL paper"] == ""
     # rows without a completed run stay, with their status and no numbers
@@ -139,7 +142,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert float(by["A1"]["paper_dev_ppl"]) == 5.29 and int(by["A1"]["params"]) == a1["params"]
     assert 0 < float(by["A1"]["bleu_p_value"]) <= 1 and by["A1"]["ppl_noise"] == "unknown"
     assert 0 <= int(by["A1"]["bleu_differing"]) <= int(by["A1"]["bleu_sentences"]) == 30
-    assert by["A1"]["ppl_verdict"] == "too few points" and float(by["A1"]["flops_per_step"]) == float(by["base"]["flops_per_step"])
+    assert by["A1"]["ppl_verdict"] == "too few points"
+    assert float(by["A1"]["flops_per_step"]) == float(by["base"]["flops_per_step"])
     # A1 (h 1, d_k 32 = d_model) costs the base's FLOPs a step: at equal compute, the equal-steps change
     assert float(by["A1"]["delta_ppl_equal_flops"]) == pytest.approx(float(by["A1"]["delta_ppl"]), rel=1e-4)
     assert float(by["prenorm"]["train_flops"]) > 0 and by["D1"]["flops_per_step"] == ""
@@ -162,7 +166,8 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     html = (out / "table3.html").read_text(encoding="utf-8")
     soup = BeautifulSoup(html, "html.parser")
     assert soup.title.string == "Table 3 replica: sweep rep"  # the report's heading, not the notebook's name
-    assert not soup.select(".jp-CodeCell .jp-InputArea, .jp-InputPrompt, .jp-Editor, .highlight") and "rd.build_table" not in html
+    assert not soup.select(".jp-CodeCell .jp-InputArea, .jp-InputPrompt, .jp-Editor, .highlight")
+    assert "rd.build_table" not in html
     assert "kernel python" not in html and "sweep_file" not in html  # hidden cells (parameters, setup, loading)
     text = soup.get_text(" ", strip=True)
     assert text.index("Direction agrees with the paper") < text.index("Dev perplexity") < text.index("Dev BLEU") \
@@ -273,7 +278,8 @@ def test_a_report_of_no_completed_run_is_one_line_and_writes_nothing(tmp_path, l
     run.mkdir()
     (run / "summary.json").write_text(json.dumps({"status": "failed", "error": "boom", "config": {
         "run": {"study": "never", "variant": "base", "seed": 1}}}))
-    with pytest.raises(UserError, match=r"^no completed run of sweep never in .+ \(1 found: 1 failed\): run `ltfm sweep"):
+    with pytest.raises(UserError,
+                       match=r"^no completed run of sweep never in .+ \(1 found: 1 failed\): run `ltfm sweep"):
         notebooks.report_parameters(sweep, str(empty), None, None)
 
     # an export without a completed run (its records emptied)
@@ -389,7 +395,8 @@ def test_several_seeds_give_mean_std_and_a_paired_bootstrap_against_base(tmp_pat
     sweep.seeds = [1, 2]
     table = rd.build_table(rd.ReportData(sweep, records, "test", {}))
     rows = {r["variant"]: r for r in table["rows"]}
-    assert rows["A1"]["dev_ppl"] == pytest.approx(6.2) and rows["A1"]["dev_ppl_std"] == pytest.approx(0.2828427, rel=1e-5)
+    assert rows["A1"]["dev_ppl"] == pytest.approx(6.2)
+    assert rows["A1"]["dev_ppl_std"] == pytest.approx(0.2828427, rel=1e-5)
     assert rows["A1"]["delta_ppl"] == pytest.approx(1.1) and rows["A1"]["ppl_agrees"] is True   # paper: +0.37
     assert rows["A1"]["delta_bleu"] == pytest.approx(-20.0) and rows["A1"]["bleu_agrees"] is True  # paper: -0.9
     assert rows["A1"]["bleu_significant"] is True and rows["A1"]["bleu_test_seeds"] == [1, 2]
@@ -413,11 +420,13 @@ def test_several_seeds_give_mean_std_and_a_paired_bootstrap_against_base(tmp_pat
     assert ppl["A1"]["dev PPL ours"] == "6.20 ± 0.28" and cells["A1"]["ΔBLEU ours"] == "-20.00 (-49%)*"
     assert (ppl["A1"]["PPL beyond noise"], ppl["A2"]["PPL beyond noise"]) == ("yes", "no")
     assert ppl["base"]["PPL beyond noise"] == "noise: 2σ = 0.28"
-    assert cells["A2"]["ΔBLEU ours"] == "-0.50 (-1%)" and cells["A2"]["paired bootstrap"].endswith("2/120 sentences differ")
+    assert cells["A2"]["ΔBLEU ours"] == "-0.50 (-1%)"
+    assert cells["A2"]["paired bootstrap"].endswith("2/120 sentences differ")
     assert cells["base"]["dev BLEU ours"] == "41.00 ± 1.41"
     # PPL: A1 (+), A2 (+), A3 (-; paper A3 -0.01) all agree; A1 and A3 are beyond noise
     assert "dev PPL 3/3 rows (100%)" in md and "Not compared (no completed run): A4 (missing" in md
-    assert "- Rows beyond seed noise: dev PPL 2/3, dev BLEU 2/3 (|Δ| > 2 × the base's seed std: PPL 0.14, BLEU 1.41" in md
+    assert ("- Rows beyond seed noise: dev PPL 2/3, dev BLEU 2/3 (|Δ| > 2 × the base's seed std: PPL 0.14, "
+            "BLEU 1.41") in md
     assert "- Direction agrees with the paper on the rows beyond noise: dev PPL 2/2 rows (100%)" in md
     assert rd.table_markdown(rd.build_table(rd.ReportData(sweep, records, "test", {}))) == md  # deterministic
 
@@ -502,8 +511,8 @@ def test_search_report_shows_every_trial_and_optunas_plots(tmp_path):
     storage = f"sqlite:///{tmp_path / 'srch.db'}"
     study = optuna.create_study(study_name="srch", storage=storage, direction="minimize")
     dists = {"model.heads": CategoricalDistribution([1, 2, 4]), "model.dropout": FloatDistribution(0.0, 0.3)}
-    trials = [(TrialState.COMPLETE, 4.2, 1, 0.1), (TrialState.COMPLETE, 3.9, 2, 0.2), (TrialState.PRUNED, None, 4, 0.05),
-              (TrialState.COMPLETE, 4.0, 4, 0.25), (TrialState.FAIL, None, 2, 0.0)]
+    trials = [(TrialState.COMPLETE, 4.2, 1, 0.1), (TrialState.COMPLETE, 3.9, 2, 0.2),
+              (TrialState.PRUNED, None, 4, 0.05), (TrialState.COMPLETE, 4.0, 4, 0.25), (TrialState.FAIL, None, 2, 0.0)]
     for i, (state, value, heads, dropout) in enumerate(trials):
         study.add_trial(create_trial(
             state=state, value=value, params={"model.heads": heads, "model.dropout": dropout}, distributions=dists,
@@ -534,7 +543,8 @@ def test_the_notebooks_ship_once_as_package_data():
     finds them; the tests above execute them); the repository holds no second copy."""
     keys = ("sweep_file", "results_dir", "storage", "out_dir", "wandb_path")
     for name, more in (("table3", ("export_dir",)), ("search", ()),
-                       ("compare", ("export_dir", "against_file", "against_results", "against_storage", "against_export"))):
+                       ("compare", ("export_dir", "against_file", "against_results", "against_storage",
+                                    "against_export"))):
         shipped = notebooks.notebook_path(name)
         assert shipped.resolve() == (ROOT / "lightning_tfm" / "resources" / "notebooks" / f"{name}.ipynb").resolve()
         nb = nbformat.read(shipped, as_version=4)

@@ -13,13 +13,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import ROOT, ltfm, write_sweep
-from test_verdict import BASE, CFG, _records, curve
 from lightning_tfm import report as rd
 from lightning_tfm.report.inputs import export, records
 from lightning_tfm.report.table3 import compare, stats
 from lightning_tfm.sweep import load_sweep
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, ltfm, write_sweep
+from test_verdict import BASE, CFG, _records, curve
 
 REF = ROOT / "reports" / "reference"
 CPU = REF / "table3-cpu-2026-11-25" / "export" / "table3-cpu.json"
@@ -75,7 +76,8 @@ def test_rows_another_sweep_trained_on_are_read_at_their_own_sweeps_budget(tmp_p
     early = {s: p for s, p in base.items() if s < 20}
     worse_then_better = {s: (1.5 if s < 20 else 0.5) * p for s, p in base.items()}
     sparse = {s: 1.2 * base[s] for s in (14, 29, 34, 39)}            # no validation at the budget (step 19)
-    folders = {  # (variant, seed): (curve, its last BLEU, earlier attempts); trained on to 40 unless its curve ends at 19
+    # (variant, seed): (curve, its last BLEU, earlier attempts); trained on to 40 unless its curve ends at 19
+    folders = {
         ("base", 1): (base, 30.0, [_attempt(base, 20, 10.0)]),
         ("base", 2): ({s: p + 2 for s, p in early.items()}, 11.0, None),   # not continued
         ("A1", 1): (worse_then_better, 40.0, [_attempt(worse_then_better, 20, 5.0)]),
@@ -137,7 +139,8 @@ def test_an_export_mixing_two_budgets_is_read_at_the_sweeps_budget(tmp_path):
     assert [[r[k] for k in keys] for r in mixed["rows"]] == [[r[k] for k in keys] for r in committed["rows"]]
     c1 = next(r for r in mixed["rows"] if r["variant"] == "C1")
     assert c1["dev_bleu"] is None and c1["train.max_steps"] == 600   # BLEU was measured at 1,800 steps only
-    assert any("11 run(s) read at this sweep's budget" in n and "dev BLEU unknown at it for 11" in n for n in data.notes)
+    assert any("11 run(s) read at this sweep's budget" in n and "dev BLEU unknown at it for 11" in n
+               for n in data.notes)
     # records that do not say which study trained them last cannot be read back: the table says they are of
     # another budget than the sweep plans, rather than mixing them silently
     for r in tree["records"]:
@@ -265,7 +268,8 @@ def test_a_bad_export_stops_the_command_before_any_notebook(tmp_path, ltfm_here)
 def test_against_export_errors_name_against_export(tmp_path, ltfm_here):
     """Side B's export is refused naming the option that gave it (--against-export), never --from-export."""
     s = ROOT / "sweeps" / "table3-cpu.yaml"
-    with pytest.raises(UserError, match=r"^--against-export '.*' exports sweep 'table3-cpu-continued', not 'table3-cpu'"):
+    with pytest.raises(UserError,
+                       match=r"^--against-export '.*' exports sweep 'table3-cpu-continued', not 'table3-cpu'"):
         rd.read_export(load_sweep(s), CONTINUED, option="--against-export")
     p = ltfm_here("report", "sweeps/table3-cpu-continued.yaml", "--from-export", CONTINUED, "--against", s,
              "--against-export", CONTINUED, "--out", tmp_path / "cmp")
@@ -338,7 +342,8 @@ def test_a_side_whose_change_is_no_number_is_not_compared(tmp_path):
     same = {"A1": curve(lambda s: BASE[s] + 0.01)}
     a_records = _records(same)
     a_records[-1].dev_ppl = math.nan
-    a, b = (rd.build_table(rd.ReportData(sweep, recs, "s", {}), bootstrap=False) for recs in (a_records, _records(same)))
+    a, b = (rd.build_table(rd.ReportData(sweep, recs, "s", {}), bootstrap=False)
+            for recs in (a_records, _records(same)))
     row = rd.compare_tables(a, b)["rows"][0]
     assert row["status"] == compare.ONLY_B and row["a"].delta_ppl is None
 

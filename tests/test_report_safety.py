@@ -21,12 +21,13 @@ import optuna
 import pytest
 from bs4 import BeautifulSoup
 
+from lightning_tfm import report as rd
+from lightning_tfm.report.publish import optuna_note, wandb_run
+from lightning_tfm.report.views import render
+
 from conftest import ROOT, default_signals, ltfm, write_sweep
 from pg import postgres  # noqa: F401  (fixture)
 from wandb_offline import read_runs
-from lightning_tfm import report as rd
-from lightning_tfm.report.views import render
-from lightning_tfm.report.publish import optuna_note, wandb_run
 
 RUN_ID = "report-rep-table3"
 
@@ -348,7 +349,8 @@ def test_a_pipeline_checks_report_says_so_in_every_title_headline_and_tag(tmp_pa
     from lightning_tfm.sweep import load_sweep
 
     sweep = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml")
-    tree = json.loads((ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export" / "table3-cpu.json").read_text())
+    export = ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export"
+    tree = json.loads((export / "table3-cpu.json").read_text())
     for rec in tree["records"]:
         rec["config"]["wandb.tags"] = ["pipeline-check"]
     out = tmp_path / "quick-table3-cpu"

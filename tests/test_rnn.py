@@ -13,13 +13,14 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, SMOKE, ltfm
 from lightning_tfm.cli import main as cli_main
 from lightning_tfm.model import EOS, PAD, EncoderDecoder, build_model
 from lightning_tfm.model.rnn import RNN, RNNConfig, additive_attention
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.optim import make_optimizer
+
+from conftest import ROOT, SMOKE, ltfm
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
@@ -228,7 +229,8 @@ def test_the_new_keys_move_no_run_id():
 
 
 @pytest.mark.parametrize("overrides,words", [
-    (["model.heads=4"], "model.heads does not apply to model.arch=rnn (transformer knobs): drop it; rnn's knobs are rnn.*"),
+    (["model.heads=4"],
+     "model.heads does not apply to model.arch=rnn (transformer knobs): drop it; rnn's knobs are rnn.*"),
     (["rnn.dec_hidden=0"], "rnn.dec_hidden=0 must be a positive integer"),
     (["rnn.dropout=1"], "rnn.dropout=1.0 must be in [0, 1)"),
     (["rnn.cell=rnn"], "rnn.cell='rnn' is not one of: gru | lstm"),

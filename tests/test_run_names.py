@@ -16,13 +16,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from conftest import ROOT, SMOKE, ltfm, write_sweep
 from lightning_tfm.training.config import config
-from lightning_tfm.training.runs import run_folder
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.config.config import load_config
 from lightning_tfm.training.config.run_id import config_hash, run_id
+from lightning_tfm.training.runs import run_folder
 from lightning_tfm.training.runs.run_folder import existing_run_id
+
+from conftest import ROOT, SMOKE, ltfm, write_sweep
 
 NO_WANDB = {"WANDB_MODE": "disabled"}  # the W&B run costs seconds per trial; the names are what is tested here
 
@@ -383,7 +384,8 @@ def test_sweep_folders_are_named_by_row_and_seed_and_runs_under_their_old_names_
     assert run_folders(results) == before  # no folder of its own for a row that has one under the old name
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in again.values()), p.stdout
     base, d1 = again[("base", 1)], again[("D1", 2)]
-    assert Path(base.user_attrs["run_dir"]) == legacy["rows-base-s1"] and Path(d1.user_attrs["run_dir"]) == legacy["rows-D1-s2"]
+    assert Path(base.user_attrs["run_dir"]) == legacy["rows-base-s1"]
+    assert Path(d1.user_attrs["run_dir"]) == legacy["rows-D1-s2"]
     # base: done, not trained again
     summary = json.loads((legacy["rows-base-s1"] / "summary.json").read_text())
     assert summary["finished_at"] == finished_at and versions(legacy["rows-base-s1"]) == 1

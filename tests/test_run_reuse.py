@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, SMOKE
 from lightning_tfm.model import build_model
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.data.data import read_lines, train_tokenizer
+
+from conftest import ROOT, SMOKE
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
 TOKENIZER = "tokenizer_sha256"  # the hyper-parameter naming a checkpoint's vocabulary (checkpoints.TOKENIZER)
@@ -74,8 +75,8 @@ def test_a_run_id_of_another_configs_folder_is_refused_in_one_line_and_nothing_i
                     "asked)", "another run.id", "delete the folder")
     assert "rnn.cell (unset there, gru asked)" in line and "more" in line
     # another dropout (main: resumed the old checkpoint silently and recorded the new config)
-    one_line(ltfm_here("train", SMOKE, *common, "model.dropout=0.3"), "differing in model.dropout (0.1 there, 0.3 asked): "
-             "give another run.id")
+    one_line(ltfm_here("train", SMOKE, *common, "model.dropout=0.3"),
+             "differing in model.dropout (0.1 there, 0.3 asked): give another run.id")
     assert snapshot(run) == before
     # a folder whose records were deleted by hand: its checkpoint's config speaks, before the folder is written
     for name in ("config.yaml", "summary.json", "tokenizer.json"):
@@ -218,7 +219,8 @@ def test_evaluating_another_runs_checkpoint_keeps_the_runs_own_hypotheses(tmp_pa
 # ------------------------------------------------------------------------------------------------------------
 # Siblings: average, resume
 # ------------------------------------------------------------------------------------------------------------
-def test_average_refuses_checkpoints_of_another_vocabulary_and_another_runs_folder(tmp_path, data_dir, vocabularies, ltfm_here):
+def test_average_refuses_checkpoints_of_another_vocabulary_and_another_runs_folder(tmp_path, data_dir, vocabularies,
+                                                                                   ltfm_here):
     run = tiny_run(tmp_path / "run", data_dir, vocabularies["de"])
     ck = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     for step in (1, 2):
@@ -257,7 +259,8 @@ def test_a_resume_from_a_checkpoint_of_another_vocabulary_is_refused(tmp_path, d
 
 @pytest.mark.slow
 def test_training_records_its_vocabulary_in_every_checkpoint(smoke_run):
-    from lightning_tfm.training.runs.checkpoints import TOKENIZER as KEY, load_checkpoint, tokenizer_hash
+    from lightning_tfm.training.runs.checkpoints import TOKENIZER as KEY
+    from lightning_tfm.training.runs.checkpoints import load_checkpoint, tokenizer_hash
 
     assert KEY == TOKENIZER
     want = tokenizer_hash(smoke_run / "tokenizer.json")

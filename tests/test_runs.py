@@ -190,9 +190,9 @@ def wandb_run(tmp_path_factory):
     logging through the project's W&B logger what training logs (train loss every step, dev perplexity and a
     samples table at the end), ended by ``tracking.finish``; and its summary.json. Offline wandb, every file of
     it inside the folder. Returns (run folder, finish()'s answers)."""
+    from lightning_tfm.training.config.config import load_config
     from lightning_tfm.training.runs import results
     from lightning_tfm.training.tracking import tracking
-    from lightning_tfm.training.config.config import load_config
 
     root = tmp_path_factory.mktemp("wandb-runs")
     with pytest.MonkeyPatch.context() as mp:
@@ -233,7 +233,6 @@ def sections(text: str) -> dict[str, list[str]]:
 
 def test_runs_wandb_shows_the_config_summary_and_history_of_a_resumed_run(wandb_run, capsys, monkeypatch):
     from lightning_tfm import cli
-    from lightning_tfm.training.tracking import tracking, wandb_files
 
     run_dir, infos = wandb_run
     run_id = infos[0]["wandb_run_id"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lightning_tfm.training.redact import mask_url, scrub, scrub_text
+
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
 
 SMOKE_SWEEP = "sweeps/smoke.yaml"
@@ -110,7 +111,8 @@ def test_the_wandb_server_is_named_without_its_credentials(base, tmp_path, ltfm_
     assert files_holding_secret(tmp_path) == []
 
 
-def test_a_sweep_on_postgres_with_the_password_in_the_query_writes_it_nowhere(postgres, pg_url, tmp_path, data_dir):
+def test_a_sweep_on_postgres_with_the_password_in_the_query_writes_it_nowhere(postgres, pg_url,  # noqa: F811
+                                                                              tmp_path, data_dir):
     """The whole way through a real server: a sweep (its trial's config, summary, logs and offline W&B run), its
     --status and its report (whose optuna-dashboard line names the storage) with ``?password=`` in the URL."""
     from conftest import ltfm, write_sweep

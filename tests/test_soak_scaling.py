@@ -13,9 +13,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import ROOT, SMOKE, TINY
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
+
+from conftest import ROOT, SMOKE, TINY
 
 sys.path.insert(0, str(ROOT / "tests" / "soak"))
 import check as soak_check  # noqa: E402
@@ -28,7 +29,8 @@ def _trial(number, state="COMPLETE", seconds=60.0, end=0, retried=False, key=Non
     return SimpleNamespace(number=number, state=SimpleNamespace(name=state), value=value,
                            system_attrs={"retry_history": [0]} if retried else {},
                            user_attrs={"grid_key": key, "run_dir": run_dir},
-                           datetime_start=t0 - timedelta(seconds=seconds), datetime_complete=t0 if state == "COMPLETE" else None)
+                           datetime_start=t0 - timedelta(seconds=seconds),
+                           datetime_complete=t0 if state == "COMPLETE" else None)
 
 
 def test_the_chaos_and_the_cap_scale_with_the_measured_trial_time():
@@ -69,7 +71,8 @@ def test_unfinished_at_the_cap_is_not_lost_and_a_row_the_sweep_ended_without_is_
     stopped = soak_check.row_outcomes(labels, trials, stopped=True)
     assert stopped == {"duplicated": [("base seed 1", 2)], "unfinished": ["A1 seed 1", "A2 seed 1"], "given up": []}
     ended = soak_check.row_outcomes(labels, trials, stopped=False)
-    assert ended["unfinished"] == [] and ended["given up"] == ["A1 seed 1 (trials 1 RUNNING)", "A2 seed 1 (trials 3 FAIL)"]
+    assert ended["unfinished"] == []
+    assert ended["given up"] == ["A1 seed 1 (trials 1 RUNNING)", "A2 seed 1 (trials 3 FAIL)"]
 
 
 def test_a_lost_result_is_one_that_was_finished_and_is_gone(tmp_path):
@@ -210,7 +213,8 @@ def test_averaging_leaves_a_resume_only_last_ckpt_out(tmp_path):
     ckpt = tmp_path / "checkpoints"
     ckpt.mkdir()
     for step in (2, 4):
-        torch.save({"global_step": step, "state_dict": {"w": torch.full((2,), float(step))}}, ckpt / f"step={step:06d}.ckpt")
+        torch.save({"global_step": step, "state_dict": {"w": torch.full((2,), float(step))}},
+                   ckpt / f"step={step:06d}.ckpt")
     torch.save({"global_step": 5, "state_dict": {"w": torch.full((2,), 100.0)}, RESUME_ONLY: True}, ckpt / "last.ckpt")
     ck, chosen = averaged_checkpoint(tmp_path, 5)
     assert [p.name for p in chosen] == ["step=000002.ckpt", "step=000004.ckpt"]
@@ -345,7 +349,8 @@ def test_a_killed_trial_that_kept_work_is_queued_again_by_its_worker(tmp_path):
                         "not counted against heartbeat.max_retry (0 of 1 attempts without progress))")
     assert lines[1].startswith("trial x base seed 1: queued again (retry 2; 1 of 1 attempts without progress")
     assert lines[2].startswith("trial x base seed 1: not queued again: 2 attempt(s) without progress, the run at "
-                               "step 25; heartbeat.max_retry is 1; the row stays failed, and the same command queues it")
+                               "step 25; heartbeat.max_retry is 1; the row stays failed, "
+                               "and the same command queues it")
 
 
 def test_a_stale_trial_that_kept_work_is_queued_again_by_the_study(tmp_path):

@@ -13,10 +13,10 @@ import contextlib
 import pytest
 import torch
 
-from lightning_tfm.training.decode import beam_search, translate_ids
 from lightning_tfm.model import EOS, PAD, MemoryCache, ModelConfig, Transformer, build_model, fast
 from lightning_tfm.model.attention import reference_attention, scaled_dot_product_attention, sdpa_attention
 from lightning_tfm.model.fast import matmul_attention
+from lightning_tfm.training.decode import beam_search, translate_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
@@ -100,7 +100,8 @@ def test_auto_kernel_choice():
     # on CPU with few keys, "auto" (the default) is the matmul kernel (bitwise)
     assert torch.equal(scaled_dot_product_attention(q, k, v, None, False), matmul_attention(q, k, v, None))
     ql, kl, vl = qkv(1, 2, fast.MATMUL_MAX_KEYS + 1)  # beyond MATMUL_MAX_KEYS keys: torch's SDPA
-    assert torch.equal(scaled_dot_product_attention(ql, kl, vl, None, False, kernel="auto"), sdpa_attention(ql, kl, vl, None))
+    assert torch.equal(scaled_dot_product_attention(ql, kl, vl, None, False, kernel="auto"),
+                       sdpa_attention(ql, kl, vl, None))
 
 
 def test_kernel_is_chosen_by_the_constructor_and_the_config():
@@ -157,7 +158,8 @@ def test_fused_and_unfused_projections_agree_with_gradients_and_cache():
         memory, mask = m.encode(src)
         cache = m.new_cache()
         with torch.no_grad():
-            steps = torch.cat([m.decode(tgt[:, i:i + 1], memory, mask, cache, offset=i) for i in range(tgt.shape[1])], 1)
+            steps = torch.cat([m.decode(tgt[:, i:i + 1], memory, mask, cache, offset=i)
+                               for i in range(tgt.shape[1])], 1)
         out[fused] = (logits, m.embed.weight.grad, m.encoder[0].self_attn.in_proj.weight.grad, steps)
     for a, b in zip(out[True], out[False]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
@@ -279,7 +281,8 @@ def test_bench_marian_matches_our_architecture():
         assert isinstance(stack.embed_positions, MarianSinusoidalPositionalEmbedding)
         assert not stack.embed_positions.weight.requires_grad
     assert marian.get_output_embeddings().weight is marian.model.shared.weight
-    assert not any("layernorm_embedding" in n or n.endswith("encoder.layer_norm.weight") for n, _ in marian.named_parameters())
+    assert not any("layernorm_embedding" in n or n.endswith("encoder.layer_norm.weight")
+                   for n, _ in marian.named_parameters())
 
 
 @pytest.mark.marian

@@ -14,12 +14,13 @@ import pytest
 import yaml
 from pytorch_lightning.loggers import CSVLogger
 
-from conftest import SMOKE
 from lightning_tfm.report.table3.verdict import predict
 from lightning_tfm.sweep import Plan, load_sweep
 from lightning_tfm.sweep.launch import _Monitor
 from lightning_tfm.sweep.status import format_status, row_verdicts, status_rows
 from lightning_tfm.training import atomic
+
+from conftest import SMOKE
 
 WARMUP = 200
 EVERY_50 = list(range(49, 600, 50))   # Lightning's steps of a validation every 50 updates, to a 600-step budget

@@ -17,9 +17,10 @@ import optuna
 import pytest
 import yaml
 
+from lightning_tfm.training.config.config import TABLE3_KNOBS, Config, choices, flatten, load_config
+
 from conftest import ROOT, SMOKE, ltfm, ltfm_in
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
-from lightning_tfm.training.config.config import TABLE3_KNOBS, Config, choices, flatten, load_config
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -88,7 +89,8 @@ def test_table3_dry_run_lists_the_paper_rows_with_its_parameter_counts(ltfm_here
         assert by[name]["max_steps"] == int(paper["train_steps"]), name
         if paper["params_m"]:
             tolerance = 0.03 if name == "big" else 0.015
-            assert abs(by[name]["params"] / (float(paper["params_m"]) * 1e6) - 1) <= tolerance, (name, by[name]["params"])
+            assert abs(by[name]["params"] / (float(paper["params_m"]) * 1e6) - 1) <= tolerance, (name,
+                                                                                                 by[name]["params"])
     assert by["prenorm"]["overrides"] == {"model.norm": "pre"}
     for name in ("A1", "A2", "A3", "A4", "D1", "D2", "D3", "D4"):  # h * d_k = d_model: as many weights as base
         assert by[name]["params"] == by["base"]["params"]
@@ -103,8 +105,10 @@ def test_longest_rows_are_queued_first_then_the_papers_order(data_dir):
     assert enqueue_missing(study, Plan(sweep, ["train.max_steps=10", f"data.path={data_dir}"])) == len(ROWS) + 2
     queued = [(t.user_attrs["variant"], t.user_attrs["seed"]) for t in study.get_trials(deepcopy=False)]
     # the base at three seeds (its spread is the report's noise), every other row at one
-    assert queued == [("big", 1), ("base", 1), ("base", 2), ("base", 3)] + [(r, 1) for r in ROWS if r not in ("big", "base")]
-    assert enqueue_missing(study, Plan(sweep, ["train.max_steps=10", f"data.path={data_dir}"])) == 0  # nothing queued twice
+    assert queued == [("big", 1), ("base", 1), ("base", 2), ("base", 3)] + [(r, 1) for r in ROWS
+                                                                            if r not in ("big", "base")]
+    # nothing queued twice
+    assert enqueue_missing(study, Plan(sweep, ["train.max_steps=10", f"data.path={data_dir}"])) == 0
 
 
 def test_dashboard_sees_the_metric_name_each_rows_name_family_and_knobs(tmp_path, data_dir):
@@ -152,7 +156,8 @@ def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir, ltfm_here):
     assert [r["seed"] for r in listed if r["name"] == "base"] == [1, 2, 3]  # the noise: the base at three seeds
     base = load_config(ROOT / "experiments/table3-cpu-base.yaml", [f"data.path={data_dir}"])
     cpu_base = resolved(base, {})
-    assert [cpu_base[KNOBS[k]] for k in ("layers", "d_model", "d_ff", "heads", "d_k", "d_v")] == [3, 128, 512, 4, 32, 32]
+    assert ([cpu_base[KNOBS[k]] for k in ("layers", "d_model", "d_ff", "heads", "d_k", "d_v")]
+            == [3, 128, 512, 4, 32, 32])
     paper_base = PAPER["base"]
     sign = lambda x: (x > 0) - (x < 0)  # noqa: E731
     for name, paper in PAPER.items():
@@ -162,14 +167,18 @@ def test_table3_cpu_rows_keep_their_relation_to_the_base(data_dir, ltfm_here):
                 assert (cfg[key] == cpu_base[key]) == (paper[col] == paper_base[col]), (name, key)
                 continue
             # every knob moves in the paper's direction from its base, or stays where the paper keeps it
-            assert sign(float(cfg[key]) - float(cpu_base[key])) == sign(float(paper[col]) - float(paper_base[col])), (name, key)
+            assert (sign(float(cfg[key]) - float(cpu_base[key]))
+                    == sign(float(paper[col]) - float(paper_base[col]))), (name, key)
         if name.startswith("A") or name in ("C4", "C5"):  # heads * d_k = heads * d_v = d_model, as in the paper
-            assert cfg["model.heads"] * cfg["model.d_k"] == cfg["model.heads"] * cfg["model.d_v"] == cfg["model.d_model"]
+            assert (cfg["model.heads"] * cfg["model.d_k"] == cfg["model.heads"] * cfg["model.d_v"]
+                    == cfg["model.d_model"])
         if name in ("D1", "D2", "D3", "D4"):  # the paper's values themselves
-            assert (cfg["model.dropout"], cfg["train.label_smoothing"]) == (float(paper["dropout"]), float(paper["label_smoothing"]))
+            assert (cfg["model.dropout"], cfg["train.label_smoothing"]) == (float(paper["dropout"]),
+                                                                            float(paper["label_smoothing"]))
     assert rows["big"]["max_steps"] == 3 * rows["base"]["max_steps"]
     # The budget knob: one override sets every row's steps; big keeps its factor 3.
-    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "train.max_steps=200", "--dry-run", "--json")
+    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", f"data.path={data_dir}", "train.max_steps=200", "--dry-run",
+                  "--json")
     steps = {r["name"]: r["max_steps"] for r in json.loads(p.stdout)}
     assert steps["base"] == steps["C3"] == 200 and steps["big"] == 600
 
@@ -216,7 +225,8 @@ def test_workers_of_a_seeded_search_propose_different_points_and_one_worker_is_r
     from lightning_tfm.sweep.storage import open_storage
 
     spec = {"type": kind, "seed": 7, **({"n_startup_trials": 10} if kind == "tpe" else {})}
-    space = {"x": optuna.distributions.FloatDistribution(0, 1), "h": optuna.distributions.CategoricalDistribution([1, 2, 4, 8])}
+    space = {"x": optuna.distributions.FloatDistribution(0, 1),
+             "h": optuna.distributions.CategoricalDistribution([1, 2, 4, 8])}
 
     def one_worker(db: str, n: int) -> list:
         study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / db}"), sampler=build_sampler(spec))
@@ -232,8 +242,8 @@ def test_workers_of_a_seeded_search_propose_different_points_and_one_worker_is_r
 
 
 def test_trial_overrides_reach_the_trial_process_exactly():
-    from lightning_tfm.training.config.config import parse_override
     from lightning_tfm.sweep import yaml_value
+    from lightning_tfm.training.config.config import parse_override
     for value in [1e-9, 0.1, 3, "pre", "1", "null", None, True, "/a b/c", [1, 2]]:
         assert parse_override(f"k={yaml_value(value)}") == ("k", value), value
 
@@ -249,7 +259,8 @@ def test_bad_sweep_files_and_storage_give_one_line_errors(tmp_path, data_dir, lt
         "unknown pruner": ({**good, "pruner": {"type": "sometimes"}}, "pruner"),
         "pruner argument": ({**good, "pruner": {"type": "median", "n_warmup": 3}}, "median"),
         "missing experiment": ({**good, "experiment": "nowhere.yaml"}, "nowhere.yaml"),
-        "bad distribution": ({"name": "x", "experiment": str(SMOKE), "space": {"model.dropout": {"type": "float", "low": 0.5, "high": 0.1}}}, "low"),
+        "bad distribution": ({"name": "x", "experiment": str(SMOKE),
+                              "space": {"model.dropout": {"type": "float", "low": 0.5, "high": 0.1}}}, "low"),
     }
     for case, (body, needle) in cases.items():
         path = tmp_path / "bad.yaml"
@@ -264,7 +275,8 @@ def test_bad_sweep_files_and_storage_give_one_line_errors(tmp_path, data_dir, lt
     # server in a real process too, where whatever a database library logs or warns would reach its stderr.
     from pg import free_port
     secret = "s3cretPassw0rd"
-    for url, needle, run in [(f"postgresql://ltfm:{secret}@127.0.0.1:{free_port()}/sweeps", "cannot open storage", ltfm),
+    for url, needle, run in [(f"postgresql://ltfm:{secret}@127.0.0.1:{free_port()}/sweeps", "cannot open storage",
+                              ltfm),
                              (f"postgresql://ltfm:{secret}@127.0.0.1:notaport/sweeps", "storage", ltfm_here),
                              ("definitely not a url", "malformed", ltfm_here),
                              (f"redis://ltfm:{secret}@127.0.0.1/0", "not supported", ltfm_here)]:
@@ -320,8 +332,8 @@ def test_sweep_trains_rows_prunes_a_bad_one_and_skips_an_unbuildable_one(tmp_pat
     assert "d_model" in odd.user_attrs["reason"] and "run_dir" not in odd.user_attrs
     assert len([d for d in results.iterdir() if (d / "summary.json").is_file()]) == 2
 
-    status = ltfm_here("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY, "train.max_steps=30",
-                       "--status")
+    status = ltfm_here("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={results}", *TINY,
+                       "train.max_steps=30", "--status")
     assert status.returncode == 0, status.stderr
     lines = {line.split()[1]: line for line in status.stdout.splitlines()[1:-1]}
     assert "complete" in lines["base"] and base.user_attrs["run_id"] in lines["base"]
@@ -741,7 +753,7 @@ def test_a_full_results_disk_pauses_the_sweep_and_its_trial_is_queued_again(tmp_
     # still say running: the disk refused its last write)
 
 
-def test_storage_calls_wait_for_a_database_that_restarts(postgres, pg_url, capsys):
+def test_storage_calls_wait_for_a_database_that_restarts(postgres, pg_url, capsys):  # noqa: F811
     """PostgreSQL stopped for a few seconds: a storage call waits for it (one warning line) and succeeds once it
     is back; a storage that stays down past the patience raises."""
     import threading

@@ -12,9 +12,10 @@ import pytest
 import yaml
 from pytorch_lightning.loggers import CSVLogger
 
-from conftest import SMOKE
 from lightning_tfm.sweep import Plan, load_sweep
 from lightning_tfm.training import atomic
+
+from conftest import SMOKE
 
 
 def _run(run_dir, vals: dict[int, float], steps: int, attempts: list | None = None, version: int = 0) -> None:

@@ -9,13 +9,13 @@ import json
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE
-from lightning_tfm.sweep import Plan, dry_run, load_sweep, trial_config
-from lightning_tfm.sweep import schema
+from lightning_tfm.sweep import Plan, dry_run, load_sweep, schema, trial_config
 from lightning_tfm.sweep.schema import describe_keys
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, SMOKE
 
 SECTIONS = {"": schema.SweepFile, "sampler.": schema.SamplerSpec, "pruner.": schema.PrunerSpec,
             "heartbeat.": schema.HeartbeatSpec, "report.": schema.ReportSpec,
@@ -112,7 +112,8 @@ def test_dry_run_ids_of_the_committed_sweeps_are_those_of_ltfm_config(name, data
 def test_smoke_sweep_dry_run_id_on_the_command_line(data_dir, ltfm_here):
     p = ltfm_here("sweep", "sweeps/smoke.yaml", "--dry-run", "--json", f"data.path={data_dir}")
     base = next(r for r in json.loads(p.stdout) if r["name"] == "base")
-    overrides = [f"{k}={'null' if v is None else v}" for k, v in load_sweep(ROOT / "sweeps/smoke.yaml").overrides.items()]
+    overrides = [f"{k}={'null' if v is None else v}"
+                 for k, v in load_sweep(ROOT / "sweeps/smoke.yaml").overrides.items()]
     c = ltfm_here("config", SMOKE, *overrides, f"data.path={data_dir}", "run.study=smoke", "run.variant=base",
              f"run.seed={base['seed']}")
     assert c.stdout.startswith(f"# run id: {base['run_id']} "), (c.stdout[:200], base)

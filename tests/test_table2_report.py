@@ -12,12 +12,13 @@ import math
 import pytest
 import yaml
 
-from conftest import write_sweep
 from lightning_tfm.model.rnn import RNN, RNNConfig
-from lightning_tfm.report.table3 import compute, paper
+from lightning_tfm.report.inputs.records import ReportData, RunRecord
 from lightning_tfm.report.table2 import table as table2
 from lightning_tfm.report.table2.claims import reach
-from lightning_tfm.report.inputs.records import ReportData, RunRecord
+from lightning_tfm.report.table3 import compute, paper
+
+from conftest import write_sweep
 
 TRANSFORMER = {"model.layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.heads": 2, "model.d_k": 16,
                "model.d_v": 16}
@@ -201,8 +202,9 @@ def test_a_mixed_sweep_gets_the_table2_notebook(sweep, tmp_path):
 def write_smoke_runs(results):
     """Run folders of sweeps/table2-smoke.yaml's rows written into ``results`` as training leaves them, without
     training: each row's planned config, a summary.json and a metrics.csv of its validations; returns the sweep."""
-    from conftest import ROOT
     from lightning_tfm.sweep import Entry, load_sweep, trial_config
+
+    from conftest import ROOT
 
     sweep = load_sweep(ROOT / "sweeps" / "table2-smoke.yaml")
     numbers = {"transformer": (3000, 12.0), "rnn": (5000, 9.0)}  # dev PPL a / step, dev BLEU 100 step / a; test BLEU
@@ -242,7 +244,8 @@ def test_ltfm_report_of_a_table2_sweep(tmp_path):
     # these run folders have no checkpoints: the alignment cell says so in one line (tests/test_attention_figures.py
     # draws one from checkpoints)
     assert ("Cross-attention of the first dev sentences per architecture: not drawn, needs a run folder with "
-            "checkpoints in the results folder: no completed run of it has one here.") in (out / "table2.html").read_text()
+            "checkpoints in the results folder: no completed run of it has one here."
+            ) in (out / "table2.html").read_text()
     # the smoke sweep logs dev BLEU along training: claim (b) reads the BLEU curves, and the notes say on what
     md = (out / "table2.md").read_text()
     assert "(b) To reach rnn's final dev BLEU (0.40), on the dev-BLEU curves" in md, md
@@ -255,10 +258,11 @@ def test_planned_configs_of_rows_of_their_own_experiment(tmp_path, data_dir):
     of the sweep's experiment gets its overrides on the base run's config, a row of its own experiment (the rnn)
     its own experiment's config, not the base run's, with the command line's overrides the base run shows (here
     data.path and train.max_steps=40: the rnn's equal-FLOPs steps follow them, as the sweep plans them)."""
-    from conftest import ROOT, SMOKE
     from lightning_tfm.report.inputs.records import planned_configs
     from lightning_tfm.sweep import Plan, load_sweep, trial_config
     from lightning_tfm.training.config.config import flatten
+
+    from conftest import ROOT, SMOKE
 
     rnn_smoke = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
     (tmp_path / "mixed.yaml").write_text(yaml.safe_dump({
@@ -286,9 +290,10 @@ def test_a_sweep_of_recurrent_rows_alone_is_reported_as_table2_not_table3(tmp_pa
     """No Transformer row: not a Table 3 (whose knobs, paper rows and base are the Transformer's: its base would read
     "N 6, d_model 512, h 8" and its rows change no knob) but rows by their own architecture and cost; a Table 3
     comparison (--against) and --from-export (a Table 3 report's) are refused in one line."""
-    from conftest import ROOT
     from lightning_tfm.report.publish.notebooks import notebook_name
     from lightning_tfm.sweep import load_sweep
+
+    from conftest import ROOT
 
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump({"run": {"name": "r"}, "data": {"source": "local"}}))
     (tmp_path / "r.yaml").write_text(yaml.safe_dump({
@@ -321,9 +326,9 @@ def test_a_table2_column_declared_once_is_in_the_markdown_csv_wandb_table_summar
     study note show it, table2.csv and the report run's W&B table ``table2/rows`` have it as a column, the W&B
     summary as ``<row>/<key>`` (:mod:`.wandb_run` and :mod:`.optuna_note` dispatch by the report's Kind, no list of
     their own)."""
+    from lightning_tfm.report.core.columns import CSV, Column, Shown
     from lightning_tfm.report.publish import optuna_note, wandb_run
     from lightning_tfm.report.table2 import columns as table2_columns
-    from lightning_tfm.report.core.columns import CSV, Column, Shown
 
     def per_m(r):
         return r.test_bleu / (r.params / 1e6) if r.test_bleu is not None and r.params else None

@@ -12,13 +12,14 @@ import pytest
 import yaml
 from scipy import stats as sps
 
+from lightning_tfm.report.inputs.records import ReportData
+from lightning_tfm.report.table2 import table as table2
+from lightning_tfm.report.table2.columns import Row
+from lightning_tfm.report.table3 import verdict
+from lightning_tfm.report.table3.stats import SEEDS_MOST, seeds_to_settle
+
 from conftest import ROOT
 from test_table2_report import RNN_KNOBS, TRANSFORMER, record, rnn_tokens_for_equal_flops
-from lightning_tfm.report.table2 import table as table2
-from lightning_tfm.report.table3 import verdict
-from lightning_tfm.report.inputs.records import ReportData
-from lightning_tfm.report.table3.stats import SEEDS_MOST, seeds_to_settle
-from lightning_tfm.report.table2.columns import Row
 
 REFERENCE = ROOT / "reports" / "reference" / "table2-cpu"
 

@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from conftest import ROOT, SMOKE
+from lightning_tfm.bench.speed import DEFAULTS
 from lightning_tfm.model.config import ModelConfig
 from lightning_tfm.model.rnn import RNN, RNNConfig
 from lightning_tfm.model.transformer import Transformer
@@ -18,8 +18,9 @@ from lightning_tfm.sweep import Plan, dry_run, load_sweep, trial_config
 from lightning_tfm.sweep.schema import describe_keys
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
-from lightning_tfm.bench.speed import DEFAULTS
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, SMOKE
 
 RNN_SMOKE = ROOT / "experiments" / "multi30k-rnn-smoke.yaml"
 

@@ -16,16 +16,17 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+import wandb
 from torch.utils.data import DataLoader, TensorDataset
 
-import wandb
 from lightning_tfm.training import redact
-from lightning_tfm.training.runs import results
-from lightning_tfm.training.tracking import tracking
 from lightning_tfm.training.config.config import Config, load_config
 from lightning_tfm.training.errors import UserError
-from wandb_offline import find_run_files, read_records, read_run, read_runs
+from lightning_tfm.training.runs import results
+from lightning_tfm.training.tracking import tracking
+
 from conftest import DATA, ltfm_in
+from wandb_offline import find_run_files, read_records, read_run, read_runs
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_KEY = "fake0api0key0" + "7" * 27  # 40 characters, like a real W&B key
@@ -42,8 +43,9 @@ def wandb_env(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_CONSOLE", "off")
-    for var, sub in (("WANDB_DIR", "wandb_dir"), ("WANDB_CACHE_DIR", "wandb_cache"), ("WANDB_CONFIG_DIR", "wandb_config"),
-                     ("WANDB_DATA_DIR", "wandb_data"), ("WANDB_ARTIFACT_DIR", "wandb_artifacts")):
+    for var, sub in (("WANDB_DIR", "wandb_dir"), ("WANDB_CACHE_DIR", "wandb_cache"),
+                     ("WANDB_CONFIG_DIR", "wandb_config"), ("WANDB_DATA_DIR", "wandb_data"),
+                     ("WANDB_ARTIFACT_DIR", "wandb_artifacts")):
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
@@ -435,7 +437,8 @@ def test_smoke_training_is_one_offline_wandb_run(wandb_env):
     # sample translations: source/reference pairs are dev pairs of the corpus
     bleu_steps = [s for s, _ in run.metric(results.DEV_BLEU)]
     # dev BLEU sits on the same x value as Lightning's dev loss (which it logs at global_step - 1)
-    assert bleu_steps == [49, 99, 149, 199] == csv_steps(run_dir, results.DEV_BLEU) == csv_steps(run_dir, results.DEV_LOSS)
+    assert (bleu_steps == [49, 99, 149, 199] == csv_steps(run_dir, results.DEV_BLEU)
+            == csv_steps(run_dir, results.DEV_LOSS))
     tables = run.tables.get(results.DEV_SAMPLES)
     assert tables, "no dev/samples table in the W&B run"
     assert [t["trainer/global_step"] for t in tables] == [49, 99, 149, 199]

@@ -9,8 +9,9 @@ import pytest
 import torch
 import yaml
 
-from conftest import SMOKE, ltfm
 from lightning_tfm.training.runs.results import ATTEMPT_ENV, read_metrics
+
+from conftest import SMOKE, ltfm
 
 SUMMARY_KEYS = {"run_id", "status", "config", "params", "dev_loss", "dev_ppl", "steps", "train_tokens", "wall_time_s"}
 

@@ -11,14 +11,15 @@ import re
 import pytest
 import yaml
 
-from conftest import ROOT, write_sweep
 from lightning_tfm import report as rd
-from lightning_tfm.report.views import render
-from lightning_tfm.report.table3 import columns, compare, compute, stats, verdict
-from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
-from lightning_tfm.model.transformer import train_flops_per_step
 from lightning_tfm.bench.speed import DEFAULTS
+from lightning_tfm.model.transformer import train_flops_per_step
+from lightning_tfm.report.table3 import columns, compare, compute, stats, verdict
+from lightning_tfm.report.views import render
+from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
 from lightning_tfm.training.errors import UserError
+
+from conftest import ROOT, write_sweep
 
 STEPS = range(100, 700, 100)  # validations at 100 .. 600 (the equal-compute cases)
 LSTEPS = range(99, 600, 100)  # Lightning's steps of 600 updates (the verdicts)
@@ -182,7 +183,8 @@ def test_the_report_section_of_a_sweep_file_is_checked(tmp_path, ltfm_here):
         with pytest.raises(UserError, match=re.escape(words)):
             load_sweep(path)
     p = ltfm_here("report", path)  # the command line: one line, exit 2, before anything runs
-    assert p.returncode == 2 and p.stderr.startswith("ltfm: error: sweep file") and "report must be a mapping" in p.stderr
+    assert p.returncode == 2 and p.stderr.startswith("ltfm: error: sweep file")
+    assert "report must be a mapping" in p.stderr
     assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
 
 
@@ -273,7 +275,8 @@ def test_comparison_status_of_each_row(tmp_path):
     by = {r["variant"]: r for r in cmp["rows"]}
     assert {v: r["status"] for v, r in by.items()} == {"A1": "transfers", "A2": "flips", "A3": "transfers",
                                                        "A4": "unsettled"}
-    assert cmp["summary"]["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1} and cmp["summary"]["flips"] == ["A2"]
+    assert cmp["summary"]["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1}
+    assert cmp["summary"]["flips"] == ["A2"]
     md = rd.comparison_markdown(cmp)
     assert "- Rows: 2 transfer, 1 flip (A2), 1 unsettled (of 4, the base left out)." in md
     assert "may flip: A4." in md and "*flips*: both sides hold with opposite signs" in md

@@ -16,7 +16,8 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--vs", choices=["marian", "none"], default="none", help="also measure Hugging Face's "
                    "MarianMTModel at the same shapes (pip install -e '.[bench]', or make bench)")
     b.add_argument("--json", action="store_true", help="JSON instead of a table")
-    b.add_argument("--dtypes", help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the device has it)")
+    b.add_argument("--dtypes",
+                   help="comma-separated, from fp32,bf16 (default: fp32, plus bf16 where the device has it)")
     b.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where both models run (auto: cuda when torch sees a GPU, else cpu)")
     b.add_argument("--data", type=int, metavar="N", help="instead: benchmark the data pipeline on a generated "

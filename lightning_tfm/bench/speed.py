@@ -38,8 +38,8 @@ import torch
 
 from ..model import DEFAULT_ARCH, ModelConfig, build_model, registry
 from ..model.config import MAX_POSITIONS, check_of
-from ..training.errors import UserError
 from ..training.config.sections import DataConfig, DecodeConfig
+from ..training.errors import UserError
 
 DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
                 out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1, threads=0)  # threads 0: torch's default
@@ -201,9 +201,9 @@ def build_marian(s: dict):
                        decoder_layers=s["layers"], encoder_attention_heads=s["heads"],
                        decoder_attention_heads=s["heads"], encoder_ffn_dim=s["d_ff"], decoder_ffn_dim=s["d_ff"],
                        activation_function="relu", scale_embedding=True, dropout=0.1, attention_dropout=0.0,
-                       activation_dropout=0.0, max_position_embeddings=MARIAN_POSITIONS, pad_token_id=PAD, eos_token_id=EOS,
-                       decoder_start_token_id=PAD, forced_eos_token_id=EOS, share_encoder_decoder_embeddings=True,
-                       tie_word_embeddings=True)
+                       activation_dropout=0.0, max_position_embeddings=MARIAN_POSITIONS, pad_token_id=PAD,
+                       eos_token_id=EOS, decoder_start_token_id=PAD, forced_eos_token_id=EOS,
+                       share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
     return MarianMTModel(cfg)
 
 
@@ -340,12 +340,14 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
                     sec = _time(dec, s["decode_batches"], device)
                 res[kind][dt]["decode"].append(sec)
                 res[kind][dt]["decode_mem"].append(pm.mb)
-                log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
+                log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: "
+                    f"train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
                     f"  decode {s['batch'] / res[kind][dt]['decode'][-1]:6.1f} sent/s")
     out = {"settings": s, "arch": model_cfg.arch if model_cfg else DEFAULT_ARCH, "model": shape_text(s, model_cfg),
            "matmul_peak_gflops": {dt: round(p / 1e9, 1) for dt, p in peaks.items()},
            "torch": torch.__version__, "dtypes": list(dtypes), "device": device,
-           "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_name(), "threads": torch.get_num_threads(), "attention_kernel": getattr(models["ours"], "attention_kernel", None),
+           "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
+           "threads": torch.get_num_threads(), "attention_kernel": getattr(models["ours"], "attention_kernel", None),
            # other processes slow both models alike (alternation), but the absolute figures too: say so
            "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     for kind in kinds:
@@ -362,8 +364,10 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
                 "decode_s_all_reps": [round(x, 4) for x in r["decode"]],
             }
     if vs == "marian":
-        out["speedup"] = {dt: {"train": round(out["ours"][dt]["train_tokens_per_s"] / out["marian"][dt]["train_tokens_per_s"], 2),
-                               "decode": round(out["ours"][dt]["decode_sentences_per_s"] / out["marian"][dt]["decode_sentences_per_s"], 2)}
+        ours, marian = out["ours"], out["marian"]
+        out["speedup"] = {dt: {"train": round(ours[dt]["train_tokens_per_s"] / marian[dt]["train_tokens_per_s"], 2),
+                               "decode": round(ours[dt]["decode_sentences_per_s"]
+                                               / marian[dt]["decode_sentences_per_s"], 2)}
                           for dt in dtypes}
     return out
 
@@ -372,7 +376,8 @@ def format_report(r: dict) -> str:
     s = r["settings"]
     lines = [f"{r.get('model') or shape_text(s)} vocab={s['vocab']} "
              f"batch={s['batch']}x{s['src_len']} tokens, beam {s['beam']}, {s['out_len']} output tokens; "
-             f"{r.get('device', 'cpu')} ({r.get('device_name', '?')}), torch {r['torch']}, {r['threads']} threads; matmul peak "
+             f"{r.get('device', 'cpu')} ({r.get('device_name', '?')}), torch {r['torch']}, {r['threads']} threads; "
+             "matmul peak "
              + ", ".join(f"{dt} {g:.0f} GFLOP/s" for dt, g in r["matmul_peak_gflops"].items())
              + f"; load average {r['loadavg_before'][0]:.2f} before, {r['loadavg_after'][0]:.2f} after",
              f"{'model':8s} {'dtype':5s} {'train tok/s':>12s} {'decode sent/s':>14s} {'peak MB':>8s} {'MFU':>6s}"]
@@ -427,7 +432,8 @@ def bench_speed_cli(args) -> int:
         if not dtypes or any(d not in DTYPES for d in dtypes):
             raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of fp32 and bf16")
     device = default_device() if args.device == "auto" else args.device
-    r = run_bench(settings, args.vs, dtypes=dtypes, log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)),
+    r = run_bench(settings, args.vs, dtypes=dtypes,
+                  log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)),
                   device=device, model_cfg=model_cfg)
     print(json.dumps(r, indent=2) if args.json else format_report(r))
     return 0

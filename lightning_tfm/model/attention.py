@@ -13,7 +13,8 @@ from .config import ModelConfig
 
 
 class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)  (Sec. 3.2.2).
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+    (Sec. 3.2.2).
 
     ``heads``, ``d_k`` and ``d_v`` are independent (Table 3 rows A and B): W^Q, W^K map d_model to
     heads*d_k, W^V maps d_model to heads*d_v, and W^O maps heads*d_v back to d_model.

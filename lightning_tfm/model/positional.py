@@ -26,7 +26,8 @@ class SinusoidalPositions(nn.Module):
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         if offset + length > self.table.shape[0]:
-            raise ValueError(f"sequence of {offset + length} positions exceeds model.max_positions={self.table.shape[0]}")
+            raise ValueError(f"sequence of {offset + length} positions exceeds "
+                             f"model.max_positions={self.table.shape[0]}")
         return self.table[offset:offset + length]
 
 
@@ -41,7 +42,8 @@ class LearnedPositions(nn.Module):
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         if offset + length > self.table.num_embeddings:
-            raise ValueError(f"sequence of {offset + length} positions exceeds model.max_positions={self.table.num_embeddings}")
+            raise ValueError(f"sequence of {offset + length} positions exceeds "
+                             f"model.max_positions={self.table.num_embeddings}")
         return self.table.weight[offset:offset + length]
 
 

@@ -60,8 +60,16 @@ def report_cli(args) -> int:
     [--against-export DIR]]``; with ``--backtest FRACTION`` or ``--backtest-to LATER_DIR`` the verdict's
     back-test (:mod:`.backtest`)."""
     from ..sweep import load_sweep
-    from .publish.notebooks import (check_out, check_sources, compare_cli, execute, notebook_name, notebook_path,
-                                    report_parameters, stopped_by_signals)
+    from .publish.notebooks import (
+        check_out,
+        check_sources,
+        compare_cli,
+        execute,
+        notebook_name,
+        notebook_path,
+        report_parameters,
+        stopped_by_signals,
+    )
 
     sweep = load_sweep(args.sweep_file)
     if args.backtest is not None or args.backtest_to:

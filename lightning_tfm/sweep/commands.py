@@ -311,7 +311,8 @@ def sweep_cli(args) -> int:
         storage = open_storage(url, create=False)
         study = open_study(sweep, storage, create=False)
         rows = status_rows(study, sweep)  # with each finished row's verdict
-        print(json.dumps(rows, indent=1, default=str) if args.json else format_status(sweep, rows, url, plan.results_dir))
+        print(json.dumps(rows, indent=1, default=str) if args.json
+              else format_status(sweep, rows, url, plan.results_dir))
         return 0
     storage, study = _join(sweep, plan, url, given=bool(args.storage))
     if workers is not None:

@@ -235,8 +235,9 @@ def format_search_progress(sweep: Sweep, trials, elapsed_s: float) -> str:
             continue
         counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
     finished = counts.get("complete", 0) + counts.get("pruned", 0) + counts.get("fail", 0)
-    return (f"[{sweep.name} {_hms(elapsed_s)}] trials {finished}/{sweep.n_trials} finished ({counts.get('complete', 0)} "
-            f"completed, {counts.get('pruned', 0)} pruned, {counts.get('fail', 0)} failed), "
+    return (f"[{sweep.name} {_hms(elapsed_s)}] trials {finished}/{sweep.n_trials} finished "
+            f"({counts.get('complete', 0)} completed, {counts.get('pruned', 0)} pruned, "
+            f"{counts.get('fail', 0)} failed), "
             f"{counts.get('running', 0)} running")
 
 
@@ -329,7 +330,8 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
     out = out if out is not None else sys.stdout  # the stream of when it runs, not of the import
     say = lambda msg: print(msg, file=out, flush=True)  # noqa: E731
     s0 = slots[0]
-    where = (f"{n} worker(s) on {len(gpus)} GPU(s) ({', '.join(f'GPU {g}: {sum(s.gpu == g for s in slots)}' for g in gpus)}), "
+    where = (f"{n} worker(s) on {len(gpus)} GPU(s) "
+             f"({', '.join(f'GPU {g}: {sum(s.gpu == g for s in slots)}' for g in gpus)}), "
              f"each {s0.threads} thread(s) and {s0.loader_workers} DataLoader worker(s)" if gpus else
              f"{n} worker(s) on {cores} CPU core(s), {s0.threads} thread(s) each")
     say(f"[{sweep.name}] {where}; logs in {logs}/worker-<i>.log")

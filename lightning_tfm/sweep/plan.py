@@ -6,9 +6,10 @@ file's ``overrides`` < the command line's ``dotted.key=value`` < the variant's (
 experiment's steps x its training FLOPs per step over the row's, :func:`step_flops`) < the run.* bookkeeping
 (seed, variant, family, study). :func:`trial_overrides` says it as overrides and
 :func:`trial_config` as the typed :class:`~lightning_tfm.training.config.config.Config`. Overrides stay plain
-``{"dotted.key": value}`` dicts (they are what Optuna's user attributes and the sweep file hold); the worker (:class:`Plan`), the dry run and the reports
-(:mod:`lightning_tfm.report.inputs.records`) all go through them. Every config is built from an experiment YAML the
-sweep read once (:meth:`~.spec.Sweep.experiment_tree`), and a trial's config is validated once, when built.
+``{"dotted.key": value}`` dicts (they are what Optuna's user attributes and the sweep file hold); the worker
+(:class:`Plan`), the dry run and the reports (:mod:`lightning_tfm.report.inputs.records`) all go through them.
+Every config is built from an experiment YAML the sweep read once (:meth:`~.spec.Sweep.experiment_tree`), and a
+trial's config is validated once, when built.
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from typing import Any
 import yaml
 
 from ..training.config import config
-from ..training.errors import UserError
 from ..training.config.inputs import shown
+from ..training.errors import UserError
 from .spec import RESERVED, Entry, Sweep
 
 #: What a worker adds under the command line (a sweep file may set it otherwise): a trial's output goes to

@@ -36,12 +36,12 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
+from ..training.config.config import Config
+from ..training.config.run_id import run_id
 from ..training.runs.results import history_key
 from .curve_pruner import CurvePruner
 from .spec import build_pruner
 from .storage import STORAGE_ENV, open_storage
-from ..training.config.config import Config
-from ..training.config.run_id import run_id
 
 
 class OptunaPruning(pl.Callback):

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..model.config import MAX_POSITIONS
+from ..training.config.inputs import shown
 from ..training.config.sections import LABEL_CHARS, STEPS
 from ..training.errors import UserError
-from ..training.config.inputs import shown
 from ..training.runs.results import OBJECTIVES
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -133,7 +133,8 @@ class HeartbeatSpec:
 class ReportSpec:
     """The settings of the report's verdict (the rule: lightning_tfm.report.table3.verdict; the fit: sweep.curves)."""
     k: float = _f(3.0, "the budget multiple the verdict predicts at: a row holds when its predicted gap to the base "
-                       "at k x the budget keeps today's sign", "a number >= 1 (budgets; at most 1000)", lambda v: 1 <= v <= 1000)
+                       "at k x the budget keeps today's sign", "a number >= 1 (budgets; at most 1000)",
+                  lambda v: 1 <= v <= 1000)
     min_points: int = _f(3, "validations after the warmup a run's curve fit needs at least (and one more than the "
                             "family's parameters)", "an integer >= 3 (validations; at most 100000)",
                          lambda v: 3 <= v <= 100000)
@@ -205,7 +206,8 @@ class SweepFile:
     """A sweep file's top level (YAML, in sweeps/): a study, its base experiment, and its rows or its space."""
     name: str = _f(REQUIRED, "the Optuna study's name, and the report's",
                    f"set to at most {LABEL_CHARS} letters, digits, '.', '_' or '-' (it names the Optuna study, the "
-                   "report's folder and every trial's run folder)", lambda v: NAME_RE.match(v) and len(v) <= LABEL_CHARS)
+                   "report's folder and every trial's run folder)",
+                   lambda v: NAME_RE.match(v) and len(v) <= LABEL_CHARS)
     description: str | None = _f(None, "what the sweep is for, in a line (for its reader; nothing reads it)")
     experiment: str = _f(REQUIRED, "the base experiment YAML, relative to the sweep file",
                          "the base experiment YAML (relative to the sweep file)")
@@ -239,8 +241,8 @@ def draws_problem(section: str, spec: dict) -> str | None:
     """What is wrong with a section's (``report``, ``pruner``) bootstraps for its family: None, or the line."""
     family, n = spec.get("family", "power"), spec.get("bootstraps", 200)
     if family in MAX_DRAWS and n > MAX_DRAWS[family]:
-        return (f"{section}.bootstraps {n} with family {family} must be an integer from 20 to {MAX_DRAWS[family]} (each "
-                f"draw refits the curve: ~1-2 ms a draw of every run); power takes up to {MAX_DRAWS['power']}")
+        return (f"{section}.bootstraps {n} with family {family} must be an integer from 20 to {MAX_DRAWS[family]} "
+                f"(each draw refits the curve: ~1-2 ms a draw of every run); power takes up to {MAX_DRAWS['power']}")
     return None
 
 

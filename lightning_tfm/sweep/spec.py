@@ -28,12 +28,29 @@ from typing import Any
 import yaml
 
 from ..training.config import config
+from ..training.config.inputs import load_yaml, read_yaml_text, shown
 from ..training.config.sections import LABEL_CHARS, path_check
 from ..training.errors import UserError
-from ..training.config.inputs import load_yaml, read_yaml_text, shown
-from .schema import (BUDGET_DEFAULTS, METRICS, NAME_RE, PRUNERS, REPORT_DEFAULTS, RESERVED, SAMPLERS, BudgetSpec,
-                     DistributionSpec, HeartbeatSpec, PrunerSpec, ReportSpec, SamplerSpec, SweepFile, VariantSpec,
-                     draws_problem, err, parse)
+from .schema import (
+    BUDGET_DEFAULTS,
+    METRICS,
+    NAME_RE,
+    PRUNERS,
+    REPORT_DEFAULTS,
+    RESERVED,
+    SAMPLERS,
+    BudgetSpec,
+    DistributionSpec,
+    HeartbeatSpec,
+    PrunerSpec,
+    ReportSpec,
+    SamplerSpec,
+    SweepFile,
+    VariantSpec,
+    draws_problem,
+    err,
+    parse,
+)
 
 
 @dataclass
@@ -104,7 +121,8 @@ def _check_override(path, where: str, key: str, value: Any) -> Any:
     try:
         scratch = config.Config()
         config.set_dotted(scratch, key, value)
-        config.check_value(key, config.get_dotted(scratch, key))  # model.max_positions: 10**20 is refused here, not per trial
+        # model.max_positions: 10**20 is refused here, not per trial
+        config.check_value(key, config.get_dotted(scratch, key))
     except UserError as e:
         raise err(path, f"{where}: {e}") from None
     return config.get_dotted(scratch, key)

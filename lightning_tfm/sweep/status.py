@@ -19,8 +19,8 @@ from __future__ import annotations
 import datetime as _dt
 import math
 
-from ..training.runs.run_folder import existing_run_id
 from ..training.runs.results import DEV_PPL, in_results, read_metrics, read_summary, storage_in_results
+from ..training.runs.run_folder import existing_run_id
 from .budget import CONTINUED, at_budget, folder_at_budget, is_budget
 from .curves import predicted_gap
 from .plan import Plan, check_buildable, flops_per_step, sentence_lengths

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 from ..training.config import config
-from ..training.runs import run_folder
+from ..training.config.run_id import run_id
 from ..training.errors import UserError
 from ..training.redact import scrub_text
-from ..training.config.run_id import run_id
+from ..training.runs import run_folder
 from ..training.runs.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
@@ -357,7 +357,8 @@ class Worker:
             # the folder cannot say this trial's metric at its budget: never the later budget's
             reason = summary.get("error") if status == CONTINUED else (
                 f"its run folder was trained on ({past.later}) and holds no {self.sweep.metric} at step "
-                f"{cfg.train.max_steps}, this sweep's budget" + (f" ({NO_BLEU})" if "bleu" in self.sweep.metric else ""))
+                f"{cfg.train.max_steps}, this sweep's budget"
+                + (f" ({NO_BLEU})" if "bleu" in self.sweep.metric else ""))
             self.counts["skipped"] += 1
             self.say(f"{label}: skipped: {reason}")
             self._close(trial, TrialState.FAIL, skip=PAST_BUDGET, reason=reason, trained_past=past.later, **results)

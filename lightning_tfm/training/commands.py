@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -231,9 +230,9 @@ def evaluate_cli(args) -> int:
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
     from .atomic import check_writable
-    from .runs.checkpoints import load_model
     from .data.data import load_split, read_lines
     from .evaluate import decode_dtype, evaluate_texts, format_bleu
+    from .runs.checkpoints import load_model
 
     if args.split and (args.src or args.ref):
         raise UserError("give either --split NAME or --src FILE --ref FILE, not both")
@@ -290,8 +289,8 @@ def translate_cli(args) -> int:
     Reads and translates in chunks (line by line when stdin is a terminal); an empty or blank input line
     gives an empty output line, so the line count is kept exactly. Empty stdin is an error.
     """
-    from .runs.checkpoints import load_model
     from .evaluate import decode_dtype, translate_lines
+    from .runs.checkpoints import load_model
 
     overrides = check_overrides(args.overrides)
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, overrides.get("decode.average_last") or None)

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .data.data import pad
 from ..model import BOS, EOS, PAD, EncoderDecoder
+from .data.data import pad
 
 
 @dataclass

@@ -15,10 +15,10 @@ import torch
 
 from ..model import Transformer
 from . import atomic
-from .runs.checkpoints import load_model, step_checkpoints, write_average
+from .config.config import Config, DecodeConfig
 from .decode import Hypothesis, translate_ids
 from .errors import UserError
-from .config.config import Config, DecodeConfig
+from .runs.checkpoints import load_model, step_checkpoints, write_average
 
 
 # ------------------------------------------------------------------------------------------------ BLEU

@@ -13,14 +13,14 @@ import torch
 from pytorch_lightning.callbacks import Checkpoint
 from torch.utils.data import DataLoader
 
-from .runs.checkpoints import CORPUS, RESUME_ONLY, RUN_ID, TOKENIZER
+from ..model import PAD, build_model
+from .config.config import Config
 from .data.corpus import MappedPairs
 from .data.data import Batch, TokenBatchSampler, collate
-from ..model import PAD, build_model
-from .runs import results
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
-from .config.config import Config
+from .runs import results
+from .runs.checkpoints import CORPUS, RESUME_ONLY, RUN_ID, TOKENIZER
 
 
 class Seq2SeqModule(pl.LightningModule):
@@ -72,7 +72,8 @@ class Seq2SeqModule(pl.LightningModule):
         loss = loss_sum / ntok
         self.log(results.TRAIN_LOSS, loss, prog_bar=False, batch_size=n)
         self.log(results.TRAIN_NLL, nll_sum / ntok, batch_size=n)
-        self.log(results.TRAIN_LR, self.optimizers().param_groups[0]["lr"], batch_size=n)  # written every log_every_steps
+        # written every log_every_steps
+        self.log(results.TRAIN_LR, self.optimizers().param_groups[0]["lr"], batch_size=n)
         now = time.perf_counter()
         if self._time_since is None:
             self._time_since = now
@@ -162,7 +163,8 @@ class Seq2SeqModule(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint):
         self._plateau_state = checkpoint.get("lr_plateau")  # before configure_optimizers, which loads it
         self._rng_state = checkpoint.get(RNG)
-        self.train_tokens = int(checkpoint.get("train_tokens", 0)) // max(1, self.trainer.world_size if self._trainer else 1)
+        self.train_tokens = (int(checkpoint.get("train_tokens", 0))
+                             // max(1, self.trainer.world_size if self._trainer else 1))
 
 
 #: The key of a checkpoint holding torch's random state when it was written (:func:`rng_state`).
@@ -274,7 +276,8 @@ class DevBleu(pl.Callback):
         self.history.append((step, result["score"]))
         # Lightning logs the validation metrics at global_step - 1; dev BLEU goes on the same x value.
         for logger in trainer.loggers:
-            logger.log_metrics({results.DEV_BLEU: result["score"], results.DEV_BLEU_RATIO: result["ratio"]}, step=step - 1)
+            logger.log_metrics({results.DEV_BLEU: result["score"], results.DEV_BLEU_RATIO: result["ratio"]},
+                               step=step - 1)
         k = self.config.decode.samples
         log_samples(self.wandb_logger, step - 1, list(zip(self.src[:k], self.ref[:k], hyps[:k])))
 

@@ -26,12 +26,18 @@ import torch
 
 from . import atomic
 from .config import config
-from .runs import results, run_folder
-from .runs.checkpoints import (atomic_checkpoint_io, check_resumable, resume_checkpoint, resume_choice,
-                               check_resume, tokenizer_hash)
 from .data.corpus import Corpus
 from .errors import UserError
 from .precision import resolve_precision
+from .runs import results, run_folder
+from .runs.checkpoints import (
+    atomic_checkpoint_io,
+    check_resumable,
+    check_resume,
+    resume_checkpoint,
+    resume_choice,
+    tokenizer_hash,
+)
 
 
 def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
@@ -147,7 +153,8 @@ class Run:
             atomic.write_text(self.run_dir / "config.yaml", config.saved_yaml(cfg))
         module = Seq2SeqModule(cfg, self.corpus.vocab_size, tokenizer_hash(self.corpus.folder / "tokenizer.json"))
         module.run_id, module.corpus_identity = self.rid, self.corpus.identity  # recorded in its checkpoints
-        self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir), "config": scrub(cfg.to_dict()),
+        self.summary = {"run_id": self.rid, "status": "running", "run_dir": str(self.run_dir),
+                        "config": scrub(cfg.to_dict()),
                         "params": module.model.num_parameters(), "vocab_size": self.corpus.vocab_size,
                         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(),
                         "host": socket.gethostname(), **self.corpus.summary()}
@@ -187,7 +194,8 @@ class Run:
             default_root_dir=str(self.run_dir), plugins=[atomic_checkpoint_io()], **trainer_kwargs)
         if trainer.world_size != world:
             raise UserError(f"train.devices={t.devices} x train.num_nodes={t.num_nodes} gives {world} processes "
-                            f"but Lightning sees {trainer.world_size}: make them agree with the launcher (torchrun/srun)")
+                            f"but Lightning sees {trainer.world_size}: "
+                            "make them agree with the launcher (torchrun/srun)")
         self.summary.update(precision=trainer_kwargs["precision"])  # what train.precision (e.g. auto) resolved to
         self.summary.update(world_size=world, accumulate=accumulate,
                             effective_batch_tokens=t.batch_tokens * world * accumulate)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 # The lent machine's interpreter: what the wheels are downloaded for (tests/gpu/prep.sh) and checked against here.
 TARGET_PYTHON = (3, 12)
-TARGET_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 4, -1)] + ["manylinux2014_x86_64", "manylinux2010_x86_64",
-                                                                              "manylinux1_x86_64", "linux_x86_64"]
+TARGET_PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 4, -1)] + [
+    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
 # Datasheet dense bf16 peaks (FLOP/s, no sparsity) of the cards a lent machine may have: MFU is given against both
 # this and the matrix product ltfm bench measures on the card.
 BF16_DATASHEET = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12}
@@ -115,7 +115,8 @@ def depcheck(folder: str, manifest: str | None) -> int:
             name = canonicalize_name(req.name)
             have = carried.get(name) or machine.get(name)
             if name not in carried and name not in machine:
-                errors.append(f"{who} requires {req}: neither carried nor on the machine (add it to tests/gpu/wheels.txt)")
+                errors.append(f"{who} requires {req}: neither carried nor on the machine "
+                              "(add it to tests/gpu/wheels.txt)")
             elif have is None:
                 unverified.append(f"{who} requires {req}")
             elif req.specifier and not req.specifier.contains(Version(have), prereleases=True):
@@ -139,14 +140,15 @@ def _top_level(wheel: Path) -> list[str]:
         if top:
             mods = z.read(top[0]).decode().split()
         else:  # from the files it installs
-            mods = {n.split("/")[0].removesuffix(".py") for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))
-                    and (n.endswith(".py") or "/" in n)}
+            mods = {n.split("/")[0].removesuffix(".py") for n in names
+                    if not n.split("/")[0].endswith((".dist-info", ".data")) and (n.endswith(".py") or "/" in n)}
     return sorted(m.replace("/", ".") for m in mods if m.isidentifier() and not m.startswith("_") and m != "tests")
 
 
 # import name -> distribution, where they differ (for the rehearsal's reading of a missing module)
 MODULE_DIST = {"yaml": "pyyaml", "dateutil": "python-dateutil", "google": "protobuf", "PIL": "pillow",
-               "sklearn": "scikit-learn", "attr": "attrs", "zmq": "pyzmq", "jwt": "pyjwt", "cv2": "opencv-python-headless"}
+               "sklearn": "scikit-learn", "attr": "attrs", "zmq": "pyzmq", "jwt": "pyjwt",
+               "cv2": "opencv-python-headless"}
 
 
 def _manifest_names(manifest: str) -> set[str]:
@@ -228,11 +230,13 @@ def figures(work: str) -> int:
         name = b.get("device_name", "?")
         sheet = next((v for k, v in BF16_DATASHEET.items() if k in name), None)
         peaks = b.get("matmul_peak_gflops", {})
-        print(f"- bench {Path(f).stem[6:]} ({b.get('model')}; batch {b['settings']['batch']} x {b['settings']['src_len']}; "
+        print(f"- bench {Path(f).stem[6:]} ({b.get('model')}; "
+              f"batch {b['settings']['batch']} x {b['settings']['src_len']}; "
               f"{name}): measured matmul peak " + ", ".join(f"{k} {v / 1000:.0f} TFLOP/s" if v >= 1000 else
                                                             f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
               + (f"; bf16 datasheet {sheet / 1e12:.0f} TFLOP/s" if sheet else ""))
-        print("  | model | dtype | train tokens/s | decode sent/s | peak MB | MFU (measured peak) | MFU (datasheet bf16) |")
+        print("  | model | dtype | train tokens/s | decode sent/s | peak MB | MFU (measured peak) "
+              "| MFU (datasheet bf16) |")
         print("  | --- | --- | --- | --- | --- | --- | --- |")
         for kind in ("ours", "marian"):
             for dt, v in (b.get(kind) or {}).items():
@@ -252,7 +256,8 @@ def figures(work: str) -> int:
         for r in rows_:
             steps, dur = r.get("steps"), r.get("duration_s")
             rate = f"{1000 * dur / steps:.0f}" if steps and dur else "-"
-            print(f"  | {r.get('variant')} | {r.get('state')} | {steps} | {dur if dur is None else round(dur)} | {rate} |")
+            print(f"  | {r.get('variant')} | {r.get('state')} | {steps} | {dur if dur is None else round(dur)} "
+                  f"| {rate} |")
     return 0
 
 

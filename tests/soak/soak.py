@@ -63,8 +63,18 @@ sys.path.insert(0, str(ROOT))
 
 from lightning_tfm.sweep.storage import STORAGE_ENV  # noqa: E402
 from lightning_tfm.training.runs.run_folder import LOCK_LOG_ENV  # noqa: E402
-from scale import (CALIBRATION_TIMEOUT_S, CALIBRATION_TRIALS, HOLDS_S, MIN_RATE, STALL_T, chaos_scale,  # noqa: E402
-                   trial_time, work_kept, work_rate)
+
+from scale import (  # noqa: E402
+    CALIBRATION_TIMEOUT_S,
+    CALIBRATION_TRIALS,
+    HOLDS_S,
+    MIN_RATE,
+    STALL_T,
+    chaos_scale,
+    trial_time,
+    work_kept,
+    work_rate,
+)
 
 TMPFS_SIZE = "2g"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -369,7 +379,8 @@ class Driver:
                     next_kill = now + self.rng.uniform(*kill_every)
                     fig.update({"trial time": round(T, 1), "chaos interval": [round(x) for x in kill_every],
                                 "cap": round(now - t0 + cap)})
-                    self.log(self.p.name, "calibrated", trial_s=round(T, 1), kill_every_s=[round(x) for x in kill_every],
+                    self.log(self.p.name, "calibrated", trial_s=round(T, 1),
+                             kill_every_s=[round(x) for x in kill_every],
                              cap_s=round(now - t0 + cap))
             if T is None and now - t0 > CALIBRATION_TIMEOUT_S:
                 self.p.failures.append(f"{self.p.name}: no trial completed in {CALIBRATION_TIMEOUT_S:.0f} s: the chaos "

@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ...training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from ...training.errors import UserError
+from ...training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from ..core.text import first_line
-
 
 HISTORY_KEYS = (DEV_LOSS, DEV_PPL, DEV_BLEU, TRAIN_LOSS)
 
@@ -246,8 +245,8 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None,
                   options: tuple[str, str] = ("--results", "--storage")) -> tuple[Path, str | None]:
     """(absolute results folder, storage URL or None) of the local source, or a one-line UserError naming
     ``options`` (the command line's results and storage options of this side) when there is nothing to read."""
-    from ...training.redact import mask_url
     from ...sweep import default_storage, open_storage
+    from ...training.redact import mask_url
 
     if results_dir is not None:
         results = Path(results_dir).absolute()
@@ -308,8 +307,8 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
     given to the sweep included: a row of the sweep's experiment gets its trial overrides on that run's config, a
     row of its own experiment (``variants.<name>.experiment``: another architecture) its trial config from that
     experiment with the keys the base run's config changed from the sweep's plan of it (:func:`_cli_of`)."""
-    from ...training.config.config import flatten
     from ...sweep import Entry, trial_config, trial_overrides
+    from ...training.config.config import flatten
 
     if sweep.mode != "variants":
         return {}
@@ -339,8 +338,8 @@ def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, 
 def _cli_of(sweep, base: RunRecord, base_budget: float) -> dict:
     """The command-line overrides a completed base run shows: the keys of its config (run.* bookkeeping aside) that
     differ from the sweep's own plan of the base row, its train.max_steps without the base's budget factor."""
-    from ...training.config.config import flatten
     from ...sweep import Entry, trial_config
+    from ...training.config.config import flatten
 
     v = sweep.variants["base"]
     plan = flatten(trial_config(sweep, Entry("base", v["family"], sweep.seeds[0], v["overrides"], v["budget"]),

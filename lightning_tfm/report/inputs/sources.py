@@ -13,9 +13,20 @@ from ...sweep.budget import PAST_BUDGET
 from ...training.runs.results import storage_in_results
 from .budget import budget_note, of_other_studies, read_at_budget
 from .export import read_export
-from .records import (DONE, HISTORY_KEYS, ReportData, RunRecord, as_int, as_number, check_wandb_access,
-                      fetch_wandb_records, latest_per_key, mark_diverged, planned_configs, resolve_local)
-
+from .records import (
+    DONE,
+    HISTORY_KEYS,
+    ReportData,
+    RunRecord,
+    as_int,
+    as_number,
+    check_wandb_access,
+    fetch_wandb_records,
+    latest_per_key,
+    mark_diverged,
+    planned_configs,
+    resolve_local,
+)
 
 # prepared corpus folder -> its (mean source, mean target) training sentence length, read once
 _LENGTHS: dict[str, tuple[float | None, float | None]] = {}
@@ -162,8 +173,8 @@ def of_this_file(sweep, trials: list) -> tuple[list, list]:
 
 
 def collect_local(sweep, results_dir: Path, storage_url: str | None) -> ReportData:
-    from ...training.runs.results import read_summary
     from ...sweep import open_storage, open_study
+    from ...training.runs.results import read_summary
 
     records: list[RunRecord] = []
     study = None

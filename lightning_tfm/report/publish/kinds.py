@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.columns import Kind
-from ..table2 import columns as table2_columns, table as table2_table
+from ..table2 import columns as table2_columns
+from ..table2 import table as table2_table
 from ..table3 import columns as table3_columns
 from ..table3.table import rebuilt_table
 from ..views.render import headline_markdown, ppl_markdown

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import math
 
-from ..table3.stats import SEEDS_LEVEL, SEEDS_MOST, finite, seeds_to_settle, welch_half_width
-from .columns import Row, pm as _pm, seconds as _seconds
 from ..core.text import md_text
+from ..table3.stats import SEEDS_LEVEL, SEEDS_MOST, finite, seeds_to_settle, welch_half_width
+from .columns import Row
+from .columns import pm as _pm
+from .columns import seconds as _seconds
 
 DEFAULT_ARCH = "transformer"
 EQUAL_TOLERANCE = 0.05  # two budgets within 5% of the larger are the same budget

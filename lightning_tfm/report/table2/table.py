@@ -30,19 +30,27 @@ import csv
 import io
 from pathlib import Path
 
-from ...training.runs import results
 from ...training.atomic import write_text
+from ...training.runs import results
+from ..core.columns import CSV
+from ..core.text import md_code, md_text
+from ..inputs.records import ReportData, RunRecord, is_pipeline_check
 from ..table3.compute import step_flops
 from ..table3.paper import PAPER2_SHOWN, load_paper2
-from ..inputs.records import ReportData, RunRecord
-from ..inputs.records import is_pipeline_check
-from ..core.columns import CSV
 from ..table3.stats import finite, mean_std
 from ..table3.table import as_shown, learning_curves, ordered_variants, row_status
-from .claims import (DEFAULT_ARCH, EQUAL_TOLERANCE, PAIR_NOISE_RULE, SETTLE_NOTE, any_bleu_curves, claim_lines,
-                     has_bleu_curve, pair_settle, pairs)
+from .claims import (
+    DEFAULT_ARCH,
+    EQUAL_TOLERANCE,
+    PAIR_NOISE_RULE,
+    SETTLE_NOTE,
+    any_bleu_curves,
+    claim_lines,
+    has_bleu_curve,
+    pair_settle,
+    pairs,
+)
 from .columns import ROWS, SUMMARY, Row, columns
-from ..core.text import md_code, md_text
 
 CURVES = {"ppl": results.DEV_PPL, "bleu": results.DEV_BLEU}
 
@@ -55,9 +63,9 @@ def arch_of(config: dict) -> str:
 def planned_archs(sweep) -> dict[str, str]:
     """variant -> the architecture its trial config builds (the sweep's own
     :func:`~lightning_tfm.sweep.trial_config`)."""
+    from ...sweep import Entry, trial_config
     from ...training.config.config import flatten
     from ...training.errors import UserError
-    from ...sweep import Entry, trial_config
 
     out = {}
     for name, v in (sweep.variants or {}).items():

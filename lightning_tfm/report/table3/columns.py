@@ -16,8 +16,8 @@ per value. :data:`COLUMNS` is the one list of the table's columns, in the CSV's 
   its neighbours of the same group (``PPL (dev)`` over ``ours`` and ``paper``).
 
 Every view reads this list: :mod:`.render` (markdown, CSV), :mod:`.latex` (LaTeX), :mod:`.publish.kinds` (W&B
-tables, the note), :mod:`.compare`. A new column is one more entry of :data:`COLUMNS` (and a field of :class:`Row`, or a ``value``
-computed from the row).
+tables, the note), :mod:`.compare`. A new column is one more entry of :data:`COLUMNS` (and a field of :class:`Row`,
+or a ``value`` computed from the row).
 
 The mechanism is :mod:`.core.columns`', Table 2's too (:mod:`.table2.columns`: its row, its list, its views):
 :class:`~.core.columns.Column`, :class:`~.core.columns.Shown`, :class:`~.core.columns.Fields` (a row read as a
@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 from ...training.config.config import TABLE3_KNOBS, Knob, choices
 from ..core.columns import CSV, Column, Fields, Shown, in_view
-from .stats import BLEU_FLOOR, NOISE_K
 from ..core.text import fmt, fmt_knob, md_text
+from .stats import BLEU_FLOOR, NOISE_K
 from .verdict import HOLDS, MAY_FLIP, TOO_FEW
 
 
@@ -280,7 +280,8 @@ COLUMNS: list[Column] = [
     C("paper_dev_bleu", "the paper's dev BLEU (newstest2013)", _B,
       {BLEU: S("dev BLEU paper", _bleu_paper)}, latex=S("paper", _bleu_paper, group="BLEU (dev)")),
     C("delta_bleu", "our dev BLEU minus our base's", _B,
-      {BLEU: S("ΔBLEU ours", lambda r, t: delta(r.delta_bleu, r.delta_bleu_rel, 2) + ("*" if r.bleu_significant else ""))}),
+      {BLEU: S("ΔBLEU ours",
+               lambda r, t: delta(r.delta_bleu, r.delta_bleu_rel, 2) + ("*" if r.bleu_significant else ""))}),
     C("paper_delta_bleu", "the paper's dev BLEU minus the paper's base's", _B,
       {BLEU: S("ΔBLEU paper", lambda r, t: delta(r.paper_delta_bleu, r.paper_delta_bleu_rel, 1))}),
     C("delta_bleu_rel", "delta_bleu relative to our base's dev BLEU", _B),

@@ -20,10 +20,10 @@ import json
 from pathlib import Path
 
 from ...training.atomic import write_text
-from .columns import COMPARE, COMPARE_ROW, SIDE, columns, shown
 from ..core.columns import Shown
-from .stats import finite
 from ..core.text import md_cell, md_code, md_text
+from .columns import COMPARE, COMPARE_ROW, SIDE, columns, shown
+from .stats import finite
 from .verdict import HOLDS, WITHIN
 
 TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"
@@ -103,7 +103,8 @@ def headline_lines(cmp: dict) -> list[str]:
     s, lab = cmp["summary"], cmp["labels"]
     c = s["counts"]
     compared = sum(c.values())
-    lines = [f"Rows: {c[TRANSFERS]} transfer, {c[FLIPS]} flip{' (' + ', '.join(s['flips']) + ')' if s['flips'] else ''}, "
+    lines = [f"Rows: {c[TRANSFERS]} transfer, "
+             f"{c[FLIPS]} flip{' (' + ', '.join(s['flips']) + ')' if s['flips'] else ''}, "
              f"{c[UNSETTLED]} unsettled (of {compared}, the base left out)."]
     for status_, names in s["one_side"].items():
         if names:
@@ -115,7 +116,8 @@ def headline_lines(cmp: dict) -> list[str]:
     for side in ("a", "b"):
         ag = s["agreement"][side]
         flip = ag["may_flip"]
-        lines.append(f"{side.upper()} ({lab[side]}): direction agrees with the paper on dev PPL {_frac(ag['all'])} rows, "
+        lines.append(f"{side.upper()} ({lab[side]}): direction agrees with the paper on dev PPL "
+                     f"{_frac(ag['all'])} rows, "
                      f"{_frac(ag['findings'])} of the rows that hold; may flip: {', '.join(flip) if flip else 'none'}.")
     return lines
 
@@ -174,7 +176,8 @@ def write_comparison(cmp: dict, out_dir: str | Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     summary = {"labels": cmp["labels"], "headline": headline_lines(cmp), "counts": cmp["summary"]["counts"]}
     write_text(out / "compare.json", json.dumps(summary, indent=1, default=str) + "\n")
-    return (write_text(out / "compare.md", comparison_markdown(cmp)), write_text(out / "compare.csv", comparison_csv(cmp)))
+    return (write_text(out / "compare.md", comparison_markdown(cmp)),
+            write_text(out / "compare.csv", comparison_csv(cmp)))
 
 
 def read_headline(out_dir: str | Path) -> list[str]:

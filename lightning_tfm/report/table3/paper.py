@@ -10,7 +10,6 @@ from importlib import resources
 
 from ...training.config.config import SCHEMA, TABLE3_KNOBS
 
-
 PAPER_ORDER = ("base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
                "D1", "D2", "D3", "D4", "E", "big")
 

@@ -30,9 +30,8 @@ import math
 from typing import Any
 
 from ...training.errors import UserError
-from ..inputs.records import RunRecord
 from ..core.text import first_line
-
+from ..inputs.records import RunRecord
 
 SIGNIFICANCE = 0.05
 

@@ -12,7 +12,8 @@ and the paper's against the paper's base, each also given relative to its base. 
 the base's training compute (:mod:`.compute`) and its verdict from the learning curves extrapolated (:mod:`.verdict`).
 
 A row's knobs are those of ``training.config.config.TABLE3_KNOBS`` (the config fields with a Table 3 column). The
-statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the markdown and the CSV in :mod:`.render`.
+statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the markdown and the CSV in
+:mod:`.render`.
 """
 from __future__ import annotations
 
@@ -20,16 +21,25 @@ import contextlib
 import dataclasses
 from pathlib import Path
 
-from ...training.runs import results
 from ...training.config.config import SCHEMA, TABLE3_KNOBS
 from ...training.config.run_id import KEYS_V1
-from .paper import PAPER_ORDER, load_paper
-from .columns import Row
+from ...training.runs import results
 from ..inputs.export import read_export
 from ..inputs.records import DONE, ReportData, RunRecord, is_pipeline_check, mark_diverged, nonfinite
+from .columns import Row
 from .compute import add_equal_compute
-from .stats import (BLEU_FLOOR, agreement_summary, agrees, bleu_significant, finite, mean_std, noise_verdict,
-                    paired_bootstrap, relative)
+from .paper import PAPER_ORDER, load_paper
+from .stats import (
+    BLEU_FLOOR,
+    agreement_summary,
+    agrees,
+    bleu_significant,
+    finite,
+    mean_std,
+    noise_verdict,
+    paired_bootstrap,
+    relative,
+)
 from .verdict import add_verdicts, seconds_per_step, settle_summary, verdict_summary
 
 

@@ -74,10 +74,10 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
     import torch
 
     from ...model import BOS, EOS, registry
-    from ...training.runs.checkpoints import load_model
     from ...training.data.data import encode_lines
     from ...training.decode import translate_ids
     from ...training.errors import UserError
+    from ...training.runs.checkpoints import load_model
 
     run_dir = Path(run_dir)
     checkpoint = checkpoint or _checkpoint_of(run_dir)
@@ -299,8 +299,8 @@ def cosine_similarity(table):
 def learned_positions(run_dir: str | Path, checkpoint: str | None = None):
     """(d_model, the learned position table (max_positions, d_model) or None for sinusoids) of a Transformer run."""
     from ...model import LearnedPositions
-    from ...training.runs.checkpoints import load_model
     from ...training.errors import UserError
+    from ...training.runs.checkpoints import load_model
 
     run_dir = Path(run_dir)
     model, cfg, _ = load_model(run_dir, checkpoint or _checkpoint_of(run_dir))

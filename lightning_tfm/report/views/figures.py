@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 
 from ...training.runs import results
-from ..inputs.records import ReportData, RunRecord, is_pipeline_check
 from ..core.plots import LeftOut, mark_pipeline_check, new_figure, save_figure
+from ..inputs.records import ReportData, RunRecord, is_pipeline_check
 from ..table3.paper import load_paper
 from ..table3.table import ordered_variants
 

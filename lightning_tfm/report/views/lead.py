@@ -26,11 +26,11 @@ import textwrap
 from pathlib import Path
 
 from ...training.config.config import TABLE3_KNOBS
-from .figures import FAMILY_TITLES, OTHER
 from ..core.plots import mark_pipeline_check, save_figure
-from ..table3.stats import BLEU_FLOOR, NOISE_K
 from ..core.text import fmt_knob
+from ..table3.stats import BLEU_FLOOR, NOISE_K
 from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN
+from .figures import FAMILY_TITLES, OTHER
 
 NAME = "changes.png"
 TITLE = "Each row's change against the base, ours beside the paper's"

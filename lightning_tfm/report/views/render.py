@@ -21,13 +21,13 @@ import csv
 import io
 from pathlib import Path
 
-from ...training.runs import results
 from ...training.atomic import write_text
-from ..table3.compute import COMPUTE_RULE
-from ..table3.columns import BLEU, CONFIG, PPL, columns, shown
+from ...training.runs import results
 from ..core.columns import CSV
-from ..table3.stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE, share
 from ..core.text import fmt, md_cell, md_code, md_text
+from ..table3.columns import BLEU, CONFIG, PPL, columns, shown
+from ..table3.compute import COMPUTE_RULE
+from ..table3.stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE, share
 from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN, settings_of, verdict_rule
 
 
@@ -75,15 +75,22 @@ def record_line(table: dict) -> str | None:
     beyond = n[HOLDS] + n[MAY_FLIP]
     if not beyond:
         return None
-    from ...sweep.curves import (DIRECTION_RECORD, EXTRAPOLATION_K, EXTRAPOLATION_LEVEL, HELDOUT_RECORD, SIGN_LEVEL,
-                                 SIZE_RECORD)
+    from ...sweep.curves import (
+        DIRECTION_RECORD,
+        EXTRAPOLATION_K,
+        EXTRAPOLATION_LEVEL,
+        HELDOUT_RECORD,
+        SIGN_LEVEL,
+        SIZE_RECORD,
+    )
 
     k = settings_of(table.get("report_settings"))["k"]
     _, called, kept = DIRECTION_RECORD
     inside, rows = SIZE_RECORD
     held_out = ("not yet measured: the held-out exports of sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml are reported "
                 "once trained" if HELDOUT_RECORD is None else
-                f"held out: such calls kept their sign in {share(HELDOUT_RECORD['holds'][2], HELDOUT_RECORD['holds'][1])}"
+                "held out: such calls kept their sign in "
+                f"{share(HELDOUT_RECORD['holds'][2], HELDOUT_RECORD['holds'][1])}"
                 f" rows, the interval held {share(*HELDOUT_RECORD['size'])} measured gaps")
     at = f" at {k:g}x" if k == EXTRAPOLATION_K else f" at {k:g}x (back-tested at {EXTRAPOLATION_K:g}x)"
     return (f"{n[HOLDS]} of the {beyond} rows beyond noise hold their direction{at} ({100 * SIGN_LEVEL:g}% "
@@ -171,7 +178,8 @@ def headline_lines(table: dict) -> list[str]:
         compared = {m: sum(s[f"{m}_noise"].values()) for m in ("ppl", "bleu")}
         lines.append(f"Rows beyond seed noise: dev PPL {beyond['ppl']}/{compared['ppl']}, dev BLEU "
                      f"{beyond['bleu']}/{compared['bleu']} (|Δ| > {NOISE_K:g} × the base's seed std: PPL "
-                     f"{fmt(std['ppl'], 2) or '?'}, BLEU {fmt(std['bleu'], 2) or '?'}, over {table['base_seeds']} seeds).")
+                     f"{fmt(std['ppl'], 2) or '?'}, BLEU {fmt(std['bleu'], 2) or '?'}, "
+                     f"over {table['base_seeds']} seeds).")
         lines.append(f"Direction agrees with the paper on the rows beyond noise: dev PPL {_fraction(s['ppl_beyond'])}, "
                      f"dev BLEU {_fraction(s['bleu_beyond'])}.")
     lines.append(verdict_line(table))
@@ -199,7 +207,8 @@ def headline_markdown(table: dict) -> str:
                  + "".join(f"; {md_text(v)} at seeds {', '.join(map(str, s))}" for v, s in own.items()))
     title = "Pipeline check, not a result" if table.get("pipeline_check") else "Table 3 replica"
     head = [f"# {title}: sweep {md_code(table['sweep'])}", "",
-            f"Base experiment {md_code(table['experiment'])}; {seed_text}. Paper = Vaswani et al. (2017), Table 3 (newstest2013). Absolute values "
+            f"Base experiment {md_code(table['experiment'])}; {seed_text}. "
+            "Paper = Vaswani et al. (2017), Table 3 (newstest2013). Absolute values "
             "are not comparable across corpora, model sizes and BLEU tokenizations: compare the directions of "
             "change and their relative sizes.", ""]
     return "\n".join(head + [f"- {ln}" for ln in headline_lines(table)]) + "\n"
@@ -224,7 +233,8 @@ def bleu_markdown(table: dict) -> str:
              "measures test-set sampling noise only, not the variation between training seeds. "
              f"\\* = p < {SIGNIFICANCE} on outputs that differ"
              + (", and beyond seed noise" if _several_seeds(table) else "") + "; identical outputs or equal BLEU "
-             f"are never significant, nor are two outputs that both score below {BLEU_FLOOR:g} BLEU (no 4-gram to speak "
+             f"are never significant, nor are two outputs that both score below {BLEU_FLOOR:g} BLEU "
+             "(no 4-gram to speak "
              "of: the score is set by smoothing).", ""]
     return "\n".join(lines + _md_table(table, BLEU)) + "\n"
 
@@ -277,8 +287,8 @@ def notes_markdown(table: dict) -> str:
     compute = table.get("compute") or {}
     if compute.get("base_flops") and not compute.get("lengths_measured"):
         lines.append("FLOPs per step: some runs' prepared corpus was not readable here, so their sentence lengths "
-                     "are `ltfm bench`'s default sentence lengths (bench.src_len, bench.tgt_len); their attention FLOPs are "
-                     "estimates.")
+                     "are `ltfm bench`'s default sentence lengths (bench.src_len, bench.tgt_len); "
+                     "their attention FLOPs are estimates.")
     lines.append(f"Source: {md_text(table['source'])}.")
     lines += [md_text(n) for n in table["notes"] + table["data_notes"]]
     return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"

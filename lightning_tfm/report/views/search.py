@@ -10,11 +10,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..core.plots import literal_text, placeholder
-from ..inputs.records import DONE, ReportData
 from ...training.atomic import write_text
 from ...training.runs.results import history_key
+from ..core.plots import literal_text, placeholder
 from ..core.text import fmt, fmt_knob, md_cell, md_code, md_text
+from ..inputs.records import DONE, ReportData
 
 
 def search_study(data: ReportData):

@@ -9,9 +9,9 @@ model/registry.py). A key is one field
 (:func:`~lightning_tfm.model.config.knob`): its type (``Literal[...]`` for choices, ``X | None`` for optional keys),
 its default, its help string and its own check (its range) and, for a Table 3 knob, its column. Coercion, unknown-key
 errors, overrides, the range checks (:func:`validate`), :data:`TABLE3_KNOBS`, :func:`flatten`, the run id hash
-(training/config/run_id.py) and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated ``{section: {key: (type spec, default,
-help)}}`` view of them, never edited by hand. A typo, a wrong type or a value out of range stops the run before
-anything is written (exit 2), naming the key.
+(training/config/run_id.py) and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated
+``{section: {key: (type spec, default, help)}}`` view of them, never edited by hand. A typo, a wrong type or a
+value out of range stops the run before anything is written (exit 2), naming the key.
 
 Code that runs something holds a :class:`Config` and reads it by attribute. What is written to disk or sent
 elsewhere is a plain nested dict, section and key order as declared: ``config.yaml``, ``summary["config"]``,
@@ -38,8 +38,17 @@ from ...model.config import OPT, ModelConfig, check_of
 from ..errors import UserError
 from .inputs import load_yaml, override_value, read_yaml_text, shown
 from .run_id import check_name
-from .sections import (PLATEAU_KEYS, DataConfig, DecodeConfig, RunConfig, SweepConfig, TrainConfig, WandbConfig,
-                       path_check)
+from .sections import (
+    PLATEAU_KEYS,
+    DataConfig,
+    DecodeConfig,
+    RunConfig,
+    SweepConfig,
+    TrainConfig,
+    WandbConfig,
+    path_check,
+)
+
 
 @dataclass
 class Config:
@@ -274,8 +283,9 @@ def validate(cfg: Config, data: bool = True) -> None:
     Lightning, the DataLoader or the decoder after training would cost the whole run (and leave a half
     written run folder). A config is validated once: unchanged since it passed, it is not checked again."""
     sections = cfg.model.__dict__.get("_sections", {})  # the architectures' own sections (model/registry.py)
+    # a section read at its defaults: no change
     state = (dataclasses.astuple(cfg), repr([(n, s, sorted(s.given())) for n, s in sorted(sections.items())
-                                             if s.given() or s != type(s)()]))  # a section read at its defaults: no change
+                                             if s.given() or s != type(s)()]))
     if getattr(cfg, "_validated", None) in ((state, True), (state, data)):  # e.g. ltfm train's, then train()'s
         return
     _check_finite(cfg)

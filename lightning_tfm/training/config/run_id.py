@@ -45,8 +45,9 @@ NAME_BYTES = 255  # the longest name of a file or folder (a path component), in 
 # The training budget is not hashed either: re-running with a larger train.max_steps continues the run.
 NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
               "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
-              "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches", "model.attention_kernel",
-              "model.fast_dropout", "data.cache_dir", "wandb", "sweep", "train.checkpoint_every_seconds"}
+              "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches",
+              "model.attention_kernel", "model.fast_dropout", "data.cache_dir", "wandb", "sweep",
+              "train.checkpoint_every_seconds"}
 
 #: The keys every run id hashed when new keys stopped being hashed at their defaults, with their defaults then
 #: (frozen: never edit; a key is hashed as before wherever the config saves it). The plateau schedule's keys

@@ -23,7 +23,8 @@ do not have the recorded sizes and contents is rebuilt, never used.
 
 Training pairs with an empty side or more than ``max_tokens_per_sentence`` pieces are dropped when the
 corpus is prepared; the limits that depend on the model and the batch (the architecture's max_positions,
-:func:`model_positions`; ``train.batch_tokens``) are applied when a run loads it, on the length arrays (:func:`load_corpus`).
+:func:`model_positions`; ``train.batch_tokens``) are applied when a run loads it, on the length arrays
+(:func:`load_corpus`).
 """
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import atomic
-from ..errors import UserError
 from ..config.config import Config
+from ..errors import UserError
 from .builds import remove_stale_builds, stoppable_build
 from .corpus_id import fingerprint, split_file
 
@@ -214,7 +215,7 @@ def build(cfg: Config, folder: Path, key: dict, progress: bool = True) -> dict:
     d = cfg.data
     started = time.time()
     raw = {role: _raw_split(cfg, name, limit) for role, (name, limit) in splits_of(cfg).items()}
-    say = (lambda m: print(f"ltfm prepare: {m}", file=sys.stderr, flush=True))  # one line per stage, always
+    say = (lambda m: print(f"ltfm prepare: {m}", file=sys.stderr, flush=True))  # noqa: E731 (one line per stage, always)
     n_train = len(raw["train"][0])
     say(f"read {', '.join(f'{r} {len(s):,}' for r, (s, _) in raw.items())} pairs; training the BPE vocabulary "
         f"({d.vocab_size} pieces) on {2 * n_train:,} sentences")

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from ..errors import UserError
 from ...model import BOS, EOS, PAD, UNK
 from ..config.config import Config
+from ..errors import UserError
 from .corpus_id import split_file  # the corpus folder's file names (corpus_id.py)
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3 = PAD, BOS, EOS, UNK
@@ -43,7 +43,8 @@ def read_lines(path: str | Path) -> list[str]:
             lines.pop()  # the final line break ends the last line; it does not start an empty one
         return [x[:-1] if x.endswith("\r") else x for x in lines]
     except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise UserError(f"cannot read {p}: {e.__class__.__name__}: {e}; give a UTF-8 text file (optionally .gz)") from None
+        raise UserError(f"cannot read {p}: {e.__class__.__name__}: {e}; "
+                        "give a UTF-8 text file (optionally .gz)") from None
 
 
 def read_parallel(folder: str | Path, split: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:

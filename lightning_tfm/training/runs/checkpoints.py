@@ -6,10 +6,10 @@ checkpoint that is not on disk is averaged in memory; ``write_average`` is the o
 from __future__ import annotations
 
 import io
+import os
 import re
 import sys
 import time
-import os
 from pathlib import Path
 
 import torch
@@ -17,8 +17,8 @@ import torch
 from ...model import build_model
 from .. import atomic
 from ..config import config
-from . import run_folder
 from ..errors import UserError
+from . import run_folder
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
 #: A key of a checkpoint written only as a resume point (``last.ckpt`` by ``train.checkpoint_every_seconds``,
@@ -42,7 +42,8 @@ def load_checkpoint(path: Path) -> dict:
     except Exception as e:  # truncated file, not a torch file, unsafe pickle
         raise UserError(f"cannot read checkpoint {path} ({e.__class__.__name__}; truncated or damaged?): give "
                         f"another checkpoint written by `ltfm train` or `ltfm average` (--checkpoint PATH, e.g. a "
-                        f"checkpoints/step=*.ckpt), or run the same `ltfm train` again: it sets damaged ones aside") from None
+                        f"checkpoints/step=*.ckpt), or run the same `ltfm train` again: "
+                        "it sets damaged ones aside") from None
     if not isinstance(ck, dict) or not isinstance(ck.get("state_dict"), dict):
         raise UserError(f"{path} is not a Lightning checkpoint (no state_dict): give a checkpoint written by "
                         f"`ltfm train` or `ltfm average`")
@@ -272,7 +273,8 @@ def resolve_checkpoint(run_dir: str | Path, checkpoint: str = "last", average_la
     if checkpoint == "last":
         p = ckpt_dir / "last.ckpt"
         if not p.is_file():
-            raise UserError(f"run folder {run_dir} has no checkpoints/last.ckpt: pass --checkpoint best, average or PATH")
+            raise UserError(f"run folder {run_dir} has no checkpoints/last.ckpt: "
+                            "pass --checkpoint best, average or PATH")
         return p
     if checkpoint == "best":
         p = ckpt_dir / "best.ckpt"
@@ -328,7 +330,8 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     foreign = owner is None or owner.resolve() != run_dir.resolve()
     # A file in this run's folder passes for its checkpoint (evaluate labels its hypotheses so): it must be its own.
     why = foreign_problem(ck, path, run_cfg if foreign else None, tokenizer_hash(run_dir / "tokenizer.json"),
-                          f"run {run_dir}", run_folder.model_sections(), run=None if foreign else run_dir.resolve().name)
+                          f"run {run_dir}", run_folder.model_sections(),
+                          run=None if foreign else run_dir.resolve().name)
     if why is None and vocab != tokenizer.get_vocab_size():
         why = (f"checkpoint {path} has a vocabulary of {vocab} entries but {run_dir / 'tokenizer.json'} has "
                f"{tokenizer.get_vocab_size()}")

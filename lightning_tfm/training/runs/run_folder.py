@@ -14,12 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import config, run_id as ids
-from ..data import corpus_id
-from . import results
 from ..atomic import free_space
-from ..errors import UserError
+from ..config import config
+from ..config import run_id as ids
 from ..config.config import Config
+from ..data import corpus_id
+from ..errors import UserError
+from . import results
 
 
 def rank_zero() -> bool:
@@ -154,7 +155,8 @@ class RunLock:
                 os.close(fd)
             who = (f"pid {holder.get('pid')} on host {holder.get('host')}" if isinstance(holder, dict) and
                    holder.get("pid") else "another process")
-            raise UserError(f"run {self.rid} {results.RUN_LOCKED} {who} (lock {self.path}): wait for it to finish or stop "
+            raise UserError(f"run {self.rid} {results.RUN_LOCKED} {who} (lock {self.path}): "
+                            "wait for it to finish or stop "
                             f"it; running the same command afterwards resumes the run") from None
         self.fd = fd
         if os.environ.get(LOCK_LOG_ENV):
@@ -162,7 +164,8 @@ class RunLock:
                 before = json.loads(os.pread(fd, 4096, 0) or b"{}")
             except ValueError:
                 before = {}
-            prev = before.get("pid") if isinstance(before, dict) and before.get("host") == socket.gethostname() else None
+            mine = isinstance(before, dict) and before.get("host") == socket.gethostname()
+            prev = before.get("pid") if mine else None
             audit(self.rid, "acquire", prev_pid=prev, prev_alive=_alive(prev) if isinstance(prev, int) else None)
         with contextlib.suppress(OSError):  # a full disk must not stop the holder itself
             os.ftruncate(fd, 0)

@@ -38,7 +38,8 @@ ROW_KEYS = ("id", "variant", "family", "study", "arch", "precision", *RESULT_FIE
             "wandb_mode", "attempts", "error", "path")
 # (header, row key) of the terminal table.
 COLUMNS = (("id", "id"), ("variant", "variant"), ("arch", "arch"), ("precision", "precision"), ("status", "status"),
-           ("params", "params"), ("dev_ppl", "dev_ppl"), ("dev_bleu", "dev_bleu"), ("test_bleu", "test_bleu"), ("wall time", "wall_time_s"))
+           ("params", "params"), ("dev_ppl", "dev_ppl"), ("dev_bleu", "dev_bleu"), ("test_bleu", "test_bleu"),
+           ("wall time", "wall_time_s"))
 SORT_ALIASES = {"wall_time": "wall_time_s", "wall": "wall_time_s", "time": "wall_time_s", "ppl": "dev_ppl",
                 "bleu": "dev_bleu", "run_id": "id", "name": "id"}
 

@@ -10,8 +10,8 @@ import time
 
 import pytorch_lightning as pl
 
-from ..runs import results
 from ..config.config import Config
+from ..runs import results
 
 #: Seconds between two progress lines when no validation came between (the sweep's --every default too).
 EVERY_S = 30.0
