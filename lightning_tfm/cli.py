@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import os
 import re
 import sys
@@ -102,6 +103,21 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:  # its text masked (training/redact.py): argparse quotes a mistyped --storage URL whole
         from .training.redact import scrub_text
         print(f"ltfm: error: {scrub_text(str(e))}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path the file system cannot take, wherever a command meets it first: one line
+        if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+            raise
+        from .training.redact import scrub_text
+        name = str(e.filename or "")
+        shown_name = name if len(name) <= 80 else f"{name[:60]}...({len(os.fsencode(name))} bytes)"
+        why = "a name in it is too long" if e.errno == errno.ENAMETOOLONG else "its links loop"
+        print(f"ltfm: error: {scrub_text(shown_name)!r}: the file system cannot take this path ({why}): give "
+              "another (names of at most 255 bytes)", file=sys.stderr)
+        return 2
+    except ValueError as e:  # a NUL in a path (os.stat's "embedded null byte"): one line
+        if "embedded null" not in str(e):
+            raise
+        print("ltfm: error: a path given holds a NUL character: give it without one", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ltfm: interrupted", file=sys.stderr)

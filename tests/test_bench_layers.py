@@ -96,7 +96,7 @@ def test_self_attention_step_is_one_new_query_against_n_keys(monkeypatch):
     (["--d-model", "big"], "--d-model 'big': give positive integers"),
     (["--d-model", "18"], "--d-model 18 is not a multiple of bench.heads=4"),
     (["bench.run_ms=0"], "bench.run_ms=0: must be at least 1"),
-    (["bench.layers=2"], "takes bench.KEY=N settings, not 'bench.layers=2'"),
+    (["bench.layers=2"], "takes bench.<name>=N settings, not 'bench.layers=2'"),
     (["--vs", "marian"], "--vs does not apply to --layers"),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys, args, message):
@@ -115,3 +115,17 @@ def test_layer_options_without_layers_and_an_out_file_are_errors(tmp_path, capsy
     assert cli.main(["bench", "--layers", "--out", str(f)]) == 2
     assert "is a file: give a folder" in capsys.readouterr().err
 
+
+
+@pytest.mark.parametrize("where", ["proc", "under a file", "long name"])
+def test_bench_out_is_checked_like_every_other_output(tmp_path, capsys, where):
+    """#52 item 11's sibling: ``ltfm bench --layers --out`` goes through the check every command's output does
+    (training/atomic.check_writable), before any timing: /proc (which os.access calls writable for root), a folder
+    under a file, a name over 255 bytes; one line, exit 2, nothing written."""
+    (tmp_path / "file").write_text("x")
+    out = {"proc": "/proc/ltfm-bench", "under a file": str(tmp_path / "file" / "out"),
+           "long name": str(tmp_path / ("x" * 300))}[where]
+    assert cli.main(["bench", "--layers", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ltfm: error: --out ") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

@@ -48,7 +48,7 @@ def args(*overrides, vs="none", config=None) -> argparse.Namespace:
 @pytest.mark.parametrize("a,words", [
     (args(str(RNN_SMOKE), vs="marian"), "--vs marian (a transformer) does not apply to "),
     (args(str(RNN_SMOKE), "bench.d_model=64"), "bench.d_model does not apply to "),
-    (args("rnn.dec_hidden=64"), "'rnn.dec_hidden=64' is not a bench.KEY=N setting: config overrides go with an "
+    (args("rnn.dec_hidden=64"), "'rnn.dec_hidden=64' is not a bench.<name>=N setting: config overrides go with an "
                                 "experiment"),
     (args(str(RNN_SMOKE), "model.heads=2"), "model.heads does not apply to model.arch=rnn"),
 ])

@@ -29,3 +29,17 @@ def test_an_unknown_argument_like_no_flag_gets_no_guess(ltfm_here, tmp_path):
     p = ltfm_here("report", "sweeps/table3-cpu.yaml", "--zzzzzz", cwd=tmp_path)
     assert p.returncode == 2
     assert p.stderr.strip() == "ltfm: error: unrecognized arguments: --zzzzzz (see ltfm report --help)"
+
+
+@pytest.mark.parametrize("command", [["runs"], ["runs", "--wandb"], ["evaluate"], ["translate"], ["average"],
+                                     ["config"], ["train"]])
+def test_a_path_the_file_system_cannot_take_is_one_line(ltfm_here, tmp_path, command):
+    """#52, the class of item 13: a name over 255 bytes or a NUL, given where any command reads a path, is one line
+    naming it and the way out (exit 2), not OSError's or ValueError's traceback; nothing is written."""
+    before = sorted(tmp_path.iterdir())
+    for bad in (str(tmp_path / ("x" * 300)), str(tmp_path / "a\x00b")):
+        p = ltfm_here(*command, bad, cwd=tmp_path)
+        assert p.returncode == 2, (command, p.stderr)
+        err = p.stderr.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ltfm: error: ") and "Traceback" not in p.stderr, p.stderr
+    assert sorted(tmp_path.iterdir()) == before

@@ -98,7 +98,7 @@ def parse_settings(overrides: list[str]) -> dict:
     for o in overrides:
         key, eq, value = o.removeprefix("bench.").partition("=")
         if not o.startswith("bench.") or not eq or key not in SETTINGS:
-            raise UserError(f"ltfm bench --layers takes bench.KEY=N settings, not {o!r}: keys are "
+            raise UserError(f"ltfm bench --layers takes bench.<name>=N settings, not {o!r}: keys are "
                             + ", ".join(f"{k} ({h})" for k, h in SETTING_HELP.items()))
         try:
             s[key] = int(value)
@@ -113,15 +113,14 @@ def parse_settings(overrides: list[str]) -> dict:
 
 
 def check_out_dir(out: str) -> Path:
-    """``--out`` must be a folder that exists or can be made, and writable: checked before any timing."""
+    """``--out`` must be a folder that exists or can be made, where the files :func:`write_outputs` writes can be
+    written: checked before any timing by the check every command's output goes through
+    (:func:`~lightning_tfm.training.atomic.check_writable`: names, a file in the way, /proc, read-only folders)."""
+    from ..training.atomic import check_writable
+
     path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--out {out} is a file: give a folder for the table and the figure")
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise UserError(f"--out {out}: {probe} is not a writable folder: give a folder you can write")
+    check_writable(folders=[path])  # a file where the folder goes is named as such first
+    check_writable(files=[path / f"layers.{ext}" for ext in ("json", "csv", "png", "svg")])
     return path
 
 

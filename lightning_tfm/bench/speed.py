@@ -399,7 +399,7 @@ def bench_speed_cli(args) -> int:
         experiment = overrides.pop(0)  # ltfm bench EXPERIMENT.yaml: as --config
     stray = [o for o in overrides if not o.startswith("bench.")]
     if stray and not experiment:
-        raise UserError(f"{stray[0]!r} is not a bench.KEY=N setting: config overrides go with an experiment "
+        raise UserError(f"{stray[0]!r} is not a bench.<name>=N setting: config overrides go with an experiment "
                         f"(ltfm bench EXPERIMENT.yaml {stray[0]}), or drop it")
     for o in overrides:
         if o.startswith("bench."):
