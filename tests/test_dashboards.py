@@ -345,7 +345,8 @@ def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
     (run,) = read_runs(results / "wandb-report")
     folder = run.path.parent
     assert lines == [f"  W&B: report run report-table2-smoke-table2, offline in {folder} (upload: wandb sync "
-                     f"{folder})", "  optuna-dashboard: note on study table2-smoke"]
+                     f"{folder})", "  optuna-dashboard: note on study table2-smoke; open it: optuna-dashboard "
+                     f"sqlite:///{results / 'table2-smoke.db'}"]
     assert (run.run_id, run.job_type, run.group, run.exit_code) == ("report-table2-smoke-table2", "report",
                                                                     "table2-smoke", 0)
     assert run.config["report.kind"] == "table2" and run.config["report.folder"] == str(out)

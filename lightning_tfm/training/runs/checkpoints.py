@@ -95,7 +95,9 @@ def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: st
     :func:`~.run_folder.differences`, the checkpoint's corpus as it records it, :data:`CORPUS`, else as ``corpus``
     identifies it); None when it is, or cannot tell (a checkpoint of an older version records no run id)."""
     writer = ck.get(RUN_ID)
-    if run is not None and isinstance(writer, str) and writer != run:
+    # a run id is a name and the hash of what is trained (training/config/run_id.py): a folder renamed, or taken over
+    # under the name an earlier version gave it, keeps its hash; another run's checkpoint has another
+    if run is not None and isinstance(writer, str) and writer.rsplit("-", 1)[-1] != run.rsplit("-", 1)[-1]:
         return f"checkpoint {path} was written by run {writer}, not by {whose}"
     corpus = ck[CORPUS] if isinstance(ck.get(CORPUS), str) else corpus
     theirs = checkpoint_tokenizer(ck, path)
