@@ -111,6 +111,8 @@ def test_the_wandb_server_is_named_without_its_credentials(base, tmp_path, ltfm_
     assert files_holding_secret(tmp_path) == []
 
 
+@pytest.mark.long  # make test-long: what it checks is exercised in make test without a server by
+# test_no_command_shows_or_writes_the_password (output) and test_config_and_saved_settings_mask_the_password (files)
 def test_a_sweep_on_postgres_with_the_password_in_the_query_writes_it_nowhere(postgres, pg_url,  # noqa: F811
                                                                               tmp_path, data_dir):
     """The whole way through a real server: a sweep (its trial's config, summary, logs and offline W&B run), its
