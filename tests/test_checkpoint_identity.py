@@ -22,6 +22,7 @@ from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 
 from conftest import SMOKE
+from test_run_reuse import one_line, snapshot
 
 TOKENIZER = "tokenizer_sha256"
 RUN_ID, CORPUS = "ltfm_run_id", "ltfm_corpus"
@@ -29,22 +30,6 @@ RUN_ID, CORPUS = "ltfm_run_id", "ltfm_corpus"
 SMALL = ["data.max_train_pairs=300", "data.max_dev_pairs=10", "data.vocab_size=200", "data.test_split=null",
          "model.layers=1", "model.d_model=16", "model.d_ff=32", "model.heads=2", "model.d_k=8", "model.d_v=8",
          "decode.beam_size=1", "decode.max_len_b=5", "train.threads=1", "wandb.mode=disabled"]
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` by its content's hash."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def one_line(p, *words, after: str | None = None) -> str:
-    """The one-line error of ``p`` (exit 2) holding ``words``; ``after``: progress lines starting so may precede it."""
-    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
-    lines = [line for line in p.stderr.strip().splitlines() if not (after and line.startswith(after))]
-    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 def checkpoint(cfg: config.Config, vocab: int, tokenizer: str | None, run: str | None, step: int, seed: int = 1,
