@@ -12,12 +12,12 @@ import os
 import re
 import sys
 
+from .base.command import Command
+from .base.errors import UserError
 from .bench import commands as bench_commands
 from .report import commands as report_commands
 from .sweep import commands as sweep_commands
 from .training import commands as training_commands
-from .training.commands import Command
-from .training.errors import UserError
 
 
 def suggestion(word: str, choices: list[str]) -> str:
@@ -61,7 +61,7 @@ start with:
 every config key, its type, default and meaning: ltfm config --keys [PREFIX]"""
 
 #: The subcommands in the order of ``ltfm --help``, each declared once beside its handler in its layer's
-#: ``commands.py`` (:class:`~lightning_tfm.training.commands.Command`). Those modules import only the standard
+#: ``commands.py`` (:class:`~lightning_tfm.base.command.Command`). Those modules import only the standard
 #: library at the top, so that ``ltfm --help`` and argument errors never import torch, Lightning or Optuna.
 COMMANDS: tuple[Command, ...] = (sweep_commands.TRAIN, training_commands.CONFIG, sweep_commands.PREPARE,
                                  sweep_commands.SWEEP, report_commands.REPORT, training_commands.RUNS,
@@ -100,14 +100,14 @@ def main(argv: list[str] | None = None) -> int:
         if extra:
             args.overrides = list(args.overrides or []) + extra
         return next(c for c in COMMANDS if c.name == args.command).handler(args)
-    except UserError as e:  # its text masked (training/redact.py): argparse quotes a mistyped --storage URL whole
-        from .training.redact import scrub_text
+    except UserError as e:  # its text masked (base/redact.py): argparse quotes a mistyped --storage URL whole
+        from .base.redact import scrub_text
         print(f"ltfm: error: {scrub_text(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:  # a path the file system cannot take, wherever a command meets it first: one line
         if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
             raise
-        from .training.redact import scrub_text
+        from .base.redact import scrub_text
         name = str(e.filename or "")
         shown_name = name if len(name) <= 80 else f"{name[:60]}...({len(os.fsencode(name))} bytes)"
         why = "a name in it is too long" if e.errno == errno.ENAMETOOLONG else "its links loop"

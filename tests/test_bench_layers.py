@@ -120,7 +120,7 @@ def test_layer_options_without_layers_and_an_out_file_are_errors(tmp_path, capsy
 @pytest.mark.parametrize("where", ["proc", "under a file", "long name"])
 def test_bench_out_is_checked_like_every_other_output(tmp_path, capsys, where):
     """#52 item 11's sibling: ``ltfm bench --layers --out`` goes through the check every command's output does
-    (training/atomic.check_writable), before any timing: /proc (which os.access calls writable for root), a folder
+    (base/atomic.check_writable), before any timing: /proc (which os.access calls writable for root), a folder
     under a file, a name over 255 bytes; one line, exit 2, nothing written."""
     (tmp_path / "file").write_text("x")
     out = {"proc": "/proc/ltfm-bench", "under a file": str(tmp_path / "file" / "out"),

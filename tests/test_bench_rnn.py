@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.bench import speed as bench
 from lightning_tfm.model.rnn import RNN, RNNConfig
-from lightning_tfm.training.errors import UserError
 
 from conftest import ROOT, ltfm
 

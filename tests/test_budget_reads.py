@@ -14,12 +14,12 @@ import pytest
 from pytorch_lightning.loggers import CSVLogger
 
 from lightning_tfm import report as rd
+from lightning_tfm.base import atomic
 from lightning_tfm.report.table3.verdict import predict
 from lightning_tfm.sweep import Plan, load_sweep
 from lightning_tfm.sweep.launch import _Monitor, progress
 from lightning_tfm.sweep.status import format_status, status_rows
 from lightning_tfm.sweep.worker import write_trial_config
-from lightning_tfm.training import atomic
 from lightning_tfm.training.config.run_id import config_hash
 
 from conftest import SMOKE, write_sweep

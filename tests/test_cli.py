@@ -136,7 +136,7 @@ def test_sweep_keys_mistakes_are_one_line(args, msg, capsys):
 def test_train_reads_and_validates_its_config_once(monkeypatch, tmp_path, data_dir):
     """``ltfm train`` reads the experiment file once and validates the config once (training validates what
     it is given; the command does not check it a second time). The run stops right after validation."""
-    from lightning_tfm.training.errors import UserError
+    from lightning_tfm.base.errors import UserError
     from lightning_tfm.training.runs import run_folder
 
     calls = {"read_yaml": 0, "validate": 0}

@@ -6,10 +6,10 @@ import dataclasses
 import pytest
 import yaml
 
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.model.config import ModelConfig
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
-from lightning_tfm.training.errors import UserError
 
 from conftest import ROOT
 
@@ -99,7 +99,7 @@ def test_table3_knobs_are_the_fields_with_a_table3_column_and_feed_the_report_an
 def test_each_section_checks_its_own_values():
     """Every number key has its range beside it (a Range in its field's metadata), and its section's problem()
     names it: validate is each section's problem(), then the checks across sections."""
-    from lightning_tfm.model.config import Range
+    from lightning_tfm.base.knobs import Range
 
     for sec, keys in config.SCHEMA.items():  # the registered architectures' sections too (rnn)
         section = getattr(config.Config(), sec)

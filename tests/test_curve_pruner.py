@@ -10,9 +10,9 @@ import optuna
 import pytest
 import yaml
 
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.sweep import load_sweep, schema
 from lightning_tfm.sweep.curve_pruner import CurvePruner
-from lightning_tfm.training.errors import UserError
 
 from conftest import SMOKE
 

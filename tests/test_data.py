@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.model import BOS, EOS, PAD
 from lightning_tfm.training.config.config import load_config
 from lightning_tfm.training.data.data import (
@@ -17,7 +18,6 @@ from lightning_tfm.training.data.data import (
     train_tokenizer,
     widths,
 )
-from lightning_tfm.training.errors import UserError
 
 
 def lengths(n=500, seed=0):

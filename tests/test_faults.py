@@ -186,7 +186,7 @@ def test_a_last_ckpt_older_than_the_newest_step_checkpoint_is_not_resumed_from(s
 # ---------------------------------------------------------------------------------- atomic writes
 KILLED_WRITER = """
 import os, signal, sys
-from lightning_tfm.training.atomic import atomic_path
+from lightning_tfm.base.atomic import atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     with open(tmp, "wb") as f:
         f.write(b"half a new checkpoint")
@@ -196,7 +196,7 @@ with atomic_path(sys.argv[1]) as tmp:
 
 
 def test_sigkill_mid_write_leaves_the_old_file_and_a_temp_that_is_cleaned(tmp_path):
-    from lightning_tfm.training.atomic import is_temp, remove_stale_temps, write_text
+    from lightning_tfm.base.atomic import is_temp, remove_stale_temps, write_text
 
     target = tmp_path / "summary.json"
     write_text(target, '{"status": "completed"}\n')
@@ -211,7 +211,7 @@ def test_sigkill_mid_write_leaves_the_old_file_and_a_temp_that_is_cleaned(tmp_pa
 
 
 def test_a_failed_writer_leaves_nothing(tmp_path):
-    from lightning_tfm.training.atomic import atomic_path, write_json
+    from lightning_tfm.base.atomic import atomic_path, write_json
 
     target = tmp_path / "x.ckpt"
     write_json(target, {"v": 1})
@@ -348,7 +348,7 @@ def test_train_warns_about_an_odd_summary_and_writes_a_fresh_one(smoke_run, data
 
 # ------------------------------------------------------------------------------------ secrets, paths
 def test_storage_url_password_is_masked_whole():
-    from lightning_tfm.training.redact import mask_url, scrub, scrub_text
+    from lightning_tfm.base.redact import mask_url, scrub, scrub_text
 
     url = "postgresql://alice:s3cr@tPW@host/db"
     assert mask_url(url) == "postgresql://alice:***@host/db"
@@ -367,8 +367,8 @@ def test_sweep_status_never_shows_any_part_of_the_password(data_dir, ltfm_here):
 
 
 def test_report_out_replaces_only_a_folder_it_made(tmp_path):
+    from lightning_tfm.base.errors import UserError
     from lightning_tfm.report.publish.notebooks import MARKER, _replace_dir, check_out
-    from lightning_tfm.training.errors import UserError
 
     mine = tmp_path / "mine"
     mine.mkdir()

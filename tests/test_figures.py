@@ -12,12 +12,12 @@ from xml.etree import ElementTree  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
+from lightning_tfm.base.errors import UserError  # noqa: E402
 from lightning_tfm.report.core import plots  # noqa: E402
 from lightning_tfm.report.inputs.records import ReportData, RunRecord  # noqa: E402
 from lightning_tfm.report.table3.table import build_table  # noqa: E402
 from lightning_tfm.report.views import figures, lead  # noqa: E402
 from lightning_tfm.sweep import load_sweep  # noqa: E402
-from lightning_tfm.training.errors import UserError  # noqa: E402
 
 from conftest import ROOT, SMOKE, TINY, ltfm  # noqa: E402
 

@@ -13,8 +13,8 @@ import sys
 import pytest
 import yaml
 
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.training.config import config
-from lightning_tfm.training.errors import UserError
 
 from conftest import ROOT, SMOKE
 

@@ -9,7 +9,7 @@ import optuna
 import pytest
 import yaml
 
-from lightning_tfm.training.errors import UserError
+from lightning_tfm.base.errors import UserError
 
 from conftest import ROOT, ltfm
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "lightning_tfm"
-# One package a layer, as the README's diagram: model <- training <- bench <- sweep <- report <- the command line.
-LAYERS = {"model": 0, "training": 1, "bench": 2, "sweep": 3, "report": 4, "cli": 5, "__main__": 5}
+# One package a layer, as the README's diagram: base <- model <- training <- bench <- sweep <- report <- cli.
+LAYERS = {"base": 0, "model": 1, "training": 2, "bench": 3, "sweep": 4, "report": 5, "cli": 6, "__main__": 6}
 
 
 def _layer(module: str) -> int:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from lightning_tfm.model.config import OPT
+from lightning_tfm.base.errors import UserError
+from lightning_tfm.base.knobs import OPT
 from lightning_tfm.training.config import config
-from lightning_tfm.training.errors import UserError
 
 from conftest import ROOT, SMOKE
 

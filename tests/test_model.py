@@ -201,13 +201,13 @@ def test_model_activation_is_one_field_that_the_report_the_dashboard_and_the_sea
     """model.activation is declared once (its field, with its Table 3 column): a config key with its choices, a
     column of the report's configuration table and CSV, a word of the lead figure's row names, an Optuna param of
     the sweep dashboard, a key sweeps/search.yaml samples; absent from the paper's CSV, the paper's rows have none."""
+    from lightning_tfm.base.errors import UserError
     from lightning_tfm.report.table3 import columns
     from lightning_tfm.report.table3.paper import load_paper
     from lightning_tfm.report.views.lead import row_label
     from lightning_tfm.sweep import load_sweep
     from lightning_tfm.sweep.queue import DASHBOARD_CHOICES
     from lightning_tfm.training.config import config
-    from lightning_tfm.training.errors import UserError
 
     from conftest import ROOT, SMOKE
 

@@ -1,6 +1,6 @@
 """Every config key and every sweep-file field at its limits (issue #52, the class): property tests with
-``hypothesis`` over the declared schemas, the config sections' fields (:func:`~lightning_tfm.model.config.knob`,
-their :class:`~lightning_tfm.model.config.Range`) and the sweep file's (``sweep/schema.py``). Each value, at a
+``hypothesis`` over the declared schemas, the config sections' fields (:func:`~lightning_tfm.base.knobs.knob`,
+their :class:`~lightning_tfm.base.knobs.Range`) and the sweep file's (``sweep/schema.py``). Each value, at a
 range's ends and just past them, huge, tiny, negative, NaN, infinite, a long or odd string, a wrong type, is either
 accepted and then usable (the resolved config builds its model; its FLOPs and steps are finite) or refused in one
 line, exit 2, no traceback: through ``ltfm config FILE key=value`` and ``ltfm sweep FILE --dry-run``, in-process.
@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lightning_tfm.model.config import OPT, Range
+from lightning_tfm.base.knobs import OPT, Range
 from lightning_tfm.sweep import schema
 from lightning_tfm.training.config import config
 
@@ -76,7 +76,7 @@ def as_override(v) -> str:
 
 
 def _checks() -> dict[str, typing.Any]:
-    from lightning_tfm.model.config import check_of
+    from lightning_tfm.base.knobs import check_of
 
     out = {}
     for sec, keys in config.SCHEMA.items():

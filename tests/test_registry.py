@@ -14,6 +14,7 @@ import torch
 import yaml
 from torch import nn
 
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.cli import main as cli_main
 from lightning_tfm.model import (
     EOS,
@@ -28,7 +29,6 @@ from lightning_tfm.model import (
 )
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
-from lightning_tfm.training.errors import UserError
 
 from conftest import SMOKE, ltfm
 

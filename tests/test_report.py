@@ -19,9 +19,9 @@ from bs4 import BeautifulSoup
 from PIL import Image
 
 from lightning_tfm import report as rd
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.report.publish import notebooks
 from lightning_tfm.sweep import load_sweep
-from lightning_tfm.training.errors import UserError
 
 from conftest import ROOT, SMOKE, ltfm, write_sweep
 from wandb_offline import read_runs
@@ -359,7 +359,7 @@ def test_a_failing_cell_fails_the_command_naming_the_cell(tmp_path, capsys):
     assert failed.is_file() and str(failed) in err[0]
     assert not list(tmp_path.glob(".build.tmp-*"))
     # a UserError raised in a cell is the user's input: one line, the CLI's exit code 2
-    nb = _notebook(tmp_path / "user.ipynb", "from lightning_tfm.training.errors import UserError\n"
+    nb = _notebook(tmp_path / "user.ipynb", "from lightning_tfm.base.errors import UserError\n"
                                             "raise UserError('no study named x: run ltfm sweep first')")
     with pytest.raises(UserError, match="no study named x"):
         notebooks.execute(nb, {}, out, "table3")

@@ -14,10 +14,10 @@ import optuna
 import pytest
 
 from lightning_tfm import report as rd
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.report.inputs import export, records
 from lightning_tfm.report.table3 import compare, stats
 from lightning_tfm.sweep import load_sweep
-from lightning_tfm.training.errors import UserError
 
 from conftest import ROOT, ltfm, write_sweep
 from test_verdict import BASE, CFG, _records, curve

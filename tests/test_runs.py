@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_tfm.training.errors import UserError
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.training.runs.runs import format_table, list_runs
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_tfm.training.redact import mask_url, scrub, scrub_text
+from lightning_tfm.base.redact import mask_url, scrub, scrub_text
 
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
 

@@ -193,7 +193,7 @@ def test_the_seconds_cadence_is_left_out_where_step_checkpoints_come_by_time_as_
 
 
 def test_the_new_key_leaves_run_ids_alone_and_is_checked():
-    from lightning_tfm.training.errors import UserError
+    from lightning_tfm.base.errors import UserError
 
     base = config.load_config(SMOKE, ["data.path=/x"])
     assert base.train.checkpoint_every_seconds == 600.0

@@ -105,9 +105,9 @@ def test_auto_kernel_choice():
 
 
 def test_kernel_is_chosen_by_the_constructor_and_the_config():
+    from lightning_tfm.base.errors import UserError
     from lightning_tfm.training.config.config import load_config
     from lightning_tfm.training.config.run_id import config_hash
-    from lightning_tfm.training.errors import UserError
 
     for name in fast.ATTENTION_KERNELS:
         m = make(kernel=name)

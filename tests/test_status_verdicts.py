@@ -14,11 +14,11 @@ import pytest
 import yaml
 from pytorch_lightning.loggers import CSVLogger
 
+from lightning_tfm.base import atomic
 from lightning_tfm.report.table3.verdict import predict
 from lightning_tfm.sweep import Plan, load_sweep
 from lightning_tfm.sweep.launch import _Monitor
 from lightning_tfm.sweep.status import format_status, row_verdicts, status_rows
-from lightning_tfm.training import atomic
 
 from conftest import SMOKE
 

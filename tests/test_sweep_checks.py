@@ -12,8 +12,8 @@ import pytest
 import yaml
 from pytorch_lightning.loggers import CSVLogger
 
+from lightning_tfm.base import atomic
 from lightning_tfm.sweep import Plan, load_sweep
-from lightning_tfm.training import atomic
 
 from conftest import SMOKE
 

@@ -9,11 +9,11 @@ import json
 import pytest
 import yaml
 
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.sweep import Plan, dry_run, load_sweep, schema, trial_config
 from lightning_tfm.sweep.schema import describe_keys
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
-from lightning_tfm.training.errors import UserError
 
 from conftest import ROOT, SMOKE
 

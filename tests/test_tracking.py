@@ -19,9 +19,9 @@ import torch
 import wandb
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_tfm.training import redact
+from lightning_tfm.base import redact
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.training.config.config import Config, load_config
-from lightning_tfm.training.errors import UserError
 from lightning_tfm.training.runs import results
 from lightning_tfm.training.tracking import tracking
 

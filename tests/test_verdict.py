@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from lightning_tfm import report as rd
+from lightning_tfm.base.errors import UserError
 from lightning_tfm.bench.speed import DEFAULTS
 from lightning_tfm.model.transformer import train_flops_per_step
 from lightning_tfm.report.table3 import columns, compare, compute, stats, verdict
 from lightning_tfm.report.views import render
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
-from lightning_tfm.training.errors import UserError
 
 from conftest import ROOT, write_sweep
 

@@ -1,14 +1,14 @@
 """The bench layer's command, declared once beside its handler: ``ltfm bench`` (training and decoding speed,
 the data pipeline at scale, the paper's Table 1 layers). Like every ``commands.py`` it imports only the standard
-library at the top (and the training layer's :class:`~lightning_tfm.training.commands.Command`): the handler imports
+library at the top (and the training layer's :class:`~lightning_tfm.base.command.Command`): the handler imports
 the benchmark it runs.
 """
 from __future__ import annotations
 
 import argparse
 
-from ..training.commands import Command, say_done
-from ..training.errors import UserError
+from ..base.command import Command, say_done
+from ..base.errors import UserError
 
 
 def _bench_arguments(b: argparse.ArgumentParser) -> None:

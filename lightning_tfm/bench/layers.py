@@ -45,9 +45,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..base.atomic import atomic_path, write_json, write_text
+from ..base.errors import UserError
 from ..model import KVCache, ModelConfig, MultiHeadAttention
-from ..training.atomic import atomic_path, write_json, write_text
-from ..training.errors import UserError
 
 #: The paper's Table 1 (per layer; n positions of width d, kernel width k): complexity, its exponent of n,
 #: sequential operations, maximum path length.
@@ -115,8 +115,8 @@ def parse_settings(overrides: list[str]) -> dict:
 def check_out_dir(out: str) -> Path:
     """``--out`` must be a folder that exists or can be made, where the files :func:`write_outputs` writes can be
     written: checked before any timing by the check every command's output goes through
-    (:func:`~lightning_tfm.training.atomic.check_writable`: names, a file in the way, /proc, read-only folders)."""
-    from ..training.atomic import check_writable
+    (:func:`~lightning_tfm.base.atomic.check_writable`: names, a file in the way, /proc, read-only folders)."""
+    from ..base.atomic import check_writable
 
     path = Path(out)
     check_writable(folders=[path])  # a file where the folder goes is named as such first

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..training.errors import UserError
+from ..base.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = ROOT.parent / "shared" / "data" / "multi30k"

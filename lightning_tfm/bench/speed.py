@@ -36,10 +36,11 @@ import time
 
 import torch
 
+from ..base.errors import UserError
+from ..base.knobs import check_of
 from ..model import DEFAULT_ARCH, ModelConfig, build_model, registry
-from ..model.config import MAX_POSITIONS, check_of
+from ..model.config import MAX_POSITIONS
 from ..training.config.sections import DataConfig, DecodeConfig
-from ..training.errors import UserError
 
 DEFAULTS = dict(layers=3, d_model=256, d_ff=1024, heads=4, vocab=8000, batch=128, src_len=20, tgt_len=20,
                 out_len=20, beam=4, reps=3, train_steps=4, decode_batches=1, threads=0)  # threads 0: torch's default

@@ -10,9 +10,10 @@ switched by a config key.
 import importlib
 import pkgutil
 
+from ..base.knobs import Section
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .cache import KVCache, MemoryCache
-from .config import ModelConfig, Section
+from .config import ModelConfig
 from .incremental import EncoderDecoder
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .positional import LearnedPositions, SinusoidalPositions, sinusoid_table

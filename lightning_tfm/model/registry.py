@@ -26,7 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Callable
 
-from .config import ModelConfig, Section, section_schema
+from ..base.knobs import Section, section_schema
+from .config import ModelConfig
 from .incremental import EncoderDecoder
 
 DEFAULT_ARCH = "transformer"
@@ -47,11 +48,11 @@ ARCHITECTURES: dict[str, Architecture] = {}
 
 def register(name: str, section: type[Section] | None = None) -> Callable[[type], type]:
     """Class decorator: ``model.arch: name`` builds the class, as ``cls(cfg, vocab_size)`` with ``cfg`` its
-    ``section`` (a :class:`~lightning_tfm.model.config.Section` dataclass whose fields are the section
+    ``section`` (a :class:`~lightning_tfm.base.knobs.Section` dataclass whose fields are the section
     ``name``'s keys; None: the model section, :class:`ModelConfig`)."""
     if section is not None and not (dataclasses.is_dataclass(section) and issubclass(section, Section)):
         raise TypeError(f"the section of architecture {name!r} must be a dataclass deriving from "
-                        f"lightning_tfm.model.config.Section, got {section!r}")
+                        f"lightning_tfm.base.knobs.Section, got {section!r}")
 
     def add(cls: type) -> type:
         if not issubclass(cls, EncoderDecoder):

@@ -39,7 +39,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .config import LAYERS, MAX_POSITIONS, UNIT, WIDTH, Range, Section, knob
+from ..base.knobs import UNIT, Range, Section, knob
+from .config import LAYERS, MAX_POSITIONS, WIDTH
 from .incremental import EncoderDecoder
 from .registry import register
 from .transformer import PAD

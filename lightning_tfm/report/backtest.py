@@ -31,8 +31,8 @@ import json
 import math
 from pathlib import Path
 
+from ..base.errors import UserError
 from ..sweep.curves import SIGN_LEVEL, extrapolation_score, sign_score
-from ..training.errors import UserError
 from .table3.stats import mean_std, noise_verdict, relative
 from .table3.verdict import HOLDS, TOO_FEW, change, curve_verdict, last_step, settings_of
 
@@ -319,7 +319,7 @@ def backtest_cli(args, sweep) -> int:
         if out.suffix != ".json":
             raise UserError(f"--out {args.out!r}: a back-test writes FILE.json (and FILE.md, FILE.png beside it): "
                             "give a path ending in .json")
-        from ..training.atomic import check_writable
+        from ..base.atomic import check_writable
         check_writable([out, out.with_suffix(".md"), out.with_suffix(".png")])  # all three, before any reading
     earlier = read_export(sweep, args.from_export)
     curves = _curves(earlier)
@@ -346,7 +346,7 @@ def backtest_cli(args, sweep) -> int:
     result, outlook = backtest(earlier_curves, later, sweep.report)
     text = backtest_text(result, title)
     if out is not None:
-        from ..training.atomic import write_text
+        from ..base.atomic import write_text
         from .views.figures import plot_outlook
 
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """The report layer's command, declared once beside its handler: ``ltfm report`` (what a
-:class:`~lightning_tfm.training.commands.Command` is: that module). How a report is executed and published is
+:class:`~lightning_tfm.base.command.Command` is: that module). How a report is executed and published is
 in :mod:`.notebooks`.
 
 Only the standard library is imported at the top (``ltfm --help`` builds every command's parser): the handler
@@ -12,8 +12,8 @@ import math
 import os
 from pathlib import Path
 
-from ..training.commands import Command, say_done
-from ..training.errors import UserError
+from ..base.command import Command, say_done
+from ..base.errors import UserError
 
 
 def _report_arguments(rp: argparse.ArgumentParser) -> None:
@@ -140,10 +140,10 @@ def report_cli(args) -> int:
 
 
 def check_report_out(out: Path) -> None:
-    """That the report folder ``out`` can be made, before any notebook runs (:func:`~lightning_tfm.training.atomic.
+    """That the report folder ``out`` can be made, before any notebook runs (:func:`~lightning_tfm.base.atomic.
     check_writable`): its name, and the names :mod:`.publish.notebooks` gives the folders and the lock beside it while
     it replaces it (``.<name>.tmp-<pid>``, ``.<name>.old-<pid>``, ``.<name>.lock``), each within NAME_MAX."""
-    from ..training.atomic import NAME_MAX, check_writable
+    from ..base.atomic import NAME_MAX, check_writable
 
     beside = [out.with_name(f".{out.name}.{kind}-{os.getpid()}") for kind in ("tmp", "old")]
     room = NAME_MAX - max(len(os.fsencode(p.name)) - len(os.fsencode(out.name)) for p in beside)

@@ -1,5 +1,5 @@
 """The sweep layer's commands, each declared once beside its handler: ``ltfm train``, ``ltfm prepare`` and
-``ltfm sweep`` (what a :class:`~lightning_tfm.training.commands.Command` is: that module).
+``ltfm sweep`` (what a :class:`~lightning_tfm.base.command.Command` is: that module).
 
 ``train`` and ``prepare`` are declared here, not in the training layer, because each reaches into a sweep: a
 sweep trial is an ``ltfm train`` process that reports to its study through :mod:`.pruning`, and ``prepare``
@@ -17,8 +17,9 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from ..training.commands import OVERRIDES, Command, default_data, print_keys, say_done
-from ..training.errors import UserError
+from ..base.command import OVERRIDES, Command, print_keys, say_done
+from ..base.errors import UserError
+from ..training.commands import default_data
 
 if TYPE_CHECKING:
     from ..training.config.config import Config
@@ -228,7 +229,7 @@ def _join(sweep, plan: Plan, url: str, given: bool):
 def status_command(args) -> str:
     """``ltfm sweep FILE --status`` as this command's user would type it to find the same study: with the
     results folder it was given (the default storage lives there) and its storage URL, password masked."""
-    from ..training.redact import mask_url
+    from ..base.redact import mask_url
 
     words = ["ltfm", "sweep", args.sweep_file, "--status"]
     words += [o for o in args.overrides if o.split("=", 1)[0].strip() == "run.results_dir"]
@@ -280,7 +281,7 @@ def sweep_cli(args) -> int:
         raise UserError("give a sweep file (ltfm sweep sweeps/table3-cpu.yaml [k=v ...]) or --keys")
     if args.n_trials is not None and args.n_trials < 1:
         raise UserError(f"--n-trials {args.n_trials} must be at least 1")
-    from ..training.redact import mask_url
+    from ..base.redact import mask_url
     from .plan import Plan
     from .spec import load_sweep
     from .status import format_status, status_rows
@@ -338,7 +339,7 @@ def sweep_cli(args) -> int:
 def report_command(args) -> str:
     """``ltfm report FILE`` as this sweep's user would type it to read the same runs: with the results folder
     and the storage the sweep was given (:func:`status_command`'s)."""
-    from ..training.redact import mask_url
+    from ..base.redact import mask_url
 
     words = ["ltfm", "report", args.sweep_file]
     words += [w for o in args.overrides if o.split("=", 1)[0].strip() == "run.results_dir"
@@ -351,7 +352,7 @@ def report_command(args) -> str:
 def _said_done(args, sweep, plan: Plan, url: str, code: int) -> int:
     """A sweep's closing lines (not a worker's that --workers started: the launcher's are): where its runs and
     study are, and the commands that show them; ``code`` returned."""
-    from ..training.redact import mask_url
+    from ..base.redact import mask_url
 
     if code in (0, 1) and not getattr(args, "storage_from_env", False):
         say_done(f"{plan.results_dir}/ (a run folder a trial; the study: {mask_url(url)})",

@@ -77,7 +77,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..training.errors import UserError
+from ..base.errors import UserError
 from .schema import CURVE_FAMILIES
 
 #: The curve families a fit can take (the module docstring), and their parameter counts.

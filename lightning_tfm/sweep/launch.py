@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from ..training.errors import UserError
+from ..base.errors import UserError
 from ..training.runs.results import read_metrics
 from .budget import PAST_BUDGET, cut_history
 from .plan import Plan, check_buildable

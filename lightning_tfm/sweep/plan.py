@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
+from ..base.errors import UserError
+from ..base.inputs import shown
 from ..training.config import config
-from ..training.config.inputs import shown
-from ..training.errors import UserError
 from .spec import RESERVED, Entry, Sweep
 
 #: What a worker adds under the command line (a sweep file may set it otherwise): a trial's output goes to

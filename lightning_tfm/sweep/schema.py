@@ -17,10 +17,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..base.errors import UserError
+from ..base.inputs import shown
 from ..model.config import MAX_POSITIONS
-from ..training.config.inputs import shown
 from ..training.config.sections import LABEL_CHARS, STEPS
-from ..training.errors import UserError
 from ..training.runs.results import OBJECTIVES
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -27,10 +27,10 @@ from typing import Any
 
 import yaml
 
+from ..base.errors import UserError
+from ..base.inputs import load_yaml, read_yaml_text, shown
 from ..training.config import config
-from ..training.config.inputs import load_yaml, read_yaml_text, shown
 from ..training.config.sections import LABEL_CHARS, path_check
-from ..training.errors import UserError
 from .schema import (
     BUDGET_DEFAULTS,
     METRICS,

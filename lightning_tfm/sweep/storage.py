@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..training.errors import UserError
-from ..training.redact import mask_url, scrub_text
+from ..base.errors import UserError
+from ..base.redact import mask_url, scrub_text
 from .spec import Sweep, build_pruner, build_sampler
 
 #: The environment variable through which the sweep worker passes the full storage URL (with any

@@ -27,10 +27,10 @@ import sys
 import time
 from pathlib import Path
 
+from ..base.errors import UserError
+from ..base.redact import scrub_text
 from ..training.config import config
 from ..training.config.run_id import run_id
-from ..training.errors import UserError
-from ..training.redact import scrub_text
 from ..training.runs import run_folder
 from ..training.runs.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
@@ -58,7 +58,7 @@ def write_trial_config(cfg: config.Config, run_dir: Path) -> Path:
     """Write a trial's resolved config to ``<run_dir>/config.yaml`` (atomically, secrets masked): the file the
     trial process trains from and the run keeps. Its run id is the trial's (``run_id`` of the loaded
     file equals that of ``cfg``)."""
-    from ..training import atomic
+    from ..base import atomic
 
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.yaml"

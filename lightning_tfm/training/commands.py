@@ -15,33 +15,18 @@ import copy
 import math
 import shlex
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from .errors import UserError
+from ..base.command import OVERRIDES, Command, print_keys, say_done
+from ..base.errors import UserError
 
 if TYPE_CHECKING:
     from .config.config import Config
 
-#: The help of the ``dotted.key=value`` arguments of the commands that read an experiment file.
-OVERRIDES = "dotted.key=value settings on top of the file (ltfm config --keys lists every key)"
 #: Multi30k beside the checkout, from the folder a command runs in (the checkout's root): data.path's default for a
 #: local experiment that names no data (:func:`default_data`). The Makefile's DATA default is read from this line.
 DEFAULT_DATA = "../shared/data/multi30k"
-
-
-@dataclass(frozen=True)
-class Command:
-    """One ``ltfm`` subcommand, declared once: its name, the one line of ``ltfm --help`` (``help``), the
-    paragraph of ``ltfm NAME --help`` (``description``), the function that adds its arguments to its parser,
-    and the handler, called with the parsed arguments, that returns the exit code."""
-
-    name: str
-    help: str
-    arguments: Callable[[argparse.ArgumentParser], None]
-    handler: Callable[[argparse.Namespace], int]
-    description: str | None = None
 
 
 def default_data(cfg: Config) -> list[str]:
@@ -53,21 +38,6 @@ def default_data(cfg: Config) -> list[str]:
         return []
     print(f"ltfm: data.path={DEFAULT_DATA} (no data.path given; that folder exists)", file=sys.stderr, flush=True)
     return [f"data.path={Path(DEFAULT_DATA).resolve()}"]
-
-
-def say_done(output: str, then: str | None = None) -> None:
-    """The closing lines of a command that makes something, on stderr after its own output: where what it made is,
-    and the command to run next."""
-    print(f"ltfm: output: {output}", file=sys.stderr, flush=True)
-    if then:
-        print(f"ltfm: next: {then}", file=sys.stderr, flush=True)
-
-
-def print_keys(rows: list[tuple[str, str, str, str]]) -> None:
-    """``--keys``: one line a key (key, type, default, meaning), in aligned columns."""
-    w = [max(len(r[i]) for r in rows) for i in range(3)]
-    for key, kind, default, help in rows:
-        print(f"{key:<{w[0]}}  {kind:<{w[1]}}  default {default:<{w[2]}}  {help}")
 
 
 def _config_arguments(c: argparse.ArgumentParser) -> None:
@@ -117,7 +87,7 @@ def _average_arguments(a: argparse.ArgumentParser) -> None:
 
 def average_cli(args) -> int:
     """``ltfm average RUN_DIR [--last N] [--out PATH]``."""
-    from .atomic import check_writable
+    from ..base.atomic import check_writable
     from .runs.checkpoints import write_average
 
     if args.out or Path(args.run_dir).is_dir():  # (a run folder that is not there: write_average says so)
@@ -169,7 +139,7 @@ def apply_overrides(cfg: Config, overrides: dict) -> Config:
 
 
 def _write_lines_atomic(path: Path, lines: list[str]) -> None:
-    from .atomic import write_text
+    from ..base.atomic import write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, "".join(line + "\n" for line in lines))
@@ -229,7 +199,7 @@ def evaluate_cli(args) -> int:
 
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
-    from .atomic import check_writable
+    from ..base.atomic import check_writable
     from .data.data import load_split, read_lines
     from .evaluate import decode_dtype, evaluate_texts, format_bleu
     from .runs.checkpoints import load_model

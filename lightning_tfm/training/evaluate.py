@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
+from ..base import atomic
+from ..base.errors import UserError
 from ..model import Transformer
-from . import atomic
 from .config.config import Config, DecodeConfig
 from .decode import Hypothesis, translate_ids
-from .errors import UserError
 from .runs.checkpoints import load_model, step_checkpoints, write_average
 
 

@@ -30,7 +30,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     def __init__(self, config: Config, vocab_size: int, tokenizer: str | None = None):
         super().__init__()
-        from .redact import scrub
+        from ..base.redact import scrub
 
         # config (as a plain nested dict, secrets masked), vocab_size and the vocabulary's hash (tokenizer: its
         # checkpoints.tokenizer_hash) go into every checkpoint

@@ -5,7 +5,7 @@
 resumes from ``checkpoints/last.ckpt`` (and a completed run is not trained again).
 
 Nothing finished is lost: one process trains a run folder at a time (:mod:`.runs.run_folder`); checkpoints, the
-summary, config and hypotheses are written atomically inside the run folder (:mod:`.atomic`,
+summary, config and hypotheses are written atomically inside the run folder (:mod:`..base.atomic`,
 :mod:`.runs.checkpoints`); an unreadable ``last.ckpt`` or ``summary.json`` is set aside with a warning and the
 newest readable step checkpoint is used; earlier attempts stay in ``summary["attempts"]``; a full or
 read-only disk and a diverging loss end as one line, exit 2, with the attempt recorded as ``failed``.
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from . import atomic
+from ..base import atomic
+from ..base.errors import UserError
 from .config import config
 from .data.corpus import Corpus
-from .errors import UserError
 from .precision import resolve_precision
 from .runs import results, run_folder
 from .runs.checkpoints import (
@@ -143,8 +143,8 @@ class Run:
         """Seed, the run folder's config and tokenizer, the model, and the summary of a running attempt."""
         import pytorch_lightning as pl
 
+        from ..base.redact import scrub
         from .lit import Seq2SeqModule
-        from .redact import scrub
 
         cfg = self.cfg
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
@@ -238,7 +238,7 @@ class Run:
         earlier attempts."""
         if not self.is_zero:
             return
-        from .redact import scrub
+        from ..base.redact import scrub
         from .tracking.tracking import finish
 
         err = e if isinstance(e, UserError) else run_folder.storage_error(e, self.run_dir) or e

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from lightning_tfm.training.atomic import TMP_MARK  # noqa: E402  (the temporary files: .<name>.tmp-<pid>-<hex>)
+from lightning_tfm.base.atomic import TMP_MARK  # noqa: E402  (the temporary files: .<name>.tmp-<pid>-<hex>)
 
 VERSIONED_CKPT = re.compile(r"-v\d+\.ckpt$")  # what Lightning's ModelCheckpoint names a second file of one name
 FINISHED = ("COMPLETE", "PRUNED")

@@ -52,8 +52,8 @@ _RC = {"pdf.fonttype": 42, "svg.hashsalt": "lightning_tfm"}
 
 def parse_formats(text: str | list | tuple | None, option: str = "--formats") -> tuple[str, ...]:
     """``"png,svg,pdf"`` (or a list of them) as the formats to write, PNG first and always among them; an unknown
-    or empty one is a :class:`~lightning_tfm.training.errors.UserError` naming the ones there are."""
-    from ...training.errors import UserError
+    or empty one is a :class:`~lightning_tfm.base.errors.UserError` naming the ones there are."""
+    from ...base.errors import UserError
 
     items = text.split(",") if isinstance(text, str) else list(text or ["png"])
     names = [str(x).strip().lower().lstrip(".") for x in items]

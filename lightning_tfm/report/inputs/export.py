@@ -30,10 +30,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ...training.atomic import write_text
+from ...base.atomic import write_text
+from ...base.errors import UserError
 from ...training.config.run_id import NAME_BYTES
 from ...training.config.sections import LABEL_CHARS
-from ...training.errors import UserError
 from ...training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from .records import ReportData, RunRecord
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ...training.errors import UserError
+from ...base.errors import UserError
 from ...training.runs.results import DEV_BLEU, DEV_LOSS, DEV_PPL, TRAIN_LOSS
 from ..core.text import first_line
 
@@ -219,7 +219,7 @@ def check_wandb_access(path: str, probe_timeout: float = 10.0) -> None:
     import socket
     from urllib.parse import urlparse
 
-    from ...training.redact import mask_url
+    from ...base.redact import mask_url
     from ...training.tracking.tracking import has_api_key
     check_wandb_path(path)
     if not has_api_key():
@@ -245,8 +245,8 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None,
                   options: tuple[str, str] = ("--results", "--storage")) -> tuple[Path, str | None]:
     """(absolute results folder, storage URL or None) of the local source, or a one-line UserError naming
     ``options`` (the command line's results and storage options of this side) when there is nothing to read."""
+    from ...base.redact import mask_url
     from ...sweep import default_storage, open_storage
-    from ...training.redact import mask_url
 
     if results_dir is not None:
         results = Path(results_dir).absolute()
@@ -381,7 +381,7 @@ def fetch_wandb_records(path: str, group: str, timeout: int = 20) -> list[RunRec
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - no network, bad key, no such project: one line
-        from ...training.redact import scrub
+        from ...base.redact import scrub
         first = first_line(scrub(str(e)))
         raise UserError(f"cannot read W&B project {path!r} ({e.__class__.__name__}: {first}); check ENTITY/PROJECT, "
                         "the API key and the network") from None

@@ -36,7 +36,7 @@ job type ``report``) and, read from an Optuna storage, written into the study's 
 
 Secrets: a parameter holding one (a storage URL's password) is given to papermill masked (it writes the
 parameters into the executed notebook twice) and reaches the kernel through the environment
-(:func:`lightning_tfm.training.redact.hide`, ``reveal`` in the notebooks' setup cell); the executed notebook and
+(:func:`lightning_tfm.base.redact.hide`, ``reveal`` in the notebooks' setup cell); the executed notebook and
 every error line are scrubbed of it as well.
 
 Two reports into one folder, or of one sweep, at once: the notebooks run side by side; replacing the folder and
@@ -77,7 +77,7 @@ import threading
 from importlib import resources
 from pathlib import Path
 
-from ...training.errors import UserError
+from ...base.errors import UserError
 from ..core.text import environment, first_line, waiting_lock
 
 NOTEBOOKS = {"variants": "table3", "space": "search"}
@@ -139,7 +139,7 @@ def check_out(out: Path) -> None:
 
 def _replace_dir(src: Path, dest: Path) -> None:
     """Move ``src`` to ``dest`` (marking it as made by us), replacing a previous ``dest`` report folder."""
-    from ...training.atomic import write_text
+    from ...base.atomic import write_text
 
     try:
         check_out(dest)  # again: the folder may have changed while the notebook ran
@@ -167,14 +167,14 @@ def execute(notebook: Path, parameters: dict, out: Path, name: str, then=None) -
     ``then()`` (its return value is the command's) once the folder is in place.
 
     A parameter that holds a secret (a storage URL's password) reaches the kernel through the environment
-    (:func:`~lightning_tfm.training.redact.hide`): papermill writes the parameters into the notebook twice (the
+    (:func:`~lightning_tfm.base.redact.hide`): papermill writes the parameters into the notebook twice (the
     injected cell and its metadata), so it is given them masked; the executed notebook is scrubbed of them as
     well (a traceback may quote one). Interrupted (SIGINT, or SIGTERM under :func:`stopped_by_signals`), the
     kernel and the staging folder go, and the interruption goes on."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    from ...training.redact import HIDDEN_ENV, hidden_environment, hide, scrub
+    from ...base.redact import HIDDEN_ENV, hidden_environment, hide, scrub
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -238,8 +238,8 @@ def _scrub_notebook(path: Path, urls: list[str]) -> None:
     """The executed notebook (or what papermill wrote of it) with every secret masked: the hidden parameters'
     values wherever a cell printed them, secret environment values, URL passwords (the figures' bytes are left
     as they are)."""
-    from ...training.atomic import write_text
-    from ...training.redact import scrub
+    from ...base.atomic import write_text
+    from ...base.redact import scrub
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -370,7 +370,7 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
         results_dir, url = resolve_local(sweep, results, storage, local)
         params["results_dir"] = str(results_dir)
         params["storage"] = storage  # None: the notebook uses <results_dir>/<name>.db when it exists
-    from ...training.redact import mask_url
+    from ...base.redact import mask_url
     from ..inputs.sources import load_report_data
 
     data = load_report_data(params["sweep_file"], results_dir=params["results_dir"], storage=storage,

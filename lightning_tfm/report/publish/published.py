@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ...training.redact import mask_url, scrub
+from ...base.redact import mask_url, scrub
 from ..core.text import first_line, md_code, md_text, waiting_lock
 from ..inputs.records import default_results_dir, resolve_local
 from .kinds import KINDS

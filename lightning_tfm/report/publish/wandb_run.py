@@ -114,7 +114,7 @@ def _log_run(sweep, out: Path, table: dict, target: dict, root: Path, run_id: st
              pipeline_check: bool = False, kind: str = KIND) -> dict:
     import wandb
 
-    from ...training.redact import scrub
+    from ...base.redact import scrub
     from ...training.tracking.tracking import PIPELINE_CHECK, scrubbed_argv, wandb_group  # wandb records sys.argv
 
     tags = [JOB_TYPE, kind] + ([PIPELINE_CHECK] if pipeline_check else [])

@@ -30,7 +30,7 @@ import csv
 import io
 from pathlib import Path
 
-from ...training.atomic import write_text
+from ...base.atomic import write_text
 from ...training.runs import results
 from ..core.columns import CSV
 from ..core.text import md_code, md_text
@@ -63,9 +63,9 @@ def arch_of(config: dict) -> str:
 def planned_archs(sweep) -> dict[str, str]:
     """variant -> the architecture its trial config builds (the sweep's own
     :func:`~lightning_tfm.sweep.trial_config`)."""
+    from ...base.errors import UserError
     from ...sweep import Entry, trial_config
     from ...training.config.config import flatten
-    from ...training.errors import UserError
 
     out = {}
     for name, v in (sweep.variants or {}).items():

@@ -212,7 +212,7 @@ ROW = Shown("row", _name, left=True)
 
 
 def _knob(k: Knob) -> Column:
-    """A Table 3 knob's column (its metadata: model/config.py's Table3); in table3.tex, the paper's own columns
+    """A Table 3 knob's column (its metadata: base/knobs.py's Table3); in table3.tex, the paper's own columns
     (positions and norm are none of them: a row that changes one says so beside its name, as the paper's row E)."""
     return Column(k.csv, f"Table 3 knob {k.title} (config key {k.key})", frozenset({CSV}),
                   {CONFIG: Shown(k.title, lambda r, t: md_text(fmt_knob(r.knobs.get(k.key))),

@@ -19,7 +19,7 @@ import io
 import json
 from pathlib import Path
 
-from ...training.atomic import write_text
+from ...base.atomic import write_text
 from ..core.columns import Shown
 from ..core.text import md_cell, md_code, md_text
 from .columns import COMPARE, COMPARE_ROW, SIDE, columns, shown

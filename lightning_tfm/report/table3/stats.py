@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...training.errors import UserError
+from ...base.errors import UserError
 from ..core.text import first_line
 from ..inputs.records import RunRecord
 

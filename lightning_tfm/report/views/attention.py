@@ -55,7 +55,7 @@ def _dev_sentences(cfg, n: int) -> list[str]:
     from ...training.data.data import load_split
 
     if not cfg.data.dev_split:
-        from ...training.errors import UserError
+        from ...base.errors import UserError
         raise UserError("the run's config names no dev split (data.dev_split): pass the sentences to draw instead")
     return list(load_split(cfg, cfg.data.dev_split, limit=n)["src"])
 
@@ -70,13 +70,13 @@ def alignments(run_dir: str | Path, sentences: int | list[str] = SENTENCES, chec
     """The run's alignments of ``sentences`` (a count: the first of its dev split; or the source lines themselves)
     and what the figure's title says: {"arch", "decode", "checkpoint", "run"}. ``checkpoint``: as ``ltfm evaluate
     --checkpoint`` (None: ``average`` when written, else ``last``). A run whose architecture gives no attention
-    weights, or no sentence to draw, is a :class:`~lightning_tfm.training.errors.UserError`."""
+    weights, or no sentence to draw, is a :class:`~lightning_tfm.base.errors.UserError`."""
     import torch
 
+    from ...base.errors import UserError
     from ...model import BOS, EOS, registry
     from ...training.data.data import encode_lines
     from ...training.decode import translate_ids
-    from ...training.errors import UserError
     from ...training.runs.checkpoints import load_model
 
     run_dir = Path(run_dir)
@@ -298,8 +298,8 @@ def cosine_similarity(table):
 
 def learned_positions(run_dir: str | Path, checkpoint: str | None = None):
     """(d_model, the learned position table (max_positions, d_model) or None for sinusoids) of a Transformer run."""
+    from ...base.errors import UserError
     from ...model import LearnedPositions
-    from ...training.errors import UserError
     from ...training.runs.checkpoints import load_model
 
     run_dir = Path(run_dir)

@@ -22,7 +22,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from ...training.atomic import write_text
+from ...base.atomic import write_text
 from ..table3.columns import LATEX, columns
 
 TEX_FILE, STANDALONE_FILE = "table3.tex", "table3-standalone.tex"

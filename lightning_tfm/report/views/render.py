@@ -21,7 +21,7 @@ import csv
 import io
 from pathlib import Path
 
-from ...training.atomic import write_text
+from ...base.atomic import write_text
 from ...training.runs import results
 from ..core.columns import CSV
 from ..core.text import fmt, md_cell, md_code, md_text

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ...training.atomic import write_text
+from ...base.atomic import write_text
 from ...training.runs.results import history_key
 from ..core.plots import literal_text, placeholder
 from ..core.text import fmt, fmt_knob, md_cell, md_code, md_text

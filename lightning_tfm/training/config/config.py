@@ -6,7 +6,7 @@ One schema: the section dataclasses (:class:`~.sections.RunConfig`, :class:`~.se
 :class:`~lightning_tfm.model.config.ModelConfig`), gathered in :class:`Config` (``cfg.model.d_model``,
 ``cfg.train.warmup``); a registered architecture other than the transformer adds its own section (``cfg.toy``,
 model/registry.py). A key is one field
-(:func:`~lightning_tfm.model.config.knob`): its type (``Literal[...]`` for choices, ``X | None`` for optional keys),
+(:func:`~lightning_tfm.base.knobs.knob`): its type (``Literal[...]`` for choices, ``X | None`` for optional keys),
 its default, its help string and its own check (its range) and, for a Table 3 knob, its column. Coercion, unknown-key
 errors, overrides, the range checks (:func:`validate`), :data:`TABLE3_KNOBS`, :func:`flatten`, the run id hash
 (training/config/run_id.py) and the YAML dump are all derived from those fields; :data:`SCHEMA` is a generated
@@ -33,10 +33,11 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from ...base.errors import UserError
+from ...base.inputs import load_yaml, override_value, read_yaml_text, shown
+from ...base.knobs import OPT, check_of
 from ...model import registry
-from ...model.config import OPT, ModelConfig, check_of
-from ..errors import UserError
-from .inputs import load_yaml, override_value, read_yaml_text, shown
+from ...model.config import ModelConfig
 from .run_id import check_name
 from .sections import (
     PLATEAU_KEYS,
@@ -85,13 +86,13 @@ class Config:
 
 
 # {section: {key: (type spec, default, help)}}: a view generated from the dataclasses (the one schema; type specs:
-# model/config.py), Config's sections then those of the registered architectures (model/registry.py).
+# base/knobs.py), Config's sections then those of the registered architectures (model/registry.py).
 SCHEMA: typing.Mapping[str, dict[str, tuple]] = registry.Sections(
     {sec.name: typing.get_type_hints(Config)[sec.name] for sec in dataclasses.fields(Config)})
 
 
 class Knob(NamedTuple):
-    """A knob of the paper's Table 3 (a field with a :class:`~lightning_tfm.model.config.Table3` column), as the
+    """A knob of the paper's Table 3 (a field with a :class:`~lightning_tfm.base.knobs.Table3` column), as the
     report and the sweep dashboard read it."""
     title: str   # its column's title (the paper's symbol)
     key: str     # its dotted config key
@@ -338,7 +339,7 @@ def unflatten(flat: dict) -> dict:
 def saved_yaml(cfg: Config) -> str:
     """The ``config.yaml`` a run keeps (and a sweep trial trains from): the resolved config as plain YAML, with
     secrets masked."""
-    from ..redact import scrub
+    from ...base.redact import scrub
 
     return dump_yaml(scrub(cfg.to_dict()))
 

@@ -35,9 +35,9 @@ import os
 import re
 from typing import Any
 
+from ...base.errors import UserError
+from ...base.inputs import shown
 from ..data.corpus_id import fingerprint
-from ..errors import UserError
-from .inputs import shown
 
 NAME_BYTES = 255  # the longest name of a file or folder (a path component), in bytes, on the usual file systems
 

@@ -2,8 +2,8 @@
 
 :class:`RunConfig`, :class:`DataConfig`, :class:`TrainConfig`, :class:`DecodeConfig`, :class:`WandbConfig` and
 :class:`SweepConfig` are, with the model's :class:`~lightning_tfm.model.config.ModelConfig`, the sections of
-:class:`.config.Config`. A key is one field (:func:`~lightning_tfm.model.config.knob`): its type, default and help,
-and its own check beside it (a :class:`~lightning_tfm.model.config.Range` for every number: the highest far above
+:class:`.config.Config`. A key is one field (:func:`~lightning_tfm.base.knobs.knob`): its type, default and help,
+and its own check beside it (a :class:`~lightning_tfm.base.knobs.Range` for every number: the highest far above
 any real run, below what allocates a table too large to build, overflows an int64 inside torch or runs for ever; a
 path, a name or a label for text a file name or a report shows). A section's :meth:`problem` runs them, then its rules
 across its keys (``train.batch_tokens_total`` against ``train.batch_tokens``); :func:`.config.validate` adds the
@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
-from ...model.config import MAX_POSITIONS, UNIT, Range, Section, Table3, default_of, knob
-from .inputs import shown
+from ...base.inputs import shown
+from ...base.knobs import UNIT, Range, Section, Table3, default_of, knob
+from ...model.config import MAX_POSITIONS
 
 STEPS = 10 ** 9  # an interval or a count of optimizer steps: far beyond any run (the paper's big: 300k)
 #: The most characters of a row's label (run.variant, run.family): one line that the report's table, its export

@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import atomic
+from ...base import atomic
+from ...base.errors import UserError
 from ..config.config import Config
-from ..errors import UserError
 from .builds import remove_stale_builds, stoppable_build
 from .corpus_id import fingerprint, split_file
 

@@ -15,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..errors import UserError
+from ...base.errors import UserError
 
 PREFIX = "sha256:"  # how a fingerprint starts: what it is a hash of is said by its name
 

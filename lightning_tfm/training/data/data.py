@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from ...base.errors import UserError
 from ...model import BOS, EOS, PAD, UNK
 from ..config.config import Config
-from ..errors import UserError
 from .corpus_id import split_file  # the corpus folder's file names (corpus_id.py)
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # ids 0..3 = PAD, BOS, EOS, UNK

@@ -10,5 +10,5 @@
 - :mod:`.runs`: that store as ``ltfm runs``' terminal table.
 
 Not here: the run id's hash (:mod:`lightning_tfm.training.config.run_id`), the atomic writer every file goes
-through (:mod:`lightning_tfm.training.atomic`), the W&B copy of a run (:mod:`lightning_tfm.training.tracking`).
+through (:mod:`lightning_tfm.base.atomic`), the W&B copy of a run (:mod:`lightning_tfm.training.tracking`).
 """

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
+from ...base import atomic
+from ...base.errors import UserError
 from ...model import build_model
-from .. import atomic
 from ..config import config
-from ..errors import UserError
 from . import run_folder
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
@@ -433,7 +433,7 @@ def atomic_checkpoint_io():
     Lightning's own ``_atomic_save`` commits through an fsspec transaction whose temporary file is made
     in ``$TMPDIR`` and then *copied* into the run folder: a full disk or a kill during that copy leaves a
     truncated ``last.ckpt``. Here the serialized bytes are written to a temporary file beside the target,
-    fsynced and renamed (:mod:`lightning_tfm.training.atomic`), so a checkpoint is either whole or absent.
+    fsynced and renamed (:mod:`lightning_tfm.base.atomic`), so a checkpoint is either whole or absent.
 
     One step's checkpoints are one file: ``step=N.ckpt``, ``last.ckpt`` and ``best.ckpt`` written at one step with
     the same weights (:func:`training_state`) are hard links to the first of them written, not copies (a 20-step run

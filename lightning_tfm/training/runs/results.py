@@ -258,7 +258,7 @@ def in_results(path: str | None, results_dir) -> str | None:
 def storage_in_results(url: str, results_dir) -> str:
     """A storage URL as shown in written files: a SQLite file inside the results folder by its name there,
     any other URL with its password masked."""
-    from ..redact import mask_url
+    from ...base.redact import mask_url
 
     prefix = "sqlite:///"
     if url.startswith(prefix):

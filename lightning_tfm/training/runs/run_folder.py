@@ -14,12 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..atomic import free_space
+from ...base.atomic import free_space
+from ...base.errors import UserError
 from ..config import config
 from ..config import run_id as ids
 from ..config.config import Config
 from ..data import corpus_id
-from ..errors import UserError
 from . import results
 
 
@@ -292,7 +292,7 @@ def differences(there: Config, asked: Config, sections: set[str] | None = None,
     folder, ``data.path``, where a side's files cannot be read: :func:`~.run_id.compared`), secrets masked as
     saved; only ``sections``' keys when given. A key one config leaves out (another architecture's section)
     differs too."""
-    from ..redact import scrub
+    from ...base.redact import scrub
 
     a, b = (scrub(flat) for flat in ids.compared(there, asked, there_corpus))
     keys = sorted((k for k in dict.fromkeys([*b, *a]) if (sections is None or k.split(".")[0] in sections)

@@ -30,7 +30,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ...base.errors import UserError
 from .results import RESULT_FIELDS, latest_completed, load_summary
 
 # Row keys (also the --json keys and the accepted --sort keys).

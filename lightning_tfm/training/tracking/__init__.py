@@ -8,5 +8,5 @@
 
 Not here: the metric names and ``summary.json`` fields a run writes, the source of truth the tracking copies
 (:mod:`lightning_tfm.training.runs.results`), and the masking of secrets before anything leaves the process
-(:mod:`lightning_tfm.training.redact`).
+(:mod:`lightning_tfm.base.redact`).
 """

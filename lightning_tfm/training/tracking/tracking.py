@@ -44,9 +44,9 @@ from lightning_fabric.utilities.logger import _convert_params
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
+from ...base.errors import UserError
+from ...base.redact import scrub  # redact.py is the one place secrets are masked
 from ..config.config import Config, flatten
-from ..errors import UserError
-from ..redact import scrub  # redact.py is the one place secrets are masked
 from ..runs.results import DEV_SAMPLES, RESULT_FIELDS
 from .wandb_files import ID_FILE  # the file naming a run folder's W&B run: one home, beside its reader
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ...base.errors import UserError
 
 HEADER = struct.Struct("<4sHB")
 RECORD_HEADER = struct.Struct("<IHB")

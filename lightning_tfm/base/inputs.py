@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import UserError
+from .errors import UserError
 
 MAX_BYTES = 1 << 20    # a config or sweep file is a few KB
 MAX_DEPTH = 32         # nesting of mappings and lists (a sweep file uses 5)
