@@ -21,8 +21,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
-# data.path's default: the ltfm commands' own (DEFAULT_DATA in lightning_tfm/training/commands.py, read from there)
-DEFAULT_DATA := $(shell sed -n 's/^DEFAULT_DATA = "\(.*\)"$$/\1/p' lightning_tfm/training/commands.py)
+# data.path's default: the ltfm commands' own (DEFAULT_DATA in lightning_tfm/cli/common.py, read from there)
+DEFAULT_DATA := $(shell sed -n 's/^DEFAULT_DATA = "\(.*\)"$$/\1/p' lightning_tfm/cli/common.py)
 SHARED_DATA := $(wildcard $(DEFAULT_DATA)/train.en.gz)
 DATA ?= $(if $(SHARED_DATA),$(DEFAULT_DATA),)
 ifeq ($(strip $(DATA)),)

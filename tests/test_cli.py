@@ -81,7 +81,7 @@ def test_the_status_hint_after_failed_trials_finds_the_same_study():
     given (the default storage lives in that folder), with the password masked."""
     import argparse
 
-    from lightning_tfm.sweep.commands import status_command
+    from lightning_tfm.cli.sweep import status_command
 
     args = argparse.Namespace(sweep_file="sweeps/table3-cpu.yaml", storage="postgresql://u:s3cret@db/x",
                               overrides=["data.path=/d", "run.results_dir=/r q", "train.max_steps=20"])
@@ -91,14 +91,24 @@ def test_the_status_hint_after_failed_trials_finds_the_same_study():
 
 
 def test_every_declared_command_is_on_the_command_line():
-    """A command is declared once, in its layer's ``commands.py``; the command line lists every one of them
-    (a declared command left out of ``ltfm`` would be dead code), each name once. Every layer's ``commands.py``
-    is found on disk, so that a new layer's commands are checked too."""
+    """A command is declared once, in a module of ``lightning_tfm/cli/``, and nowhere else in the package (no
+    ``Command(...)`` outside it); the command line lists every one declared there (a declared command left out of
+    ``ltfm`` would be dead code), each name once. The modules are found on disk, so that a new one is checked too."""
+    import ast
     import importlib
+    import pkgutil
 
-    layers = sorted(p.parent.name for p in (ROOT / "lightning_tfm").glob("*/commands.py"))
-    assert {"training", "bench", "sweep", "report"} <= set(layers)
-    declared = [c for layer in layers for c in importlib.import_module(f"lightning_tfm.{layer}.commands").COMMANDS]
+    from lightning_tfm.base.command import Command
+
+    outside = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in (ROOT / "lightning_tfm").rglob("*.py")
+               if "cli" not in path.relative_to(ROOT / "lightning_tfm").parts[:1]
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Command"]
+    assert not outside, f"commands declared outside lightning_tfm/cli/: {outside}"
+    modules = [importlib.import_module(f"lightning_tfm.cli.{m.name}") for m in pkgutil.iter_modules(cli.__path__)]
+    declared = [v for m in modules for v in vars(m).values() if isinstance(v, Command)]
+    names = {m.__name__.rsplit(".", 1)[1] for m in modules}
+    assert len(modules) >= 7 and {"train", "sweep", "report", "bench"} <= names
     assert sorted(c.name for c in cli.COMMANDS) == sorted(c.name for c in declared)
     assert set(cli.COMMANDS) == set(declared) and len(set(c.name for c in cli.COMMANDS)) == len(cli.COMMANDS)
 

@@ -1,4 +1,4 @@
-"""A mistyped argument of ``ltfm`` (lightning_tfm/cli.py, #52 item 20): one line with one ``ltfm: error:`` prefix,
+"""A mistyped argument of ``ltfm`` (lightning_tfm/cli/, #52 item 20): one line with one ``ltfm: error:`` prefix,
 naming the argument, the closest flag of that command (or the closest command) as "did you mean", and the
 command's --help; exit 2, nothing written."""
 from __future__ import annotations

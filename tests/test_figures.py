@@ -313,7 +313,7 @@ def test_the_report_leads_with_its_picture_and_writes_every_figure_in_paper_form
 def test_formats_come_from_the_option_and_only_a_table3_report_takes_them():
     import argparse
 
-    from lightning_tfm.report.commands import _formats
+    from lightning_tfm.cli.report import _formats
     from lightning_tfm.sweep import load_sweep
 
     table3, search = load_sweep(ROOT / "sweeps" / "table3-cpu.yaml"), load_sweep(ROOT / "sweeps" / "search.yaml")

@@ -2,7 +2,7 @@
 validation (and every 30 s between); every command that makes something ends with ``ltfm: output:`` (where it
 went) and ``ltfm: next:`` (the command to run next) on stderr; and ``data.path`` defaults to
 ``../shared/data/multi30k`` where that folder exists, as the Makefile's DATA does (one default, in
-``training/commands.py``)."""
+``cli/common.py``)."""
 from __future__ import annotations
 
 import re
@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from lightning_tfm import cli
-from lightning_tfm.training.commands import DEFAULT_DATA
+from lightning_tfm.cli.common import DEFAULT_DATA
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 

@@ -5,8 +5,9 @@
   a sweep or a report has no measured ones (the sweeps and reports import them from here);
 - :mod:`.layers`: the paper's Table 1, one layer of each type timed over sentence lengths;
 - :mod:`.pipeline`: the data pipeline at scale (``ltfm prepare`` and the first training steps of real ``ltfm``
-  processes on a generated corpus);
-- :mod:`.commands`: the ``bench`` command's declaration and handler.
+  processes on a generated corpus).
+
+The ``bench`` command is :mod:`lightning_tfm.cli.bench`.
 
 What is measured is the training layer's own code (the model, the loss, the optimizer, beam search, the corpus
 reader); nothing here is imported by a training run.

@@ -20,7 +20,7 @@ own rooms, one concern each, bottom to top:
   HTML), what each kind of report gives the outside (:mod:`.publish.kinds`), the W&B report run
   (:mod:`.publish.wandb_run`), the study's optuna-dashboard note and plots (:mod:`.publish.optuna_note`), and
   :func:`~.publish.published.publish`, which sends it to both and says where it was published;
-- at the top, :mod:`.commands` (the ``ltfm report`` command's declaration and handler) and :mod:`.backtest`
+- at the top, :mod:`.backtest`
   (``ltfm report --backtest``: a short sweep's verdicts against a later export's curves; it builds tables and draws
   the outlook figure, so it sits above both), and :mod:`.calibration` (the verdict's constants computed from the
   back-tests, each export left out in turn).
@@ -36,8 +36,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 import importlib  # noqa: E402
 import importlib.util  # noqa: E402
 
-# The package's names, imported on first use (PEP 562): ``ltfm --help`` imports this package for the report
-# command's declaration (:mod:`.commands`) and must not import torch or Optuna. A name and its module:
+# The package's names, imported on first use (PEP 562): a notebook's ``from lightning_tfm import report as rd``
+# imports only what it uses (torch and Optuna when it asks for them). A name and its module:
 _HOMES = {
     "table3.compare": ("comparison_markdown", "compare_tables", "plot_comparison", "write_comparison"),
     "table3.compute": ("interpolate",),

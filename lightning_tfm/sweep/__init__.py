@@ -14,14 +14,15 @@ How to run a sweep is in the README ("Sweep"); the sweep file's keys: ``ltfm swe
 - :mod:`.curve_pruner`: the pruner that stops a search trial from its fitted curve;
 - :mod:`.pruning`: the Lightning callback a trial reports its dev metric through (imports Lightning);
 - :mod:`.launch`: ``--workers K|auto`` and the progress line;
-- :mod:`.status`: the dry run and the status table;
-- :mod:`.commands`: ``ltfm train``, ``ltfm prepare`` and ``ltfm sweep``, each declared beside its handler.
+- :mod:`.status`: the dry run and the status table.
+
+The commands (``ltfm sweep``, ``ltfm prepare``, and ``ltfm train``, a sweep's trial) are in :mod:`lightning_tfm.cli`.
 """
 import importlib
 import importlib.util
 
-# The package's names, imported on first use (PEP 562): ``ltfm --help`` imports this package for the commands'
-# declarations (:mod:`.commands`) and must not import Optuna or torch. A name and the module that defines it:
+# The package's names, imported on first use (PEP 562): importing the package imports neither Optuna nor torch
+# until a name that needs them is asked for. A name and the module that defines it:
 _HOMES = {
     "plan": ("Plan", "build_model_params", "check_buildable", "format_overrides", "parse_cli_overrides",
              "trial_config", "trial_overrides", "yaml_value"),

@@ -2,9 +2,8 @@
 
 The loop itself lives here: :mod:`.train` (one run, top to bottom), :mod:`.lit` (the LightningModule and
 DataModule), :mod:`.loss`, :mod:`.optim`, :mod:`.precision`, :mod:`.decode` (beam search), :mod:`.evaluate` (BLEU
-and a run's final evaluation) and :mod:`.commands` (``ltfm config``, ``evaluate``, ``translate``, ``average``,
-``runs``). What every layer uses (errors, atomic writes, redaction, config sections) is below the model, in
-:mod:`lightning_tfm.base`.
+and a run's final evaluation); the commands that drive them are in :mod:`lightning_tfm.cli`. What every layer
+uses (errors, atomic writes, redaction, config sections) is below the model, in :mod:`lightning_tfm.base`.
 
 Each concern of three or more modules has its own sub-package:
 

@@ -34,7 +34,7 @@ BF16_DATASHEET = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 36
 # Modules our commands import only when they run (each layer's lazy imports): imported here so that a missing wheel
 # shows in seconds, not as a failed step minutes later.
 LAZY_MODULES = ("lightning_tfm.cli", "lightning_tfm.training.train", "lightning_tfm.sweep.worker",
-                "lightning_tfm.report.commands", "optuna", "sqlalchemy", "wandb", "sacremoses", "sacrebleu",
+                "lightning_tfm.cli.report", "optuna", "sqlalchemy", "wandb", "sacremoses", "sacrebleu",
                 "papermill", "nbconvert", "ipykernel", "transformers", "pytorch_lightning")
 
 

@@ -3,4 +3,4 @@ papermill, HTML, the report folder), :mod:`.published` (the same report, Table 3
 sweep's runs are: :func:`~.published.publish`; and where it was published, as its page says), which sends it to
 :mod:`.wandb_run` (one W&B run of job type ``report``) and :mod:`.optuna_note` (the study's optuna-dashboard note
 and custom plots), both reading :mod:`.kinds` (what each kind of report gives them). Imports every other
-sub-package; only :mod:`.commands` imports it."""
+sub-package; only the ``report`` command (:mod:`lightning_tfm.cli.report`) imports it."""

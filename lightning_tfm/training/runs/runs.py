@@ -1,5 +1,5 @@
-"""The local results store as a terminal table, for ``ltfm runs`` (:mod:`.commands`; for users who are not at
-the dashboard).
+"""The local results store as a terminal table, for ``ltfm runs`` (:mod:`lightning_tfm.cli.runs`; for users who are
+not at the dashboard).
 
 The results folder is the source of truth; each run folder's ``summary.json`` is read as it is.
 

@@ -1,161 +1,19 @@
-"""The sweep layer's commands, each declared once beside its handler: ``ltfm train``, ``ltfm prepare`` and
-``ltfm sweep`` (what a :class:`~lightning_tfm.base.command.Command` is: that module).
-
-``train`` and ``prepare`` are declared here, not in the training layer, because each reaches into a sweep: a
-sweep trial is an ``ltfm train`` process that reports to its study through :mod:`.pruning`, and ``prepare``
-takes a sweep file too; the training layer imports nothing of the sweep.
-
-Only the standard library is imported at the top (``ltfm --help`` builds every command's parser): each handler
-imports what it needs when it runs.
-"""
+"""``ltfm sweep``: run or join an Optuna sweep (Table 3's rows or a search), its status, its dry run and its keys."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import shlex
-import sys
 from typing import TYPE_CHECKING
 
-from ..base.command import OVERRIDES, Command, print_keys, say_done
+from ..base.command import Command, print_keys, say_done
 from ..base.errors import UserError
-from ..training.commands import default_data
+from .common import with_default_data
 
 if TYPE_CHECKING:
+    from ..sweep.plan import Plan
     from ..training.config.config import Config
-    from .plan import Plan
-
-
-def _train_arguments(t: argparse.ArgumentParser) -> None:
-    t.add_argument("config", help="experiment YAML, e.g. experiments/multi30k-smoke.yaml")
-    t.add_argument("overrides", nargs="*", help=OVERRIDES)
-
-
-def train_cli(args) -> int:
-    """``ltfm train CONFIG.yaml [k=v ...]``. A sweep trial (``sweep.trial`` set; the worker starts this very
-    command, so it reads the same in a trial's log as by hand) reports to its Optuna study through the sweep's
-    pruning callback: training itself knows nothing of sweeps. The config is read once and validated once, by
-    :func:`~lightning_tfm.training.train.train`."""
-    import signal
-
-    from ..training.config.config import load_config
-    from ..training.runs.run_folder import existing_run_id
-    from ..training.train import Abandoned, stop_reason, train
-
-    cfg = load_config(args.config, args.overrides, checked=False)  # train() validates it
-    if extra := default_data(cfg):
-        cfg = load_config(args.config, extra + args.overrides, checked=False)
-    callbacks = []
-    if cfg.sweep.trial is not None:
-        from .pruning import OptunaPruning
-        callbacks.append(OptunaPruning(cfg))
-    else:  # by hand: progress lines where Lightning's bar would not show (a log, a pipe), and where it all went
-        from ..training.tracking.progress import ProgressLines, wants_lines
-        if not sys.stderr.isatty():
-            cfg.train.progress_bar = False  # Lightning's bar in a log is a line per refresh (not part of the run id)
-        if wants_lines(cfg, sys.stderr.isatty()):
-            callbacks.append(ProgressLines(existing_run_id(cfg, others=False)))
-    if "SLURM_JOB_ID" not in os.environ:  # SLURM's requeue warning outside SLURM: stop as on SIGTERM (in SLURM,
-        # Lightning's SLURM environment handles SIGUSR1 itself and requeues the job)
-        signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
-    _stop_on_sigterm_outside_fit()
-    try:
-        summary = train(cfg, callbacks=callbacks)
-    except Abandoned as e:  # stopped short of its budget, recorded as failed in summary.json
-        print(f"ltfm: {e}", file=sys.stderr)
-        return 1
-    except SystemExit as e:
-        stopped = stop_reason(e)
-        if stopped is None:
-            raise
-        print(f"ltfm: {stopped[0]}", file=sys.stderr)
-        return stopped[1]
-    if summary.get("status") not in ("completed", "pruned"):
-        return 1
-    if cfg.sweep.trial is None:  # a trial's sweep says what comes next
-        rid = summary.get("run_id") or existing_run_id(cfg, others=False)  # the folder it trained in
-        run, results = shlex.quote(f"{cfg.run.results_dir}/{rid}"), shlex.quote(cfg.run.results_dir)
-        print(f"ltfm: {finished_line(summary)}", file=sys.stderr, flush=True)
-        say_done(f"{run}/ (summary.json: dev and test BLEU; checkpoints/, hyps/, logs/)",
-                 f"ltfm runs {results}   or   echo 'A man rides a bike.' | ltfm translate {run}")
-    return 0
-
-
-def finished_line(summary: dict) -> str:
-    """What a finished run measured, as its last lines say it: ``finished at step 200: dev PPL 48.64, dev BLEU
-    1.14, test BLEU 0.49`` (each where summary.json has it; BLEU is sacreBLEU, its signature in summary.json)."""
-    def num(key: str, fmt: str) -> str | None:
-        v = summary.get(key)
-        return None if not isinstance(v, (int, float)) or isinstance(v, bool) else format(v, fmt)
-
-    parts = [f"{label} {value}" for label, value in (("dev PPL", num("dev_ppl", ".2f")),
-                                                      ("dev BLEU", num("dev_bleu", ".2f")),
-                                                      ("test BLEU", num("test_bleu", ".2f"))) if value is not None]
-    return f"finished at step {summary.get('steps')}: " + (", ".join(parts) or "no dev or test numbers recorded")
-
-
-def _stop_on_sigterm_outside_fit() -> None:
-    """SIGTERM before or after ``Trainer.fit`` (building the corpus and the model; the final evaluation) stops the
-    run as Lightning does during fit: its ``SIGTERMException``, which the run records as "stopped by SIGTERM" in
-    summary.json (not a summary left "running" by a process the signal ended at once) and which exits 143.
-    During fit Lightning's own handler calls this one too, and handles the signal itself."""
-    import signal
-
-    from ..training.train import SIGTERMException
-
-    def stop(signum, frame):  # noqa: ARG001
-        if signal.getsignal(signal.SIGTERM) is stop:  # not inside fit
-            raise SIGTERMException
-    signal.signal(signal.SIGTERM, stop)
-
-
-TRAIN = Command("train", "train (or resume) one model", _train_arguments, train_cli,
-                "Train one model from an experiment file; the same command resumes it. Every key: ltfm config "
-                "--keys; the resolved config and run id: ltfm config CONFIG.yaml [k=v ...].")
-
-
-def _prepare_arguments(pr: argparse.ArgumentParser) -> None:
-    pr.add_argument("config", help="experiment or sweep YAML")
-    pr.add_argument("--rebuild", action="store_true", help="build it again even if it exists")
-    pr.add_argument("overrides", nargs="*", help=OVERRIDES)
-
-
-def prepare_cli(args) -> int:
-    """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of an experiment,
-    or of a sweep's base experiment with the sweep's own overrides (what its trials use)."""
-    from ..training.config.config import load_config, read_yaml
-    from ..training.data.corpus import folder_size, prepare
-
-    if "experiment" in read_yaml(args.config):  # a sweep file
-        from .plan import Plan
-        from .spec import load_sweep
-        sweep = load_sweep(args.config)
-        cfg = Plan(sweep, _with_default_data(sweep, args.overrides)).base_cfg
-        then = f"ltfm sweep {shlex.quote(args.config)} (its trials map it)"
-    else:
-        cfg = load_config(args.config, default_data(load_config(args.config, args.overrides, checked=False))
-                          + args.overrides)
-        then = f"ltfm train {shlex.quote(args.config)} (the run maps it)"
-    folder, manifest = prepare(cfg, progress=True, rebuild=args.rebuild)
-    counts = ", ".join(f"{role} {c['pairs']:,} pairs" + (f" ({c['skipped_pairs']:,} skipped)" if c.get('skipped_pairs')
-                                                          else "") for role, c in manifest["splits"].items())
-    print(f"{folder}\n  vocabulary {manifest['vocab_size']} ({manifest['dtype']}), {counts}, "
-          f"{folder_size(folder) / 2**20:.1f} MiB")
-    say_done(str(folder), then)
-    return 0
-
-
-def _with_default_data(sweep, overrides: list[str]) -> list[str]:
-    """The command line's overrides, after data.path's default when the sweep's experiment names no data
-    (:func:`~lightning_tfm.training.commands.default_data`): every trial reads what its base does."""
-    from .plan import parse_cli_overrides, trial_config
-
-    return default_data(trial_config(sweep, cli_overrides=parse_cli_overrides(overrides), checked=False,
-                                     data=False)) + list(overrides or [])
-
-
-PREPARE = Command("prepare", "build a config's prepared corpus (vocabulary + token ids) once", _prepare_arguments,
-                  prepare_cli)
 
 
 def _sweep_arguments(s: argparse.ArgumentParser) -> None:
@@ -211,8 +69,8 @@ def _join(sweep, plan: Plan, url: str, given: bool):
 
     A given ``--storage`` is checked first (fails fast, writes nothing here); the default SQLite file is only
     created once the data and the results folder are known to be fine."""
+    from ..sweep.storage import open_storage, open_study, retry
     from ..training.data.corpus import prepare
-    from .storage import open_storage, open_study, retry
 
     storage = open_storage(url, heartbeat=sweep.heartbeat) if given else None
     _check_local_data(plan.base_cfg)
@@ -240,7 +98,7 @@ def status_command(args) -> str:
 
 def _keys(args) -> int:
     """``ltfm sweep --keys [PREFIX]``: every key of a sweep file with its type, default and meaning."""
-    from .schema import describe_keys
+    from ..sweep.schema import describe_keys
 
     if args.sweep_file or args.overrides:
         raise UserError("--keys lists the sweep file's keys: give no sweep file or overrides with it")
@@ -249,8 +107,8 @@ def _keys(args) -> int:
 
 
 def _dry_run(args, sweep, plan: Plan) -> int:
-    from .plan import format_overrides
-    from .status import dry_run
+    from ..sweep.plan import format_overrides
+    from ..sweep.status import dry_run
 
     rows = dry_run(sweep, plan, args.n_trials)
     if args.json:
@@ -282,13 +140,13 @@ def sweep_cli(args) -> int:
     if args.n_trials is not None and args.n_trials < 1:
         raise UserError(f"--n-trials {args.n_trials} must be at least 1")
     from ..base.redact import mask_url
-    from .plan import Plan
-    from .spec import load_sweep
-    from .status import format_status, status_rows
-    from .storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
+    from ..sweep.plan import Plan
+    from ..sweep.spec import load_sweep
+    from ..sweep.status import format_status, status_rows
+    from ..sweep.storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
 
     sweep = load_sweep(args.sweep_file)
-    args.overrides = _with_default_data(sweep, args.overrides)
+    args.overrides = with_default_data(sweep, args.overrides)
     plan = Plan(sweep, args.overrides, data=not (args.dry_run or args.status))  # neither reads the data
     if args.dry_run:
         return _dry_run(args, sweep, plan)
@@ -319,15 +177,15 @@ def sweep_cli(args) -> int:
     if workers is not None:
         # The rows are queued here, once, before any worker starts (workers started together would each queue
         # every row: duplicates, closed untrained, but noise in --status).
-        from .launch import WORKERS_PER_GPU, launch
-        from .queue import enqueue_missing
+        from ..sweep.launch import WORKERS_PER_GPU, launch
+        from ..sweep.queue import enqueue_missing
         if sweep.mode == "variants":
             retry(enqueue_missing, study, plan)
         return _said_done(args, sweep, plan, url, launch(
             args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every,
             per_gpu=per_gpu or WORKERS_PER_GPU, status_hint=status_command(args)))
-    from .process import stop_on_sigterm
-    from .worker import Worker
+    from ..sweep.process import stop_on_sigterm
+    from ..sweep.worker import Worker
     retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)
     retry(study.set_user_attr, "ltfm.metric", sweep.metric)
     stop_on_sigterm()
@@ -365,6 +223,3 @@ SWEEP = Command("sweep", "run (or join) an Optuna sweep: Table 3 rows or a searc
                 "or its search space, each trial an ltfm train of its own run folder; the same command resumes it "
                 "and, on other machines with a shared --storage, joins it. The file's keys: ltfm sweep --keys; its "
                 "rows: --dry-run; its progress: --status.")
-
-#: This layer's commands (:mod:`lightning_tfm.cli` sets the order of ``ltfm --help``).
-COMMANDS = (TRAIN, PREPARE, SWEEP)

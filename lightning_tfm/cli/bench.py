@@ -1,8 +1,5 @@
-"""The bench layer's command, declared once beside its handler: ``ltfm bench`` (training and decoding speed,
-the data pipeline at scale, the paper's Table 1 layers). Like every ``commands.py`` it imports only the standard
-library at the top (and the training layer's :class:`~lightning_tfm.base.command.Command`): the handler imports
-the benchmark it runs.
-"""
+"""``ltfm bench``: training and decoding speed (ours against MarianMTModel), the data pipeline at scale, the paper's
+Table 1 layers (``--layers``)."""
 from __future__ import annotations
 
 import argparse
@@ -44,7 +41,7 @@ def bench_cli(args) -> int:
     layer_options = [o for o, v in (("--d-model", args.d_model), ("--lengths", args.lengths), ("--out", args.out),
                                     ("--attention-kernel", args.attention_kernel)) if v is not None]
     if args.layers:
-        from .layers import DEFAULT_OUT, bench_layers_cli
+        from ..bench.layers import DEFAULT_OUT, bench_layers_cli
         code = bench_layers_cli(args)
         if code == 0:
             say_done(f"{args.out or DEFAULT_OUT}/ (layers.json, .csv, .png, .svg)",
@@ -53,14 +50,11 @@ def bench_cli(args) -> int:
     if layer_options:
         raise UserError(f"{layer_options[0]} goes with --layers: add --layers, or leave it out")
     if args.data is not None:
-        from .pipeline import bench_data_cli
+        from ..bench.pipeline import bench_data_cli
         return bench_data_cli(args)
-    from .speed import bench_speed_cli
+    from ..bench.speed import bench_speed_cli
     return bench_speed_cli(args)
 
 
 BENCH = Command("bench", "training and decoding speed, ours against MarianMTModel (--layers: Table 1's layers)",
                 _bench_arguments, bench_cli)
-
-#: This layer's commands (:mod:`lightning_tfm.cli` sets the order of ``ltfm --help``).
-COMMANDS = (BENCH,)

@@ -1,10 +1,5 @@
-"""The report layer's command, declared once beside its handler: ``ltfm report`` (what a
-:class:`~lightning_tfm.base.command.Command` is: that module). How a report is executed and published is
-in :mod:`.notebooks`.
-
-Only the standard library is imported at the top (``ltfm --help`` builds every command's parser): the handler
-imports what it needs when it runs.
-"""
+"""``ltfm report``: regenerate a sweep's report (Table 3 beside the paper's) and, with ``--backtest``, the verdict's
+back-test."""
 from __future__ import annotations
 
 import argparse
@@ -59,8 +54,7 @@ def report_cli(args) -> int:
     [--from-export DIR] [--against SWEEP_B.yaml [--against-results DIR] [--against-storage URL]
     [--against-export DIR]]``; with ``--backtest FRACTION`` or ``--backtest-to LATER_DIR`` the verdict's
     back-test (:mod:`.backtest`)."""
-    from ..sweep import load_sweep
-    from .publish.notebooks import (
+    from ..report.publish.notebooks import (
         check_out,
         check_sources,
         compare_cli,
@@ -70,10 +64,11 @@ def report_cli(args) -> int:
         report_parameters,
         stopped_by_signals,
     )
+    from ..sweep import load_sweep
 
     sweep = load_sweep(args.sweep_file)
     if args.backtest is not None or args.backtest_to:
-        from .backtest import backtest_cli
+        from ..report.backtest import backtest_cli
         return backtest_cli(_backtest_args(args), sweep)
     if args.json:
         raise UserError("--json prints a back-test: give it with --backtest FRACTION or --backtest-to LATER_DIR")
@@ -106,8 +101,8 @@ def report_cli(args) -> int:
     def published() -> int:  # the report folder is in place (its lock held): say so, then W&B and optuna-dashboard
         md, table = out / f"{name}.md", None
         if name == "table3":  # the rows the notebook wrote its tables from, rebuilt from its export (not parsed back)
-            from .table3.table import rebuilt_table
-            from .views.render import headline_text
+            from ..report.table3.table import rebuilt_table
+            from ..report.views.render import headline_text
             table = rebuilt_table(sweep, out)
             print(headline_text(table), end="")
         pngs = sorted(p.name for p in out.glob("*.png"))
@@ -121,9 +116,9 @@ def report_cli(args) -> int:
         if name == "table3" and args.from_export:
             print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
         elif name in ("table2", "table3"):  # the same report in W&B and optuna-dashboard; a failure: a warning
-            from .publish.published import publish
+            from ..report.publish.published import publish
             if name == "table2":
-                from .table2.table import read_claims
+                from ..report.table2.table import read_claims
                 print("".join(f"  {line}\n" for line in read_claims(md)), end="", flush=True)
             for line in publish(sweep, parameters, out, table):
                 print(line, flush=True)
@@ -132,7 +127,7 @@ def report_cli(args) -> int:
     with stopped_by_signals(out) as stopped:
         code = execute(notebook, parameters, out, name, then=published)
         if code == 0:
-            from .publish.published import dashboard_next
+            from ..report.publish.published import dashboard_next
             study = dashboard_next(sweep, parameters) if name in ("table2", "table3") else None
             _say_done(Path(args.out or Path("reports") / "build" / sweep.name), name, study)
         return code
@@ -192,7 +187,7 @@ def _backtest_args(args):
 def _formats(args, sweep) -> tuple[str, ...]:
     """The figures' formats: ``--formats``, else PNG alone; other formats than PNG only for a Table 3 report (the
     search and comparison figures are PNG)."""
-    from .core.plots import parse_formats
+    from ..report.core.plots import parse_formats
 
     formats = parse_formats(args.formats, "--formats")
     if formats != ("png",) and (args.against or sweep.mode != "variants"):
@@ -204,6 +199,3 @@ def _formats(args, sweep) -> tuple[str, ...]:
 
 REPORT = Command("report", "regenerate a sweep's report (Table 3 beside the paper's)", _report_arguments,
                  report_cli)
-
-#: This layer's commands (:mod:`lightning_tfm.cli` sets the order of ``ltfm --help``).
-COMMANDS = (REPORT,)

@@ -1,7 +1,14 @@
-"""``ltfm``: the command line, built from the table of commands (:data:`COMMANDS`) each layer declares.
+"""``ltfm``: the command line. Every command is declared in this package, once, beside its handler (a
+:class:`~lightning_tfm.base.command.Command`: its name, its help, the function that adds its arguments, the handler),
+one module per command or close family (fairseq's ``fairseq_cli/``); :data:`COMMANDS` lists them, in the order of
+``ltfm --help``. Adding a command: its module here, and its line in :data:`COMMANDS`.
 
-Every user error (config, data, arguments, storage, checkpoint) ends as one line on stderr and exit
-code 2, with no traceback.
+A command module imports only the standard library and :mod:`lightning_tfm.base` at the top: ``ltfm --help`` and
+every argument error build the whole parser, and must not import torch, Lightning or Optuna. A handler imports what
+it needs when it runs.
+
+Every user error (config, data, arguments, storage, checkpoint) ends as one line on stderr and exit code 2, with no
+traceback.
 """
 from __future__ import annotations
 
@@ -12,12 +19,9 @@ import os
 import re
 import sys
 
-from .base.command import Command
-from .base.errors import UserError
-from .bench import commands as bench_commands
-from .report import commands as report_commands
-from .sweep import commands as sweep_commands
-from .training import commands as training_commands
+from ..base.command import Command
+from ..base.errors import UserError
+from . import bench, config, evaluate, report, runs, sweep, train
 
 
 def suggestion(word: str, choices: list[str]) -> str:
@@ -60,13 +64,9 @@ start with:
 
 every config key, its type, default and meaning: ltfm config --keys [PREFIX]"""
 
-#: The subcommands in the order of ``ltfm --help``, each declared once beside its handler in its layer's
-#: ``commands.py`` (:class:`~lightning_tfm.base.command.Command`). Those modules import only the standard
-#: library at the top, so that ``ltfm --help`` and argument errors never import torch, Lightning or Optuna.
-COMMANDS: tuple[Command, ...] = (sweep_commands.TRAIN, training_commands.CONFIG, sweep_commands.PREPARE,
-                                 sweep_commands.SWEEP, report_commands.REPORT, training_commands.RUNS,
-                                 training_commands.EVALUATE, training_commands.TRANSLATE, training_commands.AVERAGE,
-                                 bench_commands.BENCH)
+#: The subcommands, in the order of ``ltfm --help``.
+COMMANDS: tuple[Command, ...] = (train.TRAIN, config.CONFIG, train.PREPARE, sweep.SWEEP, report.REPORT, runs.RUNS,
+                                 evaluate.EVALUATE, evaluate.TRANSLATE, evaluate.AVERAGE, bench.BENCH)
 
 
 def description(command: Command) -> str:
@@ -101,13 +101,13 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides = list(args.overrides or []) + extra
         return next(c for c in COMMANDS if c.name == args.command).handler(args)
     except UserError as e:  # its text masked (base/redact.py): argparse quotes a mistyped --storage URL whole
-        from .base.redact import scrub_text
+        from ..base.redact import scrub_text
         print(f"ltfm: error: {scrub_text(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:  # a path the file system cannot take, wherever a command meets it first: one line
         if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
             raise
-        from .base.redact import scrub_text
+        from ..base.redact import scrub_text
         name = str(e.filename or "")
         shown_name = name if len(name) <= 80 else f"{name[:60]}...({len(os.fsencode(name))} bytes)"
         why = "a name in it is too long" if e.errno == errno.ENAMETOOLONG else "its links loop"

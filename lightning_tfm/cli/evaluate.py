@@ -1,13 +1,6 @@
-"""The training layer's commands, each declared once beside its handler: ``ltfm config``, ``evaluate``,
-``translate``, ``average`` and ``runs``; and :class:`Command`, what every layer's ``commands.py`` declares
-(``bench`` is in :mod:`lightning_tfm.bench.commands`, ``train``, ``prepare`` and ``sweep`` in
-:mod:`lightning_tfm.sweep.commands`, ``report`` in :mod:`lightning_tfm.report.commands`; :mod:`lightning_tfm.cli`
-lists them and builds the parser from them).
-
-A module that declares commands imports only the standard library at the top (and :mod:`.errors`): ``ltfm
---help`` and every argument error build the whole parser, and must not import torch, Lightning or Optuna. A
-handler imports what it needs when it runs.
-"""
+"""``ltfm evaluate``, ``translate`` and ``average``: what is done with a run's checkpoint (BLEU on a split or on any
+files, stdin translated to stdout, the last N checkpoints averaged into one), and the ``decode.*`` overrides they
+take."""
 from __future__ import annotations
 
 import argparse
@@ -18,65 +11,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..base.command import OVERRIDES, Command, print_keys, say_done
+from ..base.command import Command, say_done
 from ..base.errors import UserError
 
 if TYPE_CHECKING:
-    from .config.config import Config
-
-#: Multi30k beside the checkout, from the folder a command runs in (the checkout's root): data.path's default for a
-#: local experiment that names no data (:func:`default_data`). The Makefile's DATA default is read from this line.
-DEFAULT_DATA = "../shared/data/multi30k"
-
-
-def default_data(cfg: Config) -> list[str]:
-    """``["data.path=DEFAULT_DATA"]`` when ``cfg`` (read without it) reads a local corpus but names no data.path (an
-    explicit ``data.path=null`` names one: none) and DEFAULT_DATA holds files, with a note on stderr; else ``[]``.
-    Put before the command line's overrides."""
-    if cfg.data.source != "local" or cfg.data.path or "path" in cfg.data.given() or \
-            not any(Path(DEFAULT_DATA).glob(f"{cfg.data.train_split}.*")):
-        return []
-    print(f"ltfm: data.path={DEFAULT_DATA} (no data.path given; that folder exists)", file=sys.stderr, flush=True)
-    return [f"data.path={Path(DEFAULT_DATA).resolve()}"]
-
-
-def _config_arguments(c: argparse.ArgumentParser) -> None:
-    c.add_argument("config", nargs="?", help="experiment YAML (not with --keys)")
-    c.add_argument("--keys", nargs="?", const="", metavar="PREFIX", help="list every key (or those starting "
-                   "with PREFIX, e.g. train or model.d_)")
-    c.add_argument("overrides", nargs="*", help=OVERRIDES)
-
-
-def config_cli(args) -> int:
-    """``ltfm config CONFIG.yaml [k=v ...]``: the resolved config as the run saves it (``config.yaml``), under a
-    comment with its run id; ``ltfm config --keys [PREFIX]``: every key of the schema with its type, default,
-    allowed values and meaning (the schema validation uses, so nothing here can fall out of date)."""
-    from .config import config
-    from .runs.run_folder import existing_run_id
-
-    if args.keys is not None:
-        if args.config or args.overrides:
-            raise UserError("--keys lists the schema: give no config file or overrides with it")
-        rows = [(f"{sec}.{name}", config.describe(spec), "null" if default is None else str(default), help)
-                for sec, keys in config.SCHEMA.items() for name, (spec, default, help) in keys.items()
-                if f"{sec}.{name}".startswith(args.keys)]
-        if not rows:
-            raise UserError(f"no config key starts with {args.keys!r}: sections are {', '.join(config.SCHEMA)}")
-        print_keys(rows)
-        return 0
-    if not args.config:
-        raise UserError("give an experiment file (ltfm config experiments/multi30k-smoke.yaml [k=v ...]) or --keys")
-    overrides = default_data(config.load_config(args.config, args.overrides, checked=False)) + args.overrides
-    cfg = config.load_config(args.config, overrides)
-    rid = existing_run_id(cfg, others=False)
-    print(f"# run id: {rid} (its folder: {cfg.run.results_dir}/{rid})")
-    print(config.saved_yaml(cfg), end="")
-    return 0
-
-
-CONFIG = Command("config", "the resolved config of an experiment, or every config key", _config_arguments,
-                 config_cli, "Print the config a run would save (YAML, with its run id), or with --keys every key "
-                 "with its type, default, allowed values and meaning.")
+    from ..training.config.config import Config
 
 
 def _average_arguments(a: argparse.ArgumentParser) -> None:
@@ -88,7 +27,7 @@ def _average_arguments(a: argparse.ArgumentParser) -> None:
 def average_cli(args) -> int:
     """``ltfm average RUN_DIR [--last N] [--out PATH]``."""
     from ..base.atomic import check_writable
-    from .runs.checkpoints import write_average
+    from ..training.runs.checkpoints import write_average
 
     if args.out or Path(args.run_dir).is_dir():  # (a run folder that is not there: write_average says so)
         check_writable([args.out or Path(args.run_dir) / "checkpoints" / "average.ckpt"],
@@ -109,7 +48,7 @@ def check_overrides(overrides: list[str] | None) -> dict:
     """The ``decode.*`` (and ``data.*``, e.g. data.path for --split on another machine) overrides of ``evaluate`` and
     ``translate``, read and checked before any work as ``ltfm train`` and ``ltfm config`` check them: a known key,
     its type, its range (:func:`~.config.config.check_value`); {key: value}. A one-line UserError otherwise."""
-    from .config import config
+    from ..training.config import config
 
     probe, checked = config.Config(), {}
     for text in overrides or []:
@@ -127,7 +66,7 @@ def check_overrides(overrides: list[str] | None) -> dict:
 def apply_overrides(cfg: Config, overrides: dict) -> Config:
     """A copy of the run's ``cfg`` with ``overrides`` (:func:`check_overrides`) set, and the sections they touch
     checked whole (their rules across keys: decode.max_len_a=0 with decode.max_len_b=0 allows no token)."""
-    from .config import config
+    from ..training.config import config
 
     cfg = copy.deepcopy(cfg)
     for key, value in overrides.items():
@@ -164,7 +103,7 @@ def checkpoint_label(checkpoint: str, run_dir: Path, average_last: int | None = 
     its run folder and a hash of its path (``<run>-1a2b3c4d.last``; a file elsewhere: with its folder), so that its
     hypotheses never take the place of the run's own under the same label, nor those of another checkpoint whose
     run folder has the same name (``results/X`` and ``results-quick/X``)."""
-    from .runs.checkpoints import own_run, resolve_checkpoint
+    from ..training.runs.checkpoints import own_run, resolve_checkpoint
 
     if checkpoint == "average" and resolve_checkpoint(run_dir, "average") is None:
         return f"average-last{average_last or 5}"
@@ -200,9 +139,9 @@ def evaluate_cli(args) -> int:
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
     from ..base.atomic import check_writable
-    from .data.data import load_split, read_lines
-    from .evaluate import decode_dtype, evaluate_texts, format_bleu
-    from .runs.checkpoints import load_model
+    from ..training.data.data import load_split, read_lines
+    from ..training.evaluate import decode_dtype, evaluate_texts, format_bleu
+    from ..training.runs.checkpoints import load_model
 
     if args.split and (args.src or args.ref):
         raise UserError("give either --split NAME or --src FILE --ref FILE, not both")
@@ -259,8 +198,8 @@ def translate_cli(args) -> int:
     Reads and translates in chunks (line by line when stdin is a terminal); an empty or blank input line
     gives an empty output line, so the line count is kept exactly. Empty stdin is an error.
     """
-    from .evaluate import decode_dtype, translate_lines
-    from .runs.checkpoints import load_model
+    from ..training.evaluate import decode_dtype, translate_lines
+    from ..training.runs.checkpoints import load_model
 
     overrides = check_overrides(args.overrides)
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, overrides.get("decode.average_last") or None)
@@ -289,54 +228,3 @@ def translate_cli(args) -> int:
 
 TRANSLATE = Command("translate", "translate stdin to stdout with a run's checkpoint", _translate_arguments,
                     translate_cli)
-
-
-def _runs_arguments(r: argparse.ArgumentParser) -> None:
-    r.add_argument("folder", nargs="?", metavar="RESULTS|RUN", help="the results folder (default: results); with "
-                   "--wandb, a run folder or the id of a run in the results folder")
-    r.add_argument("--json", action="store_true", help="JSON instead of a table")
-    r.add_argument("--sort", metavar="[-]FIELD", help="sort by a column, descending with a leading '-' "
-                   "(e.g. -dev_bleu, dev_ppl, params)")
-    r.add_argument("--wandb", action="store_true", help="show one run's W&B run, read from its offline files "
-                   "(no server): config, summary, and each history key with its steps and last value")
-
-
-def runs_cli(args) -> int:
-    """``ltfm runs [RESULTS_DIR] [--json] [--sort KEY]``; ``ltfm runs RUN --wandb [--json]``."""
-    import json
-
-    from .runs.runs import find_run, format_table, list_runs, results_hint, sort_key, sort_rows
-
-    if args.wandb:
-        if args.sort:
-            raise UserError("--sort orders the table of runs; --wandb shows one run: give one or the other")
-        if not args.folder:
-            raise UserError("--wandb shows one run: ltfm runs RUN --wandb, RUN a run folder or a run id")
-        from .runs.results import load_summary
-        from .tracking.wandb_files import describe, format_run, read_run_folder
-
-        run_dir = find_run(args.folder)
-        run = read_run_folder(run_dir, load_summary(run_dir)[0])
-        print(json.dumps(describe(run), indent=2, default=str) if args.json else format_run(run))
-        return 0
-    if args.sort:
-        sort_key(args.sort)  # a bad column is an error before the folder is read
-    folder = args.folder or "results"
-    rows = sort_rows(list_runs(folder), args.sort)
-    if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-    elif not rows:
-        hint = results_hint(folder)
-        print(f"no runs in {folder}" + (f"; {hint}" if hint else ""), file=sys.stderr)
-    else:
-        print(format_table(rows))
-    return 0
-
-
-RUNS = Command("runs", "table of the runs in a results folder, or one run's W&B run", _runs_arguments, runs_cli,
-               "Print the runs of a results folder (id, variant, status, parameters, dev perplexity, BLEU, wall "
-               "time), or with --wandb one run's offline W&B run read from its files.")
-
-
-#: This layer's commands (:mod:`lightning_tfm.cli` sets the order of ``ltfm --help``).
-COMMANDS = (CONFIG, EVALUATE, TRANSLATE, AVERAGE, RUNS)
