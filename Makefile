@@ -105,9 +105,11 @@ train: setup
 
 # Two pytest workers (pytest-xdist), a test file each at a time (TEST_WORKERS=0: one process). With two workers
 # every process gets one thread (OMP_NUM_THREADS=1): two trainings at 2 threads each on 2 cores oversubscribe
-# them (reports/timing.md, "The test suite", has the measurement).
+# them (reports/timing.md, "The test suite", has the measurement). The files go to the workers in collection order,
+# the longest first (LONGEST_FIRST in tests/conftest.py): --no-loadscope-reorder keeps pytest-xdist (3.x) from
+# reordering them by their number of tests, which put test_sweep.py, the longest, last.
 TEST_WORKERS ?= 2
-PYTEST = $(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 )$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST = $(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 )$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # ruff at 120 columns (pyproject.toml's [tool.ruff]): test and test-fast run it first
 .PHONY: lint
 lint: setup
