@@ -120,3 +120,20 @@ def test_each_section_checks_its_own_values():
     cfg.decode.max_len_a, cfg.decode.max_len_b = 0.0, 0
     with pytest.raises(UserError, match="decode.max_len_a=0 and decode.max_len_b=0 allow no token"):
         config.validate(cfg)  # a rule across the section's keys
+
+
+def test_a_sections_state_is_no_key():
+    """What a config holds besides its keys (the keys given since a section was made, an architecture's own
+    sections, the validation's mark) is declared state, no dataclass field: not in the schema, ``ltfm config
+    --keys``, the saved config, the flat keys or the run id's hash."""
+    from lightning_tfm.model import registry
+
+    cfg = config.load_config(ROOT / "experiments" / "multi30k-rnn-smoke.yaml", ["data.path=/d"])
+    assert cfg._validated is not None and cfg.model.given() == {"arch"} and "rnn" in registry.made_sections(cfg.model)
+    names = {"_given", "_sections", "_validated"}
+    for sec in config.SCHEMA:
+        section = getattr(cfg, sec)
+        assert not names & {f.name for f in dataclasses.fields(section)} and not names & set(config.SCHEMA[sec])
+    keys = set(config.flatten(cfg)) | set(run_ids.hashed(cfg, corpus="x"))
+    assert not any(k.split(".")[-1] in names for k in keys) and not any(n in config.dump_yaml(cfg) for n in names)
+    assert config.Config.from_dict(cfg.to_dict()) == cfg  # the state is not compared either

@@ -396,3 +396,37 @@ def test_sweep_folders_are_named_by_row_and_seed_and_runs_under_their_old_names_
     assert summary["steps"] == 20 and summary["status"] == "completed" and versions(legacy["rows-D1-s2"]) == 2
     assert sorted(d1.intermediate_values) == [10, 20]
     assert load_config(legacy["rows-D1-s2"] / "config.yaml").run.id == legacy["rows-D1-s2"].name
+
+
+# The keys run_id.py listed as left out of the hash (NOT_HASHED) before each field said it itself (knob(...,
+# hashed=False); a whole section: Section.HASHED): the historical record the fields must keep, since a key moved in
+# or out of the hash renames every run folder.
+NOT_HASHED_BEFORE = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
+                     "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
+                     "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches",
+                     "model.attention_kernel", "model.fast_dropout", "data.cache_dir", "wandb", "sweep",
+                     "train.checkpoint_every_seconds"}
+
+
+def test_the_keys_left_out_of_the_hash_are_said_on_their_fields_as_they_were_listed():
+    assert config.NOT_HASHED == NOT_HASHED_BEFORE
+    for path in (SMOKE, ROOT / "experiments" / "multi30k-rnn-smoke.yaml"):  # an architecture's own section too
+        cfg = load_config(path, checked=False)
+        assert run_ids.not_hashed(cfg) == NOT_HASHED_BEFORE, path
+        changed = load_config(path, ["train.max_steps=7", "wandb.project=other", "model.fast_dropout=false",
+                                     "run.results_dir=elsewhere"], checked=False)
+        assert run_ids.config_hash(changed) == run_ids.config_hash(cfg)
+
+
+def test_one_rule_says_which_keys_a_saved_config_holds():
+    """run_id.was_saved: the run id's frozen keys and the report's Table 3 knobs (a key newer than a run reads at
+    its default where the run's config would have saved it) read the one rule."""
+    from lightning_tfm.report.table3.table import knob_value
+
+    transformer = config.flatten(load_config(SMOKE, checked=False))
+    rnn = config.flatten(load_config(ROOT / "experiments" / "multi30k-rnn-smoke.yaml", checked=False))
+    assert run_ids.was_saved("model.activation", transformer) and not run_ids.was_saved("model.activation", rnn)
+    assert run_ids.was_saved("model.arch", rnn) and not run_ids.was_saved("train.lr", transformer)
+    assert not run_ids.was_saved("decode.beam_size", {"model.layers": 6})  # no decode section saved
+    old = {k: v for k, v in transformer.items() if k != "model.activation"}
+    assert knob_value(old, "model.activation") == "relu" and knob_value(rnn, "model.activation") is None

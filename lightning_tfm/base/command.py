@@ -33,7 +33,8 @@ def say_done(output: str, then: str | None = None) -> None:
 
 
 def print_keys(rows: list[tuple[str, str, str, str]]) -> None:
-    """``--keys``: one line a key (key, type, default, meaning), in aligned columns."""
+    """``--keys``: one line a key (key, type, default, meaning: :func:`~.knobs.key_row`'s, for a run config's keys
+    and a sweep file's alike), in aligned columns."""
     w = [max(len(r[i]) for r in rows) for i in range(3)]
     for key, kind, default, help in rows:
         print(f"{key:<{w[0]}}  {kind:<{w[1]}}  default {default:<{w[2]}}  {help}")

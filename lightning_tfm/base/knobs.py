@@ -5,7 +5,11 @@ A knob is one field: its type, its default and its help, and in its metadata its
 number: what config validation refuses, one line naming the key and the range) and, for a knob of the paper's
 Table 3, its :class:`Table3` column (its title, its CSV and LaTeX names: the report's configuration table, the
 paper's rows in ``resources/paper_table3.csv`` and the sweep dashboard's Optuna params read it). Each section checks
-its own values (:meth:`Section.problem`: the fields' checks, then the rules across its keys).
+its own values (:meth:`Section.problem`: the fields' checks, then the rules across its keys). Whether a key is part
+of the run id's hash is said on it too (``knob(..., hashed=False)``; a whole section: :attr:`Section.HASHED`).
+
+One coercion of a value to its key's type (:func:`coerce`) and one listing of keys (:func:`key_row`, :func:`key_rows`:
+``ltfm config --keys`` and ``ltfm sweep --keys``) serve the run config and the sweep file alike.
 
 The model's section (``model/config.py``), the training config's (``training/config/``) and the sweep file's
 (``sweep/schema.py``) are declared with these.
@@ -13,6 +17,7 @@ The model's section (``model/config.py``), the training config's (``training/con
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -34,6 +39,7 @@ class Range:
     hi: float
     lo_open: bool = False
     hi_open: bool = False
+    text: str = ""  # the allowed values in words where the derived ones say too little (a sweep file's keys)
 
     def __call__(self, key: str, v: Any) -> str | None:
         if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -47,7 +53,9 @@ class Range:
         return self.lo, self.hi
 
     def words(self, v: Any = 0.0) -> str:
-        """The allowed values in words: ``a positive integer, at most 1000``, ``in [0, 1)``."""
+        """The allowed values in words: ``a positive integer, at most 1000``, ``in [0, 1)`` (or :attr:`text`)."""
+        if self.text:
+            return self.text
         if self.hi_open:
             return f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi})"
         low = ("positive" if self.lo == 0 else f"more than {self.lo}") if self.lo_open else \
@@ -71,10 +79,13 @@ class Table3:
 
 
 def knob(default: Any, help: str, check: Check | None = None, table3: Table3 | None = None,
-         factory: Callable[[], Any] | None = None) -> Any:
+         factory: Callable[[], Any] | None = None, *, hashed: bool = True, section: tuple | None = None) -> Any:
     """A config field (fairseq style): its default, its one-line meaning (``metadata["help"]``), its own check of a
-    value (``metadata["check"]``: a :class:`Range` for a number) and, for a Table 3 knob, its column."""
-    meta = {"help": help, **({"check": check} if check else {}), **({"table3": table3} if table3 else {})}
+    value (``metadata["check"]``: a :class:`Range` for a number), for a Table 3 knob its column, whether the run id
+    hashes it (``hashed=False``: it changes nothing of what is trained: ``metadata["hashed"]``) and, for a sweep
+    file's field holding keys of its own, ``section``: (their class, where they sit: ``heartbeat.``)."""
+    meta = {"help": help, **({"check": check} if check else {}), **({"table3": table3} if table3 else {}),
+            **({} if hashed else {"hashed": False}), **({"section": section} if section else {})}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -95,11 +106,98 @@ def type_spec(hint) -> Any:
         return (OPT, type_spec(inner))
     if origin is list:
         return list
+    if origin is dict:
+        return dict
     return hint
 
 
 def default_of(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+class Unfit(ValueError):
+    """A value that is not of its key's type (:func:`coerce`); ``finite``: a number, but not a finite one."""
+
+    def __init__(self, finite: bool = False):
+        super().__init__("not a finite number" if finite else "of another type")
+        self.finite = finite
+
+
+def coerce(value: Any, spec, numbers_as_text: bool = True, finite: bool = False) -> Any:
+    """``value`` as a value of type spec ``spec`` (:func:`type_spec`), or :class:`Unfit`: the one coercion of a
+    run config's values and a sweep file's. An int is a float too, and so is a number YAML 1.1 reads as text
+    (``1e-9``; never an infinite or NaN one). ``numbers_as_text`` (a run config: ``run.name: 2024``, ``precision:
+    32``): a number is text for a string or choice key; ``finite``: an infinite float is refused (a sweep file;
+    a run config's are refused by its validation, naming the key)."""
+    if isinstance(spec, tuple) and spec[0] == OPT:
+        return None if value is None else coerce(value, spec[1], numbers_as_text, finite)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(spec, tuple) and spec[0] == "choice":
+        v = str(value) if numbers_as_text and is_number else value
+        if v not in spec[1:]:
+            raise Unfit()
+        return v
+    if spec is float and isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise Unfit() from None
+        if not math.isfinite(value):
+            raise Unfit(finite=True)
+    if spec is float and is_number:
+        if finite and not math.isfinite(value):
+            raise Unfit(finite=True)
+        return float(value)
+    if spec is str and numbers_as_text and is_number:
+        return str(value)
+    if spec is list and isinstance(value, tuple):
+        return list(value)
+    if not isinstance(value, spec) or (spec is int and isinstance(value, bool)):
+        raise Unfit()
+    return value
+
+
+def describe(spec) -> str:
+    """A type spec in words, as ``--keys`` and the type errors show it: ``int``, ``post | pre``, ``str or null``,
+    ``mapping``."""
+    if isinstance(spec, tuple) and spec[0] == "choice":
+        return " | ".join(map(str, spec[1:]))
+    if isinstance(spec, tuple) and spec[0] == OPT:
+        return describe(spec[1]) + " or null"
+    if spec is dict or dataclasses.is_dataclass(spec):
+        return "mapping"
+    return spec.__name__
+
+
+def key_row(key: str, spec, default: Any, help: str) -> tuple[str, str, str, str]:
+    """One line of ``--keys`` (``ltfm config --keys``, ``ltfm sweep --keys``: :func:`~.command.print_keys`): the
+    key, its type (:func:`describe`), its default (``null``; ``-``: a section of keys of its own) and its help."""
+    shown_default = "null" if default is None else "-" if dataclasses.is_dataclass(default) else str(default)
+    return key, describe(spec), shown_default, help
+
+
+def key_rows(kind: type, head: str = "") -> list[tuple[str, str, str, str]]:
+    """The :func:`key_row` of every field of a section dataclass, keys after ``head``, in field order; a field
+    holding keys of its own (``metadata["section"]``) is followed by theirs, and a class with ``EXTRA`` (the
+    placeholder, type and meaning of the other keys it passes on) ends with that."""
+    hints = typing.get_type_hints(kind)
+    rows = []
+    for f in dataclasses.fields(kind):
+        rows.append(key_row(head + f.name, type_spec(hints[f.name]), default_of(f), f.metadata["help"]))
+        if f.metadata.get("section"):
+            rows += key_rows(*f.metadata["section"])
+    if hasattr(kind, "EXTRA"):
+        placeholder, words, help = kind.EXTRA
+        rows.append((head + placeholder, words, "-", help))
+    return rows
+
+
+def unhashed(head: str, kind: type) -> set[str]:
+    """The keys of section ``kind`` (its keys after ``head.``) the run id does not hash: the section's name for a
+    section hashed not at all (:attr:`Section.HASHED`), else its fields marked ``knob(..., hashed=False)``."""
+    if not getattr(kind, "HASHED", True):
+        return {head}
+    return {f"{head}.{f.name}" for f in dataclasses.fields(kind) if not f.metadata.get("hashed", True)}
 
 
 def section_schema(kind: type) -> dict[str, tuple]:
@@ -113,21 +211,28 @@ class Section:
     """Base of a config section dataclass. It checks its own values (:meth:`problem`) and remembers which keys were
     set after it was made (:meth:`given`), so that a knob given for an architecture that does not have it is an
     error (model/registry.py), while the defaults it carries are not. ``SECTION`` is its name in the config, the
-    head of its keys (``model``; an architecture's: the name it is registered under)."""
+    head of its keys (``model``; an architecture's: the name it is registered under); ``HASHED``: False for a
+    section the run id hashes none of (``wandb``), the keys of the others say it each (:func:`knob`).
+
+    A section's state besides its keys is declared here, on a class that is no dataclass, so that it is no field:
+    not a key, not in ``dataclasses.fields``/``asdict``, the schema, the saved config or the run id's hash."""
 
     SECTION: ClassVar[str] = ""
+    HASHED: ClassVar[bool] = True
+    #: State, no key: the keys set since the section was made (None while it is being made: its defaults).
+    _given: set[str] | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "_given", set())
+        self._given = set()
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        if "_given" in self.__dict__:
+        if self._given is not None and name in self.__dataclass_fields__:
             self._given.add(name)
 
     def given(self) -> set[str]:
         """The keys set since the section was made (by the YAML, an override, a sweep variant)."""
-        return set(self.__dict__.get("_given", ()))
+        return set(self._given or ())
 
     def problem(self) -> str | None:
         """What is wrong with the values, in one line naming the key and the way out (None: nothing): each field's

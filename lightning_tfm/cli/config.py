@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..base.command import OVERRIDES, Command, print_keys
 from ..base.errors import UserError
+from ..base.knobs import key_row
 from .common import default_data
 
 if TYPE_CHECKING:
@@ -29,9 +30,8 @@ def config_cli(args) -> int:
     if args.keys is not None:
         if args.config or args.overrides:
             raise UserError("--keys lists the schema: give no config file or overrides with it")
-        rows = [(f"{sec}.{name}", config.describe(spec), "null" if default is None else str(default), help)
-                for sec, keys in config.SCHEMA.items() for name, (spec, default, help) in keys.items()
-                if f"{sec}.{name}".startswith(args.keys)]
+        rows = [key_row(f"{sec}.{name}", *entry) for sec, keys in config.SCHEMA.items()
+                for name, entry in keys.items() if f"{sec}.{name}".startswith(args.keys)]
         if not rows:
             raise UserError(f"no config key starts with {args.keys!r}: sections are {', '.join(config.SCHEMA)}")
         print_keys(rows)

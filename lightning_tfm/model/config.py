@@ -64,9 +64,16 @@ class ModelConfig(Section):
                               Range(1, MAX_POSITIONS))
     attention_kernel: Literal["auto", "matmul", "sdpa"] = knob(
         "auto", "how Eq. 1 is computed: sdpa (torch's fused kernel), matmul, auto (matmul for short sequences on "
-                "CPU; model/fast.py)")
+                "CPU; model/fast.py)", hashed=False)
     fast_dropout: bool = knob(True, "dropout mask drawn as 16-bit lanes on CPU (speed path, model/fast.py); false: "
-                                    "torch's dropout")
+                                    "torch's dropout", hashed=False)
+
+    def __post_init__(self):
+        super().__post_init__()
+        #: State, no key (an attribute, no field: see Section): the sections of the registered architectures that
+        #: have one, by name, each made at its defaults on first use and kept with the model's
+        #: (model/registry.py's section(); its keys ``toy.hidden`` are config keys of their own).
+        self._sections: dict[str, Section] = {}
 
     def problem(self) -> str | None:
         if self.d_model % 2:

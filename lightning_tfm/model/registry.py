@@ -79,10 +79,14 @@ def section(cfg: ModelConfig, name: str) -> Section:
     kind = ARCHITECTURES[name].section if name in ARCHITECTURES else None
     if kind is None:
         return cfg
-    sections = cfg.__dict__.setdefault("_sections", {})
-    if name not in sections:
-        sections[name] = kind()
-    return sections[name]
+    if name not in cfg._sections:
+        cfg._sections[name] = kind()
+    return cfg._sections[name]
+
+
+def made_sections(cfg: ModelConfig) -> dict[str, Section]:
+    """The architectures' own sections made so far with ``cfg`` (:func:`section`), by name (a copy)."""
+    return dict(cfg._sections)
 
 
 def arch_config(cfg: ModelConfig) -> Section:
@@ -119,7 +123,7 @@ def check(cfg: ModelConfig) -> str | None:
             which, them = (f"{stray[0]} does", "it") if len(stray) == 1 else (f"{', '.join(stray)} do", "them")
             return (f"{which} not apply to model.arch={cfg.arch} (transformer knobs): drop {them}; "
                     f"{cfg.arch}'s knobs are {cfg.arch}.*")
-    for name, other in cfg.__dict__.get("_sections", {}).items():
+    for name, other in cfg._sections.items():
         if name != cfg.arch and other.given():
             keys = ", ".join(f"{name}.{k}" for k in sorted(other.given()))
             return (f"{keys} {'do' if ',' in keys else 'does'} not apply to model.arch={cfg.arch} (knobs of "

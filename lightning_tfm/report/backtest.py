@@ -237,8 +237,8 @@ def _differs(a: dict, b: dict) -> list[str]:
     """The config keys two runs differ in, those that do not change what is trained aside (the run id's
     ``NOT_HASHED``: the budget, the study, the results folder, ...); a key one export lacks (written before the key
     existed) is at its default there, as the run id has it (training/config/run_id.py)."""
-    from ..training.config.config import SCHEMA
-    from ..training.config.run_id import KEYS_V1, NOT_HASHED
+    from ..training.config.config import NOT_HASHED, SCHEMA
+    from ..training.config.run_id import KEYS_V1
 
     def default(k: str):
         sec, _, name = k.partition(".")

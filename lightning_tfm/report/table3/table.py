@@ -22,7 +22,7 @@ import dataclasses
 from pathlib import Path
 
 from ...training.config.config import SCHEMA, TABLE3_KNOBS
-from ...training.config.run_id import KEYS_V1
+from ...training.config.run_id import KEYS_V1, was_saved
 from ...training.runs import results
 from ..inputs.export import read_export
 from ..inputs.records import DONE, ReportData, RunRecord, is_pipeline_check, mark_diverged, nonfinite
@@ -45,14 +45,14 @@ from .verdict import add_verdicts, seconds_per_step, settle_summary, verdict_sum
 
 def knob_value(cfg: dict, key: str):
     """A Table 3 knob of a row's flat config; a key newer than the run (not among the keys the run ids froze,
-    :data:`~lightning_tfm.training.config.run_id.KEYS_V1`) that its saved section lacks reads at its default: the
-    behaviour the run trained with, as its run id says (a new key's default keeps today's behaviour)."""
+    :data:`~lightning_tfm.training.config.run_id.KEYS_V1`) that its saved config lacks reads at its default where
+    the config would have saved it (:func:`~lightning_tfm.training.config.run_id.was_saved`, the run id's rule): the
+    behaviour the run trained with, as its run id says (a new key's default keeps today's behaviour). None: no
+    such section saved, or another architecture's model section."""
     if key in cfg or key in KEYS_V1:
         return cfg.get(key)
     sec, name = key.split(".")
-    if not any(k.startswith(sec + ".") for k in cfg) or (sec == "model" and "model.arch" in cfg):
-        return None  # no such section saved, or another architecture's model section
-    return SCHEMA[sec][name][1]
+    return SCHEMA[sec][name][1] if was_saved(key, cfg) else None
 
 
 def ordered_variants(sweep, records: list[RunRecord]) -> list[str]:

@@ -33,9 +33,10 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from ...base import knobs
 from ...base.errors import UserError
 from ...base.inputs import load_yaml, override_value, read_yaml_text, shown
-from ...base.knobs import OPT, check_of
+from ...base.knobs import OPT, check_of, describe, unhashed
 from ...model import registry
 from ...model.config import ModelConfig
 from .run_id import check_name
@@ -61,6 +62,11 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+
+    def __post_init__(self):
+        #: State, no key (an attribute, no field: not in to_dict, the schema or the run id's hash): what
+        #: :func:`validate` last passed, (the values then, whether the data source was checked too), None: nothing.
+        self._validated: tuple | None = None
 
     def __getattr__(self, name: str):
         """``cfg.toy``: the section of a registered architecture (model/registry.py), kept with ``cfg.model``."""
@@ -116,6 +122,12 @@ def _table3_knobs() -> tuple[Knob, ...]:
 # paper's rows (report/table3/paper.py), table3.tex and the sweep dashboard's Optuna params derive from it.
 TABLE3_KNOBS = _table3_knobs()
 
+# The keys that do not change what is trained, left out of the run id's hash (run_id.not_hashed): the fields marked
+# knob(..., hashed=False), and the sections hashed not at all by their name (wandb, sweep).
+NOT_HASHED: frozenset[str] = frozenset().union(
+    *(unhashed(sec.name, typing.get_type_hints(Config)[sec.name]) for sec in dataclasses.fields(Config)))
+
+
 def choices(key: str) -> tuple | None:
     """The allowed values of a choice key (``model.norm`` -> ("post", "pre")), None for other keys."""
     sec, name = key.split(".")
@@ -129,42 +141,19 @@ def get_dotted(cfg: Config, key: str) -> Any:
     return getattr(getattr(cfg, sec), name)
 
 
-def describe(spec) -> str:
-    if isinstance(spec, tuple) and spec[0] == "choice":
-        return " | ".join(map(str, spec[1:]))
-    if isinstance(spec, tuple) and spec[0] == OPT:
-        return describe(spec[1]) + " or null"
-    return spec.__name__
-
-
 def coerce(key: str, value: Any, spec) -> Any:
-    """Check ``value`` against ``spec``; ints are accepted for floats, numbers for str choices like precision."""
-    if isinstance(spec, tuple) and spec[0] == OPT:
-        return None if value is None else coerce(key, value, spec[1])
-    if isinstance(spec, tuple) and spec[0] == "choice":
-        v = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-        if v not in spec[1:]:
-            raise UserError(f"{key}={shown(value)} is not one of: {describe(spec)}")
-        return v
-    if spec is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if spec is float and isinstance(value, str):
-        # PyYAML (YAML 1.1) reads 1e-9 and inf as strings; they are numbers to the user.
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-        if number is not None and not math.isfinite(number):
-            raise UserError(f"{key}={value} is not a finite number: give a real value")
-        if number is not None:
-            return number
-    if spec is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if spec is list and isinstance(value, tuple):
-        return list(value)
-    if not isinstance(value, spec) or (spec is int and isinstance(value, bool)):
-        raise UserError(f"{key}={shown(value)} has the wrong type: expected {describe(spec)}")
-    return value
+    """``value`` as key ``key``'s type (:func:`~lightning_tfm.base.knobs.coerce`: ints are floats, numbers are text
+    for str keys and choices like precision), else the one-line error naming the key."""
+    try:
+        return knobs.coerce(value, spec)
+    except knobs.Unfit as e:
+        if e.finite:  # PyYAML (YAML 1.1) reads 1e-9 and inf as strings; they are numbers to the user.
+            raise UserError(f"{key}={value} is not a finite number: give a real value") from None
+        if isinstance(spec, tuple) and spec[0] == OPT:  # not null: the value's type is the inner one
+            spec = spec[1]
+        if isinstance(spec, tuple) and spec[0] == "choice":
+            raise UserError(f"{key}={shown(value)} is not one of: {describe(spec)}") from None
+        raise UserError(f"{key}={shown(value)} has the wrong type: expected {describe(spec)}") from None
 
 
 def did_you_mean(word: str, choices=None) -> str:
@@ -283,11 +272,11 @@ def validate(cfg: Config, data: bool = True) -> None:
     Every key's range is checked here, not where it is first used: a value that only fails inside
     Lightning, the DataLoader or the decoder after training would cost the whole run (and leave a half
     written run folder). A config is validated once: unchanged since it passed, it is not checked again."""
-    sections = cfg.model.__dict__.get("_sections", {})  # the architectures' own sections (model/registry.py)
+    sections = registry.made_sections(cfg.model)  # the architectures' own sections (model/registry.py)
     # a section read at its defaults: no change
     state = (dataclasses.astuple(cfg), repr([(n, s, sorted(s.given())) for n, s in sorted(sections.items())
                                              if s.given() or s != type(s)()]))
-    if getattr(cfg, "_validated", None) in ((state, True), (state, data)):  # e.g. ltfm train's, then train()'s
+    if cfg._validated in ((state, True), (state, data)):  # e.g. ltfm train's, then train()'s
         return
     _check_finite(cfg)
     if (why := registry.check(cfg.model)) is not None:  # model.arch, and knobs of another architecture

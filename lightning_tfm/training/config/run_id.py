@@ -10,12 +10,14 @@ What is hashed (:func:`hashed`) is what decides what a run trains, and nothing w
   behaviour changes no run id (a newer key's default is its neutral value: to change it later, freeze the old one
   in :data:`KEYS_V1`);
 * a key of :data:`KEYS_V1` since removed from the schema at its frozen default, where the config would have
-  saved it (:func:`_was_saved`): the runs trained with it keep their ids;
+  saved it (:func:`was_saved`, the one rule of which keys a saved config holds): the runs trained with it keep
+  their ids;
 * the local corpus by its content (``data.corpus``, :func:`~.corpus_id.fingerprint`) in place of ``data.path``:
   the same corpus in another folder is the same run, a corpus with one line changed is another. Where the files
   cannot be read (none there yet, a dry run elsewhere), ``data.path`` stands for them as before.
 
-Not hashed (:data:`NOT_HASHED`): the budget, the bookkeeping, the speed paths, the sweep's keys; the paper's
+Not hashed (:func:`not_hashed`: the keys marked ``knob(..., hashed=False)``, the sections whose ``HASHED`` is
+False; :data:`.config.NOT_HASHED`): the budget, the bookkeeping, the speed paths, the sweep's keys; the paper's
 schedule's unused keys and another architecture's section are left out of the saved config itself
 (:meth:`.config.Config.to_dict`).
 
@@ -37,17 +39,10 @@ from typing import Any
 
 from ...base.errors import UserError
 from ...base.inputs import shown
+from ...base.knobs import unhashed
 from ..data.corpus_id import fingerprint
 
 NAME_BYTES = 255  # the longest name of a file or folder (a path component), in bytes, on the usual file systems
-
-# Keys that do not change what is trained: excluded from the run id hash.
-# The training budget is not hashed either: re-running with a larger train.max_steps continues the run.
-NOT_HASHED = {"run.id", "run.results_dir", "run.variant", "run.family", "run.study", "train.progress_bar",
-              "train.max_steps", "train.max_time_minutes", "decode.batch_sentences",
-              "train.num_workers", "train.threads", "train.fused_loss", "train.record_batches",
-              "model.attention_kernel", "model.fast_dropout", "data.cache_dir", "wandb", "sweep",
-              "train.checkpoint_every_seconds"}
 
 #: The keys every run id hashed when new keys stopped being hashed at their defaults, with their defaults then
 #: (frozen: never edit; a key is hashed as before wherever the config saves it). The plateau schedule's keys
@@ -90,8 +85,19 @@ def _defaults(cfg) -> dict[str, Any]:
     return out
 
 
-def _was_saved(key: str, flat: dict) -> bool:
-    """Whether a config saved as ``flat`` would have saved :data:`KEYS_V1`'s ``key`` (see there)."""
+def not_hashed(cfg) -> set[str]:
+    """The keys of ``cfg``'s sections that do not change what is trained, left out of the run id's hash: those its
+    fields mark ``hashed=False`` (the training budget too: re-running with a larger train.max_steps continues the
+    run) and the names of the sections hashed not at all (``wandb``, ``sweep``)."""
+    return set().union(*(unhashed(sec, type(getattr(cfg, sec))) for sec in cfg.to_dict()))
+
+
+def was_saved(key: str, flat: dict) -> bool:
+    """Whether a config saved as ``flat`` (flat keys) would have saved ``key``: its section is saved, and it is
+    neither a transformer knob of another architecture's config (whose model section holds model.arch alone) nor a
+    key of the plateau schedule of a noam config (see :data:`KEYS_V1`). The run id's frozen keys
+    (:func:`hashed`) and the report's Table 3 knobs (a key newer than a run: its default where it would have been
+    saved) read it."""
     sec = key.split(".")[0]
     if not any(k.startswith(sec + ".") for k in flat):
         return False
@@ -103,10 +109,11 @@ def _was_saved(key: str, flat: dict) -> bool:
 def _keys(cfg) -> dict:
     """The flat keys a run id hashes, ``data.path`` as given (the rule: the module's docstring)."""
     flat = {f"{sec}.{k}": v for sec, body in cfg.to_dict().items() for k, v in body.items()}
-    flat = {k: v for k, v in flat.items() if k not in NOT_HASHED and k.split(".")[0] not in NOT_HASHED}
+    skip = not_hashed(cfg)
+    flat = {k: v for k, v in flat.items() if k not in skip and k.split(".")[0] not in skip}
     defaults = _defaults(cfg)
     out = {k: v for k, v in flat.items() if k in KEYS_V1 or k not in defaults or v != defaults[k]}
-    out.update({k: v for k, v in KEYS_V1.items() if k not in defaults and k not in flat and _was_saved(k, flat)})
+    out.update({k: v for k, v in KEYS_V1.items() if k not in defaults and k not in flat and was_saved(k, flat)})
     return out
 
 

@@ -92,13 +92,15 @@ class RunConfig(Section):
 
     name: str = knob("run", "experiment name; part of the run id")
     id: str | None = knob(None, "run folder; default <name>-<config hash> (a sweep trial's: "
-                                "<study>-<variant>-s<seed>-<hash>)")
-    results_dir: str = knob("results", "where run folders are written", path_check)
+                                "<study>-<variant>-s<seed>-<hash>)", hashed=False)
+    results_dir: str = knob("results", "where run folders are written", path_check, hashed=False)
     seed: int = knob(1, "random seed of initialisation, dropout and batch order",
                      Range(0, 2 ** 32 - 1))  # what Lightning's seeding takes
-    variant: str | None = knob(None, "Table 3 row or sweep variant this run belongs to", label_check)
-    family: str | None = knob(None, "row family: base, A, B, C, D, E, big, norm, search", label_check)
-    study: str | None = knob(None, "sweep/study name this run belongs to (its W&B group)")
+    variant: str | None = knob(None, "Table 3 row or sweep variant this run belongs to", label_check,
+                               hashed=False)
+    family: str | None = knob(None, "row family: base, A, B, C, D, E, big, norm, search", label_check,
+                              hashed=False)
+    study: str | None = knob(None, "sweep/study name this run belongs to (its W&B group)", hashed=False)
 
 
 PAIRS = Range(1, 10 ** 12)
@@ -128,7 +130,8 @@ class DataConfig(Section):
     max_test_pairs: int | None = knob(None, "use only the first N test pairs", PAIRS)
     tokenizer_min_frequency: int = knob(2, "BPE merges need at least this many occurrences", Range(0, 10 ** 9))
     cache_dir: str | None = knob(None, "where prepared corpora (vocabulary + token ids, `ltfm prepare`) are kept; "
-                                       "default: data-cache beside run.results_dir", path_check)
+                                       "default: data-cache beside run.results_dir", path_check,
+                                 hashed=False)
 
     def problem(self) -> str | None:
         if self.src_lang == self.tgt_lang:
@@ -148,8 +151,10 @@ class TrainConfig(Section):
                                           Range(1, 2 ** 30))
     accumulate: int = knob(1, "gradient accumulation (ignored when batch_tokens_total is set)", Range(1, 10 ** 5))
     max_steps: int = knob(100000, "optimizer steps to train for (the paper: 100k for base, Sec. 5.2)", steps(),
-                          Table3("train steps", 100, csv="train_steps", tex="train steps", label="{} steps"))
-    max_time_minutes: float | None = knob(None, "stop training after this much wall time", positive(10 ** 7))
+                          Table3("train steps", 100, csv="train_steps", tex="train steps", label="{} steps"),
+                          hashed=False)
+    max_time_minutes: float | None = knob(None, "stop training after this much wall time", positive(10 ** 7),
+                                          hashed=False)
     warmup: int = knob(4000, "warmup_steps of the learning-rate schedule (Sec. 5.3, Eq. 3)", steps())
     # no tight upper bound: a scale too large costs nothing but a diverging loss, which stops the run at once
     # naming its step and loss (training/train.py's non-finite-loss check)
@@ -183,19 +188,21 @@ class TrainConfig(Section):
                                                          "resumes from) once this many seconds passed since the last "
                                                          "checkpoint, whichever comes first with the step interval; "
                                                          "0: after every step; null: the step interval alone",
-                                                  Range(0, 10 ** 9))
+                                                  Range(0, 10 ** 9), hashed=False)
     keep_checkpoints: int = knob(5, "step checkpoints kept besides last (for averaging)", Range(0, 10 ** 6))
     log_every_steps: int = knob(50, "interval in optimizer steps of the training loss/learning-rate log lines",
                                 steps())
     num_workers: int = knob(0, "DataLoader worker processes (0: load batches in the training process)",
-                            Range(0, 1024))
+                            Range(0, 1024), hashed=False)
     compile: bool = knob(False, "torch.compile the model (whether it pays off depends on the machine: time it)")
     fused_loss: bool = knob(True, "pre-softmax projection + smoothed loss computed chunk-wise, gradients eagerly "
-                                  "(speed path)")
-    progress_bar: bool = knob(True, "show Lightning's progress bar on the terminal (off for logs and sweep workers)")
-    threads: int | None = knob(None, "torch intra-op threads (default: torch's choice)", Range(1, 4096))
+                                  "(speed path)", hashed=False)
+    progress_bar: bool = knob(True, "show Lightning's progress bar on the terminal (off for logs and sweep workers)",
+                              hashed=False)
+    threads: int | None = knob(None, "torch intra-op threads (default: torch's choice)", Range(1, 4096),
+                               hashed=False)
     record_batches: bool = knob(False, "write the dataset indices of every training batch, per rank (debugging, "
-                                       "tests)")
+                                       "tests)", hashed=False)
 
     def problem(self) -> str | None:
         if self.batch_tokens_total is not None and self.batch_tokens_total < self.batch_tokens:
@@ -221,7 +228,8 @@ class DecodeConfig(Section):
     max_len_a: float = knob(1.0, "maximum output length = a * source length + b", Range(0, 1000))
     max_len_b: int = knob(50, "b of the maximum output length a * source length + b (Sec. 6.1: input length + 50)",
                           Range(0, MAX_POSITIONS))
-    batch_sentences: int = knob(128, "sentences decoded together in one batch", Range(1, 10 ** 6))
+    batch_sentences: int = knob(128, "sentences decoded together in one batch", Range(1, 10 ** 6),
+                                hashed=False)
     dev_bleu_every_steps: int = knob(0, "dev BLEU during training every N steps (0: only at the end)", steps(0))
     dev_bleu_subset: int | None = knob(200, "sentences of the dev set used for BLEU during training (None: all)",
                                        steps())
@@ -238,6 +246,7 @@ class DecodeConfig(Section):
 @dataclass
 class WandbConfig(Section):
     SECTION: ClassVar[str] = "wandb"
+    HASHED: ClassVar[bool] = False  # where a run logs changes nothing of what it trains
 
     mode: Literal["offline", "online", "disabled"] = knob("offline", "W&B logging mode; the WANDB_MODE environment "
                                                                      "variable overrides it")
@@ -252,6 +261,7 @@ class WandbConfig(Section):
 @dataclass
 class SweepConfig(Section):
     SECTION: ClassVar[str] = "sweep"
+    HASHED: ClassVar[bool] = False  # the study a trial reports to: a trial trains what its other keys say
 
     storage: str | None = knob(None, "Optuna storage of the trial, for a trial run by hand (ltfm sweep passes it in "
                                      "the environment, never in the config)")

@@ -286,7 +286,7 @@ def recorded_corpus(run_dir: Path) -> str | None:
 def differences(there: Config, asked: Config, sections: set[str] | None = None,
                 names: tuple[str, str] = ("there", "asked"), there_corpus: str | None = None) -> list[str]:
     """The keys, ``"model.dropout (0.1 there, 0.3 asked)"`` for the first few, in which two configs differ: every
-    key of the run id's hash (:func:`~.run_id.hashed`; not :data:`~.run_id.NOT_HASHED`'s: the budget, the
+    key of the run id's hash (:func:`~.run_id.hashed`; not :data:`~.config.NOT_HASHED`'s: the budget, the
     bookkeeping, the sweep's keys, which a run may change when it trains on; a newer key at its default is no
     difference), the corpus by its content (``data.corpus``; ``there_corpus``: as the folder recorded it; its
     folder, ``data.path``, where a side's files cannot be read: :func:`~.run_id.compared`), secrets masked as
