@@ -307,3 +307,53 @@ def test_the_room_order_check_sees_planted_violations(tmp_path):
                                       "pkg/report/publish/p.py:2 imports pkg.report.commands",
                                       "pkg/report/table2/t.py:2 imports pkg.report.views",
                                       "pkg/report/views/v.py:1 imports pkg.report.table2.t"]
+
+
+def _notebook_imports(path: Path) -> list[tuple[str, str]]:
+    """(module, name) of every ``from lightning_tfm... import name`` in a notebook's code cells."""
+    import json
+
+    found = []
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lightning_tfm":
+                found += [(node.module, a.name) for a in node.names]
+            elif isinstance(node, ast.Import):
+                found += [(a.name, "") for a in node.names if a.name.split(".")[0] == "lightning_tfm"]
+    return found
+
+
+def test_the_report_notebooks_import_what_the_package_has():
+    """Every name a packaged report notebook imports from the package exists there (a module moved or renamed
+    leaves no notebook behind: the notebooks are not Python files, and an import that fails shows only when a
+    report runs)."""
+    import importlib
+
+    notebooks = sorted((PACKAGE / "resources" / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) >= 4
+    missing = []
+    for path in notebooks:
+        imports = _notebook_imports(path)
+        assert imports, f"{path.name} imports nothing of the package"
+        for module, name in imports:
+            try:
+                found = importlib.import_module(module)
+            except ImportError as e:
+                missing.append(f"{path.name}: {module} ({e})")
+                continue
+            if name and not hasattr(found, name) and importlib.util.find_spec(f"{module}.{name}") is None:
+                missing.append(f"{path.name}: {module}.{name}")
+    assert not missing, missing
+
+
+def test_the_notebook_import_check_sees_a_moved_module(tmp_path):
+    """The check above reads a notebook's imports, a name inside a function's cell too."""
+    nb = tmp_path / "n.ipynb"
+    nb.write_text('{"cells": [{"cell_type": "code", "source": ["%matplotlib inline\\n", "def f():\\n", '
+                  '"    from lightning_tfm.training.redact import reveal\\n"]}, {"cell_type": "markdown", "source": '
+                  '["from lightning_tfm.x import y"]}]}')
+    assert _notebook_imports(nb) == [("lightning_tfm.training.redact", "reveal")]
