@@ -357,3 +357,19 @@ def test_the_notebook_import_check_sees_a_moved_module(tmp_path):
                   '"    from lightning_tfm.training.redact import reveal\\n"]}, {"cell_type": "markdown", "source": '
                   '["from lightning_tfm.x import y"]}]}')
     assert _notebook_imports(nb) == [("lightning_tfm.training.redact", "reveal")]
+
+
+def test_the_readmes_drawing_is_the_layers_and_its_map_names_every_package():
+    """The README's drawing of the imports lists the layers in the order the checks above enforce, and its code map
+    names every package and sub-package (a package added or moved shows there)."""
+    readme = (ROOT / "README.md").read_text()
+    (drawing,) = [line for line in readme.splitlines() if line.startswith("base/  <-")]
+    assert [part.strip().rstrip("/") for part in drawing.split("<-")] == \
+        [k for k, _ in sorted(LAYERS.items(), key=lambda kv: kv[1]) if k != "__main__"]
+    code_map = readme[readme.index("lightning_tfm/\n"):]
+    code_map = code_map[:code_map.index("```")]
+    named = {line.split()[0].rstrip("/") for line in code_map.splitlines()[1:] if line[2:3].strip() and line.strip()}
+    named |= {line.split()[0].rstrip("/") for line in code_map.splitlines() if line.startswith("    ") and
+              line[4:5].strip()}
+    packages = {p.parent.name for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE}
+    assert packages <= named, f"packages the README's code map leaves out: {sorted(packages - named)}"
