@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Literal
+
+from .inputs import shown
 
 # A type spec (generated from a field's annotation): int, float, str, bool, list, ("choice", a, b, ...)
 # or ("optional", spec).
@@ -243,3 +246,12 @@ class Section:
             if check is not None and (why := check(f"{self.SECTION}.{f.name}", getattr(self, f.name))) is not None:
                 return why
         return None
+
+
+def path_check(key: str, v: Any) -> str | None:
+    """A path the file system takes: no NUL, at most 255 bytes a name, 4096 in all (else a traceback)."""
+    raw = os.fsencode(v) if isinstance(v, str) else b""
+    if b"\0" in raw or len(raw) > 4096 or any(len(p) > 255 for p in raw.split(b"/")):
+        return (f"{key}={shown(v)} is not a path the file system takes: no NUL character, at most 255 bytes a folder "
+                "or file name, 4096 in all")
+    return None

@@ -29,8 +29,9 @@ import yaml
 
 from ..base.errors import UserError
 from ..base.inputs import load_yaml, read_yaml_text, shown
+from ..base.knobs import path_check
 from ..training.config import config
-from ..training.config.sections import LABEL_CHARS, path_check
+from ..training.config.sections import LABEL_CHARS
 from .schema import (
     BUDGET_DEFAULTS,
     METRICS,

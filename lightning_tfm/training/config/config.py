@@ -36,20 +36,11 @@ import yaml
 from ...base import knobs
 from ...base.errors import UserError
 from ...base.inputs import load_yaml, override_value, read_yaml_text, shown
-from ...base.knobs import OPT, check_of, describe, unhashed
+from ...base.knobs import OPT, check_of, describe, path_check, unhashed
 from ...model import registry
 from ...model.config import ModelConfig
 from .run_id import check_name
-from .sections import (
-    PLATEAU_KEYS,
-    DataConfig,
-    DecodeConfig,
-    RunConfig,
-    SweepConfig,
-    TrainConfig,
-    WandbConfig,
-    path_check,
-)
+from .sections import PLATEAU_KEYS, DataConfig, DecodeConfig, RunConfig, SweepConfig, TrainConfig, WandbConfig
 
 
 @dataclass

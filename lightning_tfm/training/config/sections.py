@@ -11,13 +11,12 @@ few checks across sections.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
 from ...base.inputs import shown
-from ...base.knobs import UNIT, Range, Section, Table3, default_of, knob
+from ...base.knobs import UNIT, Range, Section, Table3, default_of, knob, path_check
 from ...model.config import MAX_POSITIONS
 
 STEPS = 10 ** 9  # an interval or a count of optimizer steps: far beyond any run (the paper's big: 300k)
@@ -42,15 +41,6 @@ def label_check(key: str, v: Any) -> str | None:
     if v is not None and (len(v) > LABEL_CHARS or not v.isprintable() or not v.strip()):
         return (f"{key}={shown(v)} must be one line of 1 to {LABEL_CHARS} printable characters, not blank (it has "
                 f"{len(v)}): a row's name, as the report shows it")
-    return None
-
-
-def path_check(key: str, v: Any) -> str | None:
-    """A path the file system takes: no NUL, at most 255 bytes a name, 4096 in all (else a traceback)."""
-    raw = os.fsencode(v) if isinstance(v, str) else b""
-    if b"\0" in raw or len(raw) > 4096 or any(len(p) > 255 for p in raw.split(b"/")):
-        return (f"{key}={shown(v)} is not a path the file system takes: no NUL character, at most 255 bytes a folder "
-                "or file name, 4096 in all")
     return None
 
 
