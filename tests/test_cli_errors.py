@@ -43,3 +43,24 @@ def test_a_path_the_file_system_cannot_take_is_one_line(ltfm_here, tmp_path, com
         err = p.stderr.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("ltfm: error: ") and "Traceback" not in p.stderr, p.stderr
     assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("argv", [["config", "--keys"], ["sweep", "--keys"],
+                                  ["config", "experiments/multi30k-smoke.yaml", "data.path=/nowhere"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(argv):
+    """``ltfm config --keys | head -1``: the reader closes the pipe before the command writes; the command ends
+    with exit 0 and says nothing of it (a BrokenPipeError is an OSError: it once reached the OSError handler,
+    which re-raised it as a traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import WORK
+
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command starts
+    p = subprocess.run([sys.executable, "-m", "lightning_tfm", *argv], stdout=write, stderr=subprocess.PIPE, text=True,
+                       env=env, cwd=WORK, timeout=600)
+    os.close(write)
+    assert p.returncode == 0 and "Traceback" not in p.stderr and "Error" not in p.stderr, p.stderr

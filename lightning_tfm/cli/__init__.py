@@ -104,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         from ..base.redact import scrub_text
         print(f"ltfm: error: {scrub_text(str(e))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `ltfm runs | head`: the reader went away; not an error of ours (an OSError too:
+        # before the handler of OSError, which re-raises what it does not know)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as e:  # a path the file system cannot take, wherever a command meets it first: one line
         if e.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
             raise
@@ -122,9 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ltfm: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `ltfm runs | head`: the reader went away; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 if __name__ == "__main__":

@@ -2,15 +2,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from ..base.command import OVERRIDES, Command, print_keys
 from ..base.errors import UserError
 from ..base.knobs import key_row
 from .common import default_data
-
-if TYPE_CHECKING:
-    pass
 
 
 def _config_arguments(c: argparse.ArgumentParser) -> None:
