@@ -396,6 +396,9 @@ def test_report_out_replaces_only_a_folder_it_made(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test-long; make test keeps SIGTERM's line, exit 143 and failed summary
+# (test_a_sigterm_after_fit_is_recorded_and_exits_143_like_one_during_fit), a SIGTERM-stopped run resumed on its batches
+# (test_stop_resume.py, SIGTERM-mid-epoch) and a worker's trial stopped by SIGTERM (test_sweep.py)
 def test_a_run_stopped_by_a_schedulers_signal_says_so_and_exits_non_zero(tmp_path, data_dir):
     """SIGTERM (preemption, `kill`) and SIGUSR1 (SLURM's requeue warning, outside SLURM) stop `ltfm train` with
     one line and exit 143, never 0: `&&` chains and schedulers read 0 as done. The summary says why, and the

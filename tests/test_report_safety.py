@@ -244,7 +244,8 @@ def test_two_reports_of_one_sweep_at_once_leave_one_complete_wandb_run(swept, tm
 # ------------------------------------------------------------------------------------------------------------
 # Signals
 # ------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+# SIGINT in make test-long: one handler serves both (make test keeps SIGTERM)
+@pytest.mark.parametrize("sig, code", [pytest.param(signal.SIGINT, 130, marks=pytest.mark.long), (signal.SIGTERM, 143)])
 def test_a_signal_mid_notebook_leaves_nothing_behind(swept, tmp_path, sig, code):
     """SIGINT or SIGTERM once the notebook's kernel runs (its setup cell has printed): exit 130 / 143 and one
     line; no staging folder, no report folder, no kernelspec or connection file in the temporary folder, no

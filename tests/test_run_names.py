@@ -345,6 +345,10 @@ def run_folders(results: Path) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # two sweeps (make test-long); make test keeps what it relies on: the lookup of a folder under
+# an earlier name (test_an_earlier_run_of_the_same_config_under_another_name_is_found), a legacy folder continued
+# through the command (test_a_legacy_folder_is_continued_and_a_folder_is_checked_by_its_corpus) and the reference
+# sweep's dry run (test_the_reference_sweeps_dry_run_continues_its_folders_and_starts_changed_rows_afresh)
 def test_sweep_folders_are_named_by_row_and_seed_and_runs_under_their_old_names_are_taken_over(tmp_path, data_dir,
                                                                                                ltfm_here):
     """A sweep names its folders by row and seed; renamed as the version that named every trial
