@@ -182,6 +182,8 @@ def _reader(stream, lines: list[str], seen: threading.Event) -> None:
             seen.set()
 
 
+@pytest.mark.long  # make test-long; make test keeps a second report replacing the first's W&B run
+# (test_dashboards.py::test_a_second_report_replaces_the_wandb_run_and_the_note_and_a_wandb_error_is_a_warning)
 def test_two_reports_of_one_sweep_at_once_leave_one_complete_wandb_run(swept, tmp_path):
     """Two ``ltfm report`` of one sweep into one folder, started together while this test holds the W&B report
     lock of their results folder: one waits for the report folder, the other for the lock; released, they
@@ -303,6 +305,9 @@ def quick_overrides() -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test-long; make test keeps each part without a sweep: the group
+# (test_tracking.py::test_a_pipeline_checks_runs_have_a_group_of_their_own), the report run's own id
+# (test_dashboards.py) and the report's title and figures (test_pipeline_check_figures.py)
 def test_a_pipeline_check_is_its_own_group_and_report_run_and_says_so(tmp_path, data_dir):
     """``make ablation QUICK=1``'s overrides on a one-row sweep: its training run is tagged and grouped as a
     pipeline check (so ``--from-wandb`` of the real sweep, which reads group = sweep name, never reads it), its

@@ -40,6 +40,9 @@ def test_checkpoints_load_with_weights_only(smoke_run):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test-long; make test keeps a run resumed from its last step by the same command at a
+# larger budget (test_stop_resume.py::test_a_larger_budget_goes_on_from_the_last_step_on_the_same_batches) and
+# after a stop (its SIGTERM-mid-epoch case)
 def test_rerunning_the_same_command_resumes_from_the_saved_step(tmp_path, data_dir):
     args = ["train", SMOKE, f"data.path={data_dir}", f"run.results_dir={tmp_path}", "data.max_train_pairs=600",
             "train.val_every_steps=10", "train.checkpoint_every_steps=10"]
