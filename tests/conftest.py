@@ -313,10 +313,10 @@ SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", 
 # The longest test files, collected first (longest processing time first): `make test` hands whole files to its two
 # pytest-xdist workers in collection order (--dist loadfile --no-loadscope-reorder), so a long file collected last
 # leaves the other worker idle at the end. The order: each file's summed test times, measured with
-# `make test PYTEST_ARGS=--durations=80` (reports/timing.md, "The test suite").
-LONGEST_FIRST = ("test_sweep.py", "test_faults.py", "test_report.py", "test_run_names.py", "test_distributed.py",
-                 "test_report_safety.py", "test_tracking.py", "test_train.py", "test_prepare.py",
-                 "test_budget_reads.py", "test_stop_resume.py", "test_launch.py", "test_compare.py")
+# `make test PYTEST_ARGS=--durations=0` (reports/timing.md, "The test suite").
+LONGEST_FIRST = ("test_sweep.py", "test_report.py", "test_faults.py", "test_dashboards.py", "test_report_safety.py",
+                 "test_tracking.py", "test_distributed.py", "test_stop_resume.py", "test_compare.py", "test_figures.py",
+                 "test_prepare.py", "test_budget_reads.py", "test_checkpoint_links.py")
 
 
 def _has_cuda() -> bool:
