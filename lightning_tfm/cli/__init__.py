@@ -13,25 +13,20 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import difflib
 import errno
 import os
 import re
 import sys
 
 from ..base.command import Command
-from ..base.errors import UserError
+from ..base.errors import UserError, closest
 from . import bench, config, evaluate, report, runs, sweep, train
 
 
 def suggestion(word: str, choices: list[str]) -> str:
-    """``"; did you mean --from-export?"``: the one of ``choices`` closest to ``word`` (difflib, as a config key's
-    :func:`~lightning_tfm.training.config.config.did_you_mean`, which imports torch: an argument error stays
-    fast), else the one ``word`` begins, else ""."""
-    ranked = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in choices), reverse=True)
-    (r1, best), (r2, _) = (ranked + [(0.0, "")] * 2)[:2]
-    longer = [c for c in choices if c.startswith(word)]
-    best = best if r1 >= 0.75 and r1 > r2 else longer[0] if len(longer) == 1 else ""
+    """``"; did you mean --from-export?"``: the one of ``choices`` closest to ``word``
+    (:func:`~lightning_tfm.base.errors.closest`, as a config key's hint), else ""."""
+    best = closest(word, choices)
     return f"; did you mean {best}?" if best else ""
 
 

@@ -23,7 +23,6 @@ report's run records, sweep override dicts) keeps the dict and its flat ``"model
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import typing
@@ -34,7 +33,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from ...base import knobs
-from ...base.errors import UserError
+from ...base.errors import UserError, closest
 from ...base.inputs import load_yaml, override_value, read_yaml_text, shown
 from ...base.knobs import OPT, check_of, describe, path_check, unhashed
 from ...model import registry
@@ -148,13 +147,9 @@ def coerce(key: str, value: Any, spec) -> Any:
 
 
 def did_you_mean(word: str, choices=None) -> str:
-    """``"did you mean model.heads? "``: the one of ``choices`` (default: every key) closest to ``word`` (difflib;
-    none when two are as close: ``model.d``), else the one ``word`` begins, else ""."""
-    choices = list(choices or (f"{sec}.{name}" for sec in SCHEMA for name in SCHEMA[sec]))
-    ranked = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in choices), reverse=True)
-    (r1, best), (r2, _) = (ranked + [(0.0, "")] * 2)[:2]
-    longer = [c for c in choices if c.startswith(word)]
-    best = best if r1 >= 0.75 and r1 > r2 else longer[0] if len(longer) == 1 else ""
+    """``"did you mean model.heads? "``: the one of ``choices`` (default: every key) closest to ``word``
+    (:func:`~lightning_tfm.base.errors.closest`), else ""."""
+    best = closest(word, choices or (f"{sec}.{name}" for sec in SCHEMA for name in SCHEMA[sec]))
     return f"did you mean {best}? " if best else ""
 
 
