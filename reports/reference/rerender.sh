@@ -28,4 +28,14 @@ echo "rerender: table3-cpu-600-vs-1800"
   --against sweeps/table3-cpu.yaml --against-export reports/reference/table3-cpu-2026-11-25/export \
   --out "$BUILD/table3-cpu-600-vs-1800" > "$BUILD.cmp.log" 2>&1 || { cat "$BUILD.cmp.log"; exit 1; }
 pages "$BUILD/table3-cpu-600-vs-1800" reports/reference/table3-cpu-600-vs-1800
+# Table 3 on en->fr beside en->de at 1,800 steps (rows at seed 1, the base at seeds 1-3 on both sides): the en->de
+# rows of the continued table (C1, C6, D1, E) and of the held-out one (A1, B1, C4, prenorm)
+for de in continued heldout; do
+  echo "rerender: table3-cpu-fr-vs-de-$de"
+  mkdir -p reports/reference/table3-cpu-fr-vs-de-$de
+  "$LTFM" report sweeps/table3-cpu-heldout-fr.yaml --from-export reports/reference/table3-cpu-heldout-fr/export \
+    --against sweeps/table3-cpu-$de.yaml --against-export reports/reference/table3-cpu-$de/export \
+    --out "$BUILD/table3-cpu-fr-vs-de-$de" > "$BUILD.fr-$de.log" 2>&1 || { cat "$BUILD.fr-$de.log"; exit 1; }
+  pages "$BUILD/table3-cpu-fr-vs-de-$de" reports/reference/table3-cpu-fr-vs-de-$de
+done
 echo "rerender: done; git diff --stat reports/reference shows what changed"
