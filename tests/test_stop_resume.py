@@ -128,10 +128,11 @@ def test_a_stopped_run_resumes_on_the_batches_of_a_run_never_stopped(sig, at, st
 
 
 @pytest.mark.slow
-def test_a_larger_budget_goes_on_from_the_last_step_on_the_same_batches(straight, data_dir, tmp_path):
+def test_a_larger_budget_goes_on_from_the_last_step_on_the_same_batches(straight, data_dir, tmp_path, multi30k):
     """A run completed at 18 steps (no step checkpoint there; the epoch's end) continued to 30: it goes on from
     step 18, not from the step checkpoint at 10, into the next epoch as a run of 30 steps does, with that run's
-    batches and weights; and each epoch has an order of its own (Lightning's set_epoch reaches the sampler)."""
+    batches and weights; and each epoch has an order of its own (Lightning's set_epoch reaches the sampler). The
+    epoch of 18 batches is Multi30k's at these settings (``multi30k``: skipped on the toy corpus, whose epoch is 12)."""
     results = tmp_path / "results"
     first = ltfm(*train_args(data_dir, results, straight["cache"], steps=18), env={"WANDB_MODE": "disabled"})
     assert first.returncode == 0, first.stderr[-3000:]
