@@ -216,6 +216,57 @@ def test_search_dry_run_samples_the_space(data_dir, ltfm_here):
         assert r["params"] > 0
 
 
+@pytest.mark.parametrize("method", ["sample_independent", "sample_relative"])
+def test_a_sampler_failing_at_trial_time_fails_its_trial_and_twice_stops_with_one_line(method, tmp_path, data_dir,
+                                                                                      ltfm_here, monkeypatch):
+    """A sampler that passes the load check (used on a throwaway study) but raises on this study's trials, in its
+    relative or its independent sampling: each trial it fails is closed as failed with the error (none is left
+    running, which no heartbeat would ever end); the same error twice in a row stops the worker with one line,
+    exit 2. Nothing trains."""
+    from optuna.samplers import RandomSampler
+
+    real = getattr(RandomSampler, method)
+
+    def broken(self, study, *args, **kwargs):
+        if study.study_name == "broken":
+            raise ValueError("the model of the sampler broke\nsecond line")
+        return real(self, study, *args, **kwargs)
+
+    monkeypatch.setattr(RandomSampler, method, broken)
+    results = tmp_path / "results"
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "broken", "experiment": str(SMOKE), "metric": "dev_loss", "sampler": {"type": "random", "seed": 1},
+        "n_trials": 4, "space": {"model.dropout": {"type": "float", "low": 0.0, "high": 0.3}}}))
+    p = ltfm_here("sweep", path, f"data.path={data_dir}", f"run.results_dir={results}", *TINY)
+    assert p.returncode == 2 and "Traceback" not in p.stdout + p.stderr, p.stderr[-2000:]
+    line = p.stderr.strip().splitlines()[-1]  # after the data's preparation lines
+    assert line.startswith("ltfm: error: sampler random failed while sampling: ValueError: the model of the sampler "
+                           "broke (two trials in a row failed this way): change the sweep file's sampler"), line
+    trials = trials_of(f"sqlite:///{results / 'broken.db'}", "broken")
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] * 2, trials
+    assert all("the model of the sampler broke" in t.user_attrs["error"] for t in trials)
+    assert "trial 0: failed: sampler random failed while sampling" in p.stdout
+    assert not list(results.glob("broken-*")), "no run folder for a point never sampled"
+
+
+def test_a_new_search_point_beats_at_once_so_a_worker_killed_while_sampling_leaves_it_to_the_study(tmp_path):
+    """ask_new records the trial's first heartbeat before its sampler runs: a worker that dies there (killed,
+    stopped) leaves a trial Optuna's fail_stale_trials fails once the grace has passed, not one running forever."""
+    from optuna.storages import fail_stale_trials
+
+    from lightning_tfm.sweep import open_storage
+    from lightning_tfm.sweep.queue import ask_new
+
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}", heartbeat={"interval": 1, "grace": 1, "max_retry": 0})
+    study = optuna.create_study(study_name="s", storage=storage)
+    trial, trial_id = ask_new(study, storage, study._study_id)
+    assert study.trials[0].state == optuna.trial.TrialState.RUNNING
+    time.sleep(2.5)  # past the grace: however slow the machine, no later than this
+    fail_stale_trials(study)
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+
+
 @pytest.mark.parametrize("kind", ["random", "tpe"])
 def test_workers_of_a_seeded_search_propose_different_points_and_one_worker_is_reproducible(kind, tmp_path):
     """Every worker builds the file's seeded sampler: two workers asking at once must not replay one random

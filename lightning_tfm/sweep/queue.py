@@ -3,6 +3,8 @@ row's Table 3 knobs as params, for optuna-dashboard), the atomic claim of one, a
 
 - :func:`enqueue_missing` adds the rows missing from the study;
 - :func:`claim_waiting` takes one with the storage's atomic WAITING -> RUNNING transition;
+- :func:`ask_new` starts a new search point (what ``study.ask`` does, with the trial's first heartbeat at once);
+  both sample through :func:`open_trial`, whose sampler failure names its trial (:class:`SamplerFailed`);
 - :func:`duplicate_of` finds a lower-numbered live trial of a row enqueued twice.
 """
 from __future__ import annotations
@@ -102,14 +104,64 @@ def claim_waiting(study, storage, study_id: int, keys: set[str] | None = None):
         trial_id = retry(storage.get_trial_id_from_study_id_trial_number, study_id, t.number)
         try:
             if retry(storage.set_trial_state_values, trial_id, state=TrialState.RUNNING):
-                # its first heartbeat at once: a RUNNING trial without one is never judged stale, so a worker
-                # killed between the claim and its Heartbeat would leave the row running forever
-                with contextlib.suppress(Exception):
-                    storage.record_heartbeat(trial_id)
-                return optuna.trial.Trial(study, trial_id), trial_id
+                _first_heartbeat(storage, trial_id)
+                return open_trial(study, trial_id), trial_id
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
     return None
+
+
+def ask_new(study, storage, study_id: int):
+    """A new trial of a search, ``(trial, trial_id)``: ``study.ask`` split so that the trial is known before its
+    sampler runs, and beats at once (a worker killed or a sampler failing while it samples leaves no trial running
+    forever)."""
+    trial_id = retry(storage.create_new_trial, study_id)
+    _first_heartbeat(storage, trial_id)
+    return open_trial(study, trial_id), trial_id
+
+
+def _first_heartbeat(storage, trial_id: int) -> None:
+    """A claimed trial's first heartbeat, at once: Optuna never judges a RUNNING trial without one stale, so a
+    worker killed before its :class:`~.storage.Heartbeat` starts would leave the trial running forever (and every
+    other worker waiting on it)."""
+    with contextlib.suppress(Exception):
+        storage.record_heartbeat(trial_id)
+
+
+class SamplerFailed(Exception):
+    """The sweep's sampler raised (not the storage) while sampling the trial of ``trial_id``: the worker closes
+    that trial as failed with this error instead of leaving it running."""
+
+    def __init__(self, trial_id: int, error: BaseException):
+        why = str(error).splitlines()[0] if str(error) else ""
+        super().__init__(f"{error.__class__.__name__}: {why}" if why else error.__class__.__name__)
+        self.trial_id = trial_id
+
+
+@contextlib.contextmanager
+def sampling(trial_id: int):
+    """Around a sampler's work on the trial of ``trial_id``: what the sampler raises becomes :class:`SamplerFailed`
+    naming the trial; a storage error (after :func:`~.storage.retry`'s patience) stays what it is."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, SQLAlchemyError, optuna.exceptions.UpdateFinishedTrialError):
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the sampler raises is the sampler's
+        raise SamplerFailed(trial_id, e) from e
+
+
+def open_trial(study, trial_id: int):
+    """The trial of ``trial_id``; building it runs the sampler's relative sampling (``optuna.trial.Trial``)."""
+    import optuna
+
+    # As Study.ask does before each trial: samplers read the study's trials through this per-thread cache, which
+    # only ask clears; kept, the sampler would not see the trials finished since it was filled
+    study._thread_local.cached_all_trials = None
+    with sampling(trial_id):
+        return retry(optuna.trial.Trial, study, trial_id)
 
 
 def duplicate_of(study, number: int, key: str):

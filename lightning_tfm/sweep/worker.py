@@ -36,7 +36,7 @@ from ..training.runs.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WAND
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
 from .process import TERMINATED, death_signal, killed_by, log_error_line
-from .queue import claim_waiting, duplicate_of, enqueue_missing
+from .queue import SamplerFailed, ask_new, claim_waiting, duplicate_of, enqueue_missing, sampling
 from .spec import Entry, Sweep, suggest
 from .storage import RESUME_STEP, STORAGE_ENV, Heartbeat, RetryWhileProgressing, retry
 
@@ -98,28 +98,28 @@ class Worker:
         while n_trials is None or trained < n_trials:
             self._wait_for_disk()  # claim nothing while the results folder cannot be written
             retry(fail_stale_trials, self.study)  # trials of dead workers -> FAIL + a WAITING retry
-            if self.sweep.mode == "variants":
-                claimed = claim_waiting(self.study, self.storage, self.study_id, self.keys)
-                if claimed is None:
-                    if self._wait_for_running():
-                        continue
-                    break
-                trial, trial_id = claimed
-                entry = self._entry_of(trial)
-            else:
-                # A killed worker's point first: its retry (WAITING, the same params as fixed params) is
-                # claimed like a row; only then a new point, while the space has room.
-                claimed = claim_waiting(self.study, self.storage, self.study_id)
-                if claimed is not None:
+            try:
+                if self.sweep.mode == "variants":
+                    claimed = claim_waiting(self.study, self.storage, self.study_id, self.keys)
+                    if claimed is None:
+                        if self._wait_for_running():
+                            continue
+                        break
                     trial, trial_id = claimed
-                elif self._space_full():
-                    if self._wait_for_running():
-                        continue
-                    break
+                    entry = self._entry_of(trial)
                 else:
-                    trial = retry(self.study.ask)
-                    trial_id = retry(self.storage.get_trial_id_from_study_id_trial_number, self.study_id, trial.number)
-                entry = self._sample(trial)
+                    # A killed worker's point first: its retry (WAITING, the same params as fixed params) is
+                    # claimed like a row; only then a new point, while the space has room.
+                    claimed = claim_waiting(self.study, self.storage, self.study_id)
+                    if claimed is None and self._space_full():
+                        if self._wait_for_running():
+                            continue
+                        break
+                    trial, trial_id = claimed or ask_new(self.study, self.storage, self.study_id)
+                    entry = self._sample(trial, trial_id)
+            except SamplerFailed as e:
+                self._sampler_failed(e)
+                continue
             trained += self.run_trial(trial, trial_id, entry)
         self._final_message()
         return 1 if self.counts["failed"] else 0
@@ -173,8 +173,9 @@ class Worker:
         points = [t for t in trials if t.user_attrs.get("skip") != "duplicate" and t.number not in retried]
         return len(points) >= (self.sweep.n_trials or 0)
 
-    def _sample(self, trial) -> Entry:
-        params = suggest(trial, self.sweep.space)
+    def _sample(self, trial, trial_id: int) -> Entry:
+        with sampling(trial_id):
+            params = suggest(trial, self.sweep.space)
         entry = Entry(f"search-{trial.number:04d}", "search", self.sweep.seeds[0], params)
         if "grid_key" not in trial.user_attrs:  # a retried trial keeps its original name and key
             for k, v in self.plan.attrs(entry).items():
@@ -184,6 +185,25 @@ class Worker:
         else:
             entry.name = trial.user_attrs.get("variant", entry.name)
         return entry
+
+    def _sampler_failed(self, failure: SamplerFailed) -> None:
+        """The sampler raised on a trial: the trial is closed as failed with the error (it counts as a point of the
+        space, so a failing sampler cannot loop); the same error twice in a row stops the worker with one line."""
+        from optuna.trial import TrialState
+
+        kind = (self.sweep.sampler or {}).get("type", "tpe")
+        error = f"sampler {kind} failed while sampling: {failure}"
+        number = retry(self.storage.get_trial, failure.trial_id).number
+        with contextlib.suppress(Exception):  # recorded where it can be; the state below is what matters
+            retry(self.storage.set_trial_user_attr, failure.trial_id, "error", error)
+        with contextlib.suppress(Exception):  # already finished by the study (its heartbeat lapsed): left as it is
+            retry(self.storage.set_trial_state_values, failure.trial_id, state=TrialState.FAIL)
+        self.counts["failed"] += 1
+        self.say(f"trial {number}: failed: {error}")
+        if error == self._last_input_error:
+            raise UserError(f"{error} (two trials in a row failed this way): change the sweep file's sampler "
+                            "(its arguments, or another type: ltfm sweep --keys sampler.)")
+        self._last_input_error = error
 
     # -- one trial -----------------------------------------------------------------------------------------
     def _close(self, trial, state, values=None, **attrs) -> bool:
