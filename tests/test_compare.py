@@ -157,12 +157,25 @@ def test_the_committed_cpu_reference_and_its_comparison_are_rebuilt_from_their_e
         settle = next(ln for ln in (out / "table3.md").read_text().splitlines() if ln.startswith("- A run "))
         assert f"\n{settle[2:]}\n" in p.stdout
 
-    cmp = tmp_path / "cmp"
-    _ok(ltfm("report", "sweeps/table3-cpu-continued.yaml", "--from-export", ref / "table3-cpu-continued" / "export",
-             "--against", "sweeps/table3-cpu.yaml", "--against-export", ref / "table3-cpu-2026-11-25" / "export",
-             "--out", cmp))
-    for name in ("compare.csv", "compare.md"):
-        assert (cmp / name).read_text() == (ref / "table3-cpu-600-vs-1800" / name).read_text(), name
+
+
+def test_every_committed_comparison_is_its_exports_compared_by_todays_code():
+    """Each committed comparison page (reports/reference/*-vs-*/) is listed in reports/reference/comparisons.txt,
+    whence make rerender renders it, and its compare.md and compare.csv are what today's code makes of its two
+    exports (as compare.ipynb builds them, in process)."""
+    from lightning_tfm import report as rd
+    from lightning_tfm.report.table3.compare import comparison_csv
+
+    ref = ROOT / "reports" / "reference"
+    listed = [ln.split() for ln in (ref / "comparisons.txt").read_text().splitlines()
+              if ln.strip() and not ln.startswith("#")]
+    assert sorted(p.name for p in ref.glob("*-vs-*") if p.is_dir()) == sorted(row[0] for row in listed)
+    for page, sweep, export, against, against_export in listed:
+        a = rd.load_report_data(ROOT / sweep, export_dir=ROOT / export)
+        b = rd.load_report_data(ROOT / against, export_dir=ROOT / against_export)
+        cmp = rd.compare_tables(rd.build_table(a, bootstrap=False), rd.build_table(b, bootstrap=False))
+        assert rd.comparison_markdown(cmp) == (ref / page / "compare.md").read_text(), f"{page}: run make rerender"
+        assert comparison_csv(cmp) == (ref / page / "compare.csv").read_text(), f"{page}: run make rerender"
 
 
 def test_every_committed_page_is_its_export_rendered_by_todays_code():

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make rerender: every committed reference page re-rendered from its export by today's report code, in place. The
+# make rerender: every committed reference page re-rendered from its export by today's report code, in place (the
+# Table 3 pages, the comparisons of comparisons.txt, the back-tests of backtest/backtests.txt and calibration.md). The
 # exports, provenance.txt and status.txt are the measurements and stay as they are; the pages (markdown, CSV, HTML,
 # LaTeX, figures) are replaced. On a main whose pages are current this changes nothing (git diff stays empty).
 # Table 2's page has no export (its report writes none) and is not re-rendered.
@@ -22,20 +23,24 @@ for export in reports/reference/*/export/*.json; do
     cat "$BUILD.$name.log"; exit 1; }
   pages "$BUILD/$name" "$ref"
 done
-# the comparison of the 600-step table with its rows continued to 1,800 steps
-echo "rerender: table3-cpu-600-vs-1800"
-"$LTFM" report sweeps/table3-cpu-continued.yaml --from-export reports/reference/table3-cpu-continued/export \
-  --against sweeps/table3-cpu.yaml --against-export reports/reference/table3-cpu-2026-11-25/export \
-  --out "$BUILD/table3-cpu-600-vs-1800" > "$BUILD.cmp.log" 2>&1 || { cat "$BUILD.cmp.log"; exit 1; }
-pages "$BUILD/table3-cpu-600-vs-1800" reports/reference/table3-cpu-600-vs-1800
-# Table 3 on en->fr beside en->de at 1,800 steps (rows at seed 1, the base at seeds 1-3 on both sides): the en->de
-# rows of the continued table (C1, C6, D1, E) and of the held-out one (A1, B1, C4, prenorm)
-for de in continued heldout; do
-  echo "rerender: table3-cpu-fr-vs-de-$de"
-  mkdir -p reports/reference/table3-cpu-fr-vs-de-$de
-  "$LTFM" report sweeps/table3-cpu-heldout-fr.yaml --from-export reports/reference/table3-cpu-heldout-fr/export \
-    --against sweeps/table3-cpu-$de.yaml --against-export reports/reference/table3-cpu-$de/export \
-    --out "$BUILD/table3-cpu-fr-vs-de-$de" > "$BUILD.fr-$de.log" 2>&1 || { cat "$BUILD.fr-$de.log"; exit 1; }
-  pages "$BUILD/table3-cpu-fr-vs-de-$de" reports/reference/table3-cpu-fr-vs-de-$de
+# the comparisons (ltfm report A --against B), as comparisons.txt lists them
+grep -v '^#' reports/reference/comparisons.txt | while read -r page sweep export against against_export; do
+  [ -n "$page" ] || continue
+  echo "rerender: $page"
+  mkdir -p "reports/reference/$page"
+  "$LTFM" report "$sweep" --from-export "$export" --against "$against" --against-export "$against_export" \
+    --out "$BUILD/$page" > "$BUILD.$page.log" 2>&1 < /dev/null || { cat "$BUILD.$page.log"; exit 1; }
+  pages "$BUILD/$page" "reports/reference/$page"
 done
+# the verdict's back-tests, as backtest/backtests.txt lists them (their JSON, table and figure), then the generated
+# part of backtest/calibration.md from them
+grep -v '^#' reports/reference/backtest/backtests.txt | while read -r name sweep export args; do
+  [ -n "$name" ] || continue
+  echo "rerender: backtest-$name"
+  # shellcheck disable=SC2086  # args: the back-test's arguments, split as listed
+  "$LTFM" report "$sweep" --from-export "$export" $args --out "$BUILD/backtest-$name.json" \
+    > "$BUILD.backtest-$name.log" 2>&1 < /dev/null || { cat "$BUILD.backtest-$name.log"; exit 1; }
+  cp "$BUILD/backtest-$name".{json,md,png} reports/reference/backtest/
+done
+"$PY" -m lightning_tfm.report.calibration reports/reference/backtest --page
 echo "rerender: done; git diff --stat reports/reference shows what changed"
