@@ -9,6 +9,7 @@ import math
 import pytest
 
 from lightning_tfm import cli
+from lightning_tfm.report.calibration import HELDOUT_BACKTESTS
 
 from conftest import ROOT
 
@@ -43,16 +44,27 @@ def run_json(capsys, *args, export: str = EXPORT, sweep: str = SWEEP) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("name, export, args", [("a", EXPORT, ["--backtest", "0.667"]),
-                                                ("b", EXPORT, ["--backtest-to", LATER]),
-                                                ("a-every50", EVERY_50, ["--backtest", "0.667"]),
-                                                ("c-every50", EVERY_50, ["--backtest", "0.334"]),
-                                                ("d-heldout", HELDOUT, ["--backtest", "0.334"]),
-                                                ("d200-heldout", HELDOUT, ["--backtest", "0.334", "--backtest-budget",
-                                                                           "600"])])
-def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, monkeypatch, name, export, args):
+def listed_backtests() -> list[tuple[str, str, str, list[str]]]:
+    """reports/reference/backtest/backtests.txt: (name, sweep, export, arguments), paths made absolute."""
+    out = []
+    for line in (COMMITTED / "backtests.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sweep, export, *args = line.split()
+            args = [str(ROOT / a) if (ROOT / a).exists() else a for a in args]
+            out.append((name, str(ROOT / sweep), str(ROOT / export), args))
+    return out
+
+
+def test_every_committed_backtest_is_listed_where_make_rerender_reads_it():
+    assert sorted(p.stem[len("backtest-"):] for p in COMMITTED.glob("backtest-*.json")) == sorted(
+        name for name, *_ in listed_backtests())
+
+
+@pytest.mark.parametrize("name, sweep, export, args", listed_backtests())
+def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, monkeypatch, name, sweep, export,
+                                                               args):
     monkeypatch.chdir(tmp_path)
-    got = run_json(capsys, *args, export=export, sweep=HELDOUT_SWEEP if export == HELDOUT else SWEEP)
+    got = run_json(capsys, *args, export=export, sweep=sweep)
     assert list(got) == KEYS
     same(got, json.loads((COMMITTED / f"backtest-{name}.json").read_text()))
     assert not list(tmp_path.iterdir())  # nothing written without --out
@@ -60,11 +72,13 @@ def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, 
     holds = [r for r in got["rows"] if r["verdict"] == "holds"]
     assert got["called_holds"] == len(holds) and got["kept_sign"] == sum(r["sign_kept"] for r in holds)
     assert got["beyond_noise"] == sum(r["noise"] == "beyond" for r in got["rows"])
-    # of the rows called holds >= 95% keep their sign; at 3x (issue #51's targets): >= 2/3 of those beyond noise
-    # are holds (each export's coverage is in tests/test_calibration.py, over the exports)
-    assert got["kept_sign"] >= 0.95 * got["called_holds"] and (got["level"], got["sign_level"]) == (0.8, 0.8)
-    if name in ("b", "c-every50", "d-heldout", "d200-heldout"):
-        assert got["called_holds"] >= 2 / 3 * got["beyond_noise"]
+    assert (got["level"], got["sign_level"]) == (0.8, 0.8)
+    if name not in HELDOUT_BACKTESTS:  # in-sample: the held-out ones are reported against the targets, not tested
+        # of the rows called holds >= 95% keep their sign; at 3x (issue #51's targets): >= 2/3 of those beyond
+        # noise are holds (each export's coverage is in tests/test_calibration.py, over the exports)
+        assert got["kept_sign"] >= 0.95 * got["called_holds"]
+        if name in ("b", "c-every50", "d-heldout", "d200-heldout"):
+            assert got["called_holds"] >= 2 / 3 * got["beyond_noise"]
     assert all(r["width"] == pytest.approx(r["high"] - r["low"], abs=2e-4) for r in got["rows"] if r["low"] is not None)
     assert all((r["settle"] is None) == (r["verdict"] != "may flip") for r in got["rows"])
     # the direction's bound: on today's side exactly for the rows called holds
@@ -75,6 +89,10 @@ def test_the_committed_backtests_are_rebuilt_from_the_exports(capsys, tmp_path, 
         assert (rows["big"]["step"], rows["big"]["base_step"], rows["big"]["at_step"]) == (1199, 399, 1799)
     elif name.startswith("c"):  # every row's first third (steps <= 199; big: <= 599 of 1800) predicts its end
         assert len(rows) == 20 and (rows["C1"]["step"], rows["C1"]["at_step"]) == (199, 599)
+    elif name in HELDOUT_BACKTESTS:  # issue #51's held-out exports: 8 rows each, 600 -> 1,800 (e-), 200 -> 600 (e200-)
+        assert sorted(rows) == ["A1", "B1", "C1", "C4", "C6", "D1", "E", "prenorm"]
+        steps = (199, 599) if name.startswith("e200-") else (599, 1799)
+        assert {(r["step"], r["at_step"]) for r in rows.values()} == {steps}
     elif name.startswith("d200"):  # the same runs read at 600 steps, each from its first 200
         assert sorted(rows) == ["A1", "B1", "C4", "D2", "D4", "prenorm"]
         assert {(r["step"], r["at_step"]) for r in rows.values()} == {(199, 599)}

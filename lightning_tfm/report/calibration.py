@@ -29,6 +29,12 @@ from .table3.stats import share
 #: stages of one export (the held-out runs cut at 200 and at 600 steps) are one export.
 BACKTESTS = {"b": "table3-cpu-2026-11-25", "c-every50": "table3-cpu", "d-heldout": "table3-cpu-heldout",
              "d200-heldout": "table3-cpu-heldout"}
+#: The held-out back-tests: the exports of sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml, trained after the constants
+#: of sweep/curves.py were chosen, each read as (d) and (d200) are (``e-``: steps <= 600 predict 1,800; ``e200-``:
+#: steps <= 200 predict 600). Reported once, with the constants as they are (:func:`heldout_record`): nothing is
+#: chosen on them.
+HELDOUT = ("fr", "s3", "s4")
+HELDOUT_BACKTESTS = {f"{stage}-heldout-{x}": f"table3-cpu-heldout-{x}" for x in HELDOUT for stage in ("e", "e200")}
 #: The size levels compared.
 SIZE_LEVELS = (0.8, 0.9)
 
@@ -38,7 +44,8 @@ def load(folder: str | Path, names=tuple(BACKTESTS)) -> list[dict]:
     for name in names:
         tree = json.loads((Path(folder) / f"backtest-{name}.json").read_text(encoding="utf-8"))
         for r in tree["rows"]:
-            out.append({**r, "level": tree["level"], "backtest": name, "export": BACKTESTS.get(name, name)})
+            out.append({**r, "level": tree["level"], "backtest": name,
+                        "export": {**BACKTESTS, **HELDOUT_BACKTESTS}.get(name, name)})
     return out
 
 
@@ -149,6 +156,71 @@ def record(rows: list[dict]) -> dict:
             "size": (sum(v[1] for v in by.values()), sum(v[2] for v in by.values()))}
 
 
+def heldout_record(rows: list[dict]) -> dict:
+    """The verdict's record on back-tests as the report printed them (each row's ``verdict``, ``sign_kept`` and
+    ``inside``, with the constants of sweep/curves.py as they are): ``{"holds": (beyond noise, called, kept),
+    "size": (inside, rows predicted)}``, what :data:`lightning_tfm.sweep.curves.HELDOUT_RECORD` holds for the
+    held-out back-tests (:data:`HELDOUT_BACKTESTS`)."""
+    beyond = [r for r in rows if r["noise"] == "beyond"]
+    called = [r for r in beyond if r["verdict"] == "holds"]
+    predicted = [r for r in rows if r["inside"] is not None]
+    return {"holds": (len(beyond), len(called), sum(bool(r["sign_kept"]) for r in called)),
+            "size": (sum(bool(r["inside"]) for r in predicted), len(predicted))}
+
+
+def targets(rec: dict) -> list[tuple[str, str, str, bool]]:
+    """The issue's targets for a record (:func:`record`, :func:`heldout_record`): (what, measured, target, met)."""
+    beyond, called, kept_ = rec["holds"]
+    inside, n = rec["size"]
+    level = curves.EXTRAPOLATION_LEVEL
+    return [("rows beyond noise called *holds*", share(called, beyond), "at least 2/3",
+             bool(beyond) and called >= 2 / 3 * beyond),
+            ("*holds* that kept their sign at 3x", share(kept_, called), f"at least {100 * curves.SIGN_TARGET:g}%",
+             bool(called) and kept_ >= curves.SIGN_TARGET * called),
+            (f"measured gaps inside their {100 * level:g}% interval", share(inside, n),
+             f"{100 * level - 10:g}-{100 * level + 10:g}%", bool(n) and abs(inside / n - level) <= 0.10 + 1e-12)]
+
+
+def misses(rows: list[dict]) -> list[str]:
+    """The rows that missed, one line each: a *holds* whose sign did not keep, a measured gap outside its interval."""
+    out = []
+    for r in rows:
+        where = f"{r['backtest']} {r['variant']}: predicted {_pct(r['predicted'])} [{_pct(r['low'])}, " \
+                f"{_pct(r['high'])}], measured {_pct(r['measured'])}"
+        if r["verdict"] == "holds" and r["sign_kept"] is False:
+            out.append(f"{where}, called *holds* at {_pct(r['change'])}: its sign did not keep")
+        elif r["inside"] is False:
+            out.append(f"{where}: outside its interval")
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:+.1f}%"
+
+
+def heldout_text(rows: list[dict]) -> str:
+    """The held-out section of ``calibration.md``: each back-test's counts, the totals against the targets, and
+    every row that missed."""
+    lines = ["## Held out, reported once: the exports trained after this choice", "",
+             "The constants above, as they are, on back-tests of exports trained after they were chosen "
+             "(sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml: en->fr, and the CPU protocol's rows at seeds 3 and 4, each "
+             "with its own 3 base seeds; e-: steps <= 600 predict 1,800, e200-: steps <= 200 predict 600).", "",
+             "| back-test | export | rows beyond noise | called *holds* | kept their sign | inside the interval |",
+             "|---|---|--:|--:|--:|--:|"]
+    for name in dict.fromkeys(r["backtest"] for r in rows):
+        mine = [r for r in rows if r["backtest"] == name]
+        rec = heldout_record(mine)
+        lines.append(f"| {name} | {mine[0]['export']} | {rec['holds'][0]} | {rec['holds'][1]} | {rec['holds'][2]} "
+                     f"| {rec['size'][0]}/{rec['size'][1]} |")
+    lines += ["", "| target | held out | target | met |", "|---|---|---|---|"]
+    lines += [f"| {what} | {got} | {want} | {'yes' if ok else 'no'} |"
+              for what, got, want, ok in targets(heldout_record(rows))]
+    missed = misses(rows)
+    lines += ["", "Rows that missed" + (" (their curves: each back-test's `backtest-<name>.png` beside this page):"
+                                        if missed else ": none.")] + [f"- {m}" for m in missed]
+    return "\n".join(lines) + "\n"
+
+
 def settle_record(rows: list[dict]) -> dict:
     """Of each kind of settle budget predicted by 3x (``settle["k"] <= 3``), (came true, predicted): beyond seed
     noise at 3x on the side it named (:data:`lightning_tfm.sweep.curves.SETTLE_RECORD`)."""
@@ -188,5 +260,34 @@ def text(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # python -m lightning_tfm.report.calibration reports/reference/backtest
-    print(text(load(sys.argv[1] if len(sys.argv) > 1 else "reports/reference/backtest")), end="")
+def page_text(folder: str | Path) -> str:
+    """What ``calibration.md`` holds below its introduction: :func:`text` on the committed back-tests, then
+    :func:`heldout_text` once the held-out back-tests are in ``folder``."""
+    out = text(load(folder))
+    if all((Path(folder) / f"backtest-{name}.json").is_file() for name in HELDOUT_BACKTESTS):
+        out += "\n" + heldout_text(load(folder, tuple(HELDOUT_BACKTESTS)))
+    return out
+
+
+#: Where the generated part of ``calibration.md`` starts and where the hand-written part below it starts.
+PAGE_MARKS = ("## The direction (*holds*)", "## What this shows")
+
+
+def write_page(folder: str | Path) -> Path:
+    """``folder``'s ``calibration.md`` with its generated part (between :data:`PAGE_MARKS`) replaced by
+    :func:`page_text` (make rerender); the hand-written text above and below stays."""
+    from ..base.atomic import write_text
+
+    page = Path(folder) / "calibration.md"
+    text = page.read_text(encoding="utf-8")
+    head, rest = text.split(PAGE_MARKS[0], 1)
+    tail = PAGE_MARKS[1] + rest.split(PAGE_MARKS[1], 1)[1] if PAGE_MARKS[1] in rest else ""
+    return write_text(page, head + page_text(folder) + ("\n" + tail if tail else ""))
+
+
+if __name__ == "__main__":  # python -m lightning_tfm.report.calibration reports/reference/backtest [--page]
+    folder = next((a for a in sys.argv[1:] if a != "--page"), "reports/reference/backtest")
+    if "--page" in sys.argv[1:]:
+        print(f"calibration: {write_page(folder)}")
+    else:
+        print(page_text(folder), end="")
