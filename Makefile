@@ -159,7 +159,9 @@ test-fast: setup lint
 # in turn, each by `make reference` (one worker of one thread beside other work: HELDOUT_ARGS), so each lands in
 # reports/reference/<sweep>/ with its export and provenance. Resumable: rerun the same command (HELDOUT_RESULTS: the
 # results folder of the earlier part) and every finished run is kept, an unfinished one resumes from its checkpoint.
-# Its runs measure curves, not the verdict's code: they trained on main's training code of commit 2ebebad.
+# Its runs measure curves, not the verdict's code: they trained on main's training code of commit 2ebebad (each
+# export's provenance.txt). To resume or repeat them on that code rather than today's: git worktree add ../heldout
+# 2ebebad, copy sweeps/table3-cpu-heldout-*.yaml in, and run make heldout there.
 HELDOUT_SWEEPS ?= fr s3 s4
 HELDOUT_RESULTS ?= results
 HELDOUT_ARGS ?= train.threads=1 run.results_dir=$(HELDOUT_RESULTS)
