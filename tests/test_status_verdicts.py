@@ -163,3 +163,31 @@ def test_status_json_gives_each_finished_rows_verdict_as_numbers(swept, tmp_path
                                              "low": gap["low"], "high": gap["high"], "at_step": 1799}
     assert by["faster"]["prediction"]["verdict"] == "holds" and by["crossing"]["prediction"]["verdict"] == "may flip"
     assert all(by[v]["verdict"] is None and by[v]["prediction"] is None for v in ("base", "sparse", "running"))
+
+
+def test_a_failed_attempt_says_which_trial_runs_its_row_again_and_why_it_failed():
+    """--status notes: a failed attempt names the trial that runs its row again (the study's retry, or the row
+    queued again by a later ltfm sweep) before its error; one the study failed when its worker stopped beating has
+    no error of its own and says so; a retry names what it retries; a closed duplicate is not a retried row."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from lightning_tfm.sweep.status import trial_rows
+
+    study = optuna.create_study()
+    dist = {"x": FloatDistribution(0, 1)}
+
+    def add(state, key, value=None, system=None, **attrs):
+        study.add_trial(create_trial(state=state, params={"x": 0.5}, distributions=dist, value=value,
+                                     user_attrs={"grid_key": key, **attrs}, system_attrs=system or {}))
+
+    add(TrialState.FAIL, "a", status="interrupted", error="interrupted")   # 0: stopped by Ctrl-C
+    add(TrialState.FAIL, "b")                                              # 1: its worker was killed
+    add(TrialState.COMPLETE, "c", value=1.0)                               # 2
+    add(TrialState.WAITING, "a")                                           # 3: row a queued again
+    add(TrialState.WAITING, "b", system={"failed_trial": 1, "retry_history": [1]})   # 4: the study's retry
+    add(TrialState.FAIL, "c", skip="duplicate", reason="duplicate of trial 2")      # 5
+    add(TrialState.FAIL, "d", error="exit code 1")                         # 6: failed, nothing runs it again
+    notes = [r["note"] for r in trial_rows(study.get_trials(deepcopy=False))]
+    assert notes == ["retried as trial 3: interrupted", "retried as trial 4: its worker stopped (no heartbeat)",
+                     None, None, "retry of trial 1", "duplicate of trial 2", "exit code 1"]

@@ -113,6 +113,7 @@ def trial_rows(trials) -> list[dict]:
     """Each trial's number, variant, family, seed, state, value, steps, its budget (``max_steps``), duration, run
     folder, W&B run and note."""
     rows = []
+    retried_as = _retries(trials)
     for t in trials:
         a = t.user_attrs
         state = t.state.name.lower()
@@ -125,8 +126,38 @@ def trial_rows(trials) -> list[dict]:
                      "seed": a.get("seed"), "state": state, "value": t.value, "steps": steps,
                      "max_steps": a.get("max_steps"),
                      "duration_s": _duration(t), "run_dir": a.get("run_dir"), "wandb_run_id": a.get("wandb_run_id"),
-                     "note": a.get("reason") or a.get("error")})
+                     "note": _note(t, retried_as.get(t.number))})
     return rows
+
+
+def _retries(trials) -> dict[int, int]:
+    """A failed trial's number -> the trial that runs its row again: the study's retry (``failed_trial``), else
+    the next trial of the same row (``grid_key``: queued again by a later ``ltfm sweep``)."""
+    from optuna.trial import TrialState
+
+    out = {t.system_attrs["failed_trial"]: t.number for t in trials if "failed_trial" in t.system_attrs}
+    for t in trials:
+        key = t.user_attrs.get("grid_key")
+        if t.state == TrialState.FAIL and t.number not in out and key and not t.user_attrs.get("skip"):
+            later = [o.number for o in trials if o.number > t.number and o.user_attrs.get("grid_key") == key]
+            if later:
+                out[t.number] = min(later)
+    return out
+
+
+def _note(t, retry: int | None) -> str | None:
+    """The trial's reason or error; for an attempt run again, by which trial first (a failed trial without an
+    error of its own is one the study failed when its worker stopped beating: killed, stopped or gone); for a
+    retry the study queued, what it retries."""
+    from optuna.trial import TrialState
+
+    note = t.user_attrs.get("reason") or t.user_attrs.get("error")
+    if retry is not None:
+        why = note or ("its worker stopped (no heartbeat)" if t.state == TrialState.FAIL else None)
+        return f"retried as trial {retry}: {why}" if why else f"retried as trial {retry}"
+    if note is None and "failed_trial" in t.system_attrs and t.state in (TrialState.WAITING, TrialState.RUNNING):
+        return f"retry of trial {t.system_attrs['failed_trial']}"
+    return note
 
 
 def _fmt_duration(s: float | None) -> str:
