@@ -21,28 +21,41 @@ def rows():
     return calibration.load(FOLDER)
 
 
-def test_the_constants_are_the_committed_backtests_calibration(rows):
-    assert calibration.constants(rows) == {"SIGN_LEVEL": curves.SIGN_LEVEL, "SIGN_QUANTILE": curves.SIGN_QUANTILE,
-                                           "EXTRAPOLATION_ERROR": curves.EXTRAPOLATION_ERROR}
+@pytest.fixture(scope="module")
+def first():
+    """The rows of the back-tests the constants were first chosen on, before the held-out exports."""
+    return calibration.load(FOLDER, tuple(calibration.CHOSEN_ON))
+
+
+def test_the_constants_are_the_committed_backtests_calibration(first, rows):
+    """The direction's level and quantile are as first chosen (on CHOSEN_ON), the size's error is from every
+    back-test, the held-out ones included."""
+    assert calibration.todays_constants(first, rows) == {
+        "SIGN_LEVEL": curves.SIGN_LEVEL, "SIGN_QUANTILE": curves.SIGN_QUANTILE,
+        "EXTRAPOLATION_ERROR": curves.EXTRAPOLATION_ERROR}
+    assert curves.SIGN_QUANTILE == calibration.constants(first)["SIGN_QUANTILE"]
+    assert curves.EXTRAPOLATION_ERROR == calibration.constants(rows)["EXTRAPOLATION_ERROR"] != \
+        calibration.constants(first)["EXTRAPOLATION_ERROR"]
     # the direction's level is the lowest whose calls, each export left out, kept their sign >= 95% of the time
     for level in curves.SIGN_LEVELS:
-        beyond, called, kept = calibration.totals(calibration.direction_by_export(rows, level))
+        beyond, called, kept = calibration.totals(calibration.direction_by_export(first, level))
         if level < curves.SIGN_LEVEL:
             assert called and kept < curves.SIGN_TARGET * called
         if level == curves.SIGN_LEVEL:
             assert called and kept >= curves.SIGN_TARGET * called
 
 
-def test_the_records_the_headline_quotes_are_counted_from_the_backtests(rows):
-    record = calibration.record(rows)
+def test_the_records_the_headline_quotes_are_counted_from_the_backtests(first, rows):
+    record = calibration.record(first, rows)
     assert record["holds"] == curves.DIRECTION_RECORD and record["size"] == curves.SIZE_RECORD
     assert calibration.settle_record(rows) == curves.SETTLE_RECORD
     # the issue's targets, each export left out: >= 2/3 of the rows beyond noise called holds, >= 95% of those
     # kept their sign, the size interval's coverage within 10 points of its level
     assert [ok for *_, ok in calibration.targets(record)] == [True] * 3
     inside, n = record["size"]
-    # four back-tests of three exports: an export is left out whole (its two stages together)
-    assert len({r["export"] for r in rows}) == 3 and len(calibration.sized(rows)) == n == 40
+    # the direction on four back-tests of three exports, the size on ten of six: an export is left out whole
+    assert len({r["export"] for r in first}) == 3 and len({r["export"] for r in rows}) == 6
+    assert len(calibration.sized(rows)) == n == 88 and len(calibration.directional(first)) == record["holds"][0]
 
 
 def test_a_quantile_from_one_export_calls_the_others_rows_as_the_rule_says(rows):
@@ -59,22 +72,39 @@ def test_a_quantile_from_one_export_calls_the_others_rows_as_the_rule_says(rows)
     assert share(21, 21) == "21 of 21 (95% CI 84-100%)"
 
 
-def test_the_committed_calibration_page_is_current(rows):
+def test_the_committed_calibration_page_is_current(first, rows):
     page = (FOLDER / "calibration.md").read_text(encoding="utf-8")
-    assert calibration.text(rows) in page and calibration.page_text(FOLDER) in page
+    assert calibration.text(first, rows) in page and calibration.page_text(FOLDER) in page
 
 
-def test_the_heldout_record_is_what_the_heldout_backtests_printed():
-    """HELDOUT_RECORD is None until the three held-out exports' six back-tests are committed, then it is their
-    count, and calibration.md has their section."""
-    committed = [n for n in calibration.HELDOUT_BACKTESTS if (FOLDER / f"backtest-{n}.json").is_file()]
+def test_the_heldout_record_is_what_the_first_constants_printed_on_the_heldout_backtests():
+    """HELDOUT_RECORD is the held-out back-tests' record as it was reported once: with the constants chosen on the
+    four earlier back-tests alone (restated from each row's log numbers, whatever today's constants are), and
+    calibration.md has that section."""
+    first = calibration.constants(calibration.load(FOLDER, tuple(calibration.CHOSEN_ON)))
+    assert first == {"SIGN_LEVEL": 0.8, "SIGN_QUANTILE": 0.6809, "EXTRAPOLATION_ERROR": 0.1707}   # as reported
+    assert first["EXTRAPOLATION_ERROR"] != curves.EXTRAPOLATION_ERROR   # the size's, recalibrated since
+    held = calibration.heldout_rows(FOLDER)
+    assert {r["backtest"] for r in held} == set(calibration.HELDOUT_BACKTESTS)
+    assert calibration.heldout_record(held) == curves.HELDOUT_RECORD
     page = (FOLDER / "calibration.md").read_text(encoding="utf-8")
-    if curves.HELDOUT_RECORD is None:
-        assert not committed and "## Held out, reported once" not in page
-    else:
-        assert committed == list(calibration.HELDOUT_BACKTESTS) and "## Held out, reported once" in page
-        assert calibration.heldout_record(calibration.load(FOLDER, tuple(committed))) == {
-            k: tuple(v) for k, v in curves.HELDOUT_RECORD.items()}
+    assert calibration.heldout_text(held, first) in page
+
+
+def test_restating_a_backtest_with_its_own_constants_gives_what_it_printed():
+    """as_chosen with today's constants reproduces every committed back-test's verdicts, intervals and coverage (the
+    held-out section's restatement with the first constants rests on this); with other constants it moves them."""
+    rows = calibration.load(FOLDER)
+    today = {"SIGN_QUANTILE": curves.SIGN_QUANTILE, "EXTRAPOLATION_ERROR": curves.EXTRAPOLATION_ERROR}
+    same = calibration.as_chosen(rows, today)
+    for r, s in zip(rows, same):
+        assert (s["verdict"], s["inside"]) == (r["verdict"], r["inside"]), (r["backtest"], r["variant"])
+        if r.get("log"):
+            assert abs(s["low"] - r["low"]) <= 2e-4 and abs(s["high"] - r["high"]) <= 2e-4
+    assert calibration.heldout_record(same) == calibration.heldout_record(rows)
+    wide = calibration.as_chosen(rows, {**today, "SIGN_QUANTILE": 50.0, "EXTRAPOLATION_ERROR": 50.0})
+    assert calibration.heldout_record(wide)["holds"][1] == 0
+    assert calibration.heldout_record(wide)["size"][0] == calibration.heldout_record(wide)["size"][1]
 
 
 def test_a_record_counts_what_each_backtest_printed_and_names_its_misses():
@@ -103,16 +133,18 @@ def test_a_record_counts_what_each_backtest_printed_and_names_its_misses():
 
 
 def test_make_rerender_rewrites_the_generated_part_of_the_page_and_keeps_the_rest(tmp_path):
-    """calibration.write_page (make rerender): the tables between the page's marks are regenerated, the text above
-    and below stays; once the six held-out back-tests are in the folder their section joins the tables (stand-ins
-    here: copies of a committed back-test)."""
+    """calibration.write_page (make rerender): the tables and the held-out section between the page's marks are
+    regenerated from the back-tests in the folder, the text above and below stays (stand-ins for the held-out
+    back-tests here: copies of a committed one)."""
     import shutil
 
     for f in [*FOLDER.glob("backtest-*.json"), FOLDER / "calibration.md"]:
         shutil.copy(f, tmp_path)
     page = tmp_path / "calibration.md"
     committed = page.read_text(encoding="utf-8")
-    page.write_text(committed.replace("SIGN_QUANTILE 0.6809", "SIGN_QUANTILE 0.5"), encoding="utf-8")
+    held = committed.index("## Held out, reported once")
+    stale = committed[:held].replace(f"SIGN_QUANTILE {curves.SIGN_QUANTILE:g}", "SIGN_QUANTILE 0.5")
+    page.write_text(stale + committed[committed.index(calibration.PAGE_MARKS[1]):], encoding="utf-8")
     calibration.write_page(tmp_path)
     assert page.read_text(encoding="utf-8") == committed
     for name in calibration.HELDOUT_BACKTESTS:
@@ -120,7 +152,8 @@ def test_make_rerender_rewrites_the_generated_part_of_the_page_and_keeps_the_res
     calibration.write_page(tmp_path)
     text = page.read_text(encoding="utf-8")
     head, tail = (committed.split(mark)[i] for mark, i in zip(calibration.PAGE_MARKS, (0, 1)))
-    assert text.startswith(head) and text.endswith(tail)
+    assert text != committed and text.startswith(head) and text.endswith(tail)
     assert text.index(calibration.PAGE_MARKS[0]) < text.index("## Held out, reported once") < text.index(
         calibration.PAGE_MARKS[1])
+    # (d) as the first constants printed it: 4 beyond noise, 4 called, 4 kept, 5 of 6 inside
     assert "| e200-heldout-s4 | table3-cpu-heldout-s4 | 4 | 4 | 4 | 5/6 |" in text

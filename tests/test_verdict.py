@@ -142,16 +142,19 @@ def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
                          f"'flips' {curves.SETTLE_RECORD['flips'][0]} of {curves.SETTLE_RECORD['flips'][1]} (rows "
                          "within noise get none: theirs came true no more often than saying nothing).")
     # the record line: the counts and their confidence intervals, as the committed back-tests give them
-    rows = calibration.load(ROOT / "reports" / "reference" / "backtest")
-    beyond, called, kept = calibration.record(rows)["holds"]
-    inside, n = calibration.record(rows)["size"]
+    folder = ROOT / "reports" / "reference" / "backtest"
+    rec = calibration.record(calibration.load(folder, tuple(calibration.CHOSEN_ON)), calibration.load(folder))
+    (_, called, kept), (inside, n) = rec["holds"], rec["size"]
+    held = calibration.heldout_record(calibration.heldout_rows(folder))
     holds = sum(r.ppl_verdict == "holds" for r in table["rows"])
     flip = sum(r.ppl_verdict == "may flip" for r in table["rows"])
     (record,) = [ln for ln in lines if "hold their direction" in ln]
     assert record.startswith(f"{holds} of the {holds + flip} rows beyond noise hold their direction at 3x (80% "
                              "one-sided bound")
     assert f"kept their sign in {stats.share(kept, called)} back-tested rows" in record
+    assert f"each export left out, and in {stats.share(held['holds'][2], held['holds'][1])} held out" in record
     assert f"its 80% interval that held {stats.share(inside, n)} measured gaps" in record
+    assert f"where the interval before held {stats.share(*held['size'])}" in record
     assert f"\n{line}\n" in headline_text(table) and f"\n- {record}\n" in rd.table_markdown(table)
     # none of the rows unsettled: no line; none settled by 10x: says so
     assert not verdict.settle_summary({"A1": {"verdict": "holds", "settle": None}})["unsettled"]

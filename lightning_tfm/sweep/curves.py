@@ -87,30 +87,35 @@ FAMILY = "power"
 
 #: The size of the gap at 3x: the level of its interval (:data:`EXTRAPOLATION_LEVEL`, the report's default
 #: ``level``) and the extrapolation's own error at that level (:func:`extrapolation_margin`), the split-conformal
-#: quantile, in nats of the log-PPL gap at 3 x the budget, of the committed k = 3 back-tests' scores
-#: (:func:`extrapolation_score`). 80%, not 90%: on these rows the two cannot be told apart (telling 90% coverage
-#: from 80% takes about 80 held-out rows), and the 80% interval is the one narrow enough to say something
+#: quantile, in nats of the log-PPL gap at 3 x the budget, of every committed k = 3 back-test's scores
+#: (:func:`extrapolation_score`). 80%, not 90%: each export left out, both hold their level on the 88 rows of six
+#: exports, and the 80% interval is the one narrow enough to say something
 #: (reports/reference/backtest/calibration.md: the levels compared, each export left out in turn;
 #: ``lightning_tfm.report.table3.calibration`` recomputes both numbers from the committed back-tests and
 #: ``tests/test_calibration.py`` checks them).
-EXTRAPOLATION_ERROR = 0.1707
+EXTRAPOLATION_ERROR = 0.2879
 EXTRAPOLATION_K, EXTRAPOLATION_LEVEL = 3.0, 0.8
 #: The direction at 3x (:func:`keeps_side`, the verdict's *holds*): a one-sided bound on the gap at ``k`` x the
 #: budget, ``sign * point - SIGN_QUANTILE * hypot(noise_sd, |now|)`` (:func:`direction_margin`), must stay on
-#: today's side of zero. ``SIGN_QUANTILE`` is the one-sided split-conformal ``SIGN_LEVEL`` quantile of the
-#: back-tested rows' :func:`sign_score` (how much further toward zero, or past it, their gap went than the curves
-#: said, in units of the base's seed noise and today's gap in quadrature); ``SIGN_LEVEL`` is the lowest level of
-#: :data:`SIGN_LEVELS` at which the rows called *holds* with each export left out kept their sign at least
-#: :data:`SIGN_TARGET` of the time (the level chosen on the sign, the question *holds* answers).
+#: today's side of zero. ``SIGN_QUANTILE`` is the one-sided split-conformal ``SIGN_LEVEL`` quantile of the rows'
+#: :func:`sign_score` (how much further toward zero, or past it, their gap went than the curves said, in units of
+#: the base's seed noise and today's gap in quadrature) in the back-tests it was chosen on before the held-out
+#: exports (b, c, d, d200); ``SIGN_LEVEL`` is the lowest level of :data:`SIGN_LEVELS` at which the rows called
+#: *holds* with each export left out kept their sign at least :data:`SIGN_TARGET` of the time (the level chosen on
+#: the sign, the question *holds* answers).
 SIGN_LEVELS = (0.8, 0.85, 0.9, 0.95)
 SIGN_TARGET = 0.95
 SIGN_LEVEL, SIGN_QUANTILE = 0.8, 0.6809
-#: What the headline quotes of both (each export left out, the committed back-tests; ``tests/test_calibration.py``
-#: recounts them): the direction, (rows beyond noise at the cut, called *holds*, of those kept their sign at 3x);
-#: the size, (measured gaps inside their interval, rows predicted). ``HELDOUT_RECORD``: the same on the exports
-#: trained after this choice (sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml), None until they are reported.
-DIRECTION_RECORD, SIZE_RECORD = (24, 21, 21), (33, 40)
-HELDOUT_RECORD: dict | None = {"holds": (33, 32, 31), "size": (25, 48)}
+#: What the headline quotes of both (each export left out, on the back-tests each constant is calibrated on;
+#: ``tests/test_calibration.py`` recounts them): the direction, (rows beyond noise at the cut, called *holds*, of
+#: those kept their sign at 3x); the size, (measured gaps inside their interval, rows predicted).
+#: ``HELDOUT_RECORD``: the same, reported once, of the constants as first chosen on the exports before
+#: (SIGN_QUANTILE as above, EXTRAPOLATION_ERROR 0.1707) on the three exports trained after that choice
+#: (sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml). The direction met its targets there and is kept; the size missed
+#: (25 of 48), so ``EXTRAPOLATION_ERROR`` is recalibrated on those exports too, and the protocol's rows at seed 2,
+#: kept untrained, are its held-out check to come.
+DIRECTION_RECORD, SIZE_RECORD = (24, 21, 21), (70, 88)
+HELDOUT_RECORD = {"holds": (33, 32, 31), "size": (25, 48)}
 #: The settle budgets' record (:func:`settle_budget`, rows that may flip): of each kind predicted by 3x in the
 #: committed back-tests, (came true: beyond noise at 3x on the side it named, predicted). Rows within noise get
 #: none: predicted the same way they came true 1 of 5 times in these back-tests, no better than saying nothing.

@@ -69,8 +69,8 @@ def verdict_line(table: dict) -> str:
 def record_line(table: dict) -> str | None:
     """How many rows beyond noise hold their direction at k x and how often such calls kept their sign in the
     back-tests, then the size interval's coverage, each with its count and confidence interval (the records of
-    :mod:`lightning_tfm.sweep.curves`: each export left out, and held out once reported); None without a row
-    beyond noise."""
+    :mod:`lightning_tfm.sweep.curves`: each export left out, and the first constants' held-out record); None
+    without a row beyond noise."""
     n = table["summary"]["verdicts"]
     beyond = n[HOLDS] + n[MAY_FLIP]
     if not beyond:
@@ -87,17 +87,14 @@ def record_line(table: dict) -> str | None:
     k = settings_of(table.get("report_settings"))["k"]
     _, called, kept = DIRECTION_RECORD
     inside, rows = SIZE_RECORD
-    held_out = ("not yet measured: the held-out exports of sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml are reported "
-                "once trained" if HELDOUT_RECORD is None else
-                "held out: such calls kept their sign in "
-                f"{share(HELDOUT_RECORD['holds'][2], HELDOUT_RECORD['holds'][1])}"
-                f" rows, the interval held {share(*HELDOUT_RECORD['size'])} measured gaps")
+    held, held_size = HELDOUT_RECORD["holds"], HELDOUT_RECORD["size"]
     at = f" at {k:g}x" if k == EXTRAPOLATION_K else f" at {k:g}x (back-tested at {EXTRAPOLATION_K:g}x)"
     return (f"{n[HOLDS]} of the {beyond} rows beyond noise hold their direction{at} ({100 * SIGN_LEVEL:g}% "
             f"one-sided bound on the gap on today's side): such calls kept their sign in {share(kept, called)} "
-            f"back-tested rows, each export left out; the size of each gap comes with its "
-            f"{100 * EXTRAPOLATION_LEVEL:g}% interval that held {share(inside, rows)} measured gaps, each export left "
-            f"out; {held_out} (reports/reference/backtest/).")
+            f"back-tested rows, each export left out, and in {share(held[2], held[1])} held out; the size of each "
+            f"gap comes with its {100 * EXTRAPOLATION_LEVEL:g}% interval that held {share(inside, rows)} measured "
+            f"gaps, each export left out; it is recalibrated on the held-out rows, where the interval before held "
+            f"{share(*held_size)} (reports/reference/backtest/).")
 
 
 def settle_line(table: dict) -> str | None:
