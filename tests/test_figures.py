@@ -374,3 +374,28 @@ def test_a_pipeline_checks_runs_log_their_loss_and_its_report_draws_only_what_it
                         "the warmup; the base has 1 in all)"), left.why
     assert plots.shown(left).data == f"*outlook.png is left out: {left.why}.*"
     assert plots.shown(path).data == (tmp_path / "norm_curves.png").read_bytes()
+
+
+def test_the_outlook_figures_titles_overlap_nothing(reference_table, tmp_path, monkeypatch):
+    """Each panel's title (its verdict and why, a clause a line) clears the other panels' titles, every panel's
+    axes and tick labels, the figure's title and its edges: the 21-row reference, 6 rows of 4 panels, whose *within
+    noise* rows carry the longest titles."""
+    saved = []
+    monkeypatch.setattr(figures, "save_figure", kept(saved, figures.save_figure))
+    assert figures.plot_outlook(reference_table, tmp_path / "outlook.png") == str(tmp_path / "outlook.png")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = saved[-1]
+    r = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(r)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert len(panels) == len(reference_table["outlook"]) > 8
+    titles = [ax.title.get_window_extent(r) for ax in panels]
+    boxes = [ax.get_window_extent(r) for ax in panels] + [ax.xaxis.get_tightbbox(r) for ax in panels]
+    top = fig.get_suptitle() and fig._suptitle.get_window_extent(r)
+    for i, t in enumerate(titles):
+        where = panels[i].get_title().splitlines()[0]
+        assert fig.bbox.x0 <= t.x0 and t.x1 <= fig.bbox.x1 and t.y1 <= fig.bbox.y1, where
+        assert not t.overlaps(top), where
+        assert not [panels[j].get_title() for j, o in enumerate(titles) if j != i and t.overlaps(o)], where
+        assert not any(t.overlaps(b) for b in boxes), where

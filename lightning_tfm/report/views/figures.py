@@ -332,13 +332,15 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
                        f"{n} in all)")
     ncols = min(4, len(outlook))
     nrows = math.ceil(len(outlook) / ncols)
+    import textwrap
+
     from matplotlib.figure import Figure
 
-    height = 3.0 * nrows + 1.3
+    height = 3.1 * nrows + 1.4
     width = max(3.6 * ncols, 9.0)  # the titles' room: one panel alone is as wide as two and a half
     fig = Figure(figsize=(width, height), dpi=100)  # no layout engine: many panels draw fast
-    fig.subplots_adjust(left=0.7 / width, right=0.98, top=1 - 1.0 / height, bottom=0.6 / height,
-                        hspace=0.55, wspace=0.2)
+    fig.subplots_adjust(left=0.7 / width, right=0.98, top=1 - 1.2 / height, bottom=0.6 / height,
+                        hspace=0.6, wspace=0.2)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     bands: dict = {}
 
@@ -369,7 +371,9 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
                 ax.plot(*zip(*measured), "x", markersize=4, color=color, zorder=3, label=f"{name}: measured later")
             if side == v and steps:
                 ax.axvline(steps[-1], color="gray", linestyle="--", linewidth=0.7)
-        ax.set_title(f"{v}: {o['verdict']}\n{o['why']}", fontsize=8)
+        parts = o["why"].split("; ")  # a line a clause, wrapped to a panel's width
+        why = [w for i, part in enumerate(parts) for w in textwrap.wrap(part + ";" * (i < len(parts) - 1), 56)]
+        ax.set_title("\n".join([f"{v}: {o['verdict']}", *why]), fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.3)
     fig.legend(*axes[0][0].get_legend_handles_labels()[:2], loc="lower center", ncol=6, fontsize=7, frameon=False)
@@ -378,6 +382,7 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
     fig.supylabel("dev log-PPL (nats; the fitted quantity)", fontsize=8, x=0.005)
     fig.suptitle((title or f"Each row's dev log-PPL against the base's, fitted ({s['family']} law) and extrapolated to "
                   f"{s['k']:g} × the budget; sweep {table.get('sweep')}")
-                 + "\nx: training step, dashed: the budget; hollow: before the warmup (not fitted)", fontsize=9)
+                 + "\nx: training step, dashed: the budget; hollow: before the warmup (not fitted)", fontsize=9,
+                 y=1 - 0.12 / height)  # inches from the top, as the margin is, whatever the number of rows
     mark_pipeline_check(fig, bool(table.get("pipeline_check")))
     return save_figure(fig, path, formats)
