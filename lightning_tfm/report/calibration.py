@@ -213,10 +213,10 @@ def _pct(x: float | None) -> str:
     return "?" if x is None else f"{100 * x:+.1f}%"
 
 
-def as_chosen(rows: list[dict], constants: dict) -> list[dict]:
-    """The rows as their back-tests would have printed them with ``constants`` (:func:`constants`' keys): each
-    verdict of a row beyond noise (*holds* or *may flip*), each interval (``low``, ``high``) and whether it held the
-    measured gap (``inside``), recomputed from the row's log numbers, which no constant changes."""
+def as_chosen(rows: list[dict], chosen: dict) -> list[dict]:
+    """The rows as their back-tests would have printed them with the constants ``chosen`` (:func:`constants`'
+    keys): each verdict of a row beyond noise (*holds* or *may flip*), each interval (``low``, ``high``) and whether
+    it held the measured gap (``inside``), recomputed from the row's log numbers, which no constant changes."""
     out = []
     for r in rows:
         g = r.get("log")
@@ -225,8 +225,8 @@ def as_chosen(rows: list[dict], constants: dict) -> list[dict]:
             continue
         r = dict(r)
         if r["noise"] == "beyond":
-            r["verdict"] = "holds" if calls(r, constants["SIGN_QUANTILE"]) else "may flip"
-        lo, hi = interval_at(r, constants["EXTRAPOLATION_ERROR"], curves.EXTRAPOLATION_LEVEL)
+            r["verdict"] = "holds" if calls(r, chosen["SIGN_QUANTILE"]) else "may flip"
+        lo, hi = interval_at(r, chosen["EXTRAPOLATION_ERROR"], curves.EXTRAPOLATION_LEVEL)
         r["low"], r["high"] = round(math.expm1(lo), 4), round(math.expm1(hi), 4)
         if r["inside"] is not None:
             r["inside"] = lo <= g["measured"] <= hi
@@ -234,11 +234,11 @@ def as_chosen(rows: list[dict], constants: dict) -> list[dict]:
     return out
 
 
-def heldout_rows(folder: str | Path) -> list[dict]:
+def heldout_rows(folder: str | Path, first: dict | None = None) -> list[dict]:
     """The held-out back-tests' rows as they were reported, once: with the constants chosen on :data:`CHOSEN_ON`
-    (:func:`as_chosen`), whatever sweep/curves.py holds today. Their :func:`heldout_record` is
-    :data:`lightning_tfm.sweep.curves.HELDOUT_RECORD`."""
-    first = constants(load(folder, tuple(CHOSEN_ON)))
+    (``first``, computed when not given; :func:`as_chosen`), whatever sweep/curves.py holds today. Their
+    :func:`heldout_record` is :data:`lightning_tfm.sweep.curves.HELDOUT_RECORD`."""
+    first = first or constants(load(folder, tuple(CHOSEN_ON)))
     return as_chosen(load(folder, tuple(HELDOUT_BACKTESTS)), first)
 
 
@@ -315,7 +315,8 @@ def page_text(folder: str | Path) -> str:
     """What ``calibration.md`` holds below its introduction: :func:`text` on the committed back-tests, then
     :func:`heldout_text`, the held-out record as it was reported."""
     first = load(folder, tuple(CHOSEN_ON))
-    return text(first, load(folder)) + "\n" + heldout_text(heldout_rows(folder), constants(first))
+    chosen = constants(first)
+    return text(first, load(folder)) + "\n" + heldout_text(heldout_rows(folder, chosen), chosen)
 
 
 #: Where the generated part of ``calibration.md`` starts and where the hand-written part below it starts.
