@@ -72,9 +72,11 @@ $(VENV)/.bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $@
 
+# the sweep's exit 130 is Ctrl-C (its stopped trials resume first when this runs again); another non-zero, a failed trial
 ablation: setup
-	$(VENV)/bin/ltfm sweep $(SWEEP) --workers $(WORKERS) $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS) || \
-	  echo "ltfm: some trials failed ($(VENV)/bin/ltfm sweep $(SWEEP) --status $(RESULTS_ARGS)); $(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results) shows them"
+	$(VENV)/bin/ltfm sweep $(SWEEP) --workers $(WORKERS) $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS); rc=$$?; \
+	if [ $$rc -eq 130 ]; then echo "ltfm: the sweep was stopped; make ablation$(if $(QUICK), QUICK=1,) again resumes it"; exit 130; fi; \
+	if [ $$rc -ne 0 ]; then echo "ltfm: some trials failed ($(VENV)/bin/ltfm sweep $(SWEEP) --status $(RESULTS_ARGS)); $(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results) shows them"; fi
 	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS)
 	$(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results)
 	$(VENV)/bin/ltfm report $(SWEEP) $(if $(QUICK),--results results-quick --out reports/build/quick-$(notdir $(basename $(SWEEP))),$(if $(REPORT_RESULTS),--results $(REPORT_RESULTS),))

@@ -32,7 +32,7 @@ def _sweep_arguments(s: argparse.ArgumentParser) -> None:
                    "line (auto: --workers-per-gpu on every CUDA device, else one per CPU core)")
     s.add_argument("--workers-per-gpu", type=int, default=None, metavar="K", help="with --workers auto on CUDA: "
                    "workers sharing each GPU (default 4: a Table 3 row leaves most of a large GPU idle)")
-    s.add_argument("--every", type=float, default=30.0, metavar="SECONDS", help="with --workers: seconds between "
+    s.add_argument("--every", type=float, default=None, metavar="SECONDS", help="with --workers: seconds between "
                    "progress lines (default 30)")
     s.add_argument("--storage-from-env", action="store_true", help=argparse.SUPPRESS)
     s.add_argument("overrides", nargs="*", help="dotted.key=value applied to every trial's base experiment")
@@ -130,6 +130,26 @@ def _dry_run(args, sweep, plan: Plan) -> int:
     return 0
 
 
+def _check_options(args) -> None:
+    """Options that do nothing together are refused, never ignored: ``--status`` and ``--dry-run`` train nothing
+    (so take no --workers, --n-trials, --every), ``--json`` goes with one of them, ``--every`` with ``--workers``."""
+    looks = [o for o, on in (("--status", args.status), ("--dry-run", args.dry_run)) if on]
+    if len(looks) == 2:
+        raise UserError("--status and --dry-run do not go together: --status shows the study's trials, --dry-run the "
+                        "trials the sweep file plans; give one")
+    if args.json and not looks:
+        raise UserError("--json goes with --status or --dry-run (it would otherwise run the whole sweep): add one")
+    if looks:
+        given = [o for o, v in (("--workers", getattr(args, "workers", None)), ("--n-trials", args.n_trials),
+                                ("--every", args.every), ("--workers-per-gpu", getattr(args, "workers_per_gpu", None)))
+                 if v is not None]
+        if given and not (looks == ["--dry-run"] and given == ["--n-trials"]):  # a search's dry run: its N points
+            raise UserError(f"{looks[0]} trains nothing, so {', '.join(given)} would be ignored: leave "
+                            f"{'it' if len(given) == 1 else 'them'} out (or drop {looks[0]} to run the sweep)")
+    if args.every is not None and getattr(args, "workers", None) is None:
+        raise UserError("--every sets the progress lines of --workers: add --workers auto (or K), or leave --every out")
+
+
 def sweep_cli(args) -> int:
     """``ltfm sweep SWEEP.yaml [--storage URL] [--n-trials N] [--dry-run] [--json] [--status] [k=v ...]``;
     ``ltfm sweep --keys [PREFIX]``."""
@@ -139,6 +159,7 @@ def sweep_cli(args) -> int:
         raise UserError("give a sweep file (ltfm sweep sweeps/table3-cpu.yaml [k=v ...]) or --keys")
     if args.n_trials is not None and args.n_trials < 1:
         raise UserError(f"--n-trials {args.n_trials} must be at least 1")
+    _check_options(args)
     from ..base.redact import mask_url
     from ..sweep.plan import Plan
     from ..sweep.spec import load_sweep
@@ -160,7 +181,7 @@ def sweep_cli(args) -> int:
             raise UserError(f"--workers {workers!r} must be a count of at least 1 or 'auto'")
         if args.n_trials is not None:
             raise UserError("--workers and --n-trials do not go together: each worker runs until the study is done")
-        if args.every <= 0:
+        if args.every is not None and args.every <= 0:
             raise UserError(f"--every {args.every} must be a positive number of seconds")
     per_gpu = getattr(args, "workers_per_gpu", None)
     if per_gpu is not None and (workers is None or per_gpu < 1):
@@ -182,7 +203,8 @@ def sweep_cli(args) -> int:
         if sweep.mode == "variants":
             retry(enqueue_missing, study, plan)
         return _said_done(args, sweep, plan, url, launch(
-            args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers, args.every,
+            args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers,
+            args.every if args.every is not None else 30.0,
             per_gpu=per_gpu or WORKERS_PER_GPU, status_hint=status_command(args)))
     from ..sweep.process import stop_on_sigterm
     from ..sweep.worker import Worker

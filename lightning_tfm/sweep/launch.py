@@ -26,6 +26,7 @@ import dataclasses
 import datetime as _dt
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,10 +36,12 @@ from ..base.errors import UserError
 from ..training.runs.results import read_metrics
 from .budget import PAST_BUDGET, cut_history
 from .plan import Plan, check_buildable
+from .process import shielded
+from .queue import STOPPED
 from .spec import Sweep
 from .status import row_verdicts, trial_rows
 from .storage import STORAGE_ENV
-from .worker import GPU_ENV
+from .worker import GPU_ENV, STOP_PATIENCE_S
 
 DONE = ("complete", "pruned")
 
@@ -126,6 +129,25 @@ def _latest(run_dir: str | None, budget: int) -> tuple[int | None, float | None]
     return step, ppl
 
 
+_LOG_STEP = re.compile(r"ltfm: (?:step (\d+)/\d+|training \S+ from step (\d+) to)")
+
+
+def _log_step(log: str | None) -> int | None:
+    """The step a trial's log last reported (its progress lines come every 30 s and at each validation; the
+    run's metrics.csv is written less often): None before its training started."""
+    if not log:
+        return None
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 8192))
+            tail = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    found = _LOG_STEP.findall(tail)
+    return int(found[-1][0] or found[-1][1]) if found else None
+
+
 def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.datetime | None = None,
              workers: int = 1) -> dict:
     """Where a variants study stands: rows done / failed / running / left, each running row's step and dev
@@ -134,7 +156,7 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
     by_key: dict[str, list] = {}
     for t in trials:
         by_key.setdefault(t.user_attrs.get("grid_key"), []).append(t)
-    done = failed = 0
+    done = failed = stopped = 0
     running, left_work, finished_work, finished_s = [], 0.0, 0.0, 0.0
     for entry in sweep.entries():
         key = plan.grid_key(entry)
@@ -151,6 +173,8 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
         elif "running" in states:
             t = next(t for t in ts if t.state.name.lower() == "running")
             step, ppl = _latest(t.user_attrs.get("run_dir"), t.user_attrs.get("max_steps") or steps_planned)
+            logged = _log_step(t.user_attrs.get("log"))
+            step = logged if step is None or (logged is not None and logged > step) else step
             frac = min(1.0, (step or 0) / steps_planned)
             left_work += work * (1 - frac)
             running.append({"variant": entry.name, "seed": entry.seed, "step": step, "max_steps": steps_planned,
@@ -161,10 +185,11 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
             failed += 1
         else:
             left_work += work
+            stopped += any(t.state.name == "WAITING" and t.user_attrs.get("status") == STOPPED for t in ts)
     total = len(sweep.entries())
     rate = finished_work / finished_s if finished_s > 0 and finished_work > 0 else None  # work per worker-second
     eta = left_work / (rate * max(1, min(workers, total - done - failed))) if rate else None
-    return {"total": total, "done": done, "failed": failed, "running": running,
+    return {"total": total, "done": done, "failed": failed, "running": running, "stopped": stopped,
             "left": total - done - failed - len(running), "eta_s": eta}
 
 
@@ -213,7 +238,8 @@ def format_progress(name: str, p: dict, elapsed_s: float, gpus: list[str] = (),
     parts = [f"[{name} {_hms(elapsed_s)}] rows {p['done']}/{p['total']} done"
              + (f" ({', '.join(f'{n} {_VERB.get(v, v)}' for v, n in said.items())})" if said else "")
              + (f", {p['failed']} failed" if p["failed"] else "")
-             + f", {len(p['running'])} running, {p['left']} left"]
+             + f", {len(p['running'])} running, {p['left']} left"
+             + (f" ({p['stopped']} stopped, resumed first)" if p.get("stopped") else "")]
     if gpus:
         parts.append(format_gpus(p["running"], list(gpus), usage or {}))
     for r in p["running"]:
@@ -316,6 +342,35 @@ class _Monitor:
         self.last = time.time()
 
 
+def _stop_workers(procs: list[subprocess.Popen]) -> None:
+    """Ctrl-C in a terminal has reached the workers too (one process group); a signal sent to the launcher alone
+    has not: after a moment, the workers still running get SIGTERM, which they handle the same way. Each then has
+    its trial's time to save a checkpoint (:data:`~.worker.STOP_PATIENCE_S`) before it is killed."""
+    deadline = time.time() + 5
+    while time.time() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    for p in procs:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=STOP_PATIENCE_S + 30)
+        if p.poll() is None:
+            p.kill()
+
+
+def _say_stopped(sweep: Sweep, open_study_fn, say) -> None:
+    """After Ctrl-C: the rows whose trials this launch's workers stopped, at their steps."""
+    with contextlib.suppress(Exception):  # the storage gone: the workers' logs say it
+        stopped = [t for t in open_study_fn().get_trials(deepcopy=False)
+                   if t.state.name == "WAITING" and t.user_attrs.get("status") == STOPPED]
+        if stopped:
+            rows = ", ".join(f"{t.user_attrs.get('variant')} seed {t.user_attrs.get('seed')} at step "
+                             f"{t.user_attrs.get('stopped_at')}" for t in stopped)
+            say(f"[{sweep.name}] stopped: {rows}; the same command resumes them first")
+
+
 def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], storage_url: str, open_study_fn,
            workers: int | str, every: float = 30.0, out=None, per_gpu: int = WORKERS_PER_GPU,
            status_hint: str | None = None) -> int:
@@ -363,22 +418,11 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
                 break
             time.sleep(min(5.0, every))
     except KeyboardInterrupt:
-        say(f"[{sweep.name}] interrupted: stopping the workers (their trials save a checkpoint; run the same "
-            "command again to continue)")
-        # Ctrl-C in a terminal has reached the workers too (one process group); a signal sent to this process
-        # alone has not: after a moment, the workers still running get SIGTERM, which they handle the same way.
-        deadline = time.time() + 5
-        while time.time() < deadline and any(p.poll() is None for p, _ in procs):
-            time.sleep(0.2)
-        for p, _ in procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.send_signal(signal.SIGTERM)
-        for p, _ in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=60)
-            if p.poll() is None:
-                p.kill()
+        say(f"[{sweep.name}] interrupted: stopping the workers (their trials save a checkpoint and go back to the "
+            "queue; run the same command again to resume them)")
+        with shielded():  # a second Ctrl-C while the workers stop: they go on stopping, and so does this
+            _stop_workers([p for p, _ in procs])
+        _say_stopped(sweep, open_study_fn, say)
         raise
     finally:
         for sig, handler in previous.items():

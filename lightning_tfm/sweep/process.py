@@ -3,6 +3,7 @@ stops like Ctrl-C on SIGTERM, and how a trial that ended badly is told (its log'
 killed it)."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -45,6 +46,37 @@ def stop_on_sigterm() -> None:
             signal.signal(sig, _on_sigterm)
         if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def shielded():
+    """Around a worker's stop (its trial saving a checkpoint, the trial put back in the queue): a second Ctrl-C, or
+    the launcher's SIGTERM to a worker still stopping, is noted and ignored instead of cutting the stop short (which
+    left the trial running in the study and killed the trial process mid-save). Main thread only; elsewhere as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop_process(proc, sig, patience: float) -> None:
+    """Stop a trial's process: ``sig`` (SIGINT: it stops at the end of its step and saves its checkpoint; None:
+    it got the signal already) and up to ``patience`` seconds for it to end, then SIGKILL."""
+    import subprocess
+
+    if sig is not None and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=patience)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 # Lines of a traceback or of the logging module's report of a failed handler that say nothing of why

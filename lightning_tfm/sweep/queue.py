@@ -1,8 +1,10 @@
 """The study's queue of rows: the (variant, seed) rows a variants sweep enqueues as WAITING trials (with the
 row's Table 3 knobs as params, for optuna-dashboard), the atomic claim of one, and the duplicate check.
 
-- :func:`enqueue_missing` adds the rows missing from the study;
-- :func:`claim_waiting` takes one with the storage's atomic WAITING -> RUNNING transition;
+- :func:`enqueue_missing` adds the rows missing from the study, under the study's queue lock
+  (:func:`~.storage.queue_lock`: two workers starting at once queue each row once);
+- :func:`claim_waiting` takes one with the storage's atomic WAITING -> RUNNING transition: a trial stopped by
+  Ctrl-C first (:data:`STOPPED`, it resumes its run), then the study's retries, then the rows in queue order;
 - :func:`ask_new` starts a new search point (what ``study.ask`` does, with the trial's first heartbeat at once);
   both sample through :func:`open_trial`, whose sampler failure names its trial (:class:`SamplerFailed`);
 - :func:`duplicate_of` finds a lower-numbered live trial of a row enqueued twice.
@@ -16,11 +18,21 @@ from ..training.config import config
 from .budget import PAST_BUDGET
 from .plan import Plan
 from .spec import Entry
-from .storage import retry
+from .storage import queue_lock, retry
+
+#: The ``status`` user attribute of a trial put back in the queue by Ctrl-C (or SIGTERM) of its worker: WAITING in
+#: the study, shown as *stopped* by ``--status`` and the progress line, and claimed first by the next worker
+STOPPED = "stopped"
 
 
 def enqueue_missing(study, plan: Plan) -> int:
-    """Enqueue every (variant, seed) row that has no live trial yet; returns how many were added."""
+    """Enqueue every (variant, seed) row that has no live trial yet, under the study's queue lock; returns how
+    many were added."""
+    with queue_lock(study._storage, plan.sweep.name):
+        return _enqueue_missing(study, plan)
+
+
+def _enqueue_missing(study, plan: Plan) -> int:
     from optuna.trial import TrialState, create_trial
 
     by_key: dict[str, list] = {}
@@ -98,7 +110,10 @@ def claim_waiting(study, storage, study_id: int, keys: set[str] | None = None):
     import optuna
     from optuna.trial import TrialState
 
-    for t in retry(study.get_trials, deepcopy=False, states=(TrialState.WAITING,)):
+    waiting = retry(study.get_trials, deepcopy=False, states=(TrialState.WAITING,))
+    first = sorted(waiting, key=lambda t: (t.user_attrs.get("status") != STOPPED, "failed_trial" not in t.system_attrs,
+                                           t.number))
+    for t in first:
         if keys is not None and t.user_attrs.get("grid_key") not in keys:
             continue
         trial_id = retry(storage.get_trial_id_from_study_id_trial_number, study_id, t.number)

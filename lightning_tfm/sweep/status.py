@@ -24,6 +24,7 @@ from ..training.runs.run_folder import existing_run_id
 from .budget import CONTINUED, at_budget, folder_at_budget, is_budget
 from .curves import predicted_gap
 from .plan import Plan, check_buildable, flops_per_step, sentence_lengths
+from .queue import STOPPED
 from .spec import REPORT_DEFAULTS, Entry, Sweep, suggest
 from .storage import quiet_optuna
 
@@ -69,7 +70,11 @@ def _trained_steps(run_dir) -> int | None:
 
 
 def _duration(t) -> float | None:
-    if t.datetime_start is None:
+    """How long the trial ran: to its end, to now while it runs; None for one waiting (a stopped trial put back in
+    the queue keeps the start of its attempt but runs no more)."""
+    from optuna.trial import TrialState
+
+    if t.datetime_start is None or t.state == TrialState.WAITING:
         return None
     end = t.datetime_complete or _dt.datetime.now()
     return (end - t.datetime_start).total_seconds()
@@ -119,6 +124,8 @@ def trial_rows(trials) -> list[dict]:
         state = t.state.name.lower()
         if a.get("skip"):
             state = SKIP_STATES.get(a["skip"], "skipped")
+        elif state == "waiting" and a.get("status") == STOPPED:  # Ctrl-C: back in the queue, resumed first
+            state = STOPPED
         steps = a.get("steps")
         if steps is None and t.intermediate_values:
             steps = max(t.intermediate_values)

@@ -194,18 +194,120 @@ def retry(fn, *args, patience: float = STORAGE_PATIENCE_S, **kw):
             pause = min(10.0, pause * 2)
 
 
+#: The lock file beside a SQLite study's database that :func:`queue_lock` holds (flock: released when its process dies)
+QUEUE_LOCK_SUFFIX = ".queue-lock"
+#: How long a worker waits for the queue lock before it goes on without it (its holder stopped, SIGSTOP): a row
+#: queued twice meanwhile is closed as a duplicate, untrained, so waiting longer buys nothing
+QUEUE_LOCK_PATIENCE_S = 60.0
+_QUEUE_HELD: dict[str, int] = {}  # study name -> how deep this process holds its queue lock (the main thread's)
+
+
+@contextlib.contextmanager
+def queue_lock(storage, name: str, patience: float = QUEUE_LOCK_PATIENCE_S):
+    """Hold the study ``name``'s queue lock: every change that can leave a row without a live trial and then give
+    it one (queueing the missing rows; failing a trial and queueing its retry; a stopped trial put back to wait)
+    runs under it, so that no other worker reads the study in between and queues the row a second time.
+
+    PostgreSQL: a session advisory lock (``pg_try_advisory_lock``) on a connection of its own; MySQL: ``GET_LOCK``;
+    SQLite: ``flock`` of a file beside the database (SQLite's own write lock cannot be held across Optuna's calls,
+    which open their own connections). Each is released when its holder's process dies. A holder that does not let
+    go within ``patience`` seconds (a stopped process), a storage of another kind or a lock file that cannot be made
+    (a full disk): the block runs unlocked, and a row queued twice then is closed as a duplicate, untrained."""
+    import zlib
+
+    if _QUEUE_HELD.get(name):  # taken already by this worker (a close inside a failure's requeue): re-entered
+        _QUEUE_HELD[name] += 1
+        try:
+            yield
+        finally:
+            _QUEUE_HELD[name] -= 1
+        return
+    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    dialect = engine.dialect.name if engine is not None else None
+    key = zlib.crc32(f"ltfm-queue:{name}".encode())  # the same for every worker of the study
+    release = None
+    if dialect == "sqlite" and engine.url.database:
+        release = _flock(engine.url.database + QUEUE_LOCK_SUFFIX, patience)
+    elif dialect in ("postgresql", "mysql", "mariadb"):
+        release = _db_lock(engine, dialect, key, patience)
+    _QUEUE_HELD[name] = 1
+    try:
+        yield
+    finally:
+        _QUEUE_HELD[name] = 0
+        if release is not None:
+            with contextlib.suppress(Exception):  # a server gone meanwhile has dropped the lock with the session
+                release()
+
+
+def _flock(path: str, patience: float):
+    """Take an exclusive flock of ``path`` (made if missing); its release, or None when not had in ``patience``."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lambda: os.close(fd)  # closing releases the flock
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+        except OSError:
+            os.close(fd)
+            return None
+
+
+def _db_lock(engine, dialect: str, key: int, patience: float):
+    """Take the database's named lock ``key`` on a connection of its own; its release, or None when not had."""
+    take, give = ((f"SELECT pg_try_advisory_lock({key})", f"SELECT pg_advisory_unlock({key})")
+                  if dialect == "postgresql" else
+                  (f"SELECT GET_LOCK('ltfm-queue-{key}', 0)", f"SELECT RELEASE_LOCK('ltfm-queue-{key}')"))
+    deadline = time.monotonic() + patience
+    while True:
+        conn = retry(engine.connect)
+        try:
+            if retry(lambda: conn.exec_driver_sql(take).scalar()):  # noqa: B023 - called at once
+                def release(conn=conn):
+                    try:
+                        conn.exec_driver_sql(give)
+                    finally:
+                        conn.close()
+                return release
+        except Exception:  # noqa: BLE001 - the storage's own calls say what is wrong with it; here: go on unlocked
+            conn.close()
+            return None
+        conn.close()
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
 class Heartbeat:
-    """Record the Optuna heartbeat of a trial every ``interval`` seconds while its process runs."""
+    """Record the Optuna heartbeat of a trial every ``interval`` seconds while its process runs, and notice when the
+    study has finished the trial meanwhile (failed as stale while the beats could not reach the storage, or while
+    this worker was stopped): ``taken_over`` is set, and the beats stop."""
 
     def __init__(self, storage, trial_id: int, interval: int):
         self.storage, self.trial_id, self.interval = storage, trial_id, interval
+        self.taken_over = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
+        from optuna.trial import TrialState
+
         while True:
             try:
                 self.storage.record_heartbeat(self.trial_id)
+                if self.storage.get_trial(self.trial_id).state != TrialState.RUNNING:
+                    self.taken_over.set()
+                    return
             except Exception as e:  # transient database trouble: try again at the next beat
                 print(f"ltfm: warning: heartbeat of trial id {self.trial_id} failed ({e.__class__.__name__})",
                       file=sys.stderr)

@@ -12,6 +12,12 @@
   skipped (:data:`~.budget.PAST_BUDGET`) with the reason.
 - The trial process gets the storage URL through :data:`~.storage.STORAGE_ENV`, dies with its worker
   (``PR_SET_PDEATHSIG``), and is stopped like Ctrl-C when the worker gets SIGTERM.
+- Every write the worker makes for a trial it holds goes through :func:`.held.write`: a trial found finished
+  by another worker (failed as stale while this worker could not reach the storage, or was stopped) raises
+  :class:`~.held.TakenOver`, and the worker says so in one line, ends the trial's process if one runs, and goes on
+  to the next trial. The heartbeat notices a take-over while the trial trains (:class:`~.storage.Heartbeat`).
+- Ctrl-C (or SIGTERM, SIGUSR1) stops the trial at the end of its step (its checkpoint saved) and puts it back in
+  the queue as *stopped*: the next run of the sweep claims it first and resumes its run from that step.
 """
 from __future__ import annotations
 
@@ -33,17 +39,20 @@ from ..training.config import config
 from ..training.config.run_id import run_id
 from ..training.runs import run_folder
 from ..training.runs.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
+from . import held
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
-from .process import TERMINATED, death_signal, killed_by, log_error_line
-from .queue import SamplerFailed, ask_new, claim_waiting, duplicate_of, enqueue_missing, sampling
+from .process import TERMINATED, death_signal, killed_by, log_error_line, shielded, stop_process
+from .queue import STOPPED, SamplerFailed, ask_new, claim_waiting, duplicate_of, enqueue_missing, sampling
 from .spec import Entry, Sweep, suggest
-from .storage import RESUME_STEP, STORAGE_ENV, Heartbeat, RetryWhileProgressing, retry
+from .storage import RESUME_STEP, STORAGE_ENV, Heartbeat, RetryWhileProgressing, queue_lock, retry
 
 #: How long a worker waits for a results folder that cannot be written (a full disk) before it stops
 DISK_PATIENCE_S = 900.0
 #: How long a trial waits for another process that trains its run (a stopped trial it retries) to end
 LOCKED_PATIENCE_S = 1800.0
+#: How long a stopped (Ctrl-C) or taken-over trial's process may take to save its checkpoint and end
+STOP_PATIENCE_S = 120.0
 
 GPU_ENV = "LTFM_WORKER_GPU"  # set by the launcher: the GPU this worker's trials train on (recorded per trial)
 
@@ -51,7 +60,8 @@ GPU_ENV = "LTFM_WORKER_GPU"  # set by the launcher: the GPU this worker's trials
 # The run's results a trial records in its user attributes (what reports read when the run folder is elsewhere).
 RESULT_ATTRS = RESULT_FIELDS + WANDB_FIELDS
 # What one attempt records in its trial, left out of the attributes its retry inherits
-ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", "trained_past", RESUME_STEP, *RESULT_ATTRS}
+ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", "trained_past", "stopped_at", RESUME_STEP,
+                 *RESULT_ATTRS}
 
 
 def write_trial_config(cfg: config.Config, run_dir: Path) -> Path:
@@ -74,7 +84,7 @@ class Worker:
         self.study_id = storage.get_study_id_from_name(sweep.name)
         self.out = out if out is not None else sys.stdout  # the stream of when it runs, not of the import
         self.logs = plan.results_dir / "sweep-logs" / sweep.name
-        self.counts = {"completed": 0, "pruned": 0, "failed": 0, "requeued": 0, "skipped": 0}
+        self.counts = {"completed": 0, "pruned": 0, "failed": 0, "requeued": 0, "skipped": 0, "taken over": 0}
         self.keys = {plan.grid_key(e) for e in sweep.entries()} if sweep.mode == "variants" else None
         self._last_input_error: str | None = None
         self._waiting_on: list[int] = []
@@ -97,7 +107,8 @@ class Worker:
         trained = 0
         while n_trials is None or trained < n_trials:
             self._wait_for_disk()  # claim nothing while the results folder cannot be written
-            retry(fail_stale_trials, self.study)  # trials of dead workers -> FAIL + a WAITING retry
+            with queue_lock(self.storage, self.sweep.name):  # no row is seen without a live trial meanwhile
+                retry(fail_stale_trials, self.study)  # trials of dead workers -> FAIL + a WAITING retry
             try:
                 if self.sweep.mode == "variants":
                     claimed = claim_waiting(self.study, self.storage, self.study_id, self.keys)
@@ -117,10 +128,12 @@ class Worker:
                         break
                     trial, trial_id = claimed or ask_new(self.study, self.storage, self.study_id)
                     entry = self._sample(trial, trial_id)
+                trained += self.run_trial(trial, trial_id, entry)
             except SamplerFailed as e:
                 self._sampler_failed(e)
-                continue
-            trained += self.run_trial(trial, trial_id, entry)
+            except held.TakenOver as e:
+                self.counts["taken over"] += 1
+                self.say(str(e))
         self._final_message()
         return 1 if self.counts["failed"] else 0
 
@@ -175,13 +188,11 @@ class Worker:
 
     def _sample(self, trial, trial_id: int) -> Entry:
         with sampling(trial_id):
-            params = suggest(trial, self.sweep.space)
+            params = held.write(trial.number, suggest, trial, self.sweep.space)
         entry = Entry(f"search-{trial.number:04d}", "search", self.sweep.seeds[0], params)
         if "grid_key" not in trial.user_attrs:  # a retried trial keeps its original name and key
-            for k, v in self.plan.attrs(entry).items():
-                if k != "grid_key":
-                    trial.set_user_attr(k, v)
-            trial.set_user_attr("grid_key", self.plan.grid_key(dataclasses.replace(entry, name="search")))
+            held.set_attrs(trial, {k: v for k, v in self.plan.attrs(entry).items() if k != "grid_key"})
+            held.set_attrs(trial, {"grid_key": self.plan.grid_key(dataclasses.replace(entry, name="search"))})
         else:
             entry.name = trial.user_attrs.get("variant", entry.name)
         return entry
@@ -194,10 +205,13 @@ class Worker:
         kind = (self.sweep.sampler or {}).get("type", "tpe")
         error = f"sampler {kind} failed while sampling: {failure}"
         number = retry(self.storage.get_trial, failure.trial_id).number
-        with contextlib.suppress(Exception):  # recorded where it can be; the state below is what matters
-            retry(self.storage.set_trial_user_attr, failure.trial_id, "error", error)
-        with contextlib.suppress(Exception):  # already finished by the study (its heartbeat lapsed): left as it is
-            retry(self.storage.set_trial_state_values, failure.trial_id, state=TrialState.FAIL)
+        try:
+            held.write(number, self.storage.set_trial_user_attr, failure.trial_id, "error", error)
+            held.write(number, self.storage.set_trial_state_values, failure.trial_id, state=TrialState.FAIL)
+        except held.TakenOver as e:  # already finished by the study (its heartbeat lapsed): left as it is
+            self.counts["taken over"] += 1
+            self.say(str(e))
+            return
         self.counts["failed"] += 1
         self.say(f"trial {number}: failed: {error}")
         if error == self._last_input_error:
@@ -206,20 +220,8 @@ class Worker:
         self._last_input_error = error
 
     # -- one trial -----------------------------------------------------------------------------------------
-    def _close(self, trial, state, values=None, **attrs) -> bool:
-        """Record the trial's end. A trial the study already finished (failed as stale while this worker was
-        stopped, say) keeps what it has: its retry owns the row now, and this worker goes on to the next."""
-        import optuna
-
-        try:
-            for k, v in attrs.items():
-                if v is not None:
-                    retry(trial.set_user_attr, k, v)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            self.say(f"trial {trial.number} was already finished by the study (its heartbeat lapsed): left as it is")
-            return False
-        retry(self.study.tell, trial.number, values, state=state, skip_if_finished=True)
-        return True
+    def _close(self, trial, state, values=None, **attrs) -> None:
+        held.close(self.study, self.storage, self.sweep.name, trial, state, values, attrs)
 
     def _disk_failure(self, trial, trial_id: int, label: str, error: str, **attrs) -> None:
         """A trial stopped by a results folder that cannot be written: recorded as failed with the reason,
@@ -227,9 +229,9 @@ class Worker:
         from optuna.trial import TrialState
 
         self.say(f"{label}: failed: {error}")
-        closed = self._close(trial, TrialState.FAIL, error=error, **attrs)
-        # not closed: the study had failed it already (its heartbeat lapsed: SQLite on that disk) and queued it
-        requeued = not closed or self._requeue(trial_id, label)
+        with queue_lock(self.storage, self.sweep.name):
+            self._close(trial, TrialState.FAIL, error=error, **attrs)
+            requeued = self._requeue(trial_id, label)
         self.counts["requeued" if requeued else "failed"] += 1
         self._wait_for_disk()
 
@@ -268,26 +270,33 @@ class Worker:
 
     def run_trial(self, trial, trial_id: int, entry: Entry) -> int:
         """Run one claimed trial; returns 1 if a training process was started."""
+        with Heartbeat(self.storage, trial_id, self.sweep.heartbeat["interval"]) as self._beat:
+            try:
+                return self._run_claimed(trial, trial_id, entry)
+            except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the trial (its process stopped) goes back to the queue
+                with shielded():
+                    self._stopped(trial)
+                raise
+
+    def _run_claimed(self, trial, trial_id: int, entry: Entry) -> int:
         from optuna.trial import TrialState
 
-        with Heartbeat(self.storage, trial_id, self.sweep.heartbeat["interval"]):
-            label = f"trial {trial.number} {entry.name} seed {entry.seed}"
-            key = trial.user_attrs.get("grid_key")
-            dup = duplicate_of(self.study, trial.number, key)
-            if dup is not None:
-                self.say(f"{label}: duplicate of trial {dup.number}, not run")
-                self._close(trial, TrialState.FAIL, skip="duplicate", reason=f"duplicate of trial {dup.number}")
-                return 0
-            cfg, params, reason = check_buildable(self.plan, entry)
-            if reason is not None:
-                self.counts["skipped"] += 1
-                self.say(f"{label}: skipped: {reason}")
-                self._close(trial, TrialState.FAIL, skip="unbuildable", reason=reason)
-                return 0
-            return self._train(trial, trial_id, entry, cfg, params, label)
+        label = f"trial {trial.number} {entry.name} seed {entry.seed}"
+        key = trial.user_attrs.get("grid_key")
+        dup = duplicate_of(self.study, trial.number, key)
+        if dup is not None:
+            self.say(f"{label}: duplicate of trial {dup.number}, not run")
+            self._close(trial, TrialState.FAIL, skip="duplicate", reason=f"duplicate of trial {dup.number}")
+            return 0
+        cfg, params, reason = check_buildable(self.plan, entry)
+        if reason is not None:
+            self.counts["skipped"] += 1
+            self.say(f"{label}: skipped: {reason}")
+            self._close(trial, TrialState.FAIL, skip="unbuildable", reason=reason)
+            return 0
+        return self._train(trial, trial_id, entry, cfg, params, label)
 
     def _train(self, trial, trial_id: int, entry: Entry, cfg: config.Config, params: int, label: str) -> int:
-        import optuna
         from optuna.trial import TrialState
 
         from ..training.runs.checkpoints import newest_step
@@ -301,9 +310,11 @@ class Worker:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"trial-{trial.number:04d}-{entry.name}-s{entry.seed}.log"
         where = {"gpu": os.environ[GPU_ENV]} if os.environ.get(GPU_ENV) else {}  # launched on a GPU
-        for k, v in {"run_id": rid, "run_dir": str(run_dir), "host": socket.gethostname(), "log": str(log),
-                     "planned_params": params, **where}.items():
-            retry(trial.set_user_attr, k, v)
+        held.set_attrs(trial, {"run_id": rid, "run_dir": str(run_dir), "host": socket.gethostname(), "log": str(log),
+                               "planned_params": params, **where})
+        if trial.user_attrs.get("status") == STOPPED:  # stopped by Ctrl-C earlier: running again now
+            held.set_attrs(trial, {"status": "resumed",
+                                   "reason": f"resumed from step {trial.user_attrs.get('stopped_at')} after a stop"})
         problem = run_folder.reuse_problem(cfg, run_dir)  # its folder holds another config: left as it is
         if problem is not None:
             self.say(f"{label}: failed: {problem}")
@@ -329,13 +340,9 @@ class Worker:
         deadline = None
         while True:
             # where this attempt starts: the retry rule asks, when it ends, whether it kept work past that
-            try:
-                retry(trial.set_user_attr, RESUME_STEP, newest_step(run_dir))
-            except optuna.exceptions.UpdateFinishedTrialError:  # this worker was stopped past the grace meanwhile
-                self.say(f"{label}: already finished by the study (its heartbeat lapsed): left to its retry")
-                return 0
+            held.write(trial.number, trial.set_user_attr, RESUME_STEP, newest_step(run_dir))
             attempt = env[ATTEMPT_ENV] = secrets.token_hex(8)
-            _, rc = self._run_process(cmd, env, log, trial)
+            rc = self._run_process(cmd, env, log, trial)
             if not (rc == 2 and RUN_LOCKED in (log_error_line(log) or "")):
                 break
             # Another process trains this very run: a stopped trial whose heartbeat lapsed (this trial is its
@@ -404,9 +411,9 @@ class Worker:
                 self._disk_failure(trial, trial_id, label, error, exit_code=rc, **results)
                 return 1
             self.say(f"{label}: failed: {error} ({took}; log {log})")
-            closed = self._close(trial, TrialState.FAIL, error=error, exit_code=rc, **results)
-            # not closed: the study had failed it already (its heartbeat lapsed) and queued its retry
-            requeued = not closed or (rc < 0 and self._requeue(trial_id, label))
+            with queue_lock(self.storage, self.sweep.name):
+                self._close(trial, TrialState.FAIL, error=error, exit_code=rc, **results)
+                requeued = rc < 0 and self._requeue(trial_id, label)
             self.counts["requeued" if requeued else "failed"] += 1
             if rc == 2:  # an input error (data, results folder): if it repeats, every trial would fail
                 if error == self._last_input_error:
@@ -414,25 +421,43 @@ class Worker:
                 self._last_input_error = error
         return 1
 
-    def _run_process(self, cmd: list[str], env: dict, log: Path, trial) -> tuple[subprocess.Popen, int]:
-        """Run the trial's ``ltfm train`` with its output appended to ``log``; (process, exit code). Ctrl-C or
-        SIGTERM stops it like Ctrl-C (it saves its summary) and records the trial as interrupted."""
-        from optuna.trial import TrialState
-
+    def _run_process(self, cmd: list[str], env: dict, log: Path, trial) -> int:
+        """Run the trial's ``ltfm train`` with its output appended to ``log``; its exit code. The heartbeat finding
+        the trial taken over stops the process as Ctrl-C does (its checkpoint saved) and raises
+        :class:`~.held.TakenOver`; Ctrl-C or SIGTERM stops it the same way (then :meth:`_stopped`)."""
         with open(log, "ab") as fh:
             proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     preexec_fn=death_signal())
             try:
-                return proc, proc.wait()
-            except BaseException:  # Ctrl-C: the trial process got SIGINT too; let it save its summary
-                if TERMINATED.is_set() and proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)  # SIGTERM reached this worker alone: stop the trial the same way
-                with contextlib.suppress(Exception):
-                    proc.wait(timeout=30)
-                if proc.poll() is None:
-                    proc.kill()
-                self._close(trial, TrialState.FAIL, reason="interrupted", status="interrupted")
+                while True:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        return proc.wait(timeout=self.sweep.heartbeat["interval"])
+                    if self._beat.taken_over.is_set():
+                        stop_process(proc, signal.SIGINT, STOP_PATIENCE_S)
+                        raise held.TakenOver(trial.number)
+            except KeyboardInterrupt:  # Ctrl-C: the trial process got SIGINT too; let it save its checkpoint
+                with shielded():  # a second Ctrl-C or the launcher's SIGTERM meanwhile: the stop goes on
+                    # SIGTERM reached this worker alone: stop the trial the same way
+                    stop_process(proc, signal.SIGINT if TERMINATED.is_set() else None, STOP_PATIENCE_S)
                 raise
+
+    def _stopped(self, trial) -> None:
+        """A trial stopped by Ctrl-C (or SIGTERM, SIGUSR1) goes back to the queue as *stopped* at its run's newest
+        checkpoint step (:func:`~.held.put_back`)."""
+        from ..training.runs.checkpoints import newest_step
+
+        run_dir = trial.user_attrs.get("run_dir")
+        step = newest_step(run_dir) if run_dir else None
+        try:
+            held.put_back(self.study, self.storage, self.sweep.name, trial, step)
+        except held.TakenOver:
+            return  # its retry owns the row
+        except Exception as e:  # noqa: BLE001 - the storage gone: the study's heartbeat check queues it instead
+            self.say(f"trial {trial.number}: could not be put back in the queue ({e.__class__.__name__}): the next "
+                     "run of the sweep re-runs it once its heartbeat has lapsed")
+            return
+        self.say(f"trial {trial.number} {trial.user_attrs.get('variant', '')} seed {trial.user_attrs.get('seed', '')}: "
+                 f"stopped at step {step}; the same command resumes it first")
 
     def _wait_unlocked(self, run_dir: Path, deadline: float) -> bool:
         """Wait until no process holds the run's lock (True), or until ``deadline`` (False)."""
