@@ -49,11 +49,13 @@ def check_outputs(files: Iterable[str | os.PathLike] = (), option: str = "--out"
                   replaces: Iterable[str | os.PathLike] = ()) -> None:
     """That none of ``files`` (written whole) nor ``folders`` (made or replaced whole) is one of ``reads`` (pairs
     of what an input is, e.g. ``--src``, and its path) or a path an owner of ``owners`` claims, whatever its spelling
-    (relative, ``..``, a link); then :func:`~.atomic.check_writable`. ``replaces``: paths the command itself writes
-    by design (``ltfm average``'s ``checkpoints/average.ckpt``), which an owner's claim does not forbid. A one-line
-    UserError naming ``option``, the path as given and the way out otherwise; nothing is written."""
+    (relative, ``..``, a link; an input not there is left out); then :func:`~.atomic.check_writable`. ``replaces``:
+    paths the command itself writes by design (``ltfm average``'s ``checkpoints/average.ckpt``), which an owner's
+    claim does not forbid. A one-line UserError naming ``option``, the path as given and the way out otherwise;
+    nothing is written."""
     files, folders = [Path(f) for f in files], [Path(f) for f in folders]
-    inputs = [(what, Path(p), resolved(p)) for what, p in reads if p is not None and str(p) != ""]
+    inputs = [(what, Path(p), resolved(p)) for what, p in reads  # an input not there is no one's to lose
+              if p is not None and str(p) != "" and os.path.exists(p)]
     owners, allowed = list(owners), {resolved(p) for p in replaces}
     for path, is_folder in [(f, False) for f in files] + [(f, True) for f in folders]:
         shown = str(path)

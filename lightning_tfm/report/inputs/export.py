@@ -110,6 +110,14 @@ def owners() -> tuple:
     return owned_file, owned_export
 
 
+def export_label(f: Path) -> str:
+    """An export file as a report names what it read (``table3-cpu/export/table3-cpu.json``: the report folder, its
+    export/ and the file), the same on every machine and from every folder."""
+    f = Path(f).absolute()
+    kept = f.parts[-3:] if f.parent.name == "export" else f.parts[-2:]
+    return "/".join(part for part in kept if part != f.anchor)  # (the root "/" is no name)
+
+
 def read_export(sweep, path: str | Path, option: str = "--from-export") -> ReportData:
     """The :class:`ReportData` an export holds, for ``sweep`` (the sweep file the export was written for);
     ``option``: the command-line option that gave ``path``, named in every error."""
@@ -143,7 +151,8 @@ def read_export(sweep, path: str | Path, option: str = "--from-export") -> Repor
     notes = list(tree.get("notes") or [])
     if of_other_studies(sweep, records):  # an export of runs a later sweep trained on, written before
         notes += [n for n in [budget_note(records)] if n]
-    return ReportData(sweep, records, f"export {f.name} (of {tree.get('source')})", dict(tree.get("planned") or {}),
+    source = f"export {export_label(f)}, which a report wrote from {tree.get('source')}"  # "export": as views read it
+    return ReportData(sweep, records, source, dict(tree.get("planned") or {}),
                       None, notes, bootstrap=bootstrap, run_info=tree.get("run_info"))
 
 
