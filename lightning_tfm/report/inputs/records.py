@@ -263,9 +263,8 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None,
     if not has_db and not results.is_dir():
         raise UserError(f"no results for sweep {sweep.name!r}: neither {results} nor {mask_url(url)} exists"
                         + (elsewhere_hint(sweep, results, options[0]) or f"; run `ltfm sweep {sweep.path}` first, or "
-                           f"pass {options[0]} DIR / {options[1]} URL")
-                        + committed_hint(sweep, "--against-export" if options[0].startswith("--against") else
-                                         "--from-export"))
+                           f"pass {options[0]} DIR / {options[1]} URL" + committed_hint(
+                               sweep, "--against-export" if options[0].startswith("--against") else "--from-export")))
     return results, (url if has_db else None)
 
 

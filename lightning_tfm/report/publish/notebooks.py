@@ -378,9 +378,9 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
     where = (f"W&B {wandb_path} (group {sweep.name})" if wandb_path else
              f"{params['results_dir']}" + (f" or {mask_url(url)}" if url else ""))
     hint = "" if wandb_path else elsewhere_hint(sweep, Path(params["results_dir"]), local[0])
-    way_out = hint[2:] if hint else f"run `ltfm sweep {sweep.path}` first" + (
+    require_completed(data, where, hint[2:] if hint else f"run `ltfm sweep {sweep.path}` first" + (
         "" if wandb_path else f", or pass {local[0]} DIR (the folder it wrote its runs to)")
-    require_completed(data, where, way_out + committed_hint(sweep, option))
+        + committed_hint(sweep, option))  # (runs of it elsewhere here: that folder is the way out)
     return params
 
 
