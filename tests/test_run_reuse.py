@@ -235,7 +235,7 @@ def test_average_refuses_checkpoints_of_another_vocabulary_and_another_runs_fold
     other = tiny_run(tmp_path / "other", data_dir, vocabularies["de"])
     (run / "checkpoints" / "step=000002.ckpt").unlink()
     out = other / "checkpoints" / "average.ckpt"
-    one_line(ltfm_here("average", run, "--last", "1", "--out", out), "another run's checkpoints folder")
+    one_line(ltfm_here("average", run, "--last", "1", "--out", out), "run other's averaged checkpoint")
     assert not out.exists()
 
 

@@ -41,7 +41,10 @@ def bench_cli(args) -> int:
     layer_options = [o for o, v in (("--d-model", args.d_model), ("--lengths", args.lengths), ("--out", args.out),
                                     ("--attention-kernel", args.attention_kernel)) if v is not None]
     if args.layers:
-        from ..bench.layers import DEFAULT_OUT, bench_layers_cli
+        from ..bench.layers import DEFAULT_OUT, bench_layers_cli, check_out_dir
+        from .common import check_outputs
+        out = check_out_dir(args.out or DEFAULT_OUT)  # a folder first; then none of its files a run's or an export
+        check_outputs([out / f"layers.{ext}" for ext in ("json", "csv", "png", "svg")])
         code = bench_layers_cli(args)
         if code == 0:
             say_done(f"{args.out or DEFAULT_OUT}/ (layers.json, .csv, .png, .svg)",

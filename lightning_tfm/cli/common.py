@@ -1,5 +1,5 @@
 """What several commands share: data.path's default for an experiment that names no data (:func:`default_data`,
-:func:`with_default_data`)."""
+:func:`with_default_data`), and the check of every path a command writes (:func:`check_outputs`)."""
 from __future__ import annotations
 
 import sys
@@ -32,3 +32,12 @@ def with_default_data(sweep, overrides: list[str]) -> list[str]:
 
     return default_data(trial_config(sweep, cli_overrides=parse_cli_overrides(overrides), checked=False,
                                      data=False)) + list(overrides or [])
+
+
+def check_outputs(files=(), option: str = "--out", *, folders=(), reads=(), replaces=()) -> None:
+    """:func:`lightning_tfm.base.outputs.check_outputs` with every owner (a run's files, exports:
+    :func:`lightning_tfm.report.inputs.export.owners`): what each command that writes calls before its work."""
+    from ..base.outputs import check_outputs as check
+    from ..report.inputs.export import owners
+
+    check(files, option, folders=folders, reads=reads, owners=owners(), replaces=replaces)

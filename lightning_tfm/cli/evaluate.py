@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..base.command import Command, say_done
 from ..base.errors import UserError
+from .common import check_outputs
 
 if TYPE_CHECKING:
     from ..training.config.config import Config
@@ -26,12 +27,11 @@ def _average_arguments(a: argparse.ArgumentParser) -> None:
 
 def average_cli(args) -> int:
     """``ltfm average RUN_DIR [--last N] [--out PATH]``."""
-    from ..base.atomic import check_writable
     from ..training.runs.checkpoints import write_average
 
     if args.out or Path(args.run_dir).is_dir():  # (a run folder that is not there: write_average says so)
-        check_writable([args.out or Path(args.run_dir) / "checkpoints" / "average.ckpt"],
-                       "--out" if args.out else "the averaged checkpoint")
+        own = Path(args.run_dir) / "checkpoints" / "average.ckpt"  # its own file: replaced, never another run's
+        check_outputs([args.out or own], "--out" if args.out else "the averaged checkpoint", replaces=[own])
     out, chosen = write_average(args.run_dir, args.last, args.out)
     note = "" if len(chosen) == args.last else f" (only {len(chosen)} available, {args.last} asked)"
     print(f"averaged {len(chosen)} checkpoints{note}: {', '.join(p.name for p in chosen)} -> {out}")
@@ -138,7 +138,6 @@ def evaluate_cli(args) -> int:
 
     Without --split/--src the run's test split is used (its dev split if it has none).
     """
-    from ..base.atomic import check_writable
     from ..training.data.data import load_split, read_lines
     from ..training.evaluate import decode_dtype, evaluate_texts, format_bleu
     from ..training.runs.checkpoints import load_model
@@ -148,8 +147,11 @@ def evaluate_cli(args) -> int:
     if bool(args.src) != bool(args.ref):
         raise UserError("--src and --ref go together: give both line-aligned files")
     overrides = check_overrides(args.overrides)
+    reads = [("--src", args.src), ("--ref", args.ref)]
+    if args.checkpoint not in ("last", "best", "average"):
+        reads.append(("--checkpoint", args.checkpoint))  # the run's own are its owned files
     if args.out:  # before the checkpoint is read (the default name is known once it is)
-        check_writable([args.out])
+        check_outputs([args.out], reads=reads)
     average_last = overrides.get("decode.average_last") or None
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, average_last)
     label = checkpoint_label(args.checkpoint, Path(args.run_dir), average_last or cfg.decode.average_last)
@@ -158,7 +160,11 @@ def evaluate_cli(args) -> int:
     name = source_label(args.src) if args.src else args.split or d.test_split or d.dev_split
     # The beam size is part of the name, so a greedy and a beam run of one checkpoint sit side by side.
     out = Path(args.out or Path(args.run_dir) / "hyps" / f"{name}.{label}.beam{cfg.decode.beam_size}.txt")
-    check_writable([out], "--out" if args.out else "the hypotheses file (--out FILE names another)")  # before the work
+    if not args.src and d.source == "local" and d.path:  # the split's files
+        reads += [(f"the {name} split's file", Path(d.path) / f"{name}.{lang}{gz}") for lang in (d.src_lang, d.tgt_lang)
+                  for gz in ("", ".gz")]
+    check_outputs([out], "--out" if args.out else "the hypotheses file (--out FILE names another)",
+                  reads=reads)  # before the work
     if args.src:
         src_lines, ref_lines = read_lines(args.src), read_lines(args.ref)
         if len(src_lines) != len(ref_lines):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..base.command import Command, say_done
 from ..base.errors import UserError
+from .common import check_outputs
 
 
 def _report_arguments(rp: argparse.ArgumentParser) -> None:
@@ -67,6 +68,9 @@ def report_cli(args) -> int:
     from ..sweep import load_sweep
 
     sweep = load_sweep(args.sweep_file)
+    if args.backtest_budget is not None and args.backtest is None:  # else the full report, the option unread
+        raise UserError("--backtest-budget reads the export at an earlier budget for --backtest FRACTION: give "
+                        "--backtest too, or drop --backtest-budget")
     if args.backtest is not None or args.backtest_to:
         from ..report.backtest import backtest_cli
         return backtest_cli(_backtest_args(args), sweep)
@@ -76,6 +80,7 @@ def report_cli(args) -> int:
     formats = _formats(args, sweep)
     if args.against:
         given = Path(args.out or Path("reports") / "build" / f"{sweep.name}-vs-{load_sweep(args.against).name}")
+        check_outputs(folders=[given], reads=report_reads(args))
         check_report_out(given.absolute())
         code = compare_cli(args, sweep)
         if code == 0:
@@ -87,7 +92,9 @@ def report_cli(args) -> int:
                 else "a search report")
         raise UserError(f"--from-export rebuilds a Table 3 report (a sweep with variants), not {kind}: drop "
                         "--from-export and read the runs")
-    out = Path(args.out or Path("reports") / "build" / sweep.name).absolute()
+    out = Path(args.out or Path("reports") / "build" / sweep.name)
+    check_outputs(folders=[out], reads=report_reads(args))
+    out = out.absolute()
     check_report_out(out)
     check_out(out)
     parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
@@ -134,6 +141,20 @@ def report_cli(args) -> int:
     return stopped["code"]
 
 
+def report_reads(args) -> list[tuple[str, str]]:
+    """What ``ltfm report`` reads, as (its option, its path): no report folder is one of them or holds one
+    (:func:`~lightning_tfm.base.outputs.check_outputs`)."""
+    reads = [("the sweep file", args.sweep_file)]
+    for option in ("against", "results", "storage", "from_export", "against_results", "against_storage",
+                   "against_export", "backtest_to"):
+        value = getattr(args, option, None)
+        if option.endswith("storage") and value:  # an SQLite file's path; a server's URL is no path here
+            value = value.removeprefix("sqlite:///") if value.startswith("sqlite:///") else None
+        if value:
+            reads.append((f"--{option.replace('_', '-')}", value))
+    return reads
+
+
 def check_report_out(out: Path) -> None:
     """That the report folder ``out`` can be made, before any notebook runs (:func:`~lightning_tfm.base.atomic.
     check_writable`): its name, and the names :mod:`.publish.notebooks` gives the folders and the lock beside it while
@@ -170,10 +191,7 @@ def _backtest_args(args):
                             "0.667") from None
         if not math.isfinite(args.backtest):
             raise UserError(f"--backtest {args.backtest!r}: give a fraction of the budget between 0 and 1, e.g. 0.667")
-    if args.backtest_budget is not None:
-        if args.backtest is None:
-            raise UserError("--backtest-budget reads the export at an earlier budget for --backtest FRACTION: give "
-                            "--backtest too, or drop --backtest-budget")
+    if args.backtest_budget is not None:  # (without --backtest: refused by report_cli)
         given = args.backtest_budget
         try:
             args.backtest_budget = int(given)

@@ -319,8 +319,13 @@ def backtest_cli(args, sweep) -> int:
         if out.suffix != ".json":
             raise UserError(f"--out {args.out!r}: a back-test writes FILE.json (and FILE.md, FILE.png beside it): "
                             "give a path ending in .json")
-        from ..base.atomic import check_writable
-        check_writable([out, out.with_suffix(".md"), out.with_suffix(".png")])  # all three, before any reading
+        from ..base.outputs import check_outputs
+        from .inputs.export import owners
+        export = Path(args.from_export)
+        reads = [("the sweep file", sweep.path), ("--backtest-to", args.backtest_to),
+                 ("the export --from-export names", export / f"{sweep.name}.json" if export.is_dir() else export)]
+        # all three, before any reading: none an input, an export or a run's file
+        check_outputs([out, out.with_suffix(".md"), out.with_suffix(".png")], reads=reads, owners=owners())
     earlier = read_export(sweep, args.from_export)
     curves = _curves(earlier)
     if not curves["runs"].get("base"):

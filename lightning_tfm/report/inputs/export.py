@@ -78,9 +78,44 @@ def export_file(sweep, path: str | Path, option: str = "--from-export") -> Path:
     p = Path(path)
     f = p / f"{sweep.name}.json" if p.is_dir() else p
     if not f.is_file():
+        from .records import committed_exports
+        found = committed_exports(sweep)
         raise UserError(f"{option} {str(path)!r}: no export of sweep {sweep.name!r} there (looked for {f}); "
-                        "give the export/ folder an `ltfm report` wrote, or its JSON file")
+                        "give the export/ folder an `ltfm report` wrote, or its JSON file"
+                        + (f"; committed with this checkout: {', '.join(map(str, found))}" if found else ""))
     return f
+
+
+def owned_export(path: Path) -> str | None:
+    """``the export of sweep S (...)`` when ``path`` (resolved) is a report's export (a JSON file of
+    :data:`FORMAT`): no command writes over one but ``ltfm report`` replacing its own report folder whole (one is
+    read by ``--from-export``, ``--against-export``, ``--backtest-to``); else None. The owner
+    :func:`lightning_tfm.base.outputs.check_outputs` asks."""
+    try:
+        if path.suffix != ".json" or not path.is_file() or path.stat().st_size > MAX_BYTES:
+            return None
+        tree = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if isinstance(tree, dict) and tree.get("format") == FORMAT:
+        return f"the export of sweep {str(tree.get('sweep'))[:80]!r} (every run's curve, summary and config)"
+    return None
+
+
+def owners() -> tuple:
+    """Every owner a command's outputs are checked against (:func:`lightning_tfm.base.outputs.check_outputs`): a
+    run's files (:func:`~lightning_tfm.training.runs.run_folder.owned_file`) and exports (:func:`owned_export`)."""
+    from ...training.runs.run_folder import owned_file
+
+    return owned_file, owned_export
+
+
+def export_label(f: Path) -> str:
+    """An export file as a report names what it read (``table3-cpu/export/table3-cpu.json``: the report folder, its
+    export/ and the file), the same on every machine and from every folder."""
+    f = Path(f).absolute()
+    kept = f.parts[-3:] if f.parent.name == "export" else f.parts[-2:]
+    return "/".join(part for part in kept if part != f.anchor)  # (the root "/" is no name)
 
 
 def read_export(sweep, path: str | Path, option: str = "--from-export") -> ReportData:
@@ -116,7 +151,8 @@ def read_export(sweep, path: str | Path, option: str = "--from-export") -> Repor
     notes = list(tree.get("notes") or [])
     if of_other_studies(sweep, records):  # an export of runs a later sweep trained on, written before
         notes += [n for n in [budget_note(records)] if n]
-    return ReportData(sweep, records, f"export {f.name} (of {tree.get('source')})", dict(tree.get("planned") or {}),
+    source = f"export {export_label(f)}, which a report wrote from {tree.get('source')}"  # "export": as views read it
+    return ReportData(sweep, records, source, dict(tree.get("planned") or {}),
                       None, notes, bootstrap=bootstrap, run_info=tree.get("run_info"))
 
 

@@ -263,7 +263,8 @@ def resolve_local(sweep, results_dir: str | Path | None, storage: str | None,
     if not has_db and not results.is_dir():
         raise UserError(f"no results for sweep {sweep.name!r}: neither {results} nor {mask_url(url)} exists"
                         + (elsewhere_hint(sweep, results, options[0]) or f"; run `ltfm sweep {sweep.path}` first, or "
-                           f"pass {options[0]} DIR / {options[1]} URL"))
+                           f"pass {options[0]} DIR / {options[1]} URL" + committed_hint(
+                               sweep, "--against-export" if options[0].startswith("--against") else "--from-export")))
     return results, (url if has_db else None)
 
 
@@ -299,6 +300,30 @@ def elsewhere_hint(sweep, results: Path, option: str = "--results") -> str:
     others = f" (also {', '.join(f'{d.name}/ {k}' for k, d in found[1:])})" if found[1:] else ""
     return (f"; {shown}/ has {n} completed run(s) of it{others}: ltfm report {shlex.quote(str(sweep.path))} "
             f"{option} {shlex.quote(str(shown))}")
+
+
+def committed_exports(sweep) -> list[Path]:
+    """The export folders of ``sweep`` committed with a checkout (``reports/reference/*/export/<sweep name>.json``,
+    of the folder a command runs in and of the checkout the sweep file sits in), the one of the report named as the
+    sweep first; each relative to here when below it, as a command line names it."""
+    found: list[Path] = []
+    for top in (Path("reports/reference"), Path(sweep.path).absolute().parent.parent / "reports" / "reference"):
+        for f in sorted(top.glob(f"*/export/{sweep.name}.json")) if top.is_dir() else ():
+            folder = f.parent.absolute()
+            if folder not in found:
+                found.append(folder)
+    found.sort(key=lambda d: d.parent.name != sweep.name)
+    return [Path(os.path.relpath(d)) if not os.path.relpath(d).startswith("..") else d for d in found]
+
+
+def committed_hint(sweep, option: str = "--from-export") -> str:
+    """``"; or read its committed export: --from-export reports/reference/table3-cpu/export"`` (and the others
+    beside it), "" when none is committed (:func:`committed_exports`)."""
+    found = committed_exports(sweep)
+    if not found:
+        return ""
+    others = f" (also {', '.join(map(str, found[1:]))})" if found[1:] else ""
+    return f"; or read its committed export: {option} {found[0]}{others}"
 
 
 def planned_configs(sweep, records: list[RunRecord] | None = None) -> dict[str, dict]:

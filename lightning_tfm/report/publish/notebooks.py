@@ -349,7 +349,7 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
                       export: str | None = None, against: bool = False) -> dict:
     """The notebook's parameters, checked here first (cheap, before any kernel starts); ``against``: side B of a
     comparison, whose errors name the --against-* options."""
-    from ..inputs.records import check_wandb_access, elsewhere_hint, resolve_local
+    from ..inputs.records import check_wandb_access, committed_hint, elsewhere_hint, resolve_local
 
     option = "--against-export" if against else "--from-export"
     local = ("--against-results", "--against-storage") if against else ("--results", "--storage")
@@ -379,7 +379,8 @@ def report_parameters(sweep, results: str | None, storage: str | None, wandb_pat
              f"{params['results_dir']}" + (f" or {mask_url(url)}" if url else ""))
     hint = "" if wandb_path else elsewhere_hint(sweep, Path(params["results_dir"]), local[0])
     require_completed(data, where, hint[2:] if hint else f"run `ltfm sweep {sweep.path}` first" + (
-        "" if wandb_path else f", or pass {local[0]} DIR (the folder it wrote its runs to)"))
+        "" if wandb_path else f", or pass {local[0]} DIR (the folder it wrote its runs to)")
+        + committed_hint(sweep, option))  # (runs of it elsewhere here: that folder is the way out)
     return params
 
 

@@ -9,6 +9,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -227,6 +228,38 @@ def holds_run(run_dir: Path) -> bool:
             not lock_free(run_dir)
     except OSError:
         return False
+
+
+#: The files of a run folder its training writes and reads back, with what each is for: no other command writes
+#: over them (:func:`owned_file`). ``checkpoints/average.ckpt`` is ``ltfm average``'s (and training's, with
+#: decode.average_last), ``hyps/`` holds ``ltfm evaluate``'s files beside training's dev and test hypotheses.
+OWNED = ((re.compile(r"config\.yaml"), "config (config.yaml), which a resume and every reader check"),
+         (re.compile(r"summary\.json"), "summary (summary.json), which ltfm runs, sweeps and reports read"),
+         (re.compile(r"tokenizer\.json"), "vocabulary (tokenizer.json), which every checkpoint is decoded with"),
+         (re.compile(r"checkpoints/last\.ckpt"), "resume point (checkpoints/last.ckpt)"),
+         (re.compile(r"checkpoints/best\.ckpt"), "best checkpoint (checkpoints/best.ckpt)"),
+         (re.compile(r"checkpoints/step=\d+(-v\d+)?\.ckpt"), "step checkpoint ({}), which resumes and averages read"),
+         (re.compile(r"checkpoints/average\.ckpt"), "averaged checkpoint (checkpoints/average.ckpt, which `ltfm "
+                                                    "average RUN` writes)"),
+         (re.compile(r"hyps/(dev|test)\.[^./]+\.txt"), "dev or test hypotheses ({}), which its BLEU and the report's "
+                                                      "bootstrap read"),
+         (re.compile(r"(logs|wandb)/.+"), "record ({}), which its curves are read from"))
+
+
+def is_run_folder(folder: Path) -> bool:
+    """A folder ``ltfm train`` made: its ``config.yaml`` or ``summary.json`` is there."""
+    return (folder / "config.yaml").is_file() or (folder / "summary.json").is_file()
+
+
+def owned_file(path: Path) -> str | None:
+    """Whose file ``path`` (resolved) is when a run's training owns it (:data:`OWNED`: ``run R's resume point
+    (checkpoints/last.ckpt)``), else None: the owner :func:`lightning_tfm.base.outputs.check_outputs` asks."""
+    for folder in list(path.parents)[:4]:
+        rel = path.relative_to(folder).as_posix()
+        for pattern, what in OWNED:
+            if pattern.fullmatch(rel) and is_run_folder(folder):
+                return f"run {folder.name}'s {what.format(rel)}"
+    return None
 
 
 # ---------------------------------------------------------------------------------- the folder's config
