@@ -117,7 +117,8 @@ def _fit(tmp_path, max_steps: int, **train):
     (every save as (step, resume only), the seconds callback or None, the checkpoint folder)."""
     import pytorch_lightning as pl
 
-    from lightning_tfm.training.runs.checkpoints import RESUME_ONLY, atomic_checkpoint_io
+    from lightning_tfm.training.runs.checkpoint_io import atomic_checkpoint_io
+    from lightning_tfm.training.runs.checkpoints import RESUME_ONLY
     from lightning_tfm.training.train import checkpoint_callbacks
 
     saves = []
