@@ -20,7 +20,7 @@ from .data.data import Batch, TokenBatchSampler, collate
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
 from .runs import results
-from .runs.checkpoints import CORPUS, RESUME_ONLY, RUN_ID, TOKENIZER
+from .runs.checkpoints import CORPUS, RESUME_ONLY, RNG, RUN_ID, TOKENIZER, rank_rng
 
 
 class Seq2SeqModule(pl.LightningModule):
@@ -47,7 +47,7 @@ class Seq2SeqModule(pl.LightningModule):
         self._tokens_since, self._time_since = 0, None
         self._dev_sums = None
         self._plateau, self._plateau_state = None, None  # train.lr_schedule=plateau: its scheduler, a resumed state
-        self._rng_state = None  # a resumed checkpoint's random state, restored when training starts
+        self._rng_state = None  # this rank's random state in a resumed checkpoint, restored when training starts
         self.train_tokens = 0  # target tokens seen by this rank
         self.run_id = self.corpus_identity = None  # set by train(): recorded in every checkpoint
 
@@ -122,10 +122,10 @@ class Seq2SeqModule(pl.LightningModule):
             self._plateau.step(dev_loss)
 
     def on_train_start(self):
-        """A resumed run's random state (dropout) back as it was when its checkpoint was written: with the loader's
-        position (:class:`ResumableLoader`) it trains as a run never stopped. A step checkpoint is written before its
-        step's validation, and a run resumed from it does not run that validation again: its dev loss (the same
-        weights and dev set) is computed here for the plateau schedule, which so sees every validation's dev loss,
+        """A resumed run's random state (dropout; each rank's own) back as it was when its checkpoint was written: with
+        the loader's position (:class:`ResumableLoader`) it trains as a run never stopped. A step checkpoint is written
+        before its step's validation, and a run resumed from it does not run that validation again: its dev loss (the
+        same weights and dev set) is computed here for the plateau schedule, which so sees every validation's dev loss,
         as in a run never stopped."""
         if self._rng_state is not None:
             set_rng_state(self._rng_state)
@@ -155,20 +155,29 @@ class Seq2SeqModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint["train_tokens"] = self.train_tokens * self.trainer.world_size
-        checkpoint[RNG] = rng_state()
+        checkpoint[RNG] = every_rank(rng_state(), self.trainer.world_size)
         checkpoint.update({k: v for k, v in ((RUN_ID, self.run_id), (CORPUS, self.corpus_identity)) if v})
         if self._plateau is not None:
             checkpoint["lr_plateau"] = self._plateau.state_dict()
 
     def on_load_checkpoint(self, checkpoint):
         self._plateau_state = checkpoint.get("lr_plateau")  # before configure_optimizers, which loads it
-        self._rng_state = checkpoint.get(RNG)
+        self._rng_state = rank_rng(checkpoint, self.global_rank)  # this rank's own
         self.train_tokens = (int(checkpoint.get("train_tokens", 0))
                              // max(1, self.trainer.world_size if self._trainer else 1))
 
 
-#: The key of a checkpoint holding torch's random state when it was written (:func:`rng_state`).
-RNG = "ltfm_rng"
+def every_rank(state: dict, world: int) -> list[dict]:
+    """``state`` of every rank, rank r's at r (a collective: every rank calls it, as every rank builds each checkpoint
+    Lightning writes); ``[state]`` in a process of its own. Each rank draws its own dropout masks, so a resume restores
+    each rank's (:data:`~.runs.checkpoints.RNG`)."""
+    import torch.distributed as dist
+
+    if world < 2 or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return [state]
+    states: list = [None] * dist.get_world_size()
+    dist.all_gather_object(states, state)
+    return states
 
 
 def rng_state() -> dict:

@@ -30,6 +30,9 @@ TOKENIZER = "tokenizer_sha256"
 #: Keys of a checkpoint naming the run that wrote it (its folder's name) and the content identity of its corpus
 #: (:func:`~.data.corpus_id.fingerprint`): a checkpoint copied into another run's folder is told by them.
 RUN_ID, CORPUS = "ltfm_run_id", "ltfm_corpus"
+#: The key of a checkpoint holding each rank's torch random state when it was written (:func:`~.lit.rng_state`): a
+#: list, rank r's at r (a checkpoint of an older version holds rank zero's alone, a dict: :func:`rank_rng`).
+RNG = "ltfm_rng"
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -48,6 +51,19 @@ def load_checkpoint(path: Path) -> dict:
         raise UserError(f"{path} is not a Lightning checkpoint (no state_dict): give a checkpoint written by "
                         f"`ltfm train` or `ltfm average`")
     return ck
+
+
+def rank_rng(ck: dict, rank: int) -> dict | None:
+    """The random state rank ``rank`` restores when it resumes from checkpoint ``ck`` (:data:`RNG`): its own. From a
+    checkpoint of an older version, which holds rank zero's alone (a dict), that one on every rank, as then; from a
+    run of fewer processes, rank zero's for a rank it did not have (as every rank of a new run starts from the one
+    seed). None when the checkpoint records none."""
+    states = ck.get(RNG)
+    if isinstance(states, dict):
+        return states
+    if isinstance(states, list) and states:
+        return states[rank] if rank < len(states) else states[0]
+    return None
 
 
 def tokenizer_hash(path: Path) -> str:
