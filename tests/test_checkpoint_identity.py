@@ -153,6 +153,20 @@ def test_evaluate_translate_and_average_refuse_another_runs_checkpoint_copied_in
     assert ok.returncode == 0 and len(ok.stdout.splitlines()) == 1, ok.stderr[-2000:]
 
 
+def test_a_renamed_run_folder_reads_its_own_checkpoints_and_still_refuses_another_runs(two_runs, ltfm_here):
+    """``mv RUN mymodel``: its checkpoints record the id it was trained under, not its folder's new name; they are its
+    own by what was trained (its config.yaml's run id and hash), so translate and average read them (issue 64, item
+    8: refused as written by another run). Another run's checkpoint copied in is still refused."""
+    a, b = two_runs
+    mine = a.rename(a.parent / "mymodel")
+    ok = ltfm_here("translate", mine, input="A dog.\n")
+    assert ok.returncode == 0 and len(ok.stdout.splitlines()) == 1, ok.stderr[-2000:]
+    assert ltfm_here("average", mine, "--last", "2").returncode == 0
+    shutil.copy2(b / "checkpoints" / "last.ckpt", mine / "checkpoints" / "best.ckpt")
+    one_line(ltfm_here("translate", mine, "--checkpoint", "best", input="A dog.\n"),
+             f"was written by run {b.name}, not by run {mine}", "move best.ckpt out of")
+
+
 def test_a_damaged_best_checkpoint_or_replaced_vocabulary_is_one_line(two_runs, ltfm_here):
     """Siblings: a truncated best.ckpt, and a run whose tokenizer.json was replaced by another vocabulary's."""
     a, b = two_runs

@@ -136,3 +136,65 @@ def test_an_rnn_under_ddp_trains_as_one_process_with_accumulation_2(tmp_path, da
     assert lrs["ddp"] == pytest.approx(lrs["single"])
     w = {k: torch.load(run / "checkpoints/last.ckpt", weights_only=True)["state_dict"] for k, run in runs.items()}
     assert max((w["ddp"][k] - w["single"][k]).abs().max().item() for k in w["single"]) < 1e-4
+
+
+# A tiny model with dropout: what each rank draws is its own
+RESUMED = ["data.max_train_pairs=200", "data.max_dev_pairs=10", "data.vocab_size=200", "data.test_split=null",
+           "model.layers=1", "model.d_model=16", "model.d_ff=32", "model.heads=2", "model.d_k=8", "model.d_v=8",
+           "model.dropout=0.3", "decode.beam_size=1", "decode.max_len_b=5", "train.threads=1", "wandb.mode=disabled",
+           "train.batch_tokens=256", "train.val_every_steps=4", "train.checkpoint_every_steps=4", "train.warmup=10",
+           "train.accelerator=cpu", "train.precision=32", "train.devices=2", "train.strategy=ddp", "train.max_steps=8"]
+
+
+@pytest.mark.slow
+def test_a_ddp_run_stopped_and_resumed_ends_as_one_never_stopped(tmp_path, data_dir):
+    """2-process DDP with dropout, SIGTERM after step 5 or 6 (between step checkpoints), resumed: the weights at step 8
+    are those of the run never stopped, to the bit. Each rank draws its own dropout masks, so the checkpoint holds
+    every rank's random state and each rank restores its own (it held rank zero's, which every rank restored:
+    max |weight difference| 0.005 at the end)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import default_signals
+    from test_stop_resume import STOPPER
+
+    stopper = tmp_path / "stopper.py"  # a file: Lightning starts the second rank by running the script again
+    stopper.write_text(STOPPER)
+
+    def args(name):
+        return ["train", SMOKE, f"data.path={data_dir}", f"run.results_dir={tmp_path / name}",
+                f"data.cache_dir={tmp_path / 'cache'}", *RESUMED]
+
+    straight = ltfm(*args("straight"), env={"WANDB_MODE": "disabled"})
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    p = subprocess.run([sys.executable, str(stopper), *map(str, args("stopped"))], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "STOP_AT": "5", "STOP_SIGNAL": "SIGTERM",
+                                         "WANDB_MODE": "disabled"}, preexec_fn=default_signals)
+    assert p.returncode == 143, p.stderr[-3000:]
+    (stopped,) = (tmp_path / "stopped").iterdir()
+    at = json.loads((stopped / "summary.json").read_text())["steps"]
+    assert 4 < at < 8  # the step under way when the signal came (5 or 6): not a step checkpoint's
+    resumed = ltfm(*args("stopped"), env={"WANDB_MODE": "disabled"})
+    assert resumed.returncode == 0 and f"from step {at} to 8" in resumed.stderr, resumed.stderr[-3000:]
+    (done,) = (tmp_path / "straight").iterdir()
+    w = [torch.load(run / "checkpoints/last.ckpt", weights_only=True) for run in (done, stopped)]
+    assert w[0]["global_step"] == w[1]["global_step"] == 8
+    diff = max((w[0]["state_dict"][k] - w[1]["state_dict"][k]).abs().max().item() for k in w[0]["state_dict"])
+    assert diff == 0.0, diff
+
+
+def test_each_rank_resumes_its_own_random_state_and_an_older_checkpoint_gives_its_one_to_every_rank(tmp_path):
+    """The states a checkpoint holds, rank by rank, load back with weights_only=True; a checkpoint of an older version
+    (rank zero's state alone, a dict) still resumes, every rank from that state as then; a rank the writing run did
+    not have starts from rank zero's."""
+    from lightning_tfm.training.runs.checkpoints import RNG, rank_rng
+
+    states = [{"cpu": torch.get_rng_state()}, {"cpu": torch.Generator().manual_seed(7).get_state()}]
+    torch.save({RNG: states}, tmp_path / "new.ckpt")
+    ck = torch.load(tmp_path / "new.ckpt", weights_only=True)
+    assert [torch.equal(rank_rng(ck, r)["cpu"], states[r]["cpu"]) for r in (0, 1)] == [True, True]
+    assert torch.equal(rank_rng(ck, 2)["cpu"], states[0]["cpu"])
+    old = {RNG: states[1]}
+    assert rank_rng(old, 0) is rank_rng(old, 1) is states[1]
+    assert rank_rng({}, 0) is None

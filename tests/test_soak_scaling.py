@@ -117,7 +117,8 @@ def _fit(tmp_path, max_steps: int, **train):
     (every save as (step, resume only), the seconds callback or None, the checkpoint folder)."""
     import pytorch_lightning as pl
 
-    from lightning_tfm.training.runs.checkpoints import RESUME_ONLY, atomic_checkpoint_io
+    from lightning_tfm.training.runs.checkpoint_io import atomic_checkpoint_io
+    from lightning_tfm.training.runs.checkpoints import RESUME_ONLY
     from lightning_tfm.training.train import checkpoint_callbacks
 
     saves = []
@@ -219,6 +220,26 @@ def test_averaging_leaves_a_resume_only_last_ckpt_out(tmp_path):
     ck, chosen = averaged_checkpoint(tmp_path, 5)
     assert [p.name for p in chosen] == ["step=000002.ckpt", "step=000004.ckpt"]
     assert ck["state_dict"]["w"].tolist() == [3.0, 3.0]
+
+
+def test_an_older_versions_final_last_ckpt_marked_resume_only_is_averaged(tmp_path):
+    """A version before issue 64 marked the budget's end resume-only too: a last.ckpt at the step the run's summary
+    says it completed at is the weights it ended with, and the last steps averaged end with it."""
+    import json
+
+    from lightning_tfm.training.runs.checkpoints import RESUME_ONLY, averaged_checkpoint
+
+    ckpt = tmp_path / "checkpoints"
+    ckpt.mkdir()
+    for step in (2, 4):
+        torch.save({"global_step": step, "state_dict": {"w": torch.full((2,), float(step))}},
+                   ckpt / f"step={step:06d}.ckpt")
+    torch.save({"global_step": 5, "state_dict": {"w": torch.full((2,), 6.0)}, RESUME_ONLY: True}, ckpt / "last.ckpt")
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "steps": 5}))
+    ck, chosen = averaged_checkpoint(tmp_path, 2)
+    assert [p.name for p in chosen] == ["step=000004.ckpt", "last.ckpt"] and ck["state_dict"]["w"].tolist() == [5.0] * 2
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "stopped", "steps": 5}))  # a stop's resume point
+    assert [p.name for p in averaged_checkpoint(tmp_path, 2)[1]] == ["step=000002.ckpt", "step=000004.ckpt"]
 
 
 def test_a_run_killed_between_step_checkpoints_resumes_from_the_seconds_checkpoint(tmp_path, data_dir, monkeypatch):

@@ -142,3 +142,57 @@ def test_a_larger_budget_goes_on_from_the_last_step_on_the_same_batches(straight
     assert resumed["batches"] == straight["batches"] and same_weights(resumed["weights"], straight["weights"])
     epochs = [[idx for (_, idx), e in zip(straight["batches"], straight["epochs"]) if e == epoch] for epoch in (0, 1)]
     assert len(epochs[0]) == 18 and epochs[1] and epochs[1] != epochs[0][:len(epochs[1])]
+
+
+@pytest.mark.slow
+def test_a_stopped_run_keeps_its_budget_then_averages_its_final_weights_and_is_its_own_when_renamed(data_dir, tmp_path,
+                                                                                                    ltfm_here):
+    """Issue 64, items 7, 9 and 8, on one run of 16 steps (a step checkpoint every 2) stopped by SIGTERM after step 5:
+
+    - rerun with train.max_steps=4 it is past the budget asked: one line naming the step it reached and the way out,
+      exit 2, nothing in its folder changed (it ended at once as ``completed`` at step 5 or 6, its config.yaml
+      rewritten to 4 steps);
+    - resumed to 9 steps with decode.average_last=2, the average of its last 2 steps is of step 8 and of last.ckpt,
+      step 9, the weights it ended with (the budget's end: it averaged steps 6 and 8, last.ckpt being marked a resume
+      point); the same for ``ltfm average --last 2``;
+    - its folder renamed (``mv RUN mymodel``), translate and evaluate read its checkpoints as its own (they were
+      refused as written by another run: the folder's name was compared, not what was trained)."""
+    results = tmp_path / "results"
+
+    def args(steps):
+        return [*train_args(data_dir, results, tmp_path / "cache", steps), "train.checkpoint_every_steps=2",
+                "train.val_every_steps=4", "train.record_batches=false", "decode.average_last=2"]
+
+    p = subprocess.run([sys.executable, "-c", STOPPER, *map(str, args(16))], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "STOP_AT": "5", "STOP_SIGNAL": "SIGTERM",
+                                         "WANDB_MODE": "disabled"},
+                       preexec_fn=default_signals)
+    assert p.returncode == 143, p.stderr[-3000:]
+    (run,) = results.iterdir()
+    at = json.loads((run / "summary.json").read_text())["steps"]
+    assert 5 <= at < 8
+    from test_run_reuse import one_line, snapshot
+
+    before = snapshot(run)
+    one_line(ltfm_here(*args(4)), f"run {run} has trained to step {at}", "past train.max_steps=4",
+             f"give train.max_steps={at} or more to train it on (its own: 16), or another run.id", after="ltfm ")
+    assert snapshot(run) == before  # still stopped, config.yaml still 16 steps
+
+    p = ltfm(*args(9), env={"WANDB_MODE": "disabled"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "completed" and s["steps"] == 9 and s["bleu_checkpoint"] == "average of last 2"
+    ck = run / "checkpoints"
+    assert torch.load(ck / "average.ckpt", weights_only=True)["averaged_from"] == ["step=000008.ckpt", "last.ckpt"]
+    out = tmp_path / "avg.ckpt"
+    avg = ltfm_here("average", run, "--last", "2", "--out", out)
+    assert avg.returncode == 0 and "step=000008.ckpt, last.ckpt" in avg.stdout, avg.stdout + avg.stderr[-2000:]
+    w8, w9 = (torch.load(ck / name, weights_only=True)["state_dict"] for name in ("step=000008.ckpt", "last.ckpt"))
+    averaged = torch.load(out, weights_only=True)["state_dict"]
+    assert all(torch.equal(averaged[k], ((w8[k].double() + w9[k].double()) / 2).to(w8[k].dtype)) for k in w8)
+
+    mine = run.rename(results / "mymodel")
+    tr = ltfm_here("translate", mine, input="A dog runs.\n")
+    assert tr.returncode == 0 and len(tr.stdout.splitlines()) == 1, tr.stderr[-2000:]
+    ev = ltfm_here("evaluate", mine, "--checkpoint", "average")
+    assert ev.returncode == 0 and "BLEU" in ev.stdout, ev.stderr[-2000:]

@@ -140,16 +140,17 @@ def evaluate_texts(model: Transformer, tokenizer, src_lines: list[str], ref_line
 def final_evaluation(cfg: Config, model, corpus, run_dir: Path) -> dict:
     """Dev and test BLEU at the end of training (Sec. 6.1-6.2: beam search, sacreBLEU), hypotheses files.
 
-    With ``decode.average_last`` = N > 0 the average of the last N step checkpoints is evaluated (the
-    paper's final models, Table 2); otherwise the final weights (the paper's Table 3 used no averaging).
+    With ``decode.average_last`` = N > 0 the average of the checkpoints of the last N steps, the final one included,
+    is evaluated (the paper's final models, Table 2); otherwise the final weights (the paper's Table 3 used no
+    averaging).
     """
     out: dict = {}
     n_avg = cfg.decode.average_last
     checkpoint = "last"
     if n_avg and len(step_checkpoints(run_dir)) >= 2:
-        write_average(run_dir, n_avg)  # kept beside the others: the checkpoint the BLEU belongs to
+        _, chosen = write_average(run_dir, n_avg)  # kept beside the others: the checkpoint the BLEU belongs to
         model, _, _ = load_model(run_dir, "average", average_last=n_avg)
-        checkpoint = f"average of last {min(n_avg, len(step_checkpoints(run_dir)))}"
+        checkpoint = f"average of last {len(chosen)}"
         out["bleu_checkpoint_path"] = str(run_dir / "checkpoints" / "average.ckpt")
     else:
         out["bleu_checkpoint_path"] = str(run_dir / "checkpoints" / "last.ckpt")

@@ -20,7 +20,7 @@ from .data.data import Batch, TokenBatchSampler, collate
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
 from .runs import results
-from .runs.checkpoints import CORPUS, RESUME_ONLY, RUN_ID, TOKENIZER
+from .runs.checkpoints import CORPUS, RESUME_ONLY, RNG, RUN_ID, TOKENIZER, rank_rng
 
 
 class Seq2SeqModule(pl.LightningModule):
@@ -47,7 +47,7 @@ class Seq2SeqModule(pl.LightningModule):
         self._tokens_since, self._time_since = 0, None
         self._dev_sums = None
         self._plateau, self._plateau_state = None, None  # train.lr_schedule=plateau: its scheduler, a resumed state
-        self._rng_state = None  # a resumed checkpoint's random state, restored when training starts
+        self._rng_state = None  # this rank's random state in a resumed checkpoint, restored when training starts
         self.train_tokens = 0  # target tokens seen by this rank
         self.run_id = self.corpus_identity = None  # set by train(): recorded in every checkpoint
 
@@ -122,10 +122,10 @@ class Seq2SeqModule(pl.LightningModule):
             self._plateau.step(dev_loss)
 
     def on_train_start(self):
-        """A resumed run's random state (dropout) back as it was when its checkpoint was written: with the loader's
-        position (:class:`ResumableLoader`) it trains as a run never stopped. A step checkpoint is written before its
-        step's validation, and a run resumed from it does not run that validation again: its dev loss (the same
-        weights and dev set) is computed here for the plateau schedule, which so sees every validation's dev loss,
+        """A resumed run's random state (dropout; each rank's own) back as it was when its checkpoint was written: with
+        the loader's position (:class:`ResumableLoader`) it trains as a run never stopped. A step checkpoint is written
+        before its step's validation, and a run resumed from it does not run that validation again: its dev loss (the
+        same weights and dev set) is computed here for the plateau schedule, which so sees every validation's dev loss,
         as in a run never stopped."""
         if self._rng_state is not None:
             set_rng_state(self._rng_state)
@@ -155,20 +155,29 @@ class Seq2SeqModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint["train_tokens"] = self.train_tokens * self.trainer.world_size
-        checkpoint[RNG] = rng_state()
+        checkpoint[RNG] = every_rank(rng_state(), self.trainer.world_size)
         checkpoint.update({k: v for k, v in ((RUN_ID, self.run_id), (CORPUS, self.corpus_identity)) if v})
         if self._plateau is not None:
             checkpoint["lr_plateau"] = self._plateau.state_dict()
 
     def on_load_checkpoint(self, checkpoint):
         self._plateau_state = checkpoint.get("lr_plateau")  # before configure_optimizers, which loads it
-        self._rng_state = checkpoint.get(RNG)
+        self._rng_state = rank_rng(checkpoint, self.global_rank)  # this rank's own
         self.train_tokens = (int(checkpoint.get("train_tokens", 0))
                              // max(1, self.trainer.world_size if self._trainer else 1))
 
 
-#: The key of a checkpoint holding torch's random state when it was written (:func:`rng_state`).
-RNG = "ltfm_rng"
+def every_rank(state: dict, world: int) -> list[dict]:
+    """``state`` of every rank, rank r's at r (a collective: every rank calls it, as every rank builds each checkpoint
+    Lightning writes); ``[state]`` in a process of its own. Each rank draws its own dropout masks, so a resume restores
+    each rank's (:data:`~.runs.checkpoints.RNG`)."""
+    import torch.distributed as dist
+
+    if world < 2 or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return [state]
+    states: list = [None] * dist.get_world_size()
+    dist.all_gather_object(states, state)
+    return states
 
 
 def rng_state() -> dict:
@@ -353,8 +362,9 @@ class StopOnSignal(Checkpoint):
     run at the end of the optimizer step under way, after its validation when one is due, with ``last.ckpt`` written
     at that step (a resume point, :data:`RESUME_ONLY`; not twice where the step checkpoint wrote it): the same command
     resumes it with no step lost, and mid-epoch on the batches a run never stopped trains on
-    (:class:`ResumableLoader`, the random state in the checkpoint). The budget's end leaves ``last.ckpt`` at its last
-    step too (a continuation resumes there). Its handlers stand in for Lightning's SIGTERM handler and Python's Ctrl-C
+    (:class:`ResumableLoader`, the random state in the checkpoint). The end of fitting (the budget, time) leaves
+    ``last.ckpt`` at its last step too, not marked resume-only: the weights the run ended with, which averaging counts
+    (a continuation resumes there). Its handlers stand in for Lightning's SIGTERM handler and Python's Ctrl-C
     while fitting (a second Ctrl-C stops at once; a signal the process ignores, as under ``nohup``, stays ignored); it
     then raises what Lightning raises for the signal (``SIGTERMException``; ``KeyboardInterrupt``, which Lightning
     ends as ``SystemExit(1)``), so the run records the stop and exits as before (:func:`~.train.stop_reason`). A
@@ -369,7 +379,7 @@ class StopOnSignal(Checkpoint):
         self._step = None  # the optimizer step seen at the last batch end
         self._saved_at = None  # the step last.ckpt holds, when written in this fit
         self._pending = False  # last.ckpt written for a stop; the stop waits for the step's validation
-        self._saving = False
+        self._saving = None  # while writing last.ckpt: "resume" (a stop's resume point) or "final" (the fit's end)
 
     # ------------------------------------------------------------------------------------------ the handlers
     def on_train_start(self, trainer, pl_module) -> None:
@@ -410,15 +420,16 @@ class StopOnSignal(Checkpoint):
         stop = self.signal is not None or self._pending
         return bool(trainer.strategy.reduce_boolean_decision(stop, all=False)) if trainer.world_size > 1 else stop
 
-    def _save(self, trainer) -> None:
-        """last.ckpt at this step, unless it is there already."""
+    def _save(self, trainer, resume_only: bool) -> None:
+        """last.ckpt at this step, unless it is there already: a stop's resume point (``resume_only``), or the weights
+        the fit ended with."""
         step = trainer.global_step
         if self._saved_at != step:
-            self._saving = True
+            self._saving = "resume" if resume_only else "final"
             try:
                 write_last(trainer, self.step_checkpoint, final=True)
             finally:
-                self._saving = False
+                self._saving = None
         self._saved_at = step
 
     def _stop(self):
@@ -437,16 +448,16 @@ class StopOnSignal(Checkpoint):
         if self.steps and step % self.steps == 0:  # the step checkpoint wrote last.ckpt before this hook
             self._saved_at = step
         if self._stopping(trainer):
-            self._save(trainer)
+            self._save(trainer, resume_only=True)
             self._pending = True  # the stop itself waits for this step's validation, if one is due
-        elif 0 < trainer.max_steps <= step:  # the budget's last step: a continuation resumes here
-            self._save(trainer)
+        elif 0 < trainer.max_steps <= step:  # the budget's last step: its final weights; a continuation resumes here
+            self._save(trainer, resume_only=False)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
         if self._stopping(trainer):
-            self._save(trainer)  # a signal during the validation: last.ckpt at this step, written after it
+            self._save(trainer, resume_only=True)  # a signal during the validation: last.ckpt at this step, after it
             self._stop()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -458,11 +469,12 @@ class StopOnSignal(Checkpoint):
         when time, a pruner or nothing left to train did), so that a continuation to a larger budget resumes there and
         ``--checkpoint last`` is the weights the run ended with; a signal still stops the run, before its closing
         evaluation."""
-        self._save(trainer)
-        if self._stopping(trainer):
+        stopping = self._stopping(trainer)
+        self._save(trainer, resume_only=stopping)
+        if stopping:
             self._stop()
         self._restore()  # before Lightning puts back the handlers it found: a signal after fitting is theirs
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
-        if self._saving:
+        if self._saving == "resume":
             checkpoint[RESUME_ONLY] = True

@@ -6,7 +6,7 @@ resumes from ``checkpoints/last.ckpt`` (and a completed run is not trained again
 
 Nothing finished is lost: one process trains a run folder at a time (:mod:`.runs.run_folder`); checkpoints, the
 summary, config and hypotheses are written atomically inside the run folder (:mod:`..base.atomic`,
-:mod:`.runs.checkpoints`); an unreadable ``last.ckpt`` or ``summary.json`` is set aside with a warning and the
+:mod:`.runs.checkpoint_io`); an unreadable ``last.ckpt`` or ``summary.json`` is set aside with a warning and the
 newest readable step checkpoint is used; earlier attempts stay in ``summary["attempts"]``; a full or
 read-only disk and a diverging loss end as one line, exit 2, with the attempt recorded as ``failed``.
 """
@@ -30,8 +30,8 @@ from .config import config
 from .data.corpus import Corpus
 from .precision import resolve_precision
 from .runs import results, run_folder
+from .runs.checkpoint_io import atomic_checkpoint_io
 from .runs.checkpoints import (
-    atomic_checkpoint_io,
     check_resumable,
     check_resume,
     resume_checkpoint,

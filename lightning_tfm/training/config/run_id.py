@@ -174,6 +174,15 @@ def legacy_id(cfg) -> str:
     return _named(cfg, legacy_hash(cfg))
 
 
+def identities(cfg, corpus: str | None = None) -> tuple[str, ...]:
+    """What names a run of ``cfg`` wherever its folder is and whatever it is called: its run id and legacy id (the
+    corpus identified by ``corpus``, as a run folder records it, where given; else by its files), then the two hashes
+    alone (a run named by ``run.id`` holds no hash in its name). A checkpoint records the id it was trained under
+    (:data:`~..runs.checkpoints.RUN_ID`): one of these when it is of ``cfg``."""
+    digest = _digest(hashed(cfg, corpus))
+    return _named(cfg, digest), legacy_id(cfg), digest, legacy_hash(cfg)
+
+
 def _trial(cfg) -> tuple[str, str]:
     """run.study and run.variant as a trial's run id holds them (:func:`run_id`)."""
     return tuple(re.sub(r"[^A-Za-z0-9._-]", "_", x).lstrip(".-") or "_" for x in (cfg.run.study, cfg.run.variant))

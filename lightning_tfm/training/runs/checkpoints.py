@@ -1,15 +1,16 @@
 """Checkpoints, in one place (as fairseq's ``checkpoint_utils``): load with ``weights_only=True``, check,
 scan a run's checkpoint folder, average, resolve a name to a file, pick the one to resume from, set aside
-unreadable ones, and write atomically (Lightning's writer made atomic). Loading never writes: an averaged
-checkpoint that is not on disk is averaged in memory; ``write_average`` is the one place that writes one.
+unreadable ones, and read what older versions wrote (every upgrade of an old checkpoint is here). Loading never
+writes: an averaged checkpoint that is not on disk is averaged in memory; ``write_average`` is the one place that
+writes one. Lightning's writer made atomic is :mod:`.checkpoint_io`.
 """
 from __future__ import annotations
 
-import io
 import os
 import re
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -18,11 +19,13 @@ from ...base import atomic
 from ...base.errors import UserError
 from ...model import build_model
 from ..config import config
-from . import run_folder
+from ..config import run_id as ids
+from . import results, run_folder
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
 #: A key of a checkpoint written only as a resume point (``last.ckpt`` by ``train.checkpoint_every_seconds``,
-#: :class:`~.lit.CheckpointEverySeconds`): averaging leaves it out, so the averaged steps keep the step cadence.
+#: :class:`~.lit.CheckpointEverySeconds`, or at a stop by a signal, :class:`~.lit.StopOnSignal`): averaging leaves it
+#: out, so the averaged steps keep the step cadence (:func:`final_weights`).
 RESUME_ONLY = "ltfm_resume_only"
 #: The hyper-parameter naming the vocabulary a checkpoint was trained with (:func:`tokenizer_hash`): ids of another
 #: vocabulary of the same size decode to garbage, so a checkpoint is only decoded or resumed with its own.
@@ -30,6 +33,9 @@ TOKENIZER = "tokenizer_sha256"
 #: Keys of a checkpoint naming the run that wrote it (its folder's name) and the content identity of its corpus
 #: (:func:`~.data.corpus_id.fingerprint`): a checkpoint copied into another run's folder is told by them.
 RUN_ID, CORPUS = "ltfm_run_id", "ltfm_corpus"
+#: The key of a checkpoint holding each rank's torch random state when it was written (:func:`~.lit.rng_state`): a
+#: list, rank r's at r (a checkpoint of an older version holds rank zero's alone, a dict: :func:`rank_rng`).
+RNG = "ltfm_rng"
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -48,6 +54,19 @@ def load_checkpoint(path: Path) -> dict:
         raise UserError(f"{path} is not a Lightning checkpoint (no state_dict): give a checkpoint written by "
                         f"`ltfm train` or `ltfm average`")
     return ck
+
+
+def rank_rng(ck: dict, rank: int) -> dict | None:
+    """The random state rank ``rank`` restores when it resumes from checkpoint ``ck`` (:data:`RNG`): its own. From a
+    checkpoint of an older version, which holds rank zero's alone (a dict), that one on every rank, as then; from a
+    run of fewer processes, rank zero's for a rank it did not have (as every rank of a new run starts from the one
+    seed). None when the checkpoint records none."""
+    states = ck.get(RNG)
+    if isinstance(states, dict):
+        return states
+    if isinstance(states, list) and states:
+        return states[rank] if rank < len(states) else states[0]
+    return None
 
 
 def tokenizer_hash(path: Path) -> str:
@@ -87,18 +106,33 @@ def recorded_config(ck: dict, path: Path) -> "config.Config | None":
                         f"written by this version's `ltfm train` or `ltfm average`") from None
 
 
+def own_names(run_dir: Path, cfg: "config.Config | None") -> Iterator[str]:
+    """What a checkpoint of the run in ``run_dir`` may record as the run that wrote it (:data:`RUN_ID`): the folder's
+    name, then, computed only when asked for (a generator), the identities of ``cfg``, the config it trains
+    (:func:`~..config.run_id.identities`, its corpus as the folder records it): a folder renamed (``mv RUN
+    mymodel``) keeps what was trained in it."""
+    yield run_dir.name
+    if cfg is not None:
+        yield from ids.identities(cfg, run_folder.recorded_corpus(run_dir))
+
+
 def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: str | None, whose: str,
-                    sections: set[str] | None = None, corpus: str | None = None, run: str | None = None) -> str | None:
+                    sections: set[str] | None = None, corpus: str | None = None,
+                    run: str | Iterable[str] | None = None) -> str | None:
     """Why checkpoint ``ck`` (at ``path``) is not one of the run ``whose`` (a run folder) with config ``cfg``,
-    vocabulary hash ``vocab`` and run id ``run``: written by another run (the id it records, :data:`RUN_ID`), another
-    vocabulary, or another config in ``sections``' keys (all the run id's keys when None:
-    :func:`~.run_folder.differences`, the checkpoint's corpus as it records it, :data:`CORPUS`, else as ``corpus``
-    identifies it); None when it is, or cannot tell (a checkpoint of an older version records no run id)."""
+    vocabulary hash ``vocab`` and run id ``run`` (or any of the names ``run`` gives: :func:`own_names`): written by
+    another run (the id it records, :data:`RUN_ID`), another vocabulary, or another config in ``sections``' keys (all
+    the run id's keys when None: :func:`~.run_folder.differences`, the checkpoint's corpus as it records it,
+    :data:`CORPUS`, else as ``corpus`` identifies it); None when it is, or cannot tell (a checkpoint of an older
+    version records no run id)."""
     writer = ck.get(RUN_ID)
-    # a run id is a name and the hash of what is trained (training/config/run_id.py): a folder renamed, or taken over
-    # under the name an earlier version gave it, keeps its hash; another run's checkpoint has another
-    if run is not None and isinstance(writer, str) and writer.rsplit("-", 1)[-1] != run.rsplit("-", 1)[-1]:
-        return f"checkpoint {path} was written by run {writer}, not by {whose}"
+    # a run id is a name and the hash of what is trained (training/config/run_id.py): a folder taken over under the
+    # name an earlier version gave it keeps its hash, a folder renamed its config's; another run's checkpoint has
+    # another
+    if run is not None and isinstance(writer, str):
+        names = (run,) if isinstance(run, str) else run
+        if not any(writer.rsplit("-", 1)[-1] == name.rsplit("-", 1)[-1] for name in names):
+            return f"checkpoint {path} was written by run {writer}, not by {whose}"
     corpus = ck[CORPUS] if isinstance(ck.get(CORPUS), str) else corpus
     theirs = checkpoint_tokenizer(ck, path)
     if vocab is not None and theirs is not None and theirs != vocab:
@@ -115,14 +149,24 @@ def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: st
 def check_resume(path: Path, run_dir: Path, cfg: "config.Config", vocab: str) -> None:
     """The checkpoint ``path`` a resume of ``run_dir`` loads must be of this run (the id it records), of ``cfg`` and of
     the vocabulary ``vocab`` (:func:`foreign_problem`): else one line naming it and the way out (a checkpoint copied
-    in, a folder whose ``tokenizer.json`` was replaced or deleted). Reads only."""
+    in, a folder whose ``tokenizer.json`` was replaced or deleted). Nor may it be past ``cfg``'s budget
+    (``train.max_steps``): an unfinished run (stopped, failed) resumed with a smaller budget would end at once and
+    pass for completed at the budget asked, which it never trained to; one line naming the step it reached and the
+    way out. (A completed run past the budget is not resumed: ``ltfm train`` finds it completed.) Reads only."""
     ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     why = foreign_problem(ck, path, cfg, vocab, f"run {run_dir.name}", corpus=run_folder.recorded_corpus(run_dir),
-                          run=run_dir.name)
+                          run=own_names(run_dir, cfg))
     if why is not None:
         raise UserError(f"{why}: cannot resume {run_dir} from it; move {path.name} out of {path.parent} if it was "
                         f"copied in, else give another run.id (or run.results_dir), or delete the folder to train "
                         f"there anew")
+    step, budget = int(ck.get("global_step", 0)), cfg.train.max_steps
+    if step > budget:
+        saved = run_folder.saved_config(run_dir)[0]
+        own = f" (its own: {saved.train.max_steps})" if saved is not None and saved.train.max_steps > step else ""
+        raise UserError(f"run {run_dir} has trained to step {step} ({path.name}), past train.max_steps={budget}: "
+                        f"give train.max_steps={step} or more to train it on{own}, or another run.id (or "
+                        f"run.results_dir) to train {budget} steps anew")
 
 
 def check_resumable(run_dir: Path, cfg: "config.Config", vocab: str) -> None:
@@ -200,11 +244,24 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
     return {k: (sums[k] / n).to(v.dtype) if k in sums else v for k, v in last.items()}
 
 
-def averaged_checkpoint(run_dir: str | Path, last: int = 5) -> tuple[dict, list[Path]]:
-    """The average of the run's last ``last`` step checkpoints, in memory: (checkpoint, averaged paths).
+def final_weights(ck: dict, run_dir: Path) -> bool:
+    """Whether ``ck``, a run's ``last.ckpt``, holds the weights the run ended with (or, unfinished, has now), not a
+    resume point written between step checkpoints (:data:`RESUME_ONLY`: by time, or at a stop by a signal). An older
+    version marked the end of fitting resume-only too: such a checkpoint at the step the run's summary says it
+    completed at is its final weights."""
+    if not ck.get(RESUME_ONLY):
+        return True
+    summary = results.read_summary(run_dir) or {}
+    return summary.get("status") == "completed" and summary.get("steps") == ck.get("global_step")
 
-    ``checkpoints/last.ckpt`` joins the candidates when it is newer than every step checkpoint (a run
-    stopped by time). The result is a Lightning checkpoint like the others (the newest averaged checkpoint
+
+def averaged_checkpoint(run_dir: str | Path, last: int = 5) -> tuple[dict, list[Path]]:
+    """The average of the run's checkpoints of its last ``last`` steps, in memory: (checkpoint, averaged paths).
+
+    The candidates are the step checkpoints and ``checkpoints/last.ckpt`` when it is newer than every one of them and
+    holds the run's final weights (:func:`final_weights`: the budget's end off the step cadence, a run ended by time),
+    so the last steps end with the one the run ended at; a ``last.ckpt`` at a step checkpoint's step (one file, a
+    link) counts once. The result is a Lightning checkpoint like the others (the newest averaged checkpoint
     with its state_dict replaced, without optimizer state), so it loads the same way; unreadable
     candidates are left out with a warning.
     """
@@ -229,7 +286,7 @@ def averaged_checkpoint(run_dir: str | Path, last: int = 5) -> tuple[dict, list[
         else:
             ck_last = load_checkpoint(last_ckpt)
             step = int(ck_last.get("global_step", -1))
-            if not ck_last.get(RESUME_ONLY) and (not cands or step > cands[-1][0]):
+            if final_weights(ck_last, run_dir) and (not cands or step > cands[-1][0]):
                 cands.append((step, last_ckpt))
     if not cands:
         raise UserError(f"run folder {run_dir} has no checkpoints to average (checkpoints/step=*.ckpt): "
@@ -333,7 +390,7 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     # A file in this run's folder passes for its checkpoint (evaluate labels its hypotheses so): it must be its own.
     why = foreign_problem(ck, path, run_cfg if foreign else None, tokenizer_hash(run_dir / "tokenizer.json"),
                           f"run {run_dir}", run_folder.model_sections(),
-                          run=None if foreign else run_dir.resolve().name)
+                          run=None if foreign else own_names(run_dir.resolve(), run_cfg))
     if why is None and vocab != tokenizer.get_vocab_size():
         why = (f"checkpoint {path} has a vocabulary of {vocab} entries but {run_dir / 'tokenizer.json'} has "
                f"{tokenizer.get_vocab_size()}")
@@ -415,70 +472,3 @@ def newest_step(run_dir: str | Path) -> int:
     except Exception:  # noqa: BLE001 - absent, or unreadable: a resume would set it aside
         pass
     return newest
-
-
-# ------------------------------------------------------------------------------------------- writing
-def training_state(checkpoint: dict) -> tuple:
-    """What tells two checkpoints of one fit apart: the step, and a sum of each tensor of the weights (one pass
-    over them: two files of one step and one set of weights are the same checkpoint, whatever else they record)."""
-    sums = tuple(float(t.detach().double().sum()) for t in checkpoint.get("state_dict", {}).values()
-                 if isinstance(t, torch.Tensor))
-    return checkpoint.get("global_step"), checkpoint.get("epoch"), sums
-
-
-def atomic_checkpoint_io():
-    """Lightning's checkpoint writer, made atomic inside the run folder (a plugin for the Trainer; built
-    here, not at import, so that ``ltfm train`` reports config errors before importing Lightning).
-
-    Lightning's own ``_atomic_save`` commits through an fsspec transaction whose temporary file is made
-    in ``$TMPDIR`` and then *copied* into the run folder: a full disk or a kill during that copy leaves a
-    truncated ``last.ckpt``. Here the serialized bytes are written to a temporary file beside the target,
-    fsynced and renamed (:mod:`lightning_tfm.base.atomic`), so a checkpoint is either whole or absent.
-
-    One step's checkpoints are one file: ``step=N.ckpt``, ``last.ckpt`` and ``best.ckpt`` written at one step with
-    the same weights (:func:`training_state`) are hard links to the first of them written, not copies (a 20-step run
-    kept three copies of its last step). A link is made under a temporary name and renamed over the target, as a
-    write is, so a later write of one name (``last.ckpt`` at the next step) replaces that name alone and never
-    changes the file the others name; pruning a step checkpoint removes its name only. Where the filesystem has no
-    hard links the bytes are written.
-    """
-    from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
-
-    class AtomicCheckpointIO(TorchCheckpointIO):
-        def __init__(self):
-            super().__init__()
-            self.written: tuple | None = None  # (path, its inode, training_state) of the last file written
-
-        def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-            if storage_options is not None:
-                raise TypeError("AtomicCheckpointIO takes no storage_options")
-            path = Path(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            state = training_state(checkpoint)
-            if self.link(path, state):
-                return
-            buf = io.BytesIO()
-            torch.save(checkpoint, buf)  # in memory first, as Lightning does: a write error is an OSError here
-            atomic.write_bytes(path, buf.getbuffer())
-            self.written = (path, path.stat().st_ino, state)
-
-        def link(self, path: Path, state: tuple) -> bool:
-            """``path`` made a hard link to the last file written, when that holds the same step and weights."""
-            if self.written is None:
-                return False
-            source, inode, written = self.written
-            if written != state or source.parent != path.parent:
-                return False
-            try:
-                if source.stat().st_ino != inode:  # replaced since: not the file written then
-                    return False
-                if path.exists() and path.stat().st_ino == inode:
-                    return True
-                with atomic.atomic_path(path) as tmp:
-                    tmp.unlink()
-                    os.link(source, tmp)
-            except OSError:  # no hard links here (or the file went): write the bytes
-                return False
-            return True
-
-    return AtomicCheckpointIO()

@@ -1,0 +1,77 @@
+"""Checkpoints written: Lightning's checkpoint writer made atomic inside the run folder, one step's checkpoints one
+file (hard links). What is read back, checked, averaged and resumed from: :mod:`.checkpoints`."""
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import torch
+
+from ...base import atomic
+
+
+def training_state(checkpoint: dict) -> tuple:
+    """What tells two checkpoints of one fit apart: the step, and a sum of each tensor of the weights (one pass
+    over them: two files of one step and one set of weights are the same checkpoint, whatever else they record)."""
+    sums = tuple(float(t.detach().double().sum()) for t in checkpoint.get("state_dict", {}).values()
+                 if isinstance(t, torch.Tensor))
+    return checkpoint.get("global_step"), checkpoint.get("epoch"), sums
+
+
+def atomic_checkpoint_io():
+    """Lightning's checkpoint writer, made atomic inside the run folder (a plugin for the Trainer; built
+    here, not at import, so that ``ltfm train`` reports config errors before importing Lightning).
+
+    Lightning's own ``_atomic_save`` commits through an fsspec transaction whose temporary file is made
+    in ``$TMPDIR`` and then *copied* into the run folder: a full disk or a kill during that copy leaves a
+    truncated ``last.ckpt``. Here the serialized bytes are written to a temporary file beside the target,
+    fsynced and renamed (:mod:`lightning_tfm.base.atomic`), so a checkpoint is either whole or absent.
+
+    One step's checkpoints are one file: ``step=N.ckpt``, ``last.ckpt`` and ``best.ckpt`` written at one step with
+    the same weights (:func:`training_state`) are hard links to the first of them written, not copies (a 20-step run
+    kept three copies of its last step). A link is made under a temporary name and renamed over the target, as a
+    write is, so a later write of one name (``last.ckpt`` at the next step) replaces that name alone and never
+    changes the file the others name; pruning a step checkpoint removes its name only. Where the filesystem has no
+    hard links the bytes are written.
+    """
+    from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+    class AtomicCheckpointIO(TorchCheckpointIO):
+        def __init__(self):
+            super().__init__()
+            self.written: tuple | None = None  # (path, its inode, training_state) of the last file written
+
+        def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+            if storage_options is not None:
+                raise TypeError("AtomicCheckpointIO takes no storage_options")
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            state = training_state(checkpoint)
+            if self.link(path, state):
+                return
+            buf = io.BytesIO()
+            torch.save(checkpoint, buf)  # in memory first, as Lightning does: a write error is an OSError here
+            atomic.write_bytes(path, buf.getbuffer())
+            self.written = (path, path.stat().st_ino, state)
+
+        def link(self, path: Path, state: tuple) -> bool:
+            """``path`` made a hard link to the last file written, when that holds the same step and weights."""
+            if self.written is None:
+                return False
+            source, inode, written = self.written
+            if written != state or source.parent != path.parent:
+                return False
+            try:
+                if source.stat().st_ino != inode:  # replaced since: not the file written then
+                    return False
+                if path.exists() and path.stat().st_ino == inode:
+                    return True
+                with atomic.atomic_path(path) as tmp:
+                    tmp.unlink()
+                    os.link(source, tmp)
+            except OSError:  # no hard links here (or the file went): write the bytes
+                return False
+            return True
+
+    return AtomicCheckpointIO()
