@@ -278,3 +278,50 @@ def test_a_sweep_value_printed_as_an_override_reads_back_whole():
     for key, value in [("data.path", "/data/lf #2"), ("run.name", "007"), ("run.name", "yes"), ("run.name", " x"),
                        ("run.name", "a: b"), ("wandb.tags", ["#a", "b # c"]), ("model.heads", 4), ("run.id", None)]:
         assert config.parse_override(f"{key}={yaml_value(value)}") == (key, value), value
+
+
+# ------------------------------------------------------------------------------------------- repeated keys
+# (#64 item 6) PyYAML keeps the last of a repeated key silently: a second `model:` replaced the file's model whole, a
+# variant written twice dropped the first row, a second `overrides:` dropped the first's data.path.
+REPEATED = {
+    "model": ("experiment", "model:\n  layers: 2\n  d_model: 64\ntrain:\n  max_steps: 5\nmodel:\n  heads: 4\n", 1, 6),
+    "layers": ("experiment", "model:\n  layers: 2\n  d_model: 64\n  layers: 3\n", 2, 4),
+    "A1": ("sweep", "name: s\nexperiment: {smoke}\nvariants:\n  A1: {{model.heads: 1}}\n  base: {{}}\n"
+                    "  A1: {{model.heads: 2}}\n", 4, 6),
+    "overrides": ("sweep", "name: s\nexperiment: {smoke}\noverrides:\n  data.path: /d\nvariants:\n  base: {{}}\n"
+                           "overrides:\n  train.max_steps: 5\n", 3, 7),
+    "model.heads": ("sweep", "name: s\nexperiment: {smoke}\nvariants:\n  base: {{model.heads: 1, model.heads: 2}}\n",
+                    4, 4),
+}
+
+
+@pytest.mark.parametrize("key", REPEATED)
+def test_a_repeated_key_is_one_line_naming_it_and_its_lines(key, tmp_path, ltfm_here):
+    kind, body, first, second = REPEATED[key]
+    f = tmp_path / f"{kind}.yaml"
+    f.write_text(body.format(smoke=SMOKE))
+    lines = f"lines {first} and {second}" if first != second else f"line {first}"
+    commands = [("config", f, f"data.path={tmp_path}")] if kind == "experiment" else \
+        [("sweep", f, "--dry-run"), ("prepare", f), ("report", f, "--out", tmp_path / "out")]
+    for command in commands:
+        _one_line(ltfm_here(*command), f"{kind}.yaml", f"repeats the key '{key}' ({lines})", "keep one")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f.name]  # nothing written
+
+
+@pytest.mark.parametrize("text", ["a: {b: 1, b: 2}", "a: [{x: 1}, {y: [{z: 1, z: 1}]}]", "1: a\n0x1: b",
+                                  "a: 1\nb: {c: 1}\na: 1"])
+def test_a_repeated_key_is_found_at_any_depth(text):
+    from lightning_tfm.base.inputs import load_yaml
+
+    with pytest.raises(UserError, match="repeats the key"):
+        load_yaml(text, "config file 'x.yaml'")
+    with pytest.raises(UserError, match="repeats the key"):  # an override's value is read by the same loader
+        config.parse_override(f"wandb.tags={{{text.replace(chr(10), ', ')}}}")
+
+
+def test_keys_a_merge_brings_may_be_overridden():
+    from lightning_tfm.base.inputs import load_yaml
+
+    text = "base: &b {x: 1, y: 2}\nrow:\n  <<: *b\n  x: 3\nnested: &n {<<: *b, y: 4}\nlast: {<<: *n, y: 5}\n"
+    assert load_yaml(text, "t") == {"base": {"x": 1, "y": 2}, "row": {"x": 3, "y": 2}, "nested": {"x": 1, "y": 4},
+                                    "last": {"x": 1, "y": 5}}
