@@ -168,7 +168,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     """``model.heads=4`` -> ("model.heads", 4): the value as typed, read as YAML (numbers, booleans, null, lists;
     a str key's plain value is its text, and nothing is dropped as a comment: :func:`.inputs.override_value`)."""
     if "=" not in text:
-        raise UserError(f"override {shown(text)} is not of the form dotted.key=value")
+        raise UserError(f"override {shown(text)} is not of the form ", "dotted.key=value")
     key, raw = text.split("=", 1)
     key = key.strip()
     spec = SCHEMA.get(key.split(".")[0], {}).get(key.split(".", 1)[-1], (None,))[0]
