@@ -314,3 +314,25 @@ def test_every_ltfm_command_that_reads_files_works_as_pasted_or_its_block_says_w
                 checked.append(argv)
     assert sum(a[1] == "train" for a in checked) >= 3 and sum(a[1] == "sweep" for a in checked) >= 4, checked
     assert sum(a[1] == "report" for a in checked) >= 6, checked
+
+
+# a measured time: "3–8 min", "~1 min", "12 min", "in 8 minutes", "a minute or two", "an hour" (a setting such as
+# "every 30 s" is no measured time)
+_TIME = re.compile(r"\b(?:\d+(?:[–-]\d+)?|a|an) ?(?:min|minutes?|hours?|h)\b", re.I)
+
+
+def test_every_time_the_readme_gives_points_to_where_it_was_measured():
+    """#64 item 18: the smoke run's "a minute or two" was 20 minutes at load 6, and `make test` gave no time. Each
+    measured time in the README says where it was measured (reports/), on its line or in its paragraph or block,
+    and the command the README times is there; the smoke experiment trains on one thread (reports/timing.md)."""
+    text = README.read_text()
+    chunks = re.split(r"\n\s*\n", text)
+    for chunk in chunks:
+        for line in chunk.splitlines():
+            if _TIME.search(line):
+                assert "reports/" in chunk, f"a time without where it was measured: {line}"
+    timing = (ROOT / "reports" / "timing.md").read_text()
+    for command in ("make test", "ltfm train experiments/multi30k-smoke.yaml", "make ablation QUICK=1"):
+        assert f"`{command}" in timing, command
+    smoke = yaml.safe_load((ROOT / "experiments" / "multi30k-smoke.yaml").read_text())
+    assert smoke["train"]["threads"] == 1
