@@ -62,6 +62,7 @@ def test_prepare_and_config_read_a_path_with_a_hash_whole(tmp_path, ltfm_here):
     assert cfg.data.path == str(tmp_path / "lf #2")
     p = ltfm_here("prepare", SMOKE, f"data.path={tmp_path}/lf #2", f"data.cache_dir={tmp_path / 'cache'}")
     _one_line(p, "lf #2", "does not exist")  # not "{tmp_path}/lf", another folder
+    (tmp_path / "lf #2").mkdir()
     p = ltfm_here("config", SMOKE, f"data.path={tmp_path}/lf #2")
     assert p.returncode == 0 and yaml.safe_load(p.stdout)["data"]["path"] == f"{tmp_path}/lf #2", p.stderr
     p = ltfm_here("config", SMOKE, f"data.path={tmp_path}", "model.heads=4 # four")
@@ -325,3 +326,38 @@ def test_keys_a_merge_brings_may_be_overridden():
     text = "base: &b {x: 1, y: 2}\nrow:\n  <<: *b\n  x: 3\nnested: &n {<<: *b, y: 4}\nlast: {<<: *n, y: 5}\n"
     assert load_yaml(text, "t") == {"base": {"x": 1, "y": 2}, "row": {"x": 3, "y": 2}, "nested": {"x": 1, "y": 4},
                                     "last": {"x": 1, "y": 5}}
+
+
+# ------------------------------------------------------------------------------------------- data.path typos
+# (#64 item 17) A typo in data.path passed `ltfm config` (exit 0, a run id), and `ltfm train` said so a minute later,
+# after importing Lightning.
+@pytest.mark.parametrize("command", [["config"], ["train"], ["prepare"]])
+def test_a_data_path_typo_is_one_line_naming_the_closest_folder(command, data_dir, tmp_path, ltfm_here):
+    typo = f"{data_dir}x"
+    p = ltfm_here(*command, SMOKE, f"data.path={typo}", f"run.results_dir={tmp_path / 'results'}",
+                  f"data.cache_dir={tmp_path / 'cache'}")
+    _one_line(p, f"data folder '{typo}' does not exist", f"did you mean '{data_dir}'?", "data.path=", "DATA=")
+    assert list(tmp_path.iterdir()) == []
+    deeper = data_dir.parent.parent / (data_dir.parent.name + "x") / data_dir.name  # a typo in a parent's name
+    p = ltfm_here(*command, SMOKE, f"data.path={deeper}", f"run.results_dir={tmp_path / 'results'}")
+    _one_line(p, "does not exist", f"did you mean '{data_dir}'?")
+    p = ltfm_here(*command, SMOKE, f"data.path={SMOKE}", f"run.results_dir={tmp_path / 'results'}")
+    _one_line(p, "is a file, not a folder")
+
+
+def test_a_sweep_with_a_data_path_typo_stops_before_any_trial(data_dir, tmp_path, ltfm_here):
+    results = tmp_path / "results"
+    p = ltfm_here("sweep", ROOT / "sweeps" / "smoke.yaml", f"data.path={data_dir}x", f"run.results_dir={results}")
+    _one_line(p, f"data folder '{data_dir}x' does not exist", f"did you mean '{data_dir}'?", "DATA=")
+    assert not any(results.rglob("summary.json"))
+
+
+def test_train_refuses_a_data_path_typo_before_importing_lightning(data_dir, tmp_path):
+    """The check comes before the heavy imports: a new process (as a user runs it) has not imported Lightning."""
+    code = ("import sys; from lightning_tfm.cli import main; "
+            f"code = main(['train', {str(SMOKE)!r}, 'data.path={data_dir}x', 'run.results_dir={tmp_path}']); "
+            "print(code, 'pytorch_lightning' in sys.modules, 'lightning' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                       env={**os.environ, "WANDB_MODE": "offline"})
+    assert p.stdout.split() == ["2", "False", "False"], (p.stdout, p.stderr[-2000:])
+    assert "does not exist" in p.stderr and list(tmp_path.iterdir()) == []

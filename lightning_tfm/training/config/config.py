@@ -280,6 +280,17 @@ def validate(cfg: Config, data: bool = True) -> None:
     cfg._validated = (state, data)
 
 
+def check_data_folder(cfg: Config) -> None:
+    """A local corpus's data.path is a folder: else one line naming it, the closest existing folder and the way out
+    (:func:`~..data.corpus_id.folder_problem`). Checked by the commands that read the data (``ltfm config``,
+    ``train``, ``prepare``) before anything heavy runs, not by :func:`validate`: a config that reads no data (a
+    report's, a dry run's) may name a folder of another machine."""
+    from ..data.corpus_id import folder_problem
+
+    if cfg.data.source == "local" and cfg.data.path and (why := folder_problem(cfg.data.path)) is not None:
+        raise UserError(why)
+
+
 def check_value(key: str, value: Any) -> None:
     """``key``'s value on its own (its field's check: a number within its range): one line naming the key and the
     range. A sweep file's values are checked with it when it is loaded, before any trial."""
