@@ -27,13 +27,18 @@ def train_cli(args) -> int:
     :func:`~lightning_tfm.training.train.train`; its data folder is checked before."""
     import signal
 
-    from ..training.config.config import check_data_folder, load_config
+    from ..base.errors import UserError
+    from ..training.config.config import check_data_folder, load_config, validate
     from ..training.runs.run_folder import existing_run_id
 
     cfg = load_config(args.config, args.overrides, checked=False)  # train() validates it
     if extra := default_data(cfg):
         cfg = load_config(args.config, extra + args.overrides, checked=False)
-    check_data_folder(cfg)  # before Lightning is imported: a typo in data.path is one line at once
+    try:
+        check_data_folder(cfg)  # before Lightning is imported: a typo in data.path is one line at once
+    except UserError:
+        validate(cfg)  # ... after any error of the config's own keys, as ltfm config says them
+        raise
     from ..training.train import Abandoned, stop_reason, train
     callbacks = []
     if cfg.sweep.trial is not None:
