@@ -336,3 +336,24 @@ def test_every_time_the_readme_gives_points_to_where_it_was_measured():
         assert f"`{command}" in timing, command
     smoke = yaml.safe_load((ROOT / "experiments" / "multi30k-smoke.yaml").read_text())
     assert smoke["train"]["threads"] == 1
+
+
+def test_the_reference_pages_agreement_with_the_paper_is_the_committed_pages():
+    """#64 item 19: reports/reference/README.md said the rows that hold agree with the paper on "none of the 4"
+    where its table3.md says 3/8. Each section's count of rows that hold and agree is its page's."""
+    reference = ROOT / "reports" / "reference"
+    text = (reference / "README.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    checked = 0
+    for section in sections:
+        name = section.split(":", 1)[0].split(",", 1)[0].strip()
+        page = reference / name / "table3.md"
+        flat = section.replace("**", "").replace("\n  ", " ")
+        claims = re.findall(r"(\d+|none) of the (\d+)(?: rows that hold| of them that have one)", flat)
+        if not page.is_file() or not claims:
+            continue
+        agree, held = re.search(r"rows that hold: dev PPL (\d+)/(\d+)", page.read_text()).groups()
+        for n, m in claims:
+            assert (n.replace("none", "0"), m) == (agree, held), f"{name}: {n} of {m} against the page's {agree}/{held}"
+            checked += 1
+    assert checked >= 2
