@@ -357,3 +357,21 @@ def test_the_reference_pages_agreement_with_the_paper_is_the_committed_pages():
             assert (n.replace("none", "0"), m) == (agree, held), f"{name}: {n} of {m} against the page's {agree}/{held}"
             checked += 1
     assert checked >= 2
+
+
+def test_the_readme_syncs_a_sweeps_wandb_runs_in_one_command(data_dir, ltfm_here):
+    """#64 item 19: one ``wandb sync`` for a sweep's offline runs: each trial's (in its run folder, named after the
+    sweep) and the report run's (``wandb-report/`` of the results folder)."""
+    import json
+    from fnmatch import fnmatch
+
+    from lightning_tfm.report.publish.wandb_run import WANDB_DIR
+
+    (line,) = [m.group(1) for m in re.finditer(r"`(wandb sync [^`]*wandb-report[^`]*)`", README.read_text()
+                                                .replace("\n  ", " "))]
+    trials, report = shlex.split(line)[2:]
+    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", "--dry-run", "--json", f"data.path={data_dir}")
+    run_ids = [r["run_id"] for r in json.loads(p.stdout)]
+    assert run_ids and all(fnmatch(f"results/{rid}/wandb/offline-run-20261202_1-x", trials) for rid in run_ids)
+    assert fnmatch(f"results/{WANDB_DIR}/wandb/offline-run-20261202_1-x", report)
+    assert not fnmatch("results/other-base-s1-0123abcd/wandb/offline-run-x", trials)  # another sweep's
