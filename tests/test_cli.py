@@ -38,7 +38,7 @@ def test_top_level_help_is_written_for_users(ltfm_here):
 
 
 def test_config_prints_what_the_run_saves_and_loads_back_with_its_run_id(tmp_path, ltfm_here):
-    args = ["experiments/multi30k-smoke.yaml", "data.path=/data/m30k", "model.heads=2", "train.lr_scale=0.5"]
+    args = ["experiments/multi30k-smoke.yaml", f"data.path={tmp_path}", "model.heads=2", "train.lr_scale=0.5"]
     p = ltfm_here("config", *args)
     assert p.returncode == 0, p.stderr
     first, body = p.stdout.split("\n", 1)

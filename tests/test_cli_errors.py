@@ -46,7 +46,7 @@ def test_a_path_the_file_system_cannot_take_is_one_line(ltfm_here, tmp_path, com
 
 
 @pytest.mark.parametrize("argv", [["config", "--keys"], ["sweep", "--keys"],
-                                  ["config", "experiments/multi30k-smoke.yaml", "data.path=/nowhere"]])
+                                  ["config", "experiments/multi30k-smoke.yaml", "data.path=tests/data"]])
 def test_a_reader_that_goes_away_ends_the_command_quietly(argv):
     """``ltfm config --keys | head -1``: the reader closes the pipe before the command writes; the command ends
     with exit 0 and says nothing of it (a BrokenPipeError is an OSError: it once reached the OSError handler,
@@ -64,3 +64,19 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(argv):
                        env=env, cwd=WORK, timeout=600)
     os.close(write)
     assert p.returncode == 0 and "Traceback" not in p.stderr and "Error" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("command", [["config", "experiments/multi30k-smoke.yaml"],
+                                     ["train", "experiments/multi30k-smoke.yaml"], ["sweep", "sweeps/smoke.yaml"]])
+def test_an_override_without_a_value_is_said_back_with_the_form_it_needs(ltfm_here, tmp_path, command):
+    """#64 item 15: the hint ``dotted.key=value`` is the program's own text, not a secret key's value: it is shown as
+    written (it read ``dotted.key=***``), while the user's text in the same line is still masked."""
+    from conftest import ROOT
+
+    command = [command[0], ROOT / command[1]]
+    p = ltfm_here(*command, "model.heads", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr == "ltfm: error: override 'model.heads' is not of the form dotted.key=value\n"
+    p = ltfm_here(*command, "postgresql://u:SECRETPW@h/db", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.endswith(" is not of the form dotted.key=value\n"), p.stderr
+    assert "SECRETPW" not in p.stderr and "'postgresql://u:***@h/db'" in p.stderr, p.stderr
+    assert list(tmp_path.iterdir()) == []

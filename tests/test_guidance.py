@@ -152,3 +152,21 @@ def test_make_setup_says_each_step_before_it_runs(tmp_path):
     assert said[0] < steps[0] < said[1] < steps[1] < said[2] < steps[2] < said[3], lines
     assert "installing torch 2.13.0" in lines[said[1]] and "min" in lines[said[1]], lines
     assert "setup: done" in lines[said[3]] and "bin/activate" in lines[said[3]], lines
+
+
+#: what Lightning said in every run's log that is no news to a user (#64 item 19): its cloud services' tips and the
+#: deprecation torch 2.13 raises inside Lightning's own _pytree.py
+NOISE = ("💡 Tip:", "litlogger", "litmodels", "LeafSpec")
+
+
+def test_a_training_log_holds_no_lightning_tip_or_deprecation(smoke_run):
+    said = (smoke_run.parent.parent / "train.stderr").read_text()
+    assert "ltfm: training stopped at step 200" in said  # the log is the run's (a control)
+    assert [ln for ln in said.splitlines() if any(n in ln for n in NOISE)] == []
+
+
+def test_every_trial_log_of_a_sweep_holds_no_lightning_tip_or_deprecation(swept):
+    logs = sorted((swept["results"] / "sweep-logs").rglob("*.log"))
+    assert logs and any("Trainer.fit" in log.read_text() for log in logs), logs
+    noisy = {log.name: ln for log in logs for ln in log.read_text().splitlines() if any(n in ln for n in NOISE)}
+    assert noisy == {}

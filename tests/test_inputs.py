@@ -62,6 +62,7 @@ def test_prepare_and_config_read_a_path_with_a_hash_whole(tmp_path, ltfm_here):
     assert cfg.data.path == str(tmp_path / "lf #2")
     p = ltfm_here("prepare", SMOKE, f"data.path={tmp_path}/lf #2", f"data.cache_dir={tmp_path / 'cache'}")
     _one_line(p, "lf #2", "does not exist")  # not "{tmp_path}/lf", another folder
+    (tmp_path / "lf #2").mkdir()
     p = ltfm_here("config", SMOKE, f"data.path={tmp_path}/lf #2")
     assert p.returncode == 0 and yaml.safe_load(p.stdout)["data"]["path"] == f"{tmp_path}/lf #2", p.stderr
     p = ltfm_here("config", SMOKE, f"data.path={tmp_path}", "model.heads=4 # four")
@@ -278,3 +279,85 @@ def test_a_sweep_value_printed_as_an_override_reads_back_whole():
     for key, value in [("data.path", "/data/lf #2"), ("run.name", "007"), ("run.name", "yes"), ("run.name", " x"),
                        ("run.name", "a: b"), ("wandb.tags", ["#a", "b # c"]), ("model.heads", 4), ("run.id", None)]:
         assert config.parse_override(f"{key}={yaml_value(value)}") == (key, value), value
+
+
+# ------------------------------------------------------------------------------------------- repeated keys
+# (#64 item 6) PyYAML keeps the last of a repeated key silently: a second `model:` replaced the file's model whole, a
+# variant written twice dropped the first row, a second `overrides:` dropped the first's data.path.
+REPEATED = {
+    "model": ("experiment", "model:\n  layers: 2\n  d_model: 64\ntrain:\n  max_steps: 5\nmodel:\n  heads: 4\n", 1, 6),
+    "layers": ("experiment", "model:\n  layers: 2\n  d_model: 64\n  layers: 3\n", 2, 4),
+    "A1": ("sweep", "name: s\nexperiment: {smoke}\nvariants:\n  A1: {{model.heads: 1}}\n  base: {{}}\n"
+                    "  A1: {{model.heads: 2}}\n", 4, 6),
+    "overrides": ("sweep", "name: s\nexperiment: {smoke}\noverrides:\n  data.path: /d\nvariants:\n  base: {{}}\n"
+                           "overrides:\n  train.max_steps: 5\n", 3, 7),
+    "model.heads": ("sweep", "name: s\nexperiment: {smoke}\nvariants:\n  base: {{model.heads: 1, model.heads: 2}}\n",
+                    4, 4),
+}
+
+
+@pytest.mark.parametrize("key", REPEATED)
+def test_a_repeated_key_is_one_line_naming_it_and_its_lines(key, tmp_path, ltfm_here):
+    kind, body, first, second = REPEATED[key]
+    f = tmp_path / f"{kind}.yaml"
+    f.write_text(body.format(smoke=SMOKE))
+    lines = f"lines {first} and {second}" if first != second else f"line {first}"
+    commands = [("config", f, f"data.path={tmp_path}")] if kind == "experiment" else \
+        [("sweep", f, "--dry-run"), ("prepare", f), ("report", f, "--out", tmp_path / "out")]
+    for command in commands:
+        _one_line(ltfm_here(*command), f"{kind}.yaml", f"repeats the key '{key}' ({lines})", "keep one")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f.name]  # nothing written
+
+
+@pytest.mark.parametrize("text", ["a: {b: 1, b: 2}", "a: [{x: 1}, {y: [{z: 1, z: 1}]}]", "1: a\n0x1: b",
+                                  "a: 1\nb: {c: 1}\na: 1"])
+def test_a_repeated_key_is_found_at_any_depth(text):
+    from lightning_tfm.base.inputs import load_yaml
+
+    with pytest.raises(UserError, match="repeats the key"):
+        load_yaml(text, "config file 'x.yaml'")
+    with pytest.raises(UserError, match="repeats the key"):  # an override's value is read by the same loader
+        config.parse_override(f"wandb.tags={{{text.replace(chr(10), ', ')}}}")
+
+
+def test_keys_a_merge_brings_may_be_overridden():
+    from lightning_tfm.base.inputs import load_yaml
+
+    text = "base: &b {x: 1, y: 2}\nrow:\n  <<: *b\n  x: 3\nnested: &n {<<: *b, y: 4}\nlast: {<<: *n, y: 5}\n"
+    assert load_yaml(text, "t") == {"base": {"x": 1, "y": 2}, "row": {"x": 3, "y": 2}, "nested": {"x": 1, "y": 4},
+                                    "last": {"x": 1, "y": 5}}
+
+
+# ------------------------------------------------------------------------------------------- data.path typos
+# (#64 item 17) A typo in data.path passed `ltfm config` (exit 0, a run id), and `ltfm train` said so a minute later,
+# after importing Lightning.
+@pytest.mark.parametrize("command", [["config"], ["train"], ["prepare"]])
+def test_a_data_path_typo_is_one_line_naming_the_closest_folder(command, data_dir, tmp_path, ltfm_here):
+    typo = f"{data_dir}x"
+    p = ltfm_here(*command, SMOKE, f"data.path={typo}", f"run.results_dir={tmp_path / 'results'}",
+                  f"data.cache_dir={tmp_path / 'cache'}")
+    _one_line(p, f"data folder '{typo}' does not exist", f"did you mean '{data_dir}'?", "data.path=", "DATA=")
+    assert list(tmp_path.iterdir()) == []
+    deeper = data_dir.parent.parent / (data_dir.parent.name + "x") / data_dir.name  # a typo in a parent's name
+    p = ltfm_here(*command, SMOKE, f"data.path={deeper}", f"run.results_dir={tmp_path / 'results'}")
+    _one_line(p, "does not exist", f"did you mean '{data_dir}'?")
+    p = ltfm_here(*command, SMOKE, f"data.path={SMOKE}", f"run.results_dir={tmp_path / 'results'}")
+    _one_line(p, "is a file, not a folder")
+
+
+def test_a_sweep_with_a_data_path_typo_stops_before_any_trial(data_dir, tmp_path, ltfm_here):
+    results = tmp_path / "results"
+    p = ltfm_here("sweep", ROOT / "sweeps" / "smoke.yaml", f"data.path={data_dir}x", f"run.results_dir={results}")
+    _one_line(p, f"data folder '{data_dir}x' does not exist", f"did you mean '{data_dir}'?", "DATA=")
+    assert not any(results.rglob("summary.json"))
+
+
+def test_train_refuses_a_data_path_typo_before_importing_lightning(data_dir, tmp_path):
+    """The check comes before the heavy imports: a new process (as a user runs it) has not imported Lightning."""
+    code = ("import sys; from lightning_tfm.cli import main; "
+            f"code = main(['train', {str(SMOKE)!r}, 'data.path={data_dir}x', 'run.results_dir={tmp_path}']); "
+            "print(code, 'pytorch_lightning' in sys.modules, 'lightning' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                       env={**os.environ, "WANDB_MODE": "offline"})
+    assert p.stdout.split() == ["2", "False", "False"], (p.stdout, p.stderr[-2000:])
+    assert "does not exist" in p.stderr and list(tmp_path.iterdir()) == []

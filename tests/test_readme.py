@@ -314,3 +314,64 @@ def test_every_ltfm_command_that_reads_files_works_as_pasted_or_its_block_says_w
                 checked.append(argv)
     assert sum(a[1] == "train" for a in checked) >= 3 and sum(a[1] == "sweep" for a in checked) >= 4, checked
     assert sum(a[1] == "report" for a in checked) >= 6, checked
+
+
+# a measured time: "3–8 min", "~1 min", "12 min", "in 8 minutes", "a minute or two", "an hour" (a setting such as
+# "every 30 s" is no measured time)
+_TIME = re.compile(r"\b(?:\d+(?:[–-]\d+)?|a|an) ?(?:min|minutes?|hours?|h)\b", re.I)
+
+
+def test_every_time_the_readme_gives_points_to_where_it_was_measured():
+    """#64 item 18: the smoke run's "a minute or two" was 20 minutes at load 6, and `make test` gave no time. Each
+    measured time in the README says where it was measured (reports/), on its line or in its paragraph or block,
+    and the command the README times is there; the smoke experiment trains on one thread (reports/timing.md)."""
+    text = README.read_text()
+    chunks = re.split(r"\n\s*\n", text)
+    for chunk in chunks:
+        for line in chunk.splitlines():
+            if _TIME.search(line):
+                assert "reports/" in chunk, f"a time without where it was measured: {line}"
+    timing = (ROOT / "reports" / "timing.md").read_text()
+    for command in ("make test", "ltfm train experiments/multi30k-smoke.yaml", "make ablation QUICK=1"):
+        assert f"`{command}" in timing, command
+    smoke = yaml.safe_load((ROOT / "experiments" / "multi30k-smoke.yaml").read_text())
+    assert smoke["train"]["threads"] == 1
+
+
+def test_the_reference_pages_agreement_with_the_paper_is_the_committed_pages():
+    """#64 item 19: reports/reference/README.md said the rows that hold agree with the paper on "none of the 4"
+    where its table3.md says 3/8. Each section's count of rows that hold and agree is its page's."""
+    reference = ROOT / "reports" / "reference"
+    text = (reference / "README.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    checked = 0
+    for section in sections:
+        name = section.split(":", 1)[0].split(",", 1)[0].strip()
+        page = reference / name / "table3.md"
+        flat = section.replace("**", "").replace("\n  ", " ")
+        claims = re.findall(r"(\d+|none) of the (\d+)(?: rows that hold| of them that have one)", flat)
+        if not page.is_file() or not claims:
+            continue
+        agree, held = re.search(r"rows that hold: dev PPL (\d+)/(\d+)", page.read_text()).groups()
+        for n, m in claims:
+            assert (n.replace("none", "0"), m) == (agree, held), f"{name}: {n} of {m} against the page's {agree}/{held}"
+            checked += 1
+    assert checked >= 2
+
+
+def test_the_readme_syncs_a_sweeps_wandb_runs_in_one_command(data_dir, ltfm_here):
+    """#64 item 19: one ``wandb sync`` for a sweep's offline runs: each trial's (in its run folder, named after the
+    sweep) and the report run's (``wandb-report/`` of the results folder)."""
+    import json
+    from fnmatch import fnmatch
+
+    from lightning_tfm.report.publish.wandb_run import WANDB_DIR
+
+    (line,) = [m.group(1) for m in re.finditer(r"`(wandb sync [^`]*wandb-report[^`]*)`", README.read_text()
+                                                .replace("\n  ", " "))]
+    trials, report = shlex.split(line)[2:]
+    p = ltfm_here("sweep", "sweeps/table3-cpu.yaml", "--dry-run", "--json", f"data.path={data_dir}")
+    run_ids = [r["run_id"] for r in json.loads(p.stdout)]
+    assert run_ids and all(fnmatch(f"results/{rid}/wandb/offline-run-20261202_1-x", trials) for rid in run_ids)
+    assert fnmatch(f"results/{WANDB_DIR}/wandb/offline-run-20261202_1-x", report)
+    assert not fnmatch("results/other-base-s1-0123abcd/wandb/offline-run-x", trials)  # another sweep's

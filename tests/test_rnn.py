@@ -250,11 +250,11 @@ def test_a_plateau_key_on_a_noam_run_is_a_one_line_error(capsys):
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert err == "ltfm: error: train.lr: only for train.lr_schedule=plateau (the default is noam, Eq. 3): set it, " \
                   "or drop it"
-    assert cli_main(["config", str(SMOKE), "data.path=/x", "train.lr=0.001", "train.lr_schedule=plateau"]) == 0
+    assert cli_main(["config", str(SMOKE), "data.path=/", "train.lr=0.001", "train.lr_schedule=plateau"]) == 0
 
 
 def test_the_real_command_line_refuses_a_transformer_knob_on_an_rnn_run(tmp_path, ltfm_here):
-    p = ltfm_here("train", RNN_SMOKE, "data.path=/x", f"run.results_dir={tmp_path}", "model.heads=4")
+    p = ltfm_here("train", RNN_SMOKE, f"data.path={tmp_path}", f"run.results_dir={tmp_path}", "model.heads=4")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     (line,) = p.stderr.strip().splitlines()
     assert "model.heads does not apply to model.arch=rnn" in line

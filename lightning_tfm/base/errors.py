@@ -6,7 +6,15 @@ import difflib
 
 
 class UserError(Exception):
-    """Bad config, data, CLI argument, storage URL or checkpoint. The message names the problem and the fix."""
+    """Bad config, data, CLI argument, storage URL or checkpoint. The message names the problem and the fix.
+
+    ``hint``: the program's own words that end the line, such as the form ``dotted.key=value`` a text should have
+    had: the CLI masks secrets in the message (base/redact.py: it may quote what the user typed) and shows the hint
+    as written, so it must hold nothing the user gave."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message + hint)
+        self.message, self.hint = message, hint
 
 
 def closest(word: str, choices) -> str:

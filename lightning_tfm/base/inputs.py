@@ -4,9 +4,10 @@
 Every YAML text a user gives goes through :func:`load_yaml`: PyYAML's safe loader, with a bound on the file's
 size, on its nesting and on the values its aliases expand to (a "billion laughs" file of a few hundred bytes
 would otherwise hand a list of 10^9 strings to the first code that walks it, and an error message that
-formats it). An override's value (:func:`override_value`) is the text after ``=`` as typed: YAML reads its
-numbers, booleans, null and lists, but never drops part of it as a comment. Error messages show a user's
-value through :func:`shown`, which is bounded whatever the value.
+formats it), and with each key written once in its mapping (PyYAML keeps the last of two silently: a second
+``model:`` would replace the first section whole). An override's value (:func:`override_value`) is the text
+after ``=`` as typed: YAML reads its numbers, booleans, null and lists, but never drops part of it as a comment.
+Error messages show a user's value through :func:`shown`, which is bounded whatever the value.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def shown(value: Any) -> str:
 
 class _Loader(yaml.SafeLoader):
     """The safe loader, refusing nesting deeper than :data:`MAX_DEPTH` while it composes (a deeply nested
-    text would otherwise end in a RecursionError)."""
+    text would otherwise end in a RecursionError), and a key written twice in one mapping, at any depth (PyYAML
+    keeps the last silently: a second ``model:`` section would replace the first whole)."""
 
     depth = 0
 
@@ -52,6 +54,36 @@ class _Loader(yaml.SafeLoader):
 
 class _TooLarge(Exception):
     pass
+
+
+class _Repeated(Exception):
+    pass
+
+
+def _check_repeats(loader: yaml.SafeLoader, root: yaml.Node) -> None:
+    """Each key written once in its mapping, in every mapping of ``root`` (checked as composed, before a ``<<:
+    *merge`` brings keys that the mapping's own may override); keys compared by their value, as the dict YAML
+    builds does (``1`` and ``0x1`` are one key)."""
+    done: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in done or isinstance(node, yaml.ScalarNode):
+            continue
+        done.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo += node.value
+            continue
+        seen: dict = {}
+        for key_node, value_node in node.value:
+            todo += [key_node, value_node]
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a key that is a list or mapping: the constructor refuses it itself
+            key, line = loader.construct_object(key_node), key_node.start_mark.line + 1
+            if key in seen:
+                where = f"line {line}" if seen[key] == line else f"lines {seen[key]} and {line}"
+                raise _Repeated(f"repeats the key {shown(key)} ({where}): YAML would keep only the last; keep one")
+            seen[key] = line
 
 
 def _check_expansion(root: yaml.Node) -> None:
@@ -98,8 +130,9 @@ def load_yaml(text: str, what: str) -> Any:
         if node is None:
             return None
         _check_expansion(node)
+        _check_repeats(loader, node)
         return loader.construct_document(node)
-    except _TooLarge as e:
+    except (_TooLarge, _Repeated) as e:
         raise UserError(f"{what} {e}") from None
     except ValueError as e:  # Python refuses integers of thousands of digits (int_max_str_digits)
         raise UserError(f"{what} holds a value that cannot be read ({str(e).split(':')[0]}): give a real "

@@ -4,9 +4,12 @@ a secret reaches a child process that writes its parameters down (a report's not
 Anything that goes to a file, a log, the terminal or W&B passes through :func:`scrub` (nested data and
 free text), :func:`scrub_text` (a message; every one-line error of ``ltfm`` does) or :func:`mask_url` (one URL or
 libpq keyword DSN). Every form a secret takes in one is masked by the same rules: the password of the user
-information (up to the *last* "@", so a password holding ``@``, ``:`` or ``/`` is masked whole), and the value of
-every ``key=value`` pair whose key names a secret (:func:`is_secret_key`: ``password``, ``sslpassword``, ``token``,
-``api_key``, ``key``, ...; percent-encoded keys read decoded), in a URL's query or a DSN, quoted or not.
+information (up to the *last* "@", so a password holding ``@``, ``:``, ``/`` or a blank is masked whole), and the
+value of every ``key=value`` pair whose key names a secret (:func:`is_secret_key`: ``password``, ``sslpassword``,
+``token``, ``api_key``, ``key``, ...; percent-encoded keys read decoded), in a URL's query (up to the next ``&``,
+blanks included) or a DSN, quoted or not. Free text cannot tell where a URL ends: a text that is one value (a config
+value, an argument; :func:`whole_secrets`) is read whole, and an error of ``ltfm`` is masked of its command line's
+secrets too (``scrub_text(..., args=argv)``), so a blank in a password never ends what is masked.
 """
 from __future__ import annotations
 
@@ -22,15 +25,22 @@ MASK = "***"
 _SECRET_WORDS = {"key", "apikey", "password", "passwd", "pwd", "token", "secret", "secrets", "credential",
                  "credentials", "auth"}
 _SECRET_ENDINGS = ("password", "passwd", "passphrase", "token", "secret", "apikey")
-# scheme://user:PASSWORD@host in free text: greedy up to the last "@" of the word, so a password holding
-# an unencoded "@" or "/" is masked whole (masking a little of the host too is the safe side to err on)
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(\S*)(@)")
+# scheme://user:PASSWORD@host in free text: greedy up to the last "@" of the line, so a password holding an
+# unencoded "@", "/" or blank (libpq and SQLAlchemy take "u:my pw@host") is masked whole (masking some of what
+# follows too is the safe side to err on)
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)([^\n]*)(@)")
+# A text that is one value (a config value, an argument, a notebook parameter), maybe after "key=": a URL is
+# masked by mask_url's rules, which know where its parts end (a query value runs to the next "&", blanks included);
+# the value of a secret key is masked whole, blanks included
+_WHOLE = re.compile(r"^(?:([\w.\-]+)=)?([^\n]*)$")
+# one key=value pair of a URL's query: the value runs to the next "&" (blanks and quotes included)
+_QUERY_PAIR = re.compile(r"(^|&)([^&=]*)(=)([^&]*)")
 # key=value pairs wherever they stand: a URL's query (?password=..&token=..), a libpq keyword DSN
 # ("host=h password = 'p w'"), an override (wandb.api_key=...). The key may be percent-encoded (pass%77ord);
 # whether it is secret is decided on its decoded form (:func:`is_secret_key`). A value is quoted ('..' with \'
 # escapes, as libpq reads it; an unclosed quote masks the rest) or runs to the next & or blank (masking too much,
 # never too little).
-_PAIR = re.compile(r"""(?<![\w%.\-])([\w%.\-]+)(\s*=\s*)('(?:\\.|[^'\\])*'?|"(?:\\.|[^"\\])*"?|[^&\s]+)""")
+_PAIR = re.compile(r"""(?<![\w%.\-])([\w%.\-]+)(\s*=\s*)((?:'(?:\\.|[^'\\])*'?|"(?:\\.|[^"\\])*"?|[^&\s'"]+)+)""")
 # Environment variables whose values are masked wherever they appear: narrower than _SECRET_WORDS, since
 # PWD (the working directory) and SSH_AUTH_SOCK (a socket path) are not secrets and appear in paths.
 _ENV_SECRET_WORDS = {"key", "apikey", "password", "passwd", "token", "secret"}
@@ -43,6 +53,16 @@ def is_secret_key(key: str) -> bool:
 
     words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", unquote(str(key))).lower())
     return any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
+
+
+def _query_pairs(query: str) -> list[tuple[str, str]]:
+    """(key, value as written) of each pair of a URL's query."""
+    return [(m.group(2), m.group(4)) for m in _QUERY_PAIR.finditer(query)]
+
+
+def _mask_query(query: str) -> str:
+    return _QUERY_PAIR.sub(lambda m: m.group(1) + m.group(2) + m.group(3) + (MASK if is_secret_key(m.group(2)) and
+                                                                              m.group(4) else m.group(4)), query)
 
 
 def _split_userinfo(url: str) -> tuple[str, str, str | None, str] | None:
@@ -86,13 +106,23 @@ def mask_url(url: str) -> str:
     :func:`scrub` / :func:`scrub_text`, which use the same rules on free text)."""
     if not isinstance(url, str):
         return url
+    # a raw "@" in a query value reads as the end of user information: the query's secrets as the first "?" begins
+    # it are masked too, after the rules below
+    other = [v for k, v in _query_pairs(url.partition("?")[2]) if v and is_secret_key(k)] if "://" in url else []
+    masked = _mask_url(url)
+    for value in sorted(other, key=len, reverse=True):
+        masked = masked.replace(value, MASK)
+    return masked
+
+
+def _mask_url(url: str) -> str:
     parts = _split_userinfo(url)
     if parts is not None and parts[2] is not None:
         scheme, user, _, rest = parts
         url = f"{scheme}{user}:{MASK}@{rest}"
     if "://" in url:  # a URL: the secrets are in its query (a path such as sqlite:///a=b.db is shown as it is)
         head, sep, query = url.partition("?")
-        return head + sep + _mask_pairs(query)
+        return head + sep + _mask_query(query)
     return _mask_pairs(url)  # a keyword DSN, or any other text
 
 
@@ -107,16 +137,20 @@ def _url_secrets(url: str | None) -> list[str]:
     found = []
     pw = url_password(url)
     if pw:
-        found += [pw, unquote(pw)] + [piece for piece in re.split(r"[@:/]", unquote(pw)) if len(piece) >= 3]
-    for value in _secret_pairs(url.partition("?")[2] if "://" in url else url):
+        found += [pw, unquote(pw)] + [piece for piece in re.split(r"[@:/\s]", unquote(pw)) if len(piece) >= 3]
+    values = [v for k, v in _query_pairs(url.partition("?")[2]) if is_secret_key(k)] if "://" in url else \
+        _secret_pairs(url)
+    for value in values:
         found += [value, unquote(value), unquote_plus(value), re.sub(r"\\(.)", r"\1", value)]
+        found += [piece for v in (value, unquote_plus(value)) for piece in re.split(r"\s", v) if len(piece) >= 3]
     return list(dict.fromkeys(s for s in found if s and s != MASK))
 
 
-def scrub_text(text: str, url: str | None = None) -> str:
+def scrub_text(text: str, url: str | None = None, args: list[str] | tuple[str, ...] = ()) -> str:
     """``text`` with URL passwords, secret ``key=value`` pairs, secret environment values and, when given, the
-    secrets of ``url`` (however they appear in the text, e.g. inside a driver's error message) masked."""
-    return _scrub_str(text, _known_secret_values() + _url_secrets(url))
+    secrets of ``url`` (however they appear in the text, e.g. inside a driver's error message) masked; and those of
+    each of ``args`` (a command line, which an argument error quotes: :func:`whole_secrets`)."""
+    return _scrub_str(text, _known_secret_values() + _url_secrets(url) + [s for a in args for s in whole_secrets(a)])
 
 
 def _known_secret_values() -> list[str]:
@@ -149,12 +183,26 @@ def _scrub(obj: Any, env_secrets: list[str]) -> Any:
     return obj
 
 
+def whole_secrets(text: str) -> list[str]:
+    """The secrets of ``text`` taken as one value, maybe after ``key=`` (an argument, a config value): the value
+    itself when the key names a secret (``wandb.api_key=a b``), else the secrets of the URL or DSN it is (the
+    password ``my pw`` of ``postgresql://u:my pw@h/db``), blanks included."""
+    whole = _WHOLE.match(text.strip())
+    if not whole:
+        return []
+    key, value = whole.groups()
+    if key and is_secret_key(key):
+        return [value] if value and value != MASK else []
+    return _url_secrets(value) if re.match(r"[A-Za-z][A-Za-z0-9+.\-]*://", value) else []
+
+
 def _scrub_str(text: str, secrets: list[str]) -> str:
-    s = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), text)
-    s = _mask_pairs(s)
-    for value in sorted(secrets, key=len, reverse=True):
-        s = s.replace(value, MASK)
-    return s
+    secrets = secrets + whole_secrets(text)  # a value's own secrets, wherever they stand in it
+    s = text
+    for value in sorted(secrets, key=len, reverse=True):  # the known values first, whole (a pair's rule below may
+        s = s.replace(value, MASK)                         # end a value at a blank)
+    s = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), s)
+    return _mask_pairs(s)
 
 
 # ---------------------------------------------------------------------------------------------------------

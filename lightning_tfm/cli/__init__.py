@@ -95,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         if extra:
             args.overrides = list(args.overrides or []) + extra
         return next(c for c in COMMANDS if c.name == args.command).handler(args)
-    except UserError as e:  # its text masked (base/redact.py): argparse quotes a mistyped --storage URL whole
+    except UserError as e:  # its text masked (base/redact.py): argparse quotes a mistyped --storage URL whole;
+        # not its hint, the program's own words (dotted.key=value would read as a secret key's value)
         from ..base.redact import scrub_text
-        print(f"ltfm: error: {scrub_text(str(e))}", file=sys.stderr)
+        print(f"ltfm: error: {scrub_text(e.message, args=sys.argv[1:] if argv is None else argv)}{e.hint}",
+              file=sys.stderr)
         return 2
     except BrokenPipeError:  # `ltfm runs | head`: the reader went away; not an error of ours (an OSError too:
         # before the handler of OSError, which re-raises what it does not know)

@@ -36,6 +36,7 @@ def config_cli(args) -> int:
         raise UserError("give an experiment file (ltfm config experiments/multi30k-smoke.yaml [k=v ...]) or --keys")
     overrides = default_data(config.load_config(args.config, args.overrides, checked=False)) + args.overrides
     cfg = config.load_config(args.config, overrides)
+    config.check_data_folder(cfg)
     rid = existing_run_id(cfg, others=False)
     print(f"# run id: {rid} (its folder: {cfg.run.results_dir}/{rid})")
     print(config.saved_yaml(cfg), end="")

@@ -24,16 +24,22 @@ def train_cli(args) -> int:
     """``ltfm train CONFIG.yaml [k=v ...]``. A sweep trial (``sweep.trial`` set; the worker starts this very
     command, so it reads the same in a trial's log as by hand) reports to its Optuna study through the sweep's
     pruning callback: training itself knows nothing of sweeps. The config is read once and validated once, by
-    :func:`~lightning_tfm.training.train.train`."""
+    :func:`~lightning_tfm.training.train.train`; its data folder is checked before."""
     import signal
 
-    from ..training.config.config import load_config
+    from ..base.errors import UserError
+    from ..training.config.config import check_data_folder, load_config, validate
     from ..training.runs.run_folder import existing_run_id
-    from ..training.train import Abandoned, stop_reason, train
 
     cfg = load_config(args.config, args.overrides, checked=False)  # train() validates it
     if extra := default_data(cfg):
         cfg = load_config(args.config, extra + args.overrides, checked=False)
+    try:
+        check_data_folder(cfg)  # before Lightning is imported: a typo in data.path is one line at once
+    except UserError:
+        validate(cfg)  # ... after any error of the config's own keys, as ltfm config says them
+        raise
+    from ..training.train import Abandoned, stop_reason, train
     callbacks = []
     if cfg.sweep.trial is not None:
         from ..sweep.pruning import OptunaPruning
@@ -112,7 +118,7 @@ def _prepare_arguments(pr: argparse.ArgumentParser) -> None:
 def prepare_cli(args) -> int:
     """``ltfm prepare CONFIG|SWEEP [k=v ...] [--rebuild]``: build (or check) the prepared corpus of an experiment,
     or of a sweep's base experiment with the sweep's own overrides (what its trials use)."""
-    from ..training.config.config import load_config, read_yaml
+    from ..training.config.config import check_data_folder, load_config, read_yaml
     from ..training.data.corpus import folder_size, prepare
 
     if "experiment" in read_yaml(args.config):  # a sweep file
@@ -125,6 +131,7 @@ def prepare_cli(args) -> int:
         cfg = load_config(args.config, default_data(load_config(args.config, args.overrides, checked=False))
                           + args.overrides)
         then = f"ltfm train {shlex.quote(args.config)} (the run maps it)"
+    check_data_folder(cfg)
     folder, manifest = prepare(cfg, progress=True, rebuild=args.rebuild)
     counts = ", ".join(f"{role} {c['pairs']:,} pairs" + (f" ({c['skipped_pairs']:,} skipped)" if c.get('skipped_pairs')
                                                           else "") for role, c in manifest["splits"].items())

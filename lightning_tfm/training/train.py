@@ -173,6 +173,7 @@ class Run:
         from pytorch_lightning.loggers import CSVLogger
 
         from .lit import DevBleu, StopOnSignal, TranslationDataModule
+        from .tracking.progress import quiet_lightning
         from .tracking.tracking import make_wandb_logger
 
         cfg, t = self.cfg, self.cfg.train
@@ -188,6 +189,7 @@ class Run:
         accumulate = accumulation(t, world)
         trainer_kwargs = _trainer_kwargs(cfg, accumulate)
         checkpoints = checkpoint_callbacks(t, self.ckpt_dir)  # a signal stops at a step's end, with last.ckpt there
+        quiet_lightning()
         stop = StopOnSignal(checkpoints[0], None if t.checkpoint_every_minutes else t.checkpoint_every_steps)
         self.trainer = trainer = pl.Trainer(
             logger=loggers, callbacks=[stop_on_nonfinite_loss(), *checkpoints, stop, self.dev_bleu, *self.extra],

@@ -168,7 +168,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     """``model.heads=4`` -> ("model.heads", 4): the value as typed, read as YAML (numbers, booleans, null, lists;
     a str key's plain value is its text, and nothing is dropped as a comment: :func:`.inputs.override_value`)."""
     if "=" not in text:
-        raise UserError(f"override {shown(text)} is not of the form dotted.key=value")
+        raise UserError(f"override {shown(text)} is not of the form ", "dotted.key=value")
     key, raw = text.split("=", 1)
     key = key.strip()
     spec = SCHEMA.get(key.split(".")[0], {}).get(key.split(".", 1)[-1], (None,))[0]
@@ -278,6 +278,17 @@ def validate(cfg: Config, data: bool = True) -> None:
     if data and d.source == "hub" and not d.hub_name:
         raise UserError("data.hub_name is not set: pass e.g. data.hub_name=wmt14 data.hub_config=de-en")
     cfg._validated = (state, data)
+
+
+def check_data_folder(cfg: Config) -> None:
+    """A local corpus's data.path is a folder: else one line naming it, the closest existing folder and the way out
+    (:func:`~..data.corpus_id.folder_problem`). Checked by the commands that read the data (``ltfm config``,
+    ``train``, ``prepare``) before anything heavy runs, not by :func:`validate`: a config that reads no data (a
+    report's, a dry run's) may name a folder of another machine."""
+    from ..data.corpus_id import folder_problem
+
+    if cfg.data.source == "local" and cfg.data.path and (why := folder_problem(cfg.data.path)) is not None:
+        raise UserError(why)
 
 
 def check_value(key: str, value: Any) -> None:

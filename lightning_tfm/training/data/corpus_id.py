@@ -15,9 +15,45 @@ import hashlib
 import json
 from pathlib import Path
 
-from ...base.errors import UserError
+from ...base.errors import UserError, closest
 
 PREFIX = "sha256:"  # how a fingerprint starts: what it is a hash of is said by its name
+
+
+def folder_problem(folder: str | Path) -> str | None:
+    """Why ``folder`` (data.path) is no corpus folder, in one line naming it, the closest existing folder (a typo's
+    fix) and the way out; None when it is a folder."""
+    folder = Path(folder)
+    try:
+        if folder.is_dir():
+            return None
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+    except (OSError, ValueError):
+        what = "cannot be read"
+    near = _nearest(folder)
+    hint = f"did you mean {str(near)!r}? " if near is not None else ""
+    return (f"data folder {str(folder)!r} {what}: {hint}set data.path=FOLDER (make: DATA=FOLDER), a folder of "
+            "{split}.{lang}[.gz] files")
+
+
+def _nearest(folder: Path) -> Path | None:
+    """The existing folder ``folder`` was likely meant to be: below its nearest existing parent, the closest name
+    to the first missing one, with the rest of the path when that exists (``multi30kk`` -> ``multi30k``)."""
+    parts = folder.parts
+    for i in range(len(parts) - 1, 0, -1):
+        parent = Path(*parts[:i])
+        try:
+            if not parent.is_dir():
+                continue
+            names = [p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        except OSError:
+            return None
+        best = closest(parts[i], names)
+        if not best:
+            return None
+        whole = parent.joinpath(best, *parts[i + 1:])
+        return whole if whole.is_dir() else parent / best
+    return None
 
 
 def split_file(folder: str | Path, split: str, lang: str) -> Path:
@@ -26,9 +62,8 @@ def split_file(folder: str | Path, split: str, lang: str) -> Path:
     for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
         if (folder / name).is_file():
             return folder / name
-    if not folder.is_dir():
-        raise UserError(f"data folder {str(folder)!r} does not exist: set data.path to a folder of "
-                        f"{{split}}.{{lang}}[.gz] files")
+    if (why := folder_problem(folder)) is not None:
+        raise UserError(why)
     raise UserError(f"missing data file {folder / f'{split}.{lang}'}[.gz]: check data.path, the split names "
                     f"(data.train_split/dev_split/test_split) and the languages (data.src_lang/tgt_lang)")
 

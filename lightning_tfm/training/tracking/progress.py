@@ -1,12 +1,16 @@
 """Progress of a training without a progress bar: one line on stderr at each validation and every ``every`` seconds
 in between (step, share of the budget, training loss, dev perplexity, time so far and time left), then one when
 fitting ends and the closing evaluation starts. ``ltfm train`` uses it where Lightning's bar would not show: stderr
-is not a terminal (a log file, a pipe, CI) or ``train.progress_bar=false`` (:func:`wants_lines`).
+is not a terminal (a log file, a pipe, CI) or ``train.progress_bar=false`` (:func:`wants_lines`). And what a run
+does not say (:func:`quiet_lightning`): Lightning's advertisements and a deprecation inside Lightning itself, which
+would otherwise open every trial's log.
 """
 from __future__ import annotations
 
+import logging
 import sys
 import time
+import warnings
 
 import pytorch_lightning as pl
 
@@ -15,6 +19,30 @@ from ..runs import results
 
 #: Seconds between two progress lines when no validation came between (the sweep's --every default too).
 EVERY_S = 30.0
+
+
+_LIGHTNING_PYTREE = r"(pytorch_lightning|lightning\.pytorch)\.utilities\._pytree"
+
+
+class _NoTips(logging.Filter):
+    """Drops Lightning's "💡 Tip: ... try installing [litlogger]" and "[litmodels]" records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+def quiet_lightning() -> None:
+    """Before a Trainer is built: Lightning 2.6 logs a tip for its cloud services (litlogger, litmodels) at every
+    fit, with no setting to turn it off (its logger connector does so unless a LitLogger is among the loggers), so
+    its records are filtered out where they are made (the ``rank_zero`` loggers); and torch 2.13 deprecates the
+    ``LeafSpec()`` that Lightning's own ``utilities/_pytree.py`` builds for every DataLoader (a FutureWarning our
+    code does not cause, and can neither avoid nor fix), ignored for that module only. Idempotent."""
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.rank_zero"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _NoTips) for f in log.filters):
+            log.addFilter(_NoTips())
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                            category=FutureWarning, module=_LIGHTNING_PYTREE)
 
 
 def wants_lines(cfg: Config, terminal: bool) -> bool:
