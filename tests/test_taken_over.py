@@ -28,6 +28,7 @@ from pg import pg_url, postgres  # noqa: F401  (fixtures)
 from test_sweep import TINY, write_sweep
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 TRIAL_WRITES = ("set_trial_param", "_set_trial_param", "set_trial_state_values", "set_trial_intermediate_value",
                 "set_trial_user_attr", "set_trial_system_attr")
@@ -105,7 +106,7 @@ def check_case(one_row, data_dir, tmp_path, url: str, k) -> None:
     taken = storage.taken[0]
     line = f"trial {taken} was taken over by another worker"
     assert out.count(line) == 1, (k, out)
-    trials = optuna.load_study(study_name="takeover", storage=url).get_trials()
+    trials = optuna.load_study(study_name="takeover", storage=open_storage(url)).get_trials()
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 1, (k, [(t.number, t.state) for t in trials], out)  # never COMPLETE twice
     assert [t.state for t in trials if t.number != complete[0].number] == [TrialState.FAIL], (k, out)
@@ -133,3 +134,37 @@ def test_every_write_of_a_worker_can_find_its_trial_taken_over_and_the_worker_go
 def test_a_taken_over_trial_on_postgresql(k, one_row, data_dir, tmp_path, pg_url):  # noqa: F811
     _, _, writes = one_row
     check_case(one_row, data_dir, tmp_path, pg_url, writes if k == -1 else k)
+
+
+# ------------------------------------------------------------------------------------------- the queue lock
+def _other_process_gets(url: str) -> bool:
+    """Whether another process takes the study's queue lock at once (patience 0) while this one may hold it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from lightning_tfm.sweep.storage import open_storage, queue_lock, _flock, _db_lock\n"
+            "s = open_storage(sys.argv[1]); e = s.engine\n"
+            "import zlib; key = zlib.crc32(b'ltfm-queue:takeover')\n"
+            "r = _flock(e.url.database + '.queue-lock', 0) if e.dialect.name == 'sqlite' else "
+            "_db_lock(e, e.dialect.name, key, 0)\n"
+            "print('got' if r else 'refused')\n")
+    p = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip() == "got"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_queue_lock_keeps_every_other_worker_out_until_it_is_released(backend, tmp_path, request):
+    """Queueing the missing rows, a failure and its retry, a stop put back: each runs under the study's queue lock,
+    which another worker cannot take meanwhile (SQLite: flock beside the database; PostgreSQL: an advisory lock)
+    and which one worker takes again inside itself."""
+    from lightning_tfm.sweep.storage import queue_lock
+
+    url = (f"sqlite:///{tmp_path / 'study.db'}" if backend == "sqlite" else request.getfixturevalue("pg_url"))
+    storage = open_storage(url)
+    assert _other_process_gets(url)
+    with queue_lock(storage, "takeover"):
+        with queue_lock(storage, "takeover"):  # re-entered (a close inside a failure's requeue): no deadlock
+            pass
+        assert not _other_process_gets(url)  # still held after the inner block
+    assert _other_process_gets(url)

@@ -39,7 +39,9 @@ def train_cli(args) -> int:
     except UserError:
         validate(cfg)  # ... after any error of the config's own keys, as ltfm config says them
         raise
-    from ..training.train import Abandoned, stop_reason, train
+    from ..training.train import Abandoned, completed_summary, stop_reason, train
+    if (done := completed_summary(cfg)) is not None:  # at once: no Lightning, no pruning callback to build
+        return _finished(cfg, done)
     callbacks = []
     if cfg.sweep.trial is not None:
         from ..sweep.pruning import OptunaPruning
@@ -65,6 +67,14 @@ def train_cli(args) -> int:
             raise
         print(f"ltfm: {stopped[0]}", file=sys.stderr)
         return stopped[1]
+    return _finished(cfg, summary)
+
+
+def _finished(cfg, summary: dict) -> int:
+    """The exit code for a run that ended with ``summary`` (1 unless completed or pruned) and, by hand, where it
+    went and what to run next."""
+    from ..training.runs.run_folder import existing_run_id
+
     if summary.get("status") not in ("completed", "pruned"):
         return 1
     if cfg.sweep.trial is None:  # a trial's sweep says what comes next

@@ -40,6 +40,24 @@ from .runs.checkpoints import (
 )
 
 
+def completed_summary(cfg: config.Config) -> dict | None:
+    """The summary of ``cfg``'s run when it is already completed (said in one line), else None; the config checked,
+    its folder's config compared and the results folder found writable first. A quick look (no lock): an unusable
+    summary is dealt with under the lock by :func:`train`. Called before Lightning is imported, so that a sweep
+    re-run over its finished rows answers each at once."""
+    config.validate(cfg)
+    rid = run_folder.existing_run_id(cfg, others=False)  # its id's folder, else that of its legacy id holding it
+    results_dir = Path(cfg.run.results_dir)
+    run_dir = results_dir / rid
+    run_folder.check_reuse(cfg, run_dir)  # a folder of another config stops here, untouched, whatever its name
+    run_folder.check_writable(results_dir)
+    prev = results.read_summary(run_dir)
+    if run_folder.already_done(prev, cfg):
+        print(f"ltfm: run {rid} is already completed: {run_dir / 'summary.json'}", file=sys.stderr)
+        return prev
+    return None
+
+
 def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
     """Train (or resume, or skip if completed) the run described by ``cfg``; returns its summary.
 
@@ -51,16 +69,12 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
     # A log handler that cannot write (W&B's own log files on a full disk) drops the record instead of printing
     # "--- Logging error ---" and a traceback for each one: the run's own writes report the disk, in one line.
     logging.raiseExceptions = False
-    config.validate(cfg)
+    done = completed_summary(cfg)
+    if done is not None:
+        return done
     rid = run_folder.existing_run_id(cfg, others=False)  # its id's folder, else that of its legacy id holding it
     results_dir = Path(cfg.run.results_dir)
     run_dir = results_dir / rid
-    run_folder.check_reuse(cfg, run_dir)  # a folder of another config stops here, untouched, whatever its name
-    run_folder.check_writable(results_dir)
-    prev = results.read_summary(run_dir)  # a quick look (no lock yet); an unusable one is dealt with under the lock
-    if run_folder.already_done(prev, cfg):
-        print(f"ltfm: run {rid} is already completed: {run_dir / 'summary.json'}", file=sys.stderr)
-        return prev
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
 
