@@ -136,7 +136,7 @@ def _folder(results, name: str, cfg, study: str, steps: int, curve: dict[int, fl
     """A run folder another sweep ``study`` trained to ``steps`` (its config.yaml, metrics and summary.json)."""
     cfg.run.study, cfg.train.max_steps = study, steps
     run_dir = results / name
-    write_trial_config(cfg, run_dir)
+    write_trial_config(cfg, run_dir / "config.yaml")
     write_run(run_dir, curve)
     summary = json.loads((run_dir / "summary.json").read_text())
     atomic.write_json(run_dir / "summary.json", {**summary, "steps": steps, "dev_bleu": 9.0,

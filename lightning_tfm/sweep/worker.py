@@ -64,14 +64,14 @@ ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", "trained_past
                  *RESULT_ATTRS}
 
 
-def write_trial_config(cfg: config.Config, run_dir: Path) -> Path:
-    """Write a trial's resolved config to ``<run_dir>/config.yaml`` (atomically, secrets masked): the file the
-    trial process trains from and the run keeps. Its run id is the trial's (``run_id`` of the loaded
-    file equals that of ``cfg``)."""
+def write_trial_config(cfg: config.Config, path: Path) -> Path:
+    """Write a trial's resolved config to ``path`` (atomically, secrets masked): the file the trial process trains
+    from, beside the trial's log. The run folder's own ``config.yaml`` is written by ``ltfm train`` when it trains,
+    never here: a folder trained past this trial's budget keeps the budget it was trained to. Its run id is the
+    trial's (``run_id`` of the loaded file equals that of ``cfg``)."""
     from ..base import atomic
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(path, config.saved_yaml(cfg))
     return path
 
@@ -321,14 +321,14 @@ class Worker:
             self._close(trial, TrialState.FAIL, error=problem)
             self.counts["failed"] += 1
             return 0
-        # The trial's config is made once, here: written to the run folder as the config.yaml the run keeps,
-        # and the trial process trains from that file. The storage URL goes in the environment only.
+        # The trial's config is made once, here: written beside its log, and the trial process trains from that
+        # file (and keeps it as its run's config.yaml). The storage URL goes in the environment only.
         cfg.sweep.study, cfg.sweep.trial, cfg.sweep.metric = self.sweep.name, trial.number, self.sweep.metric
         cfg.sweep.storage = None
         try:
-            trial_file = write_trial_config(cfg, run_dir)
+            trial_file = write_trial_config(cfg, log.with_suffix(".yaml"))
         except OSError as e:
-            err = run_folder.storage_error(e, run_dir)
+            err = run_folder.storage_error(e, self.logs)
             if err is None:
                 raise
             self._disk_failure(trial, trial_id, label, str(err))
