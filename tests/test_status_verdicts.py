@@ -14,8 +14,9 @@ import pytest
 import yaml
 from pytorch_lightning.loggers import CSVLogger
 
+from lightning_tfm import report as rd
 from lightning_tfm.base import atomic
-from lightning_tfm.report.table3.verdict import predict
+from lightning_tfm.report.table3.verdict import pct, predict
 from lightning_tfm.sweep import Plan, load_sweep
 from lightning_tfm.sweep.launch import _Monitor
 from lightning_tfm.sweep.status import format_status, row_verdicts, status_rows
@@ -57,21 +58,21 @@ def write_run(run_dir, curve: dict[int, float]) -> None:
                                                  "config": {"train": {"warmup": WARMUP}}})
 
 
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory):
-    """The sweep file, its plan, its results folder and a study whose trials carry the worker's attributes (the
-    plan's, the run folder)."""
-    tmp = tmp_path_factory.mktemp("verdicts")
-    sweep_file = tmp / "v.yaml"
-    sweep_file.write_text(yaml.safe_dump({"name": "v", "experiment": str(SMOKE), "seeds": [1], "variants": {
-        "base": {"seeds": [1, 2, 3]}, "faster": {}, "crossing": {}, "sparse": {}, "running": {}}}))
+def sweep_with_runs(tmp, name: str, variants: dict, curves: dict, storage=None):
+    """The sweep file ``name`` of ``variants``, its plan, its results folder and a study (in ``storage``, else in
+    memory) whose trials carry the worker's attributes (the plan's, the run folder) for each (variant, seed) of
+    ``curves``, its run folder written: finished, unless the variant is "running"."""
+    sweep_file = tmp / f"{name}.yaml"
+    sweep_file.write_text(yaml.safe_dump({"name": name, "experiment": str(SMOKE), "seeds": [1],
+                                          "variants": variants}))
     sweep, results = load_sweep(sweep_file), tmp / "results"
     plan = Plan(sweep, [], data=False)
     entries = {(e.name, e.seed): e for e in sweep.entries()}
+    results.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), study_name="v")
-    for (variant, seed), curve in CURVES.items():
-        run_dir = results / f"v-{variant}-s{seed}-0000"
+    study = optuna.create_study(storage=storage or optuna.storages.InMemoryStorage(), study_name=name)
+    for (variant, seed), curve in curves.items():
+        run_dir = results / f"{name}-{variant}-s{seed}-0000"
         write_run(run_dir, curve)
         trial = study.ask()
         # the curves' budget, 600 steps, as the trial's (the smoke experiment's own is smaller)
@@ -83,17 +84,28 @@ def swept(tmp_path_factory):
     return sweep, results, study, plan
 
 
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """The sweep of :data:`CURVES` (the base at three seeds, the other rows at one)."""
+    return sweep_with_runs(tmp_path_factory.mktemp("verdicts"), "v", {
+        "base": {"seeds": [1, 2, 3]}, "faster": {}, "crossing": {}, "sparse": {}, "running": {}}, CURVES)
+
+
 def test_each_finished_row_gets_the_verdict_of_its_predicted_gap(swept):
     sweep, _, study, _ = swept
     verdicts = row_verdicts(sweep, status_rows(study))
-    assert set(verdicts) == {"faster", "crossing"}  # sparse: too few points; running: not finished; base: none
-    faster, crossing = verdicts["faster"], verdicts["crossing"]
+    assert set(verdicts) == {"faster", "crossing", "sparse"}  # running: not finished; base: none
+    faster, crossing, sparse = verdicts["faster"], verdicts["crossing"], verdicts["sparse"]
     assert faster["verdict"] == "holds" and faster["gap"]["high"] < 0
     assert faster["gap"]["at_step"] == faster["gap"]["base_step"] == 1799           # k 3 x 600 updates
     assert faster["gap"]["low"] < -0.528 < faster["gap"]["high"]                     # the truth at 1,800: -20% of 2.64
     assert crossing["verdict"] == "may flip" and crossing["gap"]["low"] > 0          # today -18%, above at 3x
-    assert re.fullmatch(r"holds: -\d+% \[-\d+, -\d+\] at 3x", faster["text"]), faster["text"]
-    assert re.fullmatch(r"may flip: \+\d+% \[\+\d+, \+\d+\] at 3x", crossing["text"]), crossing["text"]
+    # the predicted gap at 3x, the one-sided bound the call rests on, then the size's 80% interval
+    assert re.fullmatch(r"holds: -\d+% at 3x, bound -\d+% \(80% \[-\d+, -\d+\]\)", faster["text"]), faster["text"]
+    assert re.fullmatch(r"may flip: \+\d+% at 3x, bound [+-]\d+% \(80% \[\+\d+, \+\d+\]\)", crossing["text"]), \
+        crossing["text"]
+    assert (sparse["verdict"], sparse["gap"]) == ("too few points", None)
+    assert sparse["text"] == "too few points: the row: 2 validation(s) after the warmup (step 200), the fit needs 3"
 
 
 def test_the_status_verdict_is_the_reports_prediction(swept):
@@ -113,7 +125,8 @@ def test_status_shows_a_verdict_column_for_finished_rows_only(swept):
     rows = status_rows(study, sweep)
     by = {r["variant"]: r for r in rows}
     assert by["faster"]["verdict"].startswith("holds: ") and by["crossing"]["verdict"].startswith("may flip: ")
-    assert by["base"]["verdict"] is None and by["sparse"]["verdict"] is None and by["running"]["verdict"] is None
+    assert by["base"]["verdict"] is None and by["running"]["verdict"] is None
+    assert by["sparse"]["verdict"].startswith("too few points: ")
     text = format_status(sweep, rows, f"sqlite:///{results}/v.db", results)
     head, *lines = text.splitlines()
     assert "verdict at 3x" in head
@@ -160,9 +173,50 @@ def test_status_json_gives_each_finished_rows_verdict_as_numbers(swept, tmp_path
         gap = verdicts[variant]["gap"]
         assert by[variant]["verdict"] == verdicts[variant]["text"]
         assert by[variant]["prediction"] == {"verdict": verdicts[variant]["verdict"], "point": gap["point"],
-                                             "low": gap["low"], "high": gap["high"], "at_step": 1799}
+                                             "low": gap["low"], "high": gap["high"],
+                                             "bound": gap["point"] - np.sign(gap["now"]) * gap["sign_margin"],
+                                             "at_step": 1799}
     assert by["faster"]["prediction"]["verdict"] == "holds" and by["crossing"]["prediction"]["verdict"] == "may flip"
-    assert all(by[v]["verdict"] is None and by[v]["prediction"] is None for v in ("base", "sparse", "running"))
+    assert all(by[v]["verdict"] is None and by[v]["prediction"] is None for v in ("base", "running"))
+    assert by["sparse"]["verdict"].startswith("too few points: ") and by["sparse"]["prediction"] is None
+
+
+# A row worse than the base by ~13% at 600 updates whose curve falls a little slower: still worse at 3x, by less than
+# the extrapolation's error, so the size's 80% interval reaches below zero while the direction's one-sided bound
+# (the gap moved toward zero by 0.68 x today's gap and the base's seed sd) stays above it.
+SLOWER = log_ppl(24.0, 0.29, EVERY_50, 8)
+
+
+@pytest.mark.parametrize("base_seeds, kind", [((1,), "too few points"), ((1, 2, 3), "holds")])
+def test_status_and_the_report_give_one_verdict_on_the_same_runs(tmp_path, ltfm_here, base_seeds, kind):
+    """Issue #64 (10): a two-row sweep with one base seed, where ``--status`` said "holds: +13% [-15, +51] at 3x"
+    and the report of the same runs "too few points" (seed noise unknown). ``ltfm sweep FILE --status`` and the
+    report's table (its verdict on the records it reads) say the same of the row: with one base seed *too few
+    points*; with three, beyond noise, *holds*, with an interval that reaches zero, so both print the one-sided
+    bound the call rests on, on today's side of zero."""
+    storage = f"sqlite:///{tmp_path / 'results' / 'two.db'}"
+    sweep, results, _, _ = sweep_with_runs(
+        tmp_path, "two", {"base": {"seeds": list(base_seeds)}, "slower": {}},
+        {**{("base", s): CURVES["base", s] for s in base_seeds}, ("slower", 1): SLOWER}, storage)
+    p = ltfm_here("sweep", sweep.path, "--status", "--json", "--storage", storage)
+    assert p.returncode == 0, p.stderr
+    status = {r["variant"]: r for r in json.loads(p.stdout)}["slower"]
+    table = ltfm_here("sweep", sweep.path, "--status", "--storage", storage)
+    assert table.returncode == 0, table.stderr
+    assert status["verdict"] in table.stdout
+
+    report = rd.build_table(rd.load_report_data(sweep.path, results_dir=results, storage=storage), bootstrap=False)
+    row = next(r for r in report["rows"] if r.variant == "slower")
+    assert row.ppl_verdict == kind == status["prediction"]["verdict"]
+    assert status["verdict"].startswith(f"{kind}: ")
+    assert row.ppl_noise == ("unknown" if len(base_seeds) == 1 else "beyond") and row.delta_ppl > 0
+    gap = status["prediction"]
+    assert gap["low"] < 0 < gap["point"] and gap["bound"] > 0       # the interval reaches zero, the bound does not
+    if kind == "holds":
+        assert f"bound {pct(gap['bound'], 0)}" in status["verdict"]
+        assert row.ppl_verdict_why.endswith(f"; direction bound {pct(gap['bound'])}")
+    else:
+        assert status["verdict"] == f"too few points: {row.ppl_verdict_why}"
 
 
 def test_a_failed_attempt_says_which_trial_runs_its_row_again_and_why_it_failed():

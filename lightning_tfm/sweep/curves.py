@@ -1,6 +1,6 @@
 """Learning curves fitted and extrapolated: a run's dev log-perplexity against the step, and the predicted gap
-between two rows at a later budget with its interval. Pure numerics (numpy, scipy's least squares); the report's
-verdict (:mod:`lightning_tfm.report.table3.verdict`) and its back-test (:mod:`lightning_tfm.report.backtest`) read them.
+between two rows at a later budget with its interval. Pure numerics (numpy, scipy's least squares); the verdict
+(:mod:`.verdict`: the report's and ``--status``'s) and its back-test (:mod:`lightning_tfm.report.backtest`) read them.
 
 **The fit** (:func:`fit_curve`): the points are a run's validations, ``y`` = dev log-PPL (the dev loss in nats)
 at ``t`` = updates done (Lightning's step + 1). Before the learning-rate warmup ends the curve is in another regime,

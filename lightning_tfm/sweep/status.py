@@ -2,13 +2,15 @@
 count, steps and training FLOPs, without training or storage) and the status table of a study.
 
 **Verdicts** (:func:`row_verdicts`; ``--status`` and the progress line of ``--workers``): each finished row of a
-variants sweep against the base, from the dev-PPL curves of its completed trials' run folders (``metrics.csv``) and
-the base's, fitted and extrapolated as the report's verdict does (:func:`lightning_tfm.sweep.curves.predicted_gap`,
-the sweep file's ``report:`` settings, at most :data:`MAX_DRAWS` bootstrap draws): the predicted gap at ``k`` x
-each side's budget with its interval, *holds* when the interval excludes zero on the side of today's change (the
-mean dev PPL at the end), else *may flip*. Nothing is shown without a prediction (no completed base, too few
-validations after the warmup). This is the prediction's half of the report's verdict: whether today's change is
-beyond seed noise (the report's *within noise*) is the report's to say (:mod:`lightning_tfm.report.table3.verdict`).
+variants sweep against the base, by the report's rule and function (:func:`lightning_tfm.sweep.verdict.curve_verdict`:
+*holds*, *may flip*, *within noise*, *too few points*; one rule, one answer), on the same inputs the report reads:
+the dev-PPL curves of its completed trials' run folders (``metrics.csv``) and the base's, fitted and extrapolated
+to ``k`` x each side's budget, and the change at the end, Δ = the mean dev PPL (each run's summary at the budget)
+of the row's seeds minus the base's, against the base's seed noise
+(:func:`~lightning_tfm.sweep.verdict.end_change`); the sweep file's ``report:`` settings, at most
+:data:`MAX_DRAWS` bootstrap draws (the size's interval; the verdict does not depend on the draws). Shown as
+:func:`~lightning_tfm.sweep.verdict.verdict_text` (``holds: -12% at 3x, bound -9% (80% [-15, -9])``: the one-sided
+bound the call rests on, then the size's interval). Nothing is shown without a completed base or a change.
 
 **At the sweep's budget**: a run folder another sweep trained on past this one's budget (a continued sweep, two
 sweep files sharing a results folder) is read at each trial's own budget (its ``max_steps``), as the report reads
@@ -22,11 +24,11 @@ import math
 from ..training.runs.results import DEV_PPL, in_results, read_metrics, read_summary, storage_in_results
 from ..training.runs.run_folder import existing_run_id
 from .budget import CONTINUED, at_budget, folder_at_budget, is_budget
-from .curves import predicted_gap
 from .plan import Plan, check_buildable, flops_per_step, sentence_lengths
 from .queue import STOPPED
 from .spec import REPORT_DEFAULTS, Entry, Sweep, suggest
 from .storage import quiet_optuna
+from .verdict import curve_verdict, direction_bound, end_change, verdict_text
 
 
 def dry_run(sweep: Sweep, plan: Plan, n_trials: int | None) -> list[dict]:
@@ -205,66 +207,58 @@ def format_status(sweep: Sweep, rows: list[dict], storage_url: str, results_dir)
 MAX_DRAWS = 200
 
 
-def run_curve(run_dir, budget: int | None = None) -> tuple[dict[int, float], int]:
+def run_curve(run_dir, budget: int | None = None) -> tuple[dict[int, float], int, float | None]:
     """A run's dev PPL at each validation, ``{step: PPL}`` (Lightning's steps, as the report reads them), up to
     ``budget`` steps when given (the trial's: a folder trained on past it is read at it,
-    :func:`lightning_tfm.sweep.budget.at_budget`; ``{}`` when it holds no validation there), and its
-    ``train.warmup``; ``({}, 0)`` for a folder that cannot be read."""
+    :func:`lightning_tfm.sweep.budget.at_budget`; ``{}`` when it holds no validation there), its ``train.warmup``,
+    and its dev PPL at the end (its summary's at the budget, as the report's records read it; None when no finite
+    number); ``({}, 0, None)`` for a folder that cannot be read."""
     try:
         history = read_metrics(run_dir)
     except (OSError, ValueError):
-        return {}, 0
+        return {}, 0, None
+    summary = read_summary(run_dir) or {}
+    end = summary
     if is_budget(budget):
-        read = at_budget(read_summary(run_dir), history, budget)
+        read = at_budget(summary, history, budget)
         if read is not None and read.summary["status"] == CONTINUED:
-            return {}, 0
-        history = read.history if read is not None else history
+            return {}, 0, None
+        history, end = (read.history, read.summary) if read is not None else (history, summary)
     curve = {int(h["step"]): float(h[DEV_PPL]) for h in history
              if isinstance(h.get(DEV_PPL), float) and math.isfinite(h[DEV_PPL])}
-    train = ((read_summary(run_dir) or {}).get("config") or {}).get("train") or {}
+    train = (summary.get("config") or {}).get("train") or {}
     warmup = train.get("warmup") if isinstance(train, dict) else None
-    return curve, warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0
+    ppl = end.get("dev_ppl")
+    ok = isinstance(ppl, (int, float)) and not isinstance(ppl, bool) and math.isfinite(ppl)
+    return curve, warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0, float(ppl) if ok else None
 
 
-def _later(last: int, k: float) -> int:
-    """The step at ``k`` x a budget whose last step is ``last`` (report.table3.verdict.later_step's rule)."""
-    return int(round(k * (last + 1))) - 1
-
-
-def _verdict(row: list[tuple[dict, int]], base: list[tuple[dict, int]], s: dict) -> dict | None:
-    """A row's verdict from its runs' and the base's (curve, warmup) (the module docstring), or None."""
-    row_c, base_c = [c for c, _ in row], [c for c, _ in base]
-    at = (_later(min(map(max, row_c)), s["k"]), _later(min(map(max, base_c)), s["k"]))
-    gap = predicted_gap(row_c, base_c, at[0], min(int(s["bootstraps"]), MAX_DRAWS), s["seed"], s["level"],
-                        base_step=at[1], warmup=row[0][1], base_warmup=base[0][1], min_points=s["min_points"],
-                        family=s["family"])
-    if gap is None:
-        return None
-    today = sum(c[max(c)] for c in row_c) / len(row_c) - sum(c[max(c)] for c in base_c) / len(base_c)
-    from .curves import keeps_side
-
-    verdict = "holds" if keeps_side(gap, today) else "may flip"
-    lo, hi = (100 * math.expm1(gap[x]) for x in ("low", "high"))
-    return {"verdict": verdict, "gap": gap,
-            "text": f"{verdict}: {100 * math.expm1(gap['point']):+.0f}% [{lo:+.0f}, {hi:+.0f}] at {s['k']:g}x"}
+def _verdict(row: list[tuple[dict, int, float]], base: list[tuple[dict, int, float]], s: dict) -> dict | None:
+    """A row's verdict from its runs' and the base's (curve, warmup, dev PPL at the end) (the module docstring):
+    :func:`~lightning_tfm.sweep.verdict.curve_verdict`'s with its ``text``, or None without a change."""
+    delta, noise = end_change([p for _, _, p in row], [p for _, _, p in base])
+    v = curve_verdict([c for c, _, _ in row], [c for c, _, _ in base], delta, noise,
+                      {**s, "bootstraps": min(int(s["bootstraps"]), MAX_DRAWS)}, warmup=row[0][1],
+                      base_warmup=base[0][1])
+    return {**v, "text": verdict_text(v, s)} if v else None
 
 
 def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, dict]:
     """Each variant's verdict against the base, from the completed rows of ``rows`` (:func:`trial_rows`):
-    ``{variant: {"verdict", "gap", "text"}}`` (the module docstring); a variant without one is absent, and a
-    search has none. ``curves``: ``{run folder: (curve, warmup)}`` kept by a caller that asks again (a finished
-    run does not change), keyed by (run folder, budget)."""
+    ``{variant: {"verdict", "why", "gap", "settle", "text"}}`` (the module docstring; ``gap`` None without a
+    prediction); a variant without one is absent, and a search has none. ``curves``: :func:`run_curve`'s reads
+    kept by a caller that asks again (a finished run does not change), keyed by (run folder, budget)."""
     if sweep.mode != "variants":
         return {}
     curves = {} if curves is None else curves
-    runs: dict[str, dict[str, tuple[dict, int]]] = {}
+    runs: dict[str, dict[str, tuple[dict, int, float | None]]] = {}
     for r in rows:
         if r.get("state") != "complete" or not r.get("variant") or not r.get("run_dir"):
             continue
         key = (r["run_dir"], r.get("max_steps"))
         if key not in curves:
             curves[key] = run_curve(*key)
-        if curves[key][0]:
+        if curves[key][0] and curves[key][2] is not None:  # a run the report counts: a curve and a dev PPL
             runs.setdefault(r["variant"], {})[r["run_dir"]] = curves[key]
     base = list(runs.pop("base", {}).values())
     if not base:
@@ -275,14 +269,16 @@ def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> 
 
 
 def add_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, dict]:
-    """Each completed row's ``verdict`` (the text, e.g. ``holds: -12% [-15, -9] at 3x``; None without one) and
-    ``prediction`` (the same as numbers, for ``--status --json``: ``verdict``, the predicted log-PPL gap's
-    ``point``, ``low``, ``high``, at ``at_step``, the row's step at k x its budget; None without one), in place;
-    returns :func:`row_verdicts`."""
+    """Each completed row's ``verdict`` (the text, e.g. ``holds: -12% at 3x, bound -9% (80% [-15, -9])``; None
+    without one) and ``prediction`` (the same as numbers, for ``--status --json``: ``verdict``, the predicted
+    log-PPL gap's ``point``, ``low``, ``high``, the one-sided ``bound`` the verdict reads (None without a side
+    today), at ``at_step``, the row's step at k x its budget; None without a prediction), in place; returns
+    :func:`row_verdicts`."""
     verdicts = row_verdicts(sweep, rows, curves)
     for r in rows:
         v = verdicts.get(r.get("variant")) if r.get("state") == "complete" else None
+        gap = v["gap"] if v else None
         r["verdict"] = v["text"] if v else None
-        r["prediction"] = ({"verdict": v["verdict"], **{k: float(v["gap"][k]) for k in ("point", "low", "high")},
-                            "at_step": int(v["gap"]["at_step"])} if v else None)
+        r["prediction"] = ({"verdict": v["verdict"], **{k: float(gap[k]) for k in ("point", "low", "high")},
+                            "bound": direction_bound(gap), "at_step": int(gap["at_step"])} if gap else None)
     return verdicts

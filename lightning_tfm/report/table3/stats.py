@@ -1,7 +1,8 @@
 """The statistics of the Table 3 replica: means and seed spreads, the seed-noise rule, direction agreement with
 the paper, and sacreBLEU's paired bootstrap on the dev hypotheses.
 
-Seed noise (:func:`noise_verdict`, the one rule): a row's change is beyond noise when |Δ| > NOISE_K (2) × the
+Seed noise (:func:`noise_verdict`, the one rule, written in :mod:`lightning_tfm.sweep.verdict` beside the verdict
+that reads it, for ``ltfm sweep --status`` too): a row's change is beyond noise when |Δ| > NOISE_K (2) × the
 sample standard deviation of the base row over its seeds; with one base seed the noise is "unknown", never
 guessed.
 
@@ -30,6 +31,9 @@ import math
 from typing import Any
 
 from ...base.errors import UserError
+
+# the seed-noise rule and its parts: one home, beside the verdict that reads them (lightning_tfm.sweep.verdict)
+from ...sweep.verdict import NOISE_K, NOISE_RULE, finite, mean_std, noise_verdict  # noqa: F401
 from ..core.text import first_line
 from ..inputs.records import RunRecord
 
@@ -42,30 +46,6 @@ BLEU_FLOOR = 1.0
 
 
 BOOTSTRAP_SAMPLES = 1000
-
-
-def mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    """The mean and the sample standard deviation (None with one value); values near a float's range (a PPL of
-    1e308) give their mean and spread, not an OverflowError or an infinite mean."""
-    if not values:
-        return None, None
-    n = len(values)
-    mean = sum(values) / n
-    if math.isinf(mean) and all(map(math.isfinite, values)):  # the sum overflowed, not the values
-        mean = sum(v / n for v in values)
-    if n < 2:
-        return mean, None
-    try:
-        return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    except OverflowError:  # a square beyond a float's range: the deviations scaled by the largest
-        dev = [v - mean for v in values]
-        top = max(map(abs, dev))
-        return mean, top * math.sqrt(sum((d / top) ** 2 for d in dev) / (n - 1))
-
-
-def finite(x) -> bool:
-    """A number that can be compared: not None, not a bool, not nan or ±inf."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _sign(x: float | None) -> int | None:
@@ -87,26 +67,6 @@ def relative(delta: float | None, base: float | None) -> float | None:
     if not finite(delta) or not finite(base) or base == 0:
         return None
     return delta / abs(base)
-
-
-NOISE_K = 2.0
-
-
-NOISE_RULE = (f"a row's change is beyond seed noise when |Δ| > {NOISE_K:g} × the sample standard deviation of "
-              "the base row over its seeds (the spread that retraining the same configuration with another "
-              "seed gives); with fewer than 2 completed base seeds the noise is unknown")
-
-
-def noise_verdict(delta: float | None, base_std: float | None, k: float = NOISE_K) -> str | None:
-    """The one noise rule of the report (:data:`NOISE_RULE`): ``"beyond"`` when ``|delta| > k * base_std``,
-    ``"within"`` otherwise, ``"unknown"`` when the base's seed spread is unknown (one seed); None without a
-    change (or a change that is no number: nan is within nothing). A zero spread (every seed gave the same number)
-    makes any nonzero change beyond noise; a spread that is no number is unknown."""
-    if not finite(delta):
-        return None
-    if not finite(base_std):
-        return "unknown"
-    return "beyond" if abs(delta) > k * base_std else "within"
 
 
 SEEDS_MOST = 30  # the most seeds a row :func:`seeds_to_settle` looks at

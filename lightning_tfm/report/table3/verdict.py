@@ -1,49 +1,38 @@
-"""The verdict of a row: does its change against the base *hold* at a longer budget, *may* it *flip*, is it
-*within noise*, or are there *too few points* to say, judged from each run's learning curve extrapolated.
+"""The report's side of a row's verdict: the rule itself (*holds*, *may flip*, *within noise*, *too few points*,
+judged from each run's learning curve extrapolated to ``k`` x the budget) is :mod:`lightning_tfm.sweep.verdict`'s
+(:func:`~lightning_tfm.sweep.verdict.curve_verdict`, the one place it is written, which ``ltfm sweep --status`` and
+the launcher's lines read too: one rule, one answer), with the settings of the sweep file's ``report:`` section
+(:data:`lightning_tfm.sweep.REPORT_DEFAULTS`). Here: the rule in one paragraph for the report's notes
+(:func:`verdict_rule`), the table's columns (:func:`add_verdicts`: the verdict from the table's Δ and its seed-noise
+verdict, :func:`lightning_tfm.report.table3.stats.noise_verdict`), and the settle budgets as the table prints them.
 
-A short budget ranks how fast rows start to learn; a change beyond seed noise at the end of the budget can still
-be a crossing in progress. Each run's dev log-PPL after the warmup is fitted with a curve
-(:mod:`lightning_tfm.sweep.curves`: the family, its fit, the bootstrap) and the gap to the base predicted at ``k``
-times the budget. The rule (:func:`curve_verdict`, the one place it is written), with the settings of the sweep
-file's ``report:`` section (:data:`lightning_tfm.sweep.REPORT_DEFAULTS`: ``k`` 3, ``min_points`` 3, ``level``
-0.9, ``bootstraps`` 200, ``seed`` 0, ``family`` power):
-
-- the budget of a side is its last validation ``T`` (the base's, and the row's own: big trains 3x the steps); ``k``
-  x the budget is step ``k * (T + 1) - 1`` (Lightning counts steps from 0: the 600th update is step 599, and 3 x
-  600 updates end at step 1799), each side at its own;
-- the predicted gap is mean log PPL(row) - mean log PPL(base) over each side's seeds at ``k`` x the budget, with
-  the central ``level`` interval of ``bootstraps`` draws (each run's residual bootstrap; a side of two seeds or
-  more resampled); it reads as a relative change of PPL, ``exp(gap) - 1``;
-- **within noise**: the row's change at the end (the table's Δ) is within seed noise
-  (:func:`lightning_tfm.report.table3.stats.noise_verdict`);
-- **too few points**: the seed noise is unknown (one base seed), or a side has no run with ``min_points``
-  validations after the warmup (:func:`lightning_tfm.sweep.curves.fit_points`);
-- **holds**: beyond noise at the end, and the interval of the predicted gap excludes zero on the side of today's
-  change;
-- **may flip**: beyond noise at the end, and the interval includes zero or lies on the other side.
-
-A row that may flip or is within noise gets its **settle budget** (``ppl_settle``,
-:func:`lightning_tfm.sweep.curves.settle_budget`): the least multiple of the budget, up to 10x, at which a verdict
-taken then is predicted to hold, or at which its gap is predicted to cross the base, as steps, FLOPs and hours on
-the machine that trained it (:func:`settle_text`); else "not within 10x". The headline counts them
-(:func:`settle_summary`): how many of these rows a run m x as long would settle.
+A row that may flip gets its **settle budget** (``ppl_settle``, :func:`lightning_tfm.sweep.curves.settle_budget`):
+the least multiple of the budget, up to 10x, at which a verdict taken then is predicted to hold, or at which its gap
+is predicted to cross the base, as steps, FLOPs and hours on the machine that trained it (:func:`settle_text`); else
+"not within 10x". A row within noise gets none: back-tested, such predictions came true no more often than saying
+nothing (:data:`~lightning_tfm.sweep.curves.SETTLE_RECORD`). The headline counts them (:func:`settle_summary`): how
+many of these rows a run m x as long would settle.
 
 The base row and rows without a change (not completed) get no verdict. How often a *holds* kept its sign on the
 committed CPU reference: ``reports/reference/backtest/README.md`` (``ltfm report ... --backtest``, :mod:`.backtest`).
 """
 from __future__ import annotations
 
-import math
-
-from ...sweep import REPORT_DEFAULTS
-
-HOLDS, MAY_FLIP, WITHIN, TOO_FEW = "holds", "may flip", "within noise", "too few points"
-VERDICTS = (HOLDS, MAY_FLIP, WITHIN, TOO_FEW)
-
-
-def settings_of(settings: dict | None) -> dict:
-    """The sweep file's ``report:`` settings over the defaults."""
-    return {**REPORT_DEFAULTS, **(settings or {})}
+from ...sweep.verdict import (  # noqa: F401 - the report's names of the one rule (lightning_tfm.sweep.verdict)
+    HOLDS,
+    MAY_FLIP,
+    TOO_FEW,
+    VERDICTS,
+    WITHIN,
+    change,
+    curve_verdict,
+    gap_text,
+    last_step,
+    later_step,
+    pct,
+    predict,
+    settings_of,
+)
 
 
 def verdict_rule(settings: dict | None = None) -> str:
@@ -66,111 +55,6 @@ def verdict_rule(settings: dict | None = None) -> str:
             f"extrapolation's own error, {EXTRAPOLATION_ERROR:.2f} nats at 3x in proportion to log k). Settings: "
             "the sweep file's `report:` section (k, min_points, level, bootstraps, seed, family); back-tests in "
             "reports/reference/backtest/.")
-
-
-def _sign(x: float) -> int:
-    return (x > 0) - (x < 0)
-
-
-def later_step(last_step: int, k: float) -> int:
-    """The step at ``k`` times the budget whose last step is ``last_step`` (the module docstring)."""
-    return int(round(k * (last_step + 1))) - 1
-
-
-def last_step(runs: list[dict[int, float]]) -> int | None:
-    """A side's budget: the last step every one of its runs validated at."""
-    ends = [max(r) for r in runs if r]
-    return min(ends) if ends else None
-
-
-def change(gap: float) -> float:
-    """A log-PPL gap as a relative change of PPL, ``exp(gap) - 1``: ``inf`` for a gap beyond a float's range (over
-    ~709.8 nats: a PPL ratio no float holds), never an OverflowError."""
-    try:
-        return math.expm1(gap)
-    except OverflowError:
-        return math.inf
-
-
-def pct(gap: float) -> str:
-    """A log-PPL gap as a relative change of PPL: ``-4.1%``."""
-    return f"{100 * change(gap):+.1f}%"
-
-
-def gap_text(gap: dict) -> str:
-    """``-4.1% [-6.0, -2.2] at 1800 steps`` (the base at its own step when it differs), then the direction's
-    one-sided bound (:func:`lightning_tfm.sweep.curves.keeps_side`): ``; direction bound -1.0%``."""
-    lo, hi = (f"{100 * change(gap[k]):+.1f}" for k in ("low", "high"))
-    base = f" (base {gap['base_step'] + 1})" if gap["base_step"] != gap["at_step"] else ""
-    sign = (gap["now"] > 0) - (gap["now"] < 0) if math.isfinite(gap.get("now", math.nan)) else 0
-    bound = f"; direction bound {pct(gap['point'] - sign * gap['sign_margin'])}" if sign else ""
-    return f"{pct(gap['point'])} [{lo}, {hi}] at {gap['at_step'] + 1} steps{base}{bound}"
-
-
-def predict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], settings: dict | None = None, *,
-            at: tuple[int, int] | None = None, warmup: int = 0, base_warmup: int | None = None) -> dict | None:
-    """The predicted gap of the row to the base (:func:`lightning_tfm.sweep.curves.predicted_gap`) at ``at`` =
-    (the row's step, the base's step), by default ``k`` x each side's budget; None when a side cannot be fitted."""
-    from ...sweep.curves import predicted_gap
-
-    s = settings_of(settings)
-    row_runs, base_runs = [r for r in row_runs if r], [r for r in base_runs if r]
-    if not row_runs or not base_runs:
-        return None
-    if at is None:
-        at = (later_step(last_step(row_runs), s["k"]), later_step(last_step(base_runs), s["k"]))
-    return predicted_gap(row_runs, base_runs, at[0], s["bootstraps"], s["seed"], s["level"], base_step=at[1],
-                         warmup=warmup, base_warmup=base_warmup, min_points=s["min_points"], family=s["family"])
-
-
-def _too_few(row_runs, base_runs, settings: dict, warmup: int, base_warmup: int | None) -> str:
-    from ...sweep.curves import fit_points, points_needed
-
-    need = points_needed(settings["min_points"], settings["family"])
-    for side, runs, w in (("the row", row_runs, warmup), ("the base", base_runs,
-                                                          warmup if base_warmup is None else base_warmup)):
-        counts = [len(fit_points(r, w, need)) for r in runs if r]
-        if not counts or max(counts) < need:
-            n = max((sum(1 for st in r if st >= w) for r in runs if r), default=0)
-            return (f"{side}: {n} validation(s) after the warmup (step {w}), the fit needs {need}")
-    return "no fit"
-
-
-def curve_verdict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], delta: float | None,
-                  noise: str | None, settings: dict | None = None, *, at: tuple[int, int] | None = None,
-                  warmup: int = 0, base_warmup: int | None = None) -> dict | None:
-    """The verdict of one row (the module docstring's rule): ``{"verdict", "why", "gap"}`` (``gap``: the
-    prediction of :func:`predict`, None without one), or None for a row without a change. ``row_runs``,
-    ``base_runs``: one ``{step: dev PPL}`` per completed seed; ``delta``, ``noise``: the row's change at the end
-    and its seed-noise verdict; ``at``, ``warmup``: as :func:`predict`."""
-    s = settings_of(settings)
-    if delta is None or noise is None:
-        return None
-    gap = predict(row_runs, base_runs, s, at=at, warmup=warmup, base_warmup=base_warmup)
-    if noise == "within":
-        return {"verdict": WITHIN, "why": f"predicted {gap_text(gap)}" if gap else "no prediction: "
-                + _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": gap,
-                "settle": None}
-    if noise != "beyond":
-        return {"verdict": TOO_FEW, "why": "seed noise unknown: one base seed", "gap": gap}
-    if gap is None:
-        return {"verdict": TOO_FEW, "why": _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": None}
-    from ...sweep.curves import keeps_side
-
-    holds = keeps_side(gap, _sign(delta))
-    return {"verdict": HOLDS if holds else MAY_FLIP, "why": gap_text(gap), "gap": gap,
-            "settle": None if holds else _settle(gap, delta)}
-
-
-def _settle(gap: dict, delta: float) -> dict:
-    """The settle budget of a row that may flip (:func:`lightning_tfm.sweep.curves.settle_budget` from its
-    predicted gap's fits, with the report's noise rule), ``"kind"`` None when none by
-    :data:`~lightning_tfm.sweep.curves.SETTLE_MOST` x the budget. A row within noise gets none: back-tested, such
-    predictions came true no more often than saying nothing (:data:`~lightning_tfm.sweep.curves.SETTLE_RECORD`)."""
-    from ...sweep.curves import settle_budget
-    from .stats import NOISE_K
-
-    return settle_budget(gap, delta, noise_k=NOISE_K) or dict.fromkeys(("kind", "k", "step", "base_step", "sign"))
 
 
 def seconds_per_step(by_variant: dict) -> dict[str, float]:
