@@ -6,13 +6,14 @@ every ``--every`` seconds instead of K interleaved progress bars::
 
     [table3-cpu 0:42] rows 7/23 done (3 hold, 1 may flip), 2 running, 14 left | big s1 step 900/2040 ppl 41.2 | ...
 
-plus a line whenever a row finishes, with its verdict against the base once the base has finished (*holds* or *may
-flip* at k x the budget, :func:`~.status.row_verdicts`; ``finished: C1 seed 1: dev ppl 41.20 (holds: -12% [-15,
--9] at 3x)``); the progress line counts the finished rows' verdicts. ``auto`` is ``--workers-per-gpu`` workers on
-every CUDA device when there is one (each worker sees its one GPU through ``CUDA_VISIBLE_DEVICES``; the line shows
-each GPU's running rows and utilisation), else one per CPU core with ``train.threads`` = cores / workers
-(:func:`worker_plan`). Ctrl-C stops every worker (their trials save a checkpoint and are
-resumed by the next run of the same command).
+plus a line whenever a row finishes, with its verdict against the base once the base has finished (the report's
+rule, :func:`~.status.row_verdicts`: *holds* or *may flip* at k x the budget, *within noise*, *too few points*;
+``finished: C1 seed 1: dev ppl 41.20 (holds: -12% at 3x, bound -9% (80% [-15, -9]))``); the progress line counts
+the rows that hold or may flip. ``auto`` is ``--workers-per-gpu`` workers on every CUDA device when there is one
+(each worker sees its one GPU through ``CUDA_VISIBLE_DEVICES``; the line shows each GPU's running rows and
+utilisation), else one per CPU core with ``train.threads`` = cores / workers (:func:`worker_plan`). Ctrl-C stops
+every worker: their trials save a checkpoint and go back to the queue as *stopped* (the line after it names them
+with their steps), and the next run of the same command resumes them first.
 
 ETA: every row's work is its planned steps x parameters (a step's cost grows with the parameter count,
 the shared embedding/softmax included); the rate is the finished rows' work over their durations, so the
@@ -284,7 +285,7 @@ class _Monitor:
         self.sweep, self.plan, self.cost, self.open_study_fn = sweep, plan, cost, open_study_fn
         self.started, self.workers, self.say, self.gpus = started, workers, say, list(gpus)
         self.study, self.seen, self.last = None, {}, 0.0
-        self.curves: dict = {}  # run folder -> (dev PPL curve, warmup) of a finished run (row_verdicts' cache)
+        self.curves: dict = {}  # row_verdicts' cache of finished runs' reads, by (run folder, budget)
         self._verdicts: tuple = (None, {})  # (the completed trials they were fitted on, the verdicts)
 
     def verdicts(self, trials) -> dict[str, dict]:
