@@ -112,17 +112,40 @@ def test_the_wandb_server_is_named_without_its_credentials(base, tmp_path, ltfm_
     assert files_holding_secret(tmp_path) == []
 
 
+def _blank_password_url(postgres, pg_url: str) -> tuple[str, str]:  # noqa: F811
+    """(a URL whose password holds a blank, written raw as libpq and SQLAlchemy take it, the password): a role of
+    its own that owns the test's database."""
+    import secrets
+
+    import psycopg2
+
+    password, role, db = f"my Secret{secrets.token_hex(4)}", f"blank_{secrets.token_hex(3)}", pg_url.rsplit("/", 1)[1]
+    conn = psycopg2.connect(host="127.0.0.1", port=postgres.port, user=postgres.user, password=postgres.password,
+                            dbname="postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE ROLE {role} LOGIN PASSWORD %s", (password,))
+        cur.execute(f"ALTER DATABASE {db} OWNER TO {role}")
+    conn.close()
+    return f"postgresql://{role}:{password}@127.0.0.1:{postgres.port}/{db}", password
+
+
 @pytest.mark.long  # make test-long: what it checks is exercised in make test without a server by
 # test_no_command_shows_or_writes_the_password (output) and test_config_and_saved_settings_mask_the_password (files)
-def test_a_sweep_on_postgres_with_the_password_in_the_query_writes_it_nowhere(postgres, pg_url,  # noqa: F811
+@pytest.mark.parametrize("form", ["query", "blank in the password"])
+def test_a_sweep_on_postgres_with_the_password_in_the_query_writes_it_nowhere(form, postgres, pg_url,  # noqa: F811
                                                                               tmp_path, data_dir):
     """The whole way through a real server: a sweep (its trial's config, summary, logs and offline W&B run), its
-    --status and its report (whose optuna-dashboard line names the storage) with ``?password=`` in the URL."""
+    --status and its report (its executed notebook, its W&B report run, its optuna-dashboard line naming the
+    storage) with ``?password=`` in the URL, or a password holding a blank written raw (issue #64 item 12)."""
     from conftest import ltfm, write_sweep
 
-    password = postgres.password
-    url = pg_url.replace(f":{password}@", "@") + f"?password={password}"
-    assert password in url and f":{password}@" not in url
+    if form == "query":
+        password = postgres.password
+        url = pg_url.replace(f":{password}@", "@") + f"?password={password}"
+        assert password in url and f":{password}@" not in url
+    else:
+        url, password = _blank_password_url(postgres, pg_url)
     results, wandb_dir = tmp_path / "results", tmp_path / "wandb"
     sweep = write_sweep(tmp_path / "secret.yaml", "secret", {"base": {}})
     common = [f"data.path={data_dir}", f"run.results_dir={results}", "--storage", url]
@@ -135,10 +158,12 @@ def test_a_sweep_on_postgres_with_the_password_in_the_query_writes_it_nowhere(po
         outputs.append(p.stdout + p.stderr)
     md = (tmp_path / "report" / "table3.md").read_text()
     dashboard = [ln for ln in md.splitlines() if "optuna-dashboard '" in ln]
-    assert dashboard and "?password=***'" in dashboard[0], dashboard  # the command to open the study, masked
-    assert [o for o in outputs if password in o] == []
+    assert dashboard and ("?password=***'" if form == "query" else ":***@") in dashboard[0], dashboard  # masked
+    pieces = [x for x in {password, *password.split(" ")} if len(x) > 3]  # no part of it either
+    assert [o for o in outputs if any(piece in o for piece in pieces)] == []
     assert any(results.rglob("summary.json")) and any(tmp_path.rglob("*.wandb"))
-    assert [f for f in tmp_path.rglob("*") if f.is_file() and password.encode() in f.read_bytes()] == []
+    assert [f for f in tmp_path.rglob("*") if f.is_file()
+            and any(piece.encode() in f.read_bytes() for piece in pieces)] == []
 
 
 @pytest.mark.parametrize("form", ["query", "userinfo", "keyword-dsn"])
