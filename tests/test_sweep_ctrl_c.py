@@ -164,3 +164,37 @@ def _resumed(trial, step: int) -> None:
     with (versions[1] / "metrics.csv").open() as f:
         assert min(int(float(r["step"])) for r in csv.DictReader(f)) >= step - 1
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == BUDGET
+
+
+def test_a_stopped_trial_is_claimed_before_any_other_and_shown_stopped(data_dir):
+    """The queue's order after a Ctrl-C: the stopped trial first, though a row queued before it waits and a stale
+    trial's retry too; ``--status`` calls it stopped (with no duration: it runs no more) until it is claimed."""
+    from lightning_tfm.sweep import Plan, claim_waiting, enqueue_missing, held, load_sweep
+    from lightning_tfm.sweep.status import trial_rows
+    from lightning_tfm.sweep.storage import RetryWhileProgressing
+
+    sweep = load_sweep(ROOT / "sweeps/smoke.yaml")
+    plan = Plan(sweep, [f"data.path={data_dir}"])
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), study_name=sweep.name)
+    storage, sid = study._storage, study._storage.get_study_id_from_name(sweep.name)
+    enqueue_missing(study, plan)
+    first, second, third = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)[:3]
+
+    def claim(t=None):
+        keys = {t.user_attrs["grid_key"]} if t is not None else None
+        return claim_waiting(study, storage, sid, keys)[0]
+
+    stopped, stale = claim(third), claim(second)  # two workers' rows; the first row is still waiting
+    held.put_back(study, storage, sweep.name, stopped, 7)  # Ctrl-C of its worker
+    storage.set_trial_state_values(stale._trial_id, state=optuna.trial.TrialState.FAIL)  # a dead worker's row
+    RetryWhileProgressing(3)(study, storage.get_trial(stale._trial_id))
+
+    rows = {r["number"]: r for r in trial_rows(study.get_trials(deepcopy=False))}
+    assert (rows[third.number]["state"], rows[third.number]["duration_s"]) == ("stopped", None)
+    assert rows[third.number]["note"].startswith("stopped at step 7"), rows[third.number]
+    again = claim()
+    assert again.number == third.number and again.user_attrs["stopped_at"] == 7
+    retry = claim()  # then the retry
+    assert storage.get_trial(retry._trial_id).system_attrs.get("failed_trial") == second.number
+    assert claim().number == first.number  # then the rows in queue order
+    assert trial_rows([storage.get_trial(again._trial_id)])[0]["state"] == "running"
