@@ -85,6 +85,47 @@ def test_progress_counts_rows_reads_running_rows_and_estimates_the_time_left(tmp
     assert "1 failed" in format_progress(sweep.name, p, 10)
 
 
+def test_a_running_rows_step_comes_from_its_trials_log_before_its_metrics_are_written(tmp_path, data_dir):
+    """(#64 item 18) A row's trial writes its run's metrics.csv rarely; its log gets the run's progress lines (the
+    callback a trial runs, :class:`~lightning_tfm.training.tracking.progress.ProgressLines`, writing to the log as
+    a trial's stderr): the progress line shows the step of the log's last one, "starting" only before the first."""
+    from types import SimpleNamespace
+
+    from lightning_tfm.sweep import Plan, claim_waiting, enqueue_missing, load_sweep
+    from lightning_tfm.sweep.launch import format_progress, progress
+    from lightning_tfm.training.tracking.progress import ProgressLines
+
+    sweep = load_sweep(ROOT / "sweeps/smoke.yaml")
+    plan = Plan(sweep, ["train.max_steps=100", f"data.path={data_dir}"])
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), study_name=sweep.name)
+    enqueue_missing(study, plan)
+    trial, _ = claim_waiting(study, study._storage, study._storage.get_study_id_from_name(sweep.name))
+    log, run_dir = tmp_path / "trial.log", tmp_path / "run"  # the run folder has no metrics.csv yet
+    study._storage.set_trial_user_attr(trial._trial_id, "log", str(log))
+    study._storage.set_trial_user_attr(trial._trial_id, "run_dir", str(run_dir))
+    name = trial.user_attrs["variant"]
+
+    def row() -> str:
+        line = format_progress(sweep.name, progress(sweep, plan, study.get_trials(deepcopy=False), {}), 10)
+        return next(part for part in line.split(" | ") if part.startswith(f"{name} s1 "))
+
+    log.write_text("Using bfloat16 Automatic Mixed Precision (AMP)\n")  # what a trial says before it trains
+    assert row() == f"{name} s1 starting"
+    trainer = SimpleNamespace(is_global_zero=True, sanity_checking=False, global_step=40, max_steps=100,
+                              callback_metrics={})
+    with log.open("a") as out:
+        lines = ProgressLines("run", out=out)
+        lines.on_train_start(trainer, None)  # a resumed run: "training run from step 40 to 100"
+        out.flush()
+        assert row() == f"{name} s1 step 40/100"
+        trainer.global_step = 50
+        lines.on_validation_end(trainer, None)
+        out.write("a warning\n" * 300)  # whatever else the run logs after it
+    assert row() == f"{name} s1 step 50/100"
+    _metrics(run_dir, [(60, 3.5, 40.0)])  # the run's metrics.csv, later than the log's last line: the newer
+    assert row() == f"{name} s1 step 60/100 dev ppl 40.0"
+
+
 def test_workers_share_the_cores_on_a_cpu():
     from lightning_tfm.sweep.launch import worker_overrides, worker_plan
 
@@ -163,6 +204,40 @@ def test_bad_workers_argument_stops_with_one_line(tmp_path, data_dir, ltfm_here)
         p = ltfm_here("sweep", "sweeps/smoke.yaml", *args, f"data.path={data_dir}", f"run.results_dir={tmp_path}")
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+# (#64 item 14) options that would do nothing together: the options given, and what the one line must name
+NOTHING_TOGETHER = [
+    (["--json"], ("--json", "--status", "--dry-run")),
+    (["--status", "--dry-run"], ("--status", "--dry-run")),
+    (["--status", "--workers", "2"], ("--status", "--workers")),
+    (["--status", "--n-trials", "2"], ("--status", "--n-trials")),
+    (["--status", "--every", "5"], ("--status", "--every")),
+    (["--dry-run", "--workers", "2"], ("--dry-run", "--workers")),
+    (["--dry-run", "--every", "5", "--workers", "2"], ("--dry-run", "--every", "--workers")),
+    (["--every", "5"], ("--every", "--workers")),
+]
+
+
+@pytest.mark.parametrize("given, named", NOTHING_TOGETHER, ids=[" ".join(g) for g, _ in NOTHING_TOGETHER])
+def test_sweep_options_that_do_nothing_together_are_refused_with_one_line(given, named, tmp_path, data_dir,
+                                                                          ltfm_here):
+    """Refused before anything is opened or run (no study, no results folder), never ignored."""
+    results = tmp_path / "results"
+    p = ltfm_here("sweep", "sweeps/smoke.yaml", *given, f"data.path={data_dir}", f"run.results_dir={results}")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("ltfm: error: "), (p.returncode, p.stderr)
+    assert all(option in lines[0] for option in named), lines[0]
+    assert p.stdout == "" and not results.exists()
+
+
+def test_the_sweep_options_that_go_together_are_taken(tmp_path, data_dir, ltfm_here):
+    """The control: --json with --dry-run (or --status), a search's dry run with --n-trials."""
+    args = [f"data.path={data_dir}", f"run.results_dir={tmp_path / 'results'}"]
+    assert ltfm_here("sweep", "sweeps/smoke.yaml", "--dry-run", "--json", *args).returncode == 0
+    assert ltfm_here("sweep", "sweeps/search.yaml", "--dry-run", "--n-trials", "2", *args).returncode == 0
+    status = ltfm_here("sweep", "sweeps/smoke.yaml", "--status", "--json", *args)  # no study yet: its own error
+    assert status.returncode == 2 and "no sweep database" in status.stderr, status.stderr
 
 
 @pytest.mark.slow

@@ -579,10 +579,10 @@ def test_a_trial_killed_by_sigkill_is_recorded_as_killed_and_queued_again(tmp_pa
 @pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.long)])
 def test_a_schedulers_signal_to_a_worker_stops_its_trial_like_ctrl_c(sig, tmp_path, data_dir):
     """SIGTERM (preemption) and SIGUSR1 (SLURM's warning before it) reach the worker alone: it stops its trial
-    as Ctrl-C would (the trial saves its summary), puts it back in the queue as stopped at its step (the next run
-    claims it first) and exits 130; nothing is left running. The worker starts as a script's background job does,
-    with SIGINT ignored, which its trial must not inherit (it would not stop, and be killed later without a
-    summary)."""
+    as Ctrl-C would (the trial saves its summary and checkpoint), puts it back in the queue as stopped at that
+    step (resumed first by the next run: test_sweep_ctrl_c.py) and exits 130; nothing is left running. The
+    worker starts as a script's background job does, with SIGINT ignored, which its trial must not inherit (it
+    would not stop, and be killed 30 s later without a summary)."""
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "sig", {"base": {}})
     url = f"sqlite:///{tmp_path / 'sig.db'}"
@@ -597,10 +597,11 @@ def test_a_schedulers_signal_to_a_worker_stops_its_trial_like_ctrl_c(sig, tmp_pa
     assert worker.returncode == 130 and "Traceback" not in out, out[-3000:]
     assert not _alive(trial_pid)
     (trial,) = trials_of(url, "sig")
-    assert trial.state == optuna.trial.TrialState.WAITING and trial.user_attrs["status"] == "stopped"
-    assert trial.user_attrs["stopped_at"] == newest_step(run_dir) > 0
     stopped = json.loads((run_dir / "summary.json").read_text())
     assert stopped["status"] == "stopped" and stopped["error"].startswith("interrupted (SIGINT)"), stopped
+    assert trial.state == optuna.trial.TrialState.WAITING and trial.user_attrs["status"] == "stopped", trial
+    assert trial.user_attrs["stopped_at"] == stopped["steps"] == newest_step(run_dir) >= 10
+    assert f"trial 0 base seed 1: stopped at step {stopped['steps']}; the same command resumes it first" in out
 
 
 def wait_for_line(path: Path, text: str, proc: subprocess.Popen) -> str:

@@ -46,12 +46,13 @@ def train_cli(args) -> int:
     if cfg.sweep.trial is not None:
         from ..sweep.pruning import OptunaPruning
         callbacks.append(OptunaPruning(cfg))
-    else:  # by hand: progress lines where Lightning's bar would not show (a log, a pipe), and where it all went
-        from ..training.tracking.progress import ProgressLines, wants_lines
-        if not sys.stderr.isatty():
-            cfg.train.progress_bar = False  # Lightning's bar in a log is a line per refresh (not part of the run id)
-        if wants_lines(cfg, sys.stderr.isatty()):
-            callbacks.append(ProgressLines(existing_run_id(cfg, others=False)))
+    # progress lines where Lightning's bar would not show (a log, a pipe): a sweep trial's too (its worker sets no
+    # bar), whose log's last "step N/M" line the launcher's progress line reads while the row trains
+    from ..training.tracking.progress import ProgressLines, wants_lines
+    if not sys.stderr.isatty():
+        cfg.train.progress_bar = False  # Lightning's bar in a log is a line per refresh (not part of the run id)
+    if wants_lines(cfg, sys.stderr.isatty()):
+        callbacks.append(ProgressLines(existing_run_id(cfg, others=False)))
     if "SLURM_JOB_ID" not in os.environ:  # SLURM's requeue warning outside SLURM: stop as on SIGTERM (in SLURM,
         # Lightning's SLURM environment handles SIGUSR1 itself and requeues the job)
         signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))

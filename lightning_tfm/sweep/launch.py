@@ -419,11 +419,13 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
                 break
             time.sleep(min(5.0, every))
     except KeyboardInterrupt:
-        say(f"[{sweep.name}] interrupted: stopping the workers (their trials save a checkpoint and go back to the "
-            "queue; run the same command again to resume them)")
-        with shielded():  # a second Ctrl-C while the workers stop: they go on stopping, and so does this
+        # shielded before the first line: a second Ctrl-C once that line shows (or while the workers stop, or while
+        # their stopped trials are read) is ignored; it had cut the stop short, leaving the workers unwaited for
+        with shielded():
+            say(f"[{sweep.name}] interrupted: stopping the workers (their trials save a checkpoint and go back to "
+                "the queue; run the same command again to resume them)")
             _stop_workers([p for p, _ in procs])
-        _say_stopped(sweep, open_study_fn, say)
+            _say_stopped(sweep, open_study_fn, say)
         raise
     finally:
         for sig, handler in previous.items():
