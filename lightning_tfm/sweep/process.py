@@ -27,25 +27,33 @@ def death_signal():
 TERMINATED = threading.Event()
 
 
-def _on_sigterm(signum, frame):  # noqa: ARG001
-    """SIGTERM (``kill``, a batch system's preemption) and SIGUSR1 (SLURM's warning before it, with
-    ``--signal=USR1@N``) end a worker like Ctrl-C: its trial is stopped and recorded as interrupted, and the
-    next ``ltfm sweep`` resumes it from its checkpoint."""
-    TERMINATED.set()
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+def _noted(signum, frame):  # noqa: ARG001 - a further stop signal while the worker stops: ignored
+    pass
+
+
+def _on_stop(signum, frame):  # noqa: ARG001
+    """Ctrl-C, SIGTERM (``kill``, a batch system's preemption) and SIGUSR1 (SLURM's warning before it, with
+    ``--signal=USR1@N``) end a worker: its trial is stopped and put back in the queue as stopped, and the next
+    ``ltfm sweep`` resumes it first, from its checkpoint. From the first of them on, every further one is ignored,
+    so that none cuts that stop short (not even in the instant before the worker's :func:`shielded` begins)."""
+    if signum != signal.SIGINT:
+        TERMINATED.set()  # the trial process did not get it: the worker sends it SIGINT
+    for sig in _STOPS:
+        signal.signal(sig, _noted)
     raise KeyboardInterrupt
 
 
 def stop_on_sigterm() -> None:
-    """Let SIGTERM and SIGUSR1 end this worker as Ctrl-C does (handlers can only be set in the main thread).
-
-    SIGINT too, when this process inherited it ignored (a shell script's background job, ``cmd &``): the worker
-    stops its trial with SIGINT, and an ignored disposition would pass to the trial through exec, leaving it
-    deaf to that (a handler does not pass: the trial starts with the default, which Python makes Ctrl-C)."""
+    """Let Ctrl-C, SIGTERM and SIGUSR1 end this worker as :func:`_on_stop` says (handlers can only be set in the
+    main thread). SIGINT gets that handler too when this process inherited it ignored (a shell script's background
+    job, ``cmd &``): a handler does not pass through exec, so the trial starts with the default, which Python makes
+    Ctrl-C, and stops when the worker sends it SIGINT (an ignored disposition would pass, leaving it deaf to that)."""
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, _on_sigterm)
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in _STOPS:
+            signal.signal(sig, _on_stop)
 
 
 @contextlib.contextmanager
