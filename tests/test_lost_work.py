@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from test_output_paths import one_line
 from test_run_reuse import tiny_run, vocabularies  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,15 +37,6 @@ def state(folder: Path) -> dict[str, tuple]:
                 if p.is_file() else "dir"
             out[str(p.relative_to(folder))] = (what, None if what == "dir" else st.st_mtime_ns)
     return out
-
-
-def one_line(p, *words) -> str:
-    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ltfm: error: ") and "Traceback" not in p.stderr, p.stderr[-3000:]
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
