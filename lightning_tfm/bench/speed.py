@@ -174,15 +174,6 @@ def build_ours(s: dict, model_cfg: ModelConfig | None = None):
     return build_model(model_cfg or model_config(s), s["vocab"])
 
 
-def train_flops_per_step(s: dict, model_cfg: ModelConfig | None = None) -> float:
-    """The architecture's own ``train_flops_per_token`` (at the settings' vocabulary and lengths) x the target tokens
-    of a step (batch x tgt_len)."""
-    cfg = model_cfg or model_config(s)
-    per_token = registry.entry(cfg).cls.train_flops_per_token(registry.arch_config(cfg), s["vocab"], s["src_len"],
-                                                              s["tgt_len"])
-    return per_token * s["batch"] * s["tgt_len"]
-
-
 def shape_text(s: dict, model_cfg: ModelConfig | None = None) -> str:
     """The measured model's shapes in a few words (the report's first line)."""
     if model_cfg is None or model_cfg.arch == DEFAULT_ARCH:
@@ -323,7 +314,9 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
     if vs == "marian":
         models["marian"] = build_marian(s).to(device)
     peaks = {dt: matmul_peak_flops(torch.float32 if dt == "fp32" else torch.bfloat16, device=device) for dt in dtypes}
-    flops = train_flops_per_step(s, model_cfg)  # the architecture's own count, per target token -> per step
+    # the architecture's own count, per target token -> per step of batch x tgt_len target tokens
+    flops = registry.train_flops_per_step(model_cfg or model_config(s), s["vocab"], (s["src_len"], s["tgt_len"]),
+                                          s["batch"] * s["tgt_len"])
     res = {k: {dt: {"train": [], "decode": [], "train_mem": [], "decode_mem": []} for dt in dtypes} for k in kinds}
     for rep in range(s["reps"]):
         for dt in dtypes:
