@@ -276,6 +276,15 @@ def _time(fn, k: int, device: str = "cpu") -> float:
     return (time.perf_counter() - t) / k
 
 
+def _measure(into: dict, what: str, fn, k: int, device: str) -> None:
+    """One measurement of ``what`` (train, decode): the seconds a call of ``fn`` takes (:func:`_time`, ``k`` calls)
+    appended to ``into[what]``, its peak memory to ``into[what + "_mem"]``."""
+    with PeakMemory(device) as pm:
+        sec = _time(fn, k, device)
+    into[what].append(sec)
+    into[f"{what}_mem"].append(pm.mb)
+
+
 DTYPES = ("fp32", "bf16")
 
 
@@ -323,17 +332,9 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
             for kind in kinds:  # alternate the models within each repetition
                 m = models[kind]
                 m.train()
-                step = make_train_step(kind, m, s, dt, device)
-                with PeakMemory(device) as pm:
-                    sec = _time(step, s["train_steps"], device)
-                res[kind][dt]["train"].append(sec)
-                res[kind][dt]["train_mem"].append(pm.mb)
+                _measure(res[kind][dt], "train", make_train_step(kind, m, s, dt, device), s["train_steps"], device)
                 m.eval()
-                dec = make_decode(kind, m, s, dt, device)
-                with PeakMemory(device) as pm:
-                    sec = _time(dec, s["decode_batches"], device)
-                res[kind][dt]["decode"].append(sec)
-                res[kind][dt]["decode_mem"].append(pm.mb)
+                _measure(res[kind][dt], "decode", make_decode(kind, m, s, dt, device), s["decode_batches"], device)
                 log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: "
                     f"train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
                     f"  decode {s['batch'] / res[kind][dt]['decode'][-1]:6.1f} sent/s")
