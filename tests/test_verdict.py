@@ -14,7 +14,7 @@ import yaml
 from lightning_tfm import report as rd
 from lightning_tfm.base.errors import UserError
 from lightning_tfm.bench.speed import DEFAULTS
-from lightning_tfm.model.transformer import train_flops_per_step
+from lightning_tfm.model import ModelConfig, train_flops_per_step
 from lightning_tfm.report.table3 import columns, compare, compute, stats, verdict
 from lightning_tfm.report.views import render
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
@@ -210,8 +210,12 @@ def test_interpolation_is_log_ppl_linear_in_log_flops():
 
 def test_flops_per_step_is_bench_count_at_the_rows_shapes():
     # bench's count is unchanged where h * d_k = d_model, and counts narrower heads as narrower
-    assert train_flops_per_step({**DEFAULTS, "d_k": 64, "d_v": 64}) == train_flops_per_step(DEFAULTS)
-    assert train_flops_per_step({**DEFAULTS, "d_k": 16}) < train_flops_per_step(DEFAULTS)
+    def bench(**heads):
+        return train_flops_per_step(ModelConfig(layers=DEFAULTS["layers"], d_model=512, d_ff=DEFAULTS["d_ff"],
+                                                heads=8, **heads), DEFAULTS["vocab"], (10.0, 12.0), 1000)
+
+    assert bench(d_k=64, d_v=64) == bench()
+    assert bench(d_k=16) < bench() and bench(d_v=16) < bench()
     rec = rd.RunRecord("B1", status="completed", config=dict(CFG), vocab_size=900, effective_batch_tokens=600,
                        src_len=12.0, tgt_len=15.0)
     shapes, measured = compute.row_shapes(rec)

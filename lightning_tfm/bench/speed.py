@@ -174,15 +174,6 @@ def build_ours(s: dict, model_cfg: ModelConfig | None = None):
     return build_model(model_cfg or model_config(s), s["vocab"])
 
 
-def train_flops_per_step(s: dict, model_cfg: ModelConfig | None = None) -> float:
-    """The architecture's own ``train_flops_per_token`` (at the settings' vocabulary and lengths) x the target tokens
-    of a step (batch x tgt_len)."""
-    cfg = model_cfg or model_config(s)
-    per_token = registry.entry(cfg).cls.train_flops_per_token(registry.arch_config(cfg), s["vocab"], s["src_len"],
-                                                              s["tgt_len"])
-    return per_token * s["batch"] * s["tgt_len"]
-
-
 def shape_text(s: dict, model_cfg: ModelConfig | None = None) -> str:
     """The measured model's shapes in a few words (the report's first line)."""
     if model_cfg is None or model_cfg.arch == DEFAULT_ARCH:
@@ -285,6 +276,15 @@ def _time(fn, k: int, device: str = "cpu") -> float:
     return (time.perf_counter() - t) / k
 
 
+def _measure(into: dict, what: str, fn, k: int, device: str) -> None:
+    """One measurement of ``what`` (train, decode): the seconds a call of ``fn`` takes (:func:`_time`, ``k`` calls)
+    appended to ``into[what]``, its peak memory to ``into[what + "_mem"]``."""
+    with PeakMemory(device) as pm:
+        sec = _time(fn, k, device)
+    into[what].append(sec)
+    into[f"{what}_mem"].append(pm.mb)
+
+
 DTYPES = ("fp32", "bf16")
 
 
@@ -323,24 +323,18 @@ def run_bench(settings: dict | None = None, vs: str = "none", dtypes=None, log=p
     if vs == "marian":
         models["marian"] = build_marian(s).to(device)
     peaks = {dt: matmul_peak_flops(torch.float32 if dt == "fp32" else torch.bfloat16, device=device) for dt in dtypes}
-    flops = train_flops_per_step(s, model_cfg)  # the architecture's own count, per target token -> per step
+    # the architecture's own count, per target token -> per step of batch x tgt_len target tokens
+    flops = registry.train_flops_per_step(model_cfg or model_config(s), s["vocab"], (s["src_len"], s["tgt_len"]),
+                                          s["batch"] * s["tgt_len"])
     res = {k: {dt: {"train": [], "decode": [], "train_mem": [], "decode_mem": []} for dt in dtypes} for k in kinds}
     for rep in range(s["reps"]):
         for dt in dtypes:
             for kind in kinds:  # alternate the models within each repetition
                 m = models[kind]
                 m.train()
-                step = make_train_step(kind, m, s, dt, device)
-                with PeakMemory(device) as pm:
-                    sec = _time(step, s["train_steps"], device)
-                res[kind][dt]["train"].append(sec)
-                res[kind][dt]["train_mem"].append(pm.mb)
+                _measure(res[kind][dt], "train", make_train_step(kind, m, s, dt, device), s["train_steps"], device)
                 m.eval()
-                dec = make_decode(kind, m, s, dt, device)
-                with PeakMemory(device) as pm:
-                    sec = _time(dec, s["decode_batches"], device)
-                res[kind][dt]["decode"].append(sec)
-                res[kind][dt]["decode_mem"].append(pm.mb)
+                _measure(res[kind][dt], "decode", make_decode(kind, m, s, dt, device), s["decode_batches"], device)
                 log(f"rep {rep + 1}/{s['reps']} {kind:6s} {dt}: "
                     f"train {s['batch'] * s['tgt_len'] / res[kind][dt]['train'][-1]:8.0f} tok/s"
                     f"  decode {s['batch'] / res[kind][dt]['decode'][-1]:6.1f} sent/s")

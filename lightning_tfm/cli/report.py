@@ -86,11 +86,14 @@ def report_cli(args) -> int:
         if code == 0:
             _say_done(given, "compare")
         return code
+    from ..report.publish.kinds import KINDS
+
     name = notebook_name(sweep)
-    if args.from_export and name != "table3":
-        kind = ("a Table 2 report (rows of another architecture than the Transformer)" if name == "table2"
+    kind = KINDS.get(name)  # what the report gives the outside (None: a search report, its notebook alone)
+    if args.from_export and not (kind and kind.exported):
+        what = ("a Table 2 report (rows of another architecture than the Transformer)" if name == "table2"
                 else "a search report")
-        raise UserError(f"--from-export rebuilds a Table 3 report (a sweep with variants), not {kind}: drop "
+        raise UserError(f"--from-export rebuilds a Table 3 report (a sweep with variants), not {what}: drop "
                         "--from-export and read the runs")
     out = Path(args.out or Path("reports") / "build" / sweep.name)
     check_outputs(folders=[out], reads=report_reads(args))
@@ -98,35 +101,33 @@ def report_cli(args) -> int:
     check_report_out(out)
     check_out(out)
     parameters = report_parameters(sweep, args.results, args.storage, args.from_wandb, args.from_export)
-    if name in ("table2", "table3"):
+    if kind:
         parameters["formats"] = list(formats)
-    if name == "table2":
-        parameters.pop("export_dir")  # its notebook reads the runs only
+        if not kind.exported:
+            parameters.pop("export_dir")  # its notebook reads the runs only
     notebook = notebook_path(name)
     print(f"report of sweep {sweep.name}: executing {notebook.name}", flush=True)
 
     def published() -> int:  # the report folder is in place (its lock held): say so, then W&B and optuna-dashboard
         md, table = out / f"{name}.md", None
-        if name == "table3":  # the rows the notebook wrote its tables from, rebuilt from its export (not parsed back)
-            from ..report.table3.table import rebuilt_table
-            from ..report.views.render import headline_text
-            table = rebuilt_table(sweep, out)
-            print(headline_text(table), end="")
+        if kind and kind.exported:  # the rows the notebook wrote its tables from, rebuilt from its export
+            table = kind.build(None, sweep, out)  # (not parsed back)
+            if kind.headline:
+                print(kind.headline(table), end="")
         pngs = sorted(p.name for p in out.glob("*.png"))
         also = f" (each also as {', '.join(formats[1:])})" if len(formats) > 1 else ""
         print(f"report: {md}\n  html: {out / (name + '.html')}\n  notebook: {out / (name + '.ipynb')}\n"
               f"  csv: {out / (name + '.csv')}\n  figures: {', '.join(pngs)}{also}", flush=True)
         if (out / f"{name}.tex").exists():
             print(f"  latex: {out / (name + '.tex')} (pdflatex {name}-standalone.tex compiles it alone)")
-        if name == "table3":
+        if kind and kind.exported:
             print(f"  export: {out / 'export' / (sweep.name + '.json')}")
-        if name == "table3" and args.from_export:
+        if kind and kind.exported and args.from_export:
             print("  W&B, optuna-dashboard: not published (a report rebuilt from an export)")
-        elif name in ("table2", "table3"):  # the same report in W&B and optuna-dashboard; a failure: a warning
+        elif kind:  # the same report in W&B and optuna-dashboard; a failure: a warning
             from ..report.publish.published import publish
-            if name == "table2":
-                from ..report.table2.table import read_claims
-                print("".join(f"  {line}\n" for line in read_claims(md)), end="", flush=True)
+            if kind.claims:
+                print("".join(f"  {line}\n" for line in kind.claims(md)), end="", flush=True)
             for line in publish(sweep, parameters, out, table):
                 print(line, flush=True)
         return 0
@@ -135,7 +136,7 @@ def report_cli(args) -> int:
         code = execute(notebook, parameters, out, name, then=published)
         if code == 0:
             from ..report.publish.published import dashboard_next
-            study = dashboard_next(sweep, parameters) if name in ("table2", "table3") else None
+            study = dashboard_next(sweep, parameters) if kind else None
             _say_done(Path(args.out or Path("reports") / "build" / sweep.name), name, study)
         return code
     return stopped["code"]

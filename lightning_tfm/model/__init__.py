@@ -17,8 +17,8 @@ from .config import ModelConfig
 from .incremental import EncoderDecoder
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .positional import LearnedPositions, SinusoidalPositions, sinusoid_table
-from .registry import ARCHITECTURES, DEFAULT_ARCH, build_model, register
-from .transformer import BOS, EOS, PAD, UNK, Transformer, train_flops_per_step
+from .registry import ARCHITECTURES, DEFAULT_ARCH, build_model, register, train_flops_per_step
+from .transformer import BOS, EOS, PAD, UNK, Transformer
 
 # Every module of this package is imported, so that an architecture in a file of its own registers itself
 # (fairseq's import_models): adding one is adding that file.

@@ -1,18 +1,15 @@
-"""The model section of an experiment config, as a typed dataclass (fairseq style), and what every config section
-is made of: :class:`Section`, and :func:`knob`, a field with everything said about it beside it.
-
-A knob is one field: its type, its default and its help, and in its metadata its check (a :class:`Range` for a
-number: what config validation refuses, one line naming the key and the range) and, for a knob of the paper's
-Table 3, its :class:`Table3` column (its title, its CSV and LaTeX names: the report's configuration table, the
-paper's rows in ``resources/paper_table3.csv`` and the sweep dashboard's Optuna params read it). Each section checks
-its own values (:meth:`Section.problem`: the fields' checks, then the rules across its keys).
+"""The model section of an experiment config, as a typed dataclass (fairseq style): :class:`ModelConfig`, a
+:class:`~lightning_tfm.base.knobs.Section` of :func:`~lightning_tfm.base.knobs.knob` fields (what a section and a
+knob are, their checks and their Table 3 columns: :mod:`lightning_tfm.base.knobs`), and the largest sizes a model
+section takes.
 
 :class:`ModelConfig` holds ``arch`` (which registered architecture is built: model/registry.py) and the
 architecture knobs of the paper's Transformer (Vaswani et al., 2017, Table 3 column names in the help strings),
 plus two speed switches that change rounding and random draws, not the model. Another architecture's knobs are
 its own :class:`Section` dataclass, a config section of its own (``toy.hidden``), kept beside the model section
 (:func:`lightning_tfm.model.registry.section`). This module imports nothing of the training layer; the training config
-(``training/config/config.py``) embeds it as ``Config.model`` and lists every section with :func:`section_schema`.
+(``training/config/config.py``) embeds it as ``Config.model`` and lists every section with
+:func:`~lightning_tfm.base.knobs.section_schema`.
 """
 from __future__ import annotations
 

@@ -99,6 +99,14 @@ def build_model(cfg: ModelConfig, vocab_size: int) -> EncoderDecoder:
     return entry(cfg).cls(arch_config(cfg), vocab_size)
 
 
+def train_flops_per_step(cfg: ModelConfig, vocab_size: int, lengths: tuple[float, float], tokens: float) -> float:
+    """Training FLOPs of one optimizer step of ``tokens`` target tokens (the one home of the count ``ltfm bench``,
+    the sweep's equal-FLOPs budgets and the reports use): the chosen architecture's own ``train_flops_per_token`` at
+    ``vocab_size`` and ``lengths`` (source, target tokens a sentence) x ``tokens``. NotImplementedError for an
+    architecture that counts no FLOPs (:class:`~lightning_tfm.model.incremental.EncoderDecoder`'s default)."""
+    return entry(cfg).cls.train_flops_per_token(arch_config(cfg), vocab_size, *lengths) * tokens
+
+
 def count_parameters(cfg: ModelConfig, vocab_size: int) -> int:
     """The chosen architecture's parameter count (its own analytic count where it has one)."""
     return entry(cfg).cls.count_parameters(arch_config(cfg), vocab_size)

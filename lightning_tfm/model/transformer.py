@@ -202,14 +202,3 @@ def _train_flops(N, d, f, hk, hv, V, B, S, T) -> float:
     attn = 6 * (hk + hv) * B * N * (S * S + T * T + T * S)  # QK^T and AV, forward x3 for training
     return dense + attn
 
-
-def train_flops_per_step(s: dict) -> float:
-    """:meth:`Transformer.train_flops_per_token` for a batch, from a dict of shapes (``ltfm bench``'s settings,
-    the report's rows, :func:`lightning_tfm.report.table3.compute.flops_per_step`): ``layers``, ``d_model``, ``d_ff``,
-    ``vocab``, ``batch`` (sentences), ``src_len``, ``tgt_len`` (tokens a sentence); optionally ``heads`` with
-    ``d_k`` and ``d_v`` (Table 3's rows where ``heads * d_k`` is not ``d_model``), else the concatenated heads
-    are ``d_model`` wide."""
-    d = s["d_model"]
-    hk = s["heads"] * s["d_k"] if s.get("d_k") and s.get("heads") else d  # queries and keys, all heads
-    hv = s["heads"] * s["d_v"] if s.get("d_v") and s.get("heads") else d  # values and the output projection
-    return _train_flops(s["layers"], d, s["d_ff"], hk, hv, s["vocab"], s["batch"], s["src_len"], s["tgt_len"])

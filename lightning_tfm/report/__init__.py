@@ -33,8 +33,7 @@ import warnings
 # tqdm.auto (imported by optuna and datasets) warns in a kernel without ipywidgets; a report has no progress bars.
 warnings.filterwarnings("ignore", message="IProgress not found")
 
-import importlib  # noqa: E402
-import importlib.util  # noqa: E402
+from ..base.lazy import lazy_names  # noqa: E402
 
 # The package's names, imported on first use (PEP 562): a notebook's ``from lightning_tfm import report as rd``
 # imports only what it uses (torch and Optuna when it asks for them). A name and its module:
@@ -56,20 +55,4 @@ _HOMES = {
     "table3.table": ("build_table", "learning_curves"),
     "table3.verdict": ("curve_verdict", "verdict_rule"),
 }
-_HOME = {name: module for module, names in _HOMES.items() for name in names}
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str):
-    if name in _HOME:
-        value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
-    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a sub-package not imported yet: ``report.views``
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__all__, __getattr__, __dir__ = lazy_names(__name__, globals(), _HOMES)

@@ -25,6 +25,7 @@ from pathlib import Path
 from statistics import NormalDist
 
 from ..sweep import curves
+from ..sweep.verdict import sign
 from .table3.stats import share
 
 #: The held-out back-tests of issue #51: the exports of sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml, trained after
@@ -54,10 +55,6 @@ def load(folder: str | Path, names=tuple(BACKTESTS)) -> list[dict]:
     return out
 
 
-def _sign(x: float) -> int:
-    return (x > 0) - (x < 0)
-
-
 def directional(rows: list[dict]) -> list[dict]:
     """The rows the direction is judged on: beyond seed noise at the cut, with a prediction and a measured gap."""
     return [r for r in rows if r["noise"] == "beyond" and r.get("sign_score") is not None]
@@ -71,12 +68,12 @@ def sized(rows: list[dict]) -> list[dict]:
 def calls(row: dict, quantile: float) -> bool:
     """Whether ``row`` is called *holds* with ``quantile`` (:func:`lightning_tfm.sweep.curves.keeps_side`)."""
     g = row["log"]
-    sign = _sign(g["now"])
-    return bool(sign) and sign * g["point"] - curves.direction_margin(g["now"], g["noise_sd"], g["k"], quantile) > 0
+    side = sign(g["now"])
+    return bool(side) and side * g["point"] - curves.direction_margin(g["now"], g["noise_sd"], g["k"], quantile) > 0
 
 
 def kept(row: dict) -> bool:
-    return _sign(row["log"]["measured"]) == _sign(row["log"]["now"])
+    return sign(row["log"]["measured"]) == sign(row["log"]["now"])
 
 
 def direction_by_export(rows: list[dict], level: float) -> dict:
@@ -277,7 +274,7 @@ def settle_record(rows: list[dict]) -> dict:
         st = r.get("settle") or {}
         if st.get("kind") in out and st["k"] <= curves.EXTRAPOLATION_K and r.get("log"):
             out[st["kind"]][1] += 1
-            out[st["kind"]][0] += r["noise_later"] == "beyond" and _sign(r["log"]["measured"]) == st["sign"]
+            out[st["kind"]][0] += r["noise_later"] == "beyond" and sign(r["log"]["measured"]) == st["sign"]
     return {k: tuple(v) for k, v in out.items()}
 
 

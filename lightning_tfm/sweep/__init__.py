@@ -19,8 +19,7 @@ How to run a sweep is in the README ("Sweep"); the sweep file's keys: ``ltfm swe
 
 The commands (``ltfm sweep``, ``ltfm prepare``, and ``ltfm train``, a sweep's trial) are in :mod:`lightning_tfm.cli`.
 """
-import importlib
-import importlib.util
+from ..base.lazy import lazy_names
 
 # The package's names, imported on first use (PEP 562): importing the package imports neither Optuna nor torch
 # until a name that needs them is asked for. A name and the module that defines it:
@@ -35,20 +34,4 @@ _HOMES = {
     "queue": ("claim_waiting", "duplicate_of", "enqueue_missing"),
     "worker": ("RESULT_ATTRS", "Worker"),
 }
-_HOME = {name: module for module, names in _HOMES.items() for name in names}
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str):
-    if name in _HOME:
-        value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
-    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a submodule not imported yet: ``sweep.plan``
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__all__, __getattr__, __dir__ = lazy_names(__name__, globals(), _HOMES)

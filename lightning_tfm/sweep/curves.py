@@ -91,7 +91,7 @@ FAMILY = "power"
 #: (:func:`extrapolation_score`). 80%, not 90%: each export left out, both hold their level on the 88 rows of six
 #: exports, and the 80% interval is the one narrow enough to say something
 #: (reports/reference/backtest/calibration.md: the levels compared, each export left out in turn;
-#: ``lightning_tfm.report.table3.calibration`` recomputes both numbers from the committed back-tests and
+#: :mod:`lightning_tfm.report.calibration` recomputes both numbers from the committed back-tests and
 #: ``tests/test_calibration.py`` checks them).
 EXTRAPOLATION_ERROR = 0.2879
 EXTRAPOLATION_K, EXTRAPOLATION_LEVEL = 3.0, 0.8

@@ -91,13 +91,11 @@ def tokens_per_step(cfg: config.Config) -> float:
 
 
 def flops_per_step(cfg: config.Config, lengths: tuple[float, float]) -> float:
-    """Training FLOPs of one optimizer step: model.arch's own ``train_flops_per_token`` (at the config's shapes, its
-    data.vocab_size and ``lengths``) x :func:`tokens_per_step`."""
+    """Training FLOPs of one optimizer step of a config: :func:`lightning_tfm.model.registry.train_flops_per_step`
+    at its model section, its data.vocab_size, ``lengths`` and :func:`tokens_per_step`."""
     from ..model import registry
 
-    arch = registry.entry(cfg.model)
-    per_token = arch.cls.train_flops_per_token(registry.arch_config(cfg.model), cfg.data.vocab_size, *lengths)
-    return per_token * tokens_per_step(cfg)
+    return registry.train_flops_per_step(cfg.model, cfg.data.vocab_size, lengths, tokens_per_step(cfg))
 
 
 def step_flops(sweep: Sweep, entry: Entry, base: dict) -> tuple[float, float]:

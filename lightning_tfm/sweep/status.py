@@ -91,11 +91,11 @@ SKIP_STATES = {"unbuildable": "skipped", "duplicate": "duplicate", "running": "r
 
 def status_rows(study, sweep: Sweep | None = None) -> list[dict]:
     """One row per trial of ``study``; with ``sweep``, each completed row read at its budget
-    (:func:`read_at_budgets`) and each row's ``verdict`` (:func:`add_verdicts`)."""
+    (:func:`read_at_budgets`) and each row's ``verdict`` (:func:`add_status_verdicts`)."""
     rows = trial_rows(study.get_trials(deepcopy=False))
     if sweep is not None:
         read_at_budgets(rows, sweep.metric)
-        add_verdicts(sweep, rows)
+        add_status_verdicts(sweep, rows)
     return rows
 
 
@@ -178,9 +178,9 @@ def _fmt_duration(s: float | None) -> str:
 
 def format_status(sweep: Sweep, rows: list[dict], storage_url: str, results_dir) -> str:
     """The status table: run folders relative to the results folder, the storage by its name there; a column of
-    verdicts when a row has one (:func:`add_verdicts`, computed here for rows without)."""
+    verdicts when a row has one (:func:`add_status_verdicts`, computed here for rows without)."""
     if any("verdict" not in r for r in rows):
-        add_verdicts(sweep, rows)
+        add_status_verdicts(sweep, rows)
     shown = any(r["verdict"] for r in rows)
     k = {**REPORT_DEFAULTS, **(sweep.report or {})}["k"]
     head = ("#", "variant", "seed", "state", sweep.metric, "steps", *([f"verdict at {k:g}x"] if shown else []),
@@ -268,7 +268,7 @@ def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> 
     return {v: x for v, x in out.items() if x}
 
 
-def add_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, dict]:
+def add_status_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, dict]:
     """Each completed row's ``verdict`` (the text, e.g. ``holds: -12% at 3x, bound -9% (80% [-15, -9])``; None
     without one) and ``prediction`` (the same as numbers, for ``--status --json``: ``verdict``, the predicted
     log-PPL gap's ``point``, ``low``, ``high``, the one-sided ``bound`` the verdict reads (None without a side

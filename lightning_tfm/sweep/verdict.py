@@ -100,7 +100,8 @@ def settings_of(settings: dict | None) -> dict:
     return {**REPORT_DEFAULTS, **(settings or {})}
 
 
-def _sign(x: float) -> int:
+def sign(x: float) -> int:
+    """1, -1 or 0: the direction of a change (the verdicts', the reports' "same sign" rules; the one home)."""
     return (x > 0) - (x < 0)
 
 
@@ -133,8 +134,8 @@ def direction_bound(gap: dict) -> float | None:
     """The one-sided bound the *holds* test reads (:func:`.curves.keeps_side`): the predicted gap moved toward zero
     by its ``sign_margin``, on the side of today's gap (``gap["now"]``); None without a side today."""
     now = gap.get("now", math.nan)
-    sign = _sign(now) if math.isfinite(now) else 0
-    return gap["point"] - sign * gap["sign_margin"] if sign else None
+    side = sign(now) if math.isfinite(now) else 0
+    return gap["point"] - side * gap["sign_margin"] if side else None
 
 
 def gap_text(gap: dict) -> str:
@@ -201,7 +202,7 @@ def curve_verdict(row_runs: list[dict[int, float]], base_runs: list[dict[int, fl
                 "settle": None}
     from .curves import keeps_side, settle_budget
 
-    if keeps_side(gap, _sign(delta)):
+    if keeps_side(gap, sign(delta)):
         return {"verdict": HOLDS, "why": gap_text(gap), "gap": gap, "settle": None}
     settle = settle_budget(gap, delta, noise_k=NOISE_K) or dict.fromkeys(("kind", "k", "step", "base_step", "sign"))
     return {"verdict": MAY_FLIP, "why": gap_text(gap), "gap": gap, "settle": settle}

@@ -96,7 +96,11 @@ class Kind:
     ``files``; the W&B tables (``wandb``: name -> the
     columns' view) over the rows of ``rows(table)`` with ``digits`` significant digits (None: as the CSV prints
     them); the W&B summary (``summary(table)``); the study note (``note(table)``: its markdown parts); whether
-    the study gets custom plots; how :func:`.publish.published.publish` gets the table (``build(data, sweep, out)``)."""
+    the study gets custom plots; how :func:`.publish.published.publish` gets the table (``build(data, sweep, out)``).
+    What ``ltfm report`` does with it: ``exported``, whether the notebook writes the sweep's export and builds its
+    table from it (``--from-export`` rebuilds such a report; ``build(None, sweep, out)`` rebuilds its table from the
+    report folder), ``headline(table)``, the text it prints first, and ``claims(markdown)``, the lines it prints of
+    the written markdown."""
     name: str
     columns: Callable[[str], list[Column]]
     files: tuple[str, ...]
@@ -107,6 +111,9 @@ class Kind:
     rows: Callable[[dict], list] = lambda table: table["rows"]
     digits: int | None = 6
     plots: bool = False
+    exported: bool = False
+    headline: Callable[[dict], str] | None = None
+    claims: Callable[[Any], list[str]] | None = None
 
     def wandb_tables(self, table: dict) -> dict[str, tuple[list[str], list[list]]]:
         """Each W&B table as (its columns' keys, a list of cells per row)."""

@@ -342,6 +342,16 @@ def _given(tree: dict, key: str, default):
     return default if v is None else v
 
 
+def _rows(field: str, rows: Any, check) -> None:
+    """An object of rows (``bootstrap.tests``, ``planned``): each key a variant's name, each value checked by
+    ``check(f"{field}.{variant}", value)``."""
+    if not isinstance(rows, dict):
+        _refuse(field, rows, "not an object of rows")
+    for variant, value in rows.items():
+        _name(f"{field} key", variant)
+        check(f"{field}.{variant}", value)
+
+
 def check_tree(tree: dict) -> None:
     """Every field of an export the report reads, checked (the module docstring): :class:`Refused` on the first
     that breaks its rule."""
@@ -371,21 +381,11 @@ def check_tree(tree: dict) -> None:
     boot = tree.get("bootstrap")
     if not isinstance(boot, dict):
         _refuse("bootstrap", boot, "not an object {tests, notes, signature}")
-    tests = _given(boot, "tests", {})
-    if not isinstance(tests, dict):
-        _refuse("bootstrap.tests", tests, "not an object of rows")
-    for variant, t in tests.items():
-        _name("bootstrap.tests key", variant)
-        _test(f"bootstrap.tests.{variant}", t)
+    _rows("bootstrap.tests", _given(boot, "tests", {}), _test)
     for note in _list("bootstrap.notes", _given(boot, "notes", [])):
         _text("bootstrap.notes", note, 2000)
     _text("bootstrap.signature", boot.get("signature"), 300)
-    planned = _given(tree, "planned", {})
-    if not isinstance(planned, dict):
-        _refuse("planned", planned, "not an object of rows")
-    for variant, cfg in planned.items():
-        _name("planned key", variant)
-        _config(f"planned.{variant}", cfg)
+    _rows("planned", _given(tree, "planned", {}), _config)
     for note in _list("notes", _given(tree, "notes", [])):
         _text("notes", note, 2000)
     _text("source", tree.get("source"), 1000)

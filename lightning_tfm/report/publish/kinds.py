@@ -24,7 +24,7 @@ from ..table2 import columns as table2_columns
 from ..table2 import table as table2_table
 from ..table3 import columns as table3_columns
 from ..table3.table import rebuilt_table
-from ..views.render import headline_markdown, ppl_markdown
+from ..views.render import headline_markdown, headline_text, ppl_markdown
 
 KIND = "table3"   # the default kind of the functions that take one
 WANDB_TABLES = {"table3/dev_ppl": table3_columns.WANDB_PPL,   # W&B table -> its view (.columns)
@@ -36,10 +36,11 @@ KINDS = {k.name: k for k in (
          ("table3.md", "table3.csv", "table3.html", "table3.tex", "table3-standalone.tex"),
          WANDB_TABLES, lambda t: headline_numbers(t["rows"], t["run_info"]),
          lambda t: [headline_markdown(t), ppl_markdown(t, table3_columns.NOTE)],
-         lambda data, sweep, out: rebuilt_table(sweep, out), plots=True),
+         lambda data, sweep, out: rebuilt_table(sweep, out), plots=True, exported=True, headline=headline_text),
     Kind("table2", table2_columns.columns, ("table2.md", "table2.csv", "table2.html"),
          {"table2/rows": table2_columns.CSV}, table2_table.summary_numbers, table2_table.note_parts,
-         lambda data, sweep, out: table2_table.build_table2(data), rows=table2_table.csv_rows, digits=None))}
+         lambda data, sweep, out: table2_table.build_table2(data), rows=table2_table.csv_rows, digits=None,
+         claims=table2_table.read_claims))}
 
 
 def wandb_tables(table: dict) -> dict[str, tuple[list[str], list[list]]]:

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from ...base.atomic import write_text
+from ...sweep.verdict import sign
 from ..core.columns import Shown
 from ..core.text import md_cell, md_code, md_text
 from .columns import COMPARE, COMPARE_ROW, SIDE, columns, shown
@@ -34,10 +35,6 @@ STATUS_RULE = ("*transfers*: both sides hold with the same sign, or both within 
                "compared")
 
 
-def _sign(x: float | None) -> int | None:
-    return None if x is None else (x > 0) - (x < 0)
-
-
 def status(a: dict | None, b: dict | None) -> str:
     """The comparison status of one row from its two sides' table rows (None: the side lacks the row); a side whose
     change is no number (nan, inf) has no result."""
@@ -48,7 +45,7 @@ def status(a: dict | None, b: dict | None) -> str:
     if va == vb == WITHIN:
         return TRANSFERS
     if va == vb == HOLDS:
-        return TRANSFERS if _sign(a["delta_ppl"]) == _sign(b["delta_ppl"]) else FLIPS
+        return TRANSFERS if sign(a["delta_ppl"]) == sign(b["delta_ppl"]) else FLIPS
     return UNSETTLED
 
 

@@ -5,7 +5,7 @@ the table compares rows that spent different compute. Here:
 
 - a row's training FLOPs per step (:func:`flops_per_step`, a run's: :func:`step_flops`) is the count ``ltfm bench``
   uses for MFU: its architecture's own (``train_flops_per_token`` of the class ``model.arch`` names in the model
-  registry; the Transformer's: :func:`lightning_tfm.model.transformer.train_flops_per_step`), at the config the run
+  registry, :func:`lightning_tfm.model.registry.train_flops_per_step`), at the config the run
   was built from (:func:`model_config`: the Transformer's N, d_model, d_ff, h, d_k, d_v; another architecture's
   section), its vocabulary and its tokens: target tokens per step = the run's token budget a step (its effective batch,
   else what it trained: ``train_tokens / steps``), sentences as long as the prepared training corpus's mean
@@ -22,8 +22,12 @@ the table compares rows that spent different compute. Here:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ..inputs.records import RunRecord
+
+if TYPE_CHECKING:
+    from ...model import ModelConfig
 
 SHAPE_KEYS = {"layers": "model.layers", "d_model": "model.d_model", "d_ff": "model.d_ff", "heads": "model.heads",
               "d_k": "model.d_k", "d_v": "model.d_v"}
@@ -47,23 +51,31 @@ def _tokens_per_step(rec: RunRecord) -> float | None:
     return None
 
 
-def row_shapes(rec: RunRecord) -> tuple[dict | None, bool]:
-    """(the shapes :func:`~lightning_tfm.model.transformer.train_flops_per_step` takes, whether the sentence
-    lengths were measured on the run's corpus) of a run; (None, False) when its config lacks a shape or its tokens."""
+def sentence_lengths(rec: RunRecord) -> tuple[float, float, bool]:
+    """(source, target tokens a sentence, whether measured) of a run: its prepared corpus's mean lengths, else
+    ``ltfm bench``'s default lengths."""
     from ...bench.speed import DEFAULTS
 
+    measured = bool(rec.src_len and rec.tgt_len)
+    src_len, tgt_len = (rec.src_len, rec.tgt_len) if measured else (DEFAULTS["src_len"], DEFAULTS["tgt_len"])
+    return src_len, tgt_len, measured
+
+
+def row_shapes(rec: RunRecord) -> tuple[dict | None, bool]:
+    """(a transformer run's shapes (:data:`SHAPE_KEYS`), ``vocab``, ``batch`` (sentences a step), ``src_len`` and
+    ``tgt_len`` (:func:`sentence_lengths`), whether the lengths were measured on the run's corpus); (None, False)
+    when its config lacks a shape or its tokens."""
     shapes = {k: rec.config.get(key) for k, key in SHAPE_KEYS.items()}
     shapes["vocab"] = rec.vocab_size or rec.config.get("data.vocab_size")
     tokens = _tokens_per_step(rec)
     if tokens is None or not all(isinstance(v, (int, float)) and v > 0 for v in shapes.values()):
         return None, False
-    measured = bool(rec.src_len and rec.tgt_len)
-    src_len, tgt_len = (rec.src_len, rec.tgt_len) if measured else (DEFAULTS["src_len"], DEFAULTS["tgt_len"])
+    src_len, tgt_len, measured = sentence_lengths(rec)
     return {**shapes, "batch": tokens / tgt_len, "src_len": src_len, "tgt_len": tgt_len}, measured
 
 
-def model_config(rec: RunRecord) -> tuple[type, object] | None:
-    """(the architecture's class, the config it is built from) of a run, through the model registry: ``model.arch``
+def model_config(rec: RunRecord) -> ModelConfig | None:
+    """The model section of a run (its architecture's config with it), through the model registry: ``model.arch``
     (a saved transformer config leaves it out), then the keys of its section the run's config holds (the
     Transformer's: ``model.*``, every one of :data:`SHAPE_KEYS` needed, :func:`row_shapes`; another architecture's:
     ``<arch>.*`` over the section's defaults). None for an architecture not registered here or a transformer run
@@ -79,33 +91,32 @@ def model_config(rec: RunRecord) -> tuple[type, object] | None:
     own = ARCHITECTURES[arch].section is not None
     if not own and row_shapes(rec)[0] is None:
         return None
-    cfg = section(ModelConfig(arch=arch), arch)
+    model = ModelConfig(arch=arch)
+    cfg = section(model, arch)  # the model section itself for the transformer
     prefix = arch if own else "model"
     for f in dataclasses.fields(cfg):
         value = rec.config.get(f"{prefix}.{f.name}")
         if value is not None and f.name != "arch":
             setattr(cfg, f.name, value)
-    return ARCHITECTURES[arch].cls, cfg
+    return model
 
 
 def step_flops(rec: RunRecord) -> tuple[float | None, bool]:
     """(training FLOPs of one optimizer step of a run, whether its sentence lengths were measured on its corpus): its
-    architecture's ``train_flops_per_token`` (:func:`model_config`) x its target tokens a step; (None, False) without
-    a registered architecture with a FLOPs count, its shapes, a vocabulary or the tokens."""
-    from ...bench.speed import DEFAULTS
+    architecture's count (:func:`lightning_tfm.model.registry.train_flops_per_step` at :func:`model_config`, its
+    vocabulary, :func:`sentence_lengths` and its target tokens a step); (None, False) without a registered
+    architecture with a FLOPs count, its shapes, a vocabulary or the tokens."""
+    from ...model.registry import train_flops_per_step
 
-    built, tokens = model_config(rec), _tokens_per_step(rec)
+    model, tokens = model_config(rec), _tokens_per_step(rec)
     vocab = rec.vocab_size or rec.config.get("data.vocab_size")
-    if built is None or tokens is None or not (isinstance(vocab, (int, float)) and vocab > 0):
+    if model is None or tokens is None or not (isinstance(vocab, (int, float)) and vocab > 0):
         return None, False
-    measured = bool(rec.src_len and rec.tgt_len)
-    src_len, tgt_len = (rec.src_len, rec.tgt_len) if measured else (DEFAULTS["src_len"], DEFAULTS["tgt_len"])
-    cls, cfg = built
+    src_len, tgt_len, measured = sentence_lengths(rec)
     try:
-        per_token = cls.train_flops_per_token(cfg, int(vocab), src_len, tgt_len)
+        return train_flops_per_step(model, int(vocab), (src_len, tgt_len), tokens), measured
     except NotImplementedError:  # an architecture that counts no FLOPs (EncoderDecoder's default): no column value
         return None, False
-    return per_token * tokens, measured
 
 
 def flops_per_step(records: list[RunRecord]) -> tuple[float | None, bool]:

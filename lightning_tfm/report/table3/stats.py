@@ -33,7 +33,7 @@ from typing import Any
 from ...base.errors import UserError
 
 # the seed-noise rule and its parts: one home, beside the verdict that reads them (lightning_tfm.sweep.verdict)
-from ...sweep.verdict import NOISE_K, NOISE_RULE, finite, mean_std, noise_verdict  # noqa: F401
+from ...sweep.verdict import NOISE_K, NOISE_RULE, finite, mean_std, noise_verdict, sign  # noqa: F401
 from ..core.text import first_line
 from ..inputs.records import RunRecord
 
@@ -48,17 +48,11 @@ BLEU_FLOOR = 1.0
 BOOTSTRAP_SAMPLES = 1000
 
 
-def _sign(x: float | None) -> int | None:
-    if not finite(x):
-        return None
-    return (x > 0) - (x < 0)
-
-
 def agrees(ours: float | None, paper: float | None) -> bool | None:
     """Same direction of change against the base; None when either is unknown (or no number) or the paper's is 0."""
-    if not finite(ours) or not finite(paper) or _sign(paper) == 0:
+    if not finite(ours) or not finite(paper) or sign(paper) == 0:
         return None
-    return _sign(ours) == _sign(paper)
+    return sign(ours) == sign(paper)
 
 
 def relative(delta: float | None, base: float | None) -> float | None:

@@ -40,7 +40,7 @@ from .stats import (
     paired_bootstrap,
     relative,
 )
-from .verdict import add_verdicts, seconds_per_step, settle_summary, verdict_summary
+from .verdict import add_table_verdicts, seconds_per_step, settle_summary, verdict_summary
 
 
 def knob_value(cfg: dict, key: str):
@@ -166,7 +166,7 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
         rows.append(row)
     curves = learning_curves(data, variants, by_variant)
     compute = add_equal_compute(rows, curves, by_variant)
-    outlook = add_verdicts(rows, curves, sweep.report, seconds_per_step(by_variant))
+    outlook = add_table_verdicts(rows, curves, sweep.report, seconds_per_step(by_variant))
     summary = {**agreement_summary(rows), **verdict_summary(rows), "settle": settle_summary(outlook)}
     notes = list(test_notes) + off_budget(by_variant, data.planned)
     signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})

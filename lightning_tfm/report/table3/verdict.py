@@ -3,8 +3,9 @@ judged from each run's learning curve extrapolated to ``k`` x the budget) is :mo
 (:func:`~lightning_tfm.sweep.verdict.curve_verdict`, the one place it is written, which ``ltfm sweep --status`` and
 the launcher's lines read too: one rule, one answer), with the settings of the sweep file's ``report:`` section
 (:data:`lightning_tfm.sweep.REPORT_DEFAULTS`). Here: the rule in one paragraph for the report's notes
-(:func:`verdict_rule`), the table's columns (:func:`add_verdicts`: the verdict from the table's Δ and its seed-noise
-verdict, :func:`lightning_tfm.report.table3.stats.noise_verdict`), and the settle budgets as the table prints them.
+(:func:`verdict_rule`), the table's columns (:func:`add_table_verdicts`: the verdict from the table's Δ and its
+seed-noise verdict, :func:`lightning_tfm.sweep.verdict.noise_verdict`), and the settle budgets as the table prints
+them.
 
 A row that may flip gets its **settle budget** (``ppl_settle``, :func:`lightning_tfm.sweep.curves.settle_budget`):
 the least multiple of the budget, up to 10x, at which a verdict taken then is predicted to hold, or at which its gap
@@ -95,7 +96,7 @@ SETTLE_AT = (1.5, 2.0, 3.0, 5.0, 10.0)
 
 
 def settle_summary(outlook: dict) -> dict:
-    """The settle budgets in all, from the verdicts :func:`add_verdicts` returns: ``unsettled``, the rows that may
+    """The settle budgets in all, from the verdicts :func:`add_table_verdicts` returns: ``unsettled``, the rows that may
     flip; ``settled``, ``[(m, rows whose settle budget is at most m x the budget)]`` for each ``m`` of
     :data:`SETTLE_AT`; ``kinds``, how many of them settle by each kind (``holds`` on today's side, ``flips`` to the
     other); ``not_within``, rows with no settle budget by :data:`~lightning_tfm.sweep.curves.SETTLE_MOST` x;
@@ -108,7 +109,7 @@ def settle_summary(outlook: dict) -> dict:
             "no_prediction": sum(1 for v in unsettled if not v.get("settle"))}
 
 
-def add_verdicts(rows: list, curves: dict, settings: dict | None = None, seconds: dict | None = None) -> dict:
+def add_table_verdicts(rows: list, curves: dict, settings: dict | None = None, seconds: dict | None = None) -> dict:
     """Each row's ``ppl_verdict``, ``ppl_verdict_why`` and ``ppl_settle`` (:func:`settle_text`, with the row's
     ``flops_per_step`` and ``seconds`` per step: {variant: :func:`seconds_per_step`}) from the table's learning
     curves (``curves["runs"]``: {variant: [{step: dev PPL} a seed]}, ``curves["warmup"]``: {variant:

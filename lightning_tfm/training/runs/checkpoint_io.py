@@ -35,7 +35,7 @@ def atomic_checkpoint_io():
     changes the file the others name; pruning a step checkpoint removes its name only. Where the filesystem has no
     hard links the bytes are written.
     """
-    from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+    from pytorch_lightning.plugins.io import TorchCheckpointIO
 
     class AtomicCheckpointIO(TorchCheckpointIO):
         def __init__(self):

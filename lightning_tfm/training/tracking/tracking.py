@@ -36,11 +36,11 @@ import secrets
 import shutil
 import string
 import sys
+from argparse import Namespace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
-from lightning_fabric.utilities.logger import _convert_params
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
@@ -225,7 +225,8 @@ class TrackingLogger(WandbLogger):
 
     @rank_zero_only
     def log_hyperparams(self, params) -> None:
-        params = _convert_params(params) or {}
+        # Lightning passes a dict or a Namespace (its own _convert_params, a private name, did this)
+        params = (vars(params) if isinstance(params, Namespace) else params) or {}
         flat: dict[str, Any] = {}
         for key, value in params.items():
             # save_hyperparameters(config=<nested config, or a Config>) -> the same flat keys as at wandb.init
