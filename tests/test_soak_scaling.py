@@ -394,9 +394,11 @@ def test_a_stale_trial_that_kept_work_is_queued_again_by_the_study(tmp_path):
 
 def test_a_trial_the_study_already_queued_again_is_not_counted_failed_after_a_full_disk(tmp_path):
     """SQLite on the full disk: the study fails the trial as stale (and queues it) before its worker records the
-    disk failure; the worker counts it as queued again, not as failed (which made the worker exit 1)."""
+    disk failure; the worker finds it taken over (its retry owns the row), never counts it as failed (which made
+    the worker exit 1) nor queues it a second time."""
     import optuna
 
+    from lightning_tfm.sweep.held import TakenOver
     from lightning_tfm.sweep.worker import Worker
 
     storage, study = _study(tmp_path, max_retry=3)
@@ -406,10 +408,14 @@ def test_a_trial_the_study_already_queued_again_is_not_counted_failed_after_a_fu
     worker.plan = SimpleNamespace(results_dir=tmp_path)  # writable again: no wait
     worker.sweep = SimpleNamespace(heartbeat={"interval": 1})
     worker.counts = {"failed": 0, "requeued": 0}
+    worker.sweep.name = "soak"
     frozen = _attempt(storage, study, tmp_path / "run", 0, None)  # already FAIL: the study got there first
-    worker._disk_failure(optuna.trial.Trial(study, frozen._trial_id), frozen._trial_id, "trial 0 base seed 1",
-                         "cannot write in /x (No space left on device)")
-    assert worker.counts == {"failed": 0, "requeued": 1}, lines
+    before = len(study.get_trials())
+    with pytest.raises(TakenOver):  # the worker's loop says the one line and goes on
+        worker._disk_failure(optuna.trial.Trial(study, frozen._trial_id), frozen._trial_id, "trial 0 base seed 1",
+                             "cannot write in /x (No space left on device)")
+    assert worker.counts == {"failed": 0, "requeued": 0}, lines
+    assert len(study.get_trials()) == before  # queued once, by the study
 
 
 def test_the_reason_a_trial_failed_is_never_a_traceback_header(tmp_path):

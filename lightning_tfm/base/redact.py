@@ -27,8 +27,9 @@ _SECRET_WORDS = {"key", "apikey", "password", "passwd", "pwd", "token", "secret"
 _SECRET_ENDINGS = ("password", "passwd", "passphrase", "token", "secret", "apikey")
 # scheme://user:PASSWORD@host in free text: greedy up to the last "@" of the line, so a password holding an
 # unencoded "@", "/" or blank (libpq and SQLAlchemy take "u:my pw@host") is masked whole (masking some of what
-# follows too is the safe side to err on)
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)([^\n]*)(@)")
+# follows too is the safe side to err on); a password masked already ("u:***@host") is left as it is, so that a
+# line quoting a masked URL keeps what follows it
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(\*\*\*(?=@)|[^\n]*)(@)")
 # A text that is one value (a config value, an argument, a notebook parameter), maybe after "key=": a URL is
 # masked by mask_url's rules, which know where its parts end (a query value runs to the next "&", blanks included);
 # the value of a secret key is masked whole, blanks included
