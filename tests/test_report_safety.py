@@ -300,7 +300,7 @@ def quick_overrides() -> list[str]:
                         "DATA=/nonexistent"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr
     (line,) = [ln for ln in p.stdout.splitlines() if re.search(r"ltfm sweep \S+ --workers", ln)]
-    words = shlex.split(line.split("||")[0])
+    words = shlex.split(re.split(r"\|\||;", line)[0])  # the command itself, before what the recipe does after it
     return [w for w in words if "=" in w and not w.startswith(("data.path=", "data.source=", "run.results_dir="))]
 
 

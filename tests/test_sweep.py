@@ -251,6 +251,19 @@ def test_a_sampler_failing_at_trial_time_fails_its_trial_and_twice_stops_with_on
     assert not list(results.glob("broken-*")), "no run folder for a point never sampled"
 
 
+def test_a_new_search_point_of_a_sampler_that_reads_no_trials_takes_its_params(tmp_path):
+    """The random sampler reads no trials before its first suggest: the new trial must be known to the study's
+    cached storage all the same (Optuna 5 failed it with a KeyError of its id: every random search's first trial)."""
+    from lightning_tfm.sweep import open_storage
+    from lightning_tfm.sweep.queue import ask_new
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'r.db'}")
+    study = optuna.create_study(storage=storage, study_name="r", sampler=optuna.samplers.RandomSampler(seed=5))
+    trial, trial_id = ask_new(study, storage, storage.get_study_id_from_name("r"))
+    value = trial.suggest_float("model.dropout", 0.0, 0.3)
+    assert 0.0 <= value <= 0.3 and storage.get_trial(trial_id).params == {"model.dropout": value}
+
+
 def test_a_new_search_point_beats_at_once_so_a_worker_killed_while_sampling_leaves_it_to_the_study(tmp_path):
     """ask_new records the trial's first heartbeat before its sampler runs: a worker that dies there (killed,
     stopped) leaves a trial Optuna's fail_stale_trials fails once the grace has passed, not one running forever."""

@@ -130,7 +130,9 @@ def ask_new(study, storage, study_id: int):
     """A new trial of a search, ``(trial, trial_id)``: ``study.ask`` split so that the trial is known before its
     sampler runs, and beats at once (a worker killed or a sampler failing while it samples leaves no trial running
     forever)."""
-    trial_id = retry(storage.create_new_trial, study_id)
+    # through the study's own storage, as study.ask does: Optuna's cache of it must know the trial, or the first
+    # suggest_* of a sampler that reads no trials (random) fails with a KeyError of the trial id (Optuna 5)
+    trial_id = retry(study._storage.create_new_trial, study_id)
     _first_heartbeat(storage, trial_id)
     return open_trial(study, trial_id), trial_id
 

@@ -338,13 +338,19 @@ class Worker:
         self.say(f"{label}: training {rid} (log {log})")
         started = time.time()
         deadline = None
-        while True:
+        # A run stopped past this trial's budget (a larger budget's sweep, Ctrl-C'd): `ltfm train` refuses to resume
+        # it with a smaller one, and none is needed: it is read at this budget below, as a folder trained past it.
+        prior = read_summary(run_dir) or {}
+        rc, attempt = (0, None) if prior.get("status") not in (None, "completed") and \
+            (newest_step(run_dir) or 0) > cfg.train.max_steps else (None, None)
+        while rc is None:
             # where this attempt starts: the retry rule asks, when it ends, whether it kept work past that
             held.write(trial.number, trial.set_user_attr, RESUME_STEP, newest_step(run_dir))
             attempt = env[ATTEMPT_ENV] = secrets.token_hex(8)
             rc = self._run_process(cmd, env, log, trial)
             if not (rc == 2 and RUN_LOCKED in (log_error_line(log) or "")):
                 break
+            rc = None
             # Another process trains this very run: a stopped trial whose heartbeat lapsed (this trial is its
             # retry), a `ltfm train` by hand, a worker of another sweep. Not this trial's failure: it waits
             # (beating its heart) for the run's lock, then starts again, resuming the run or finding it completed.
