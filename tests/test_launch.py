@@ -283,7 +283,7 @@ def test_sigterm_to_the_launcher_stops_its_workers_and_the_same_command_finishes
     assert lines and "rows 4/4 done, 0 running, 0 left" in lines[-1]
     assert any(re.search(r"\| (base|A1|C1|prenorm) s1 (starting|step \d+/40)", ln) for ln in lines), lines
     for row in ("base", "A1", "C1", "prenorm"):
-        assert re.search(rf"finished: {row} seed 1: dev ppl \d+\.\d\d \(\d+:\d\d\)", out), out
+        assert re.search(rf"finished: {row} seed 1: dev ppl \d+\.\d\d (\(.*\) )?\(\d+:\d\d\)$", out, re.M), out
     logs = results / "sweep-logs" / "smoke"
     assert (logs / "worker-0.log").is_file() and (logs / "worker-1.log").is_file()
     # the launcher queued the rows once, before the workers started: no duplicate trials
