@@ -152,7 +152,8 @@ def test_two_sweep_files_sharing_a_results_folder_each_record_their_own_budget(t
     its trial skipped with the reason. ``--status --json``, its verdicts and the report read them at 20 steps."""
     results = tmp_path / "results"
     sweep_file = write_sweep(tmp_path / "short.yaml", "short", {"base": {}, "fast": {"model.dropout": 0.0},
-                                                                 "gap": {"model.dropout": 0.2}})
+                                                                 "gap": {"model.dropout": 0.2},
+                                                                 "halted": {"model.dropout": 0.3}})
     args = (f"data.path={data_dir}", f"run.results_dir={results}")
     sweep = load_sweep(sweep_file)
     plan = Plan(sweep, list(args))
@@ -164,6 +165,13 @@ def test_two_sweep_files_sharing_a_results_folder_each_record_their_own_budget(t
     _folder(results, f"short-base-s1-{config_hash(cfgs['base'])}", cfgs["base"], "short", 20, base)
     _folder(results, f"long-fast-s1-{config_hash(cfgs['fast'])}", cfgs["fast"], "long", 30, fast)
     _folder(results, f"long-gap-s1-{config_hash(cfgs['gap'])}", cfgs["gap"], "long", 30, gap)
+    # a run of the long sweep stopped (Ctrl-C) at step 30 of its budget: never resumed with this smaller one
+    halted = _folder(results, f"long-halted-s1-{config_hash(cfgs['halted'])}", cfgs["halted"], "long", 30, fast)
+    atomic.write_json(halted / "summary.json", {**json.loads((halted / "summary.json").read_text()),
+                                                "status": "stopped"})
+    (halted / "checkpoints").mkdir(exist_ok=True)
+    (halted / "checkpoints" / "step=000030.ckpt").write_bytes(b"")  # what it could resume from
+    kept = {f: (halted / f).read_bytes() for f in ("summary.json", "config.yaml")}
 
     p = ltfm_here("sweep", sweep_file, *args)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -174,6 +182,10 @@ def test_two_sweep_files_sharing_a_results_folder_each_record_their_own_budget(t
     assert t.value == pytest.approx(math.log(fast[19]))                          # at 20 steps, not at 30
     assert (t.user_attrs["steps"], t.user_attrs["trained_past"]) == (20, "completed at step 30")
     assert t.user_attrs["dev_ppl"] == pytest.approx(fast[19]) and "dev_bleu" not in t.user_attrs  # no BLEU at 20
+    h = trials["halted"]  # read at 20 steps from its curve, untouched: no `ltfm train` refused or resumed it
+    assert h.state == optuna.trial.TrialState.COMPLETE and h.value == pytest.approx(math.log(fast[19]))
+    assert h.user_attrs["trained_past"] == "stopped at step 30"
+    assert {f: (halted / f).read_bytes() for f in kept} == kept
     g = trials["gap"]
     assert g.state == optuna.trial.TrialState.FAIL and g.user_attrs["skip"] == "past_budget"
     assert g.user_attrs["reason"] == ("its run folder was trained on (completed at step 30) and holds no validation "
