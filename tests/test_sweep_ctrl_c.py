@@ -201,7 +201,7 @@ def test_a_stopped_trial_is_claimed_before_any_other_and_shown_stopped(data_dir)
         return claim_waiting(study, storage, sid, keys)[0]
 
     stopped, stale = claim(third), claim(second)  # two workers' rows; the first row is still waiting
-    held.put_back(study, storage, sweep.name, stopped, 7)  # Ctrl-C of its worker
+    held.put_back(storage, sweep.name, stopped, 7)  # Ctrl-C of its worker
     storage.set_trial_state_values(stale._trial_id, state=optuna.trial.TrialState.FAIL)  # a dead worker's row
     RetryWhileProgressing(3)(study, storage.get_trial(stale._trial_id))
 

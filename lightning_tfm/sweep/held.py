@@ -60,7 +60,7 @@ def close(study, storage, name: str, trial, state, values, attrs: dict) -> None:
         write(trial.number, study.tell, trial.number, values, state=state, skip_if_finished=True)
 
 
-def put_back(study, storage, name: str, trial, step: int | None) -> None:  # noqa: ARG001 - study: as close's
+def put_back(storage, name: str, trial, step: int | None) -> None:
     """A trial stopped by Ctrl-C (or SIGTERM): WAITING again with ``status`` :data:`~.queue.STOPPED` and the step
     its run stopped at, claimed first by the next worker (:func:`~.queue.claim_waiting`), which resumes its run."""
     from optuna.trial import TrialState

@@ -455,7 +455,7 @@ class Worker:
         run_dir = trial.user_attrs.get("run_dir")
         step = newest_step(run_dir) if run_dir else None
         try:
-            held.put_back(self.study, self.storage, self.sweep.name, trial, step)
+            held.put_back(self.storage, self.sweep.name, trial, step)
         except held.TakenOver:
             return  # its retry owns the row
         except Exception as e:  # noqa: BLE001 - the storage gone: the study's heartbeat check queues it instead
