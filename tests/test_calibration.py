@@ -1,5 +1,5 @@
 """The verdict's two answers calibrated on the committed back-tests (lightning_tfm.report.calibration, issue #51):
-the constants of sweep/curves.py and the records the headline quotes are what the committed back-tests give, each
+the constants of findings/curves.py and the records the headline quotes are what the committed back-tests give, each
 export left out in turn, and they meet the issue's targets; reports/reference/backtest/calibration.md is current.
 No training: the back-tests' JSON (rebuilt from the exports by tests/test_backtest.py)."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
+from lightning_tfm.findings import curves
 from lightning_tfm.report import calibration
-from lightning_tfm.sweep import curves
 
 from conftest import ROOT
 

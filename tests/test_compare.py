@@ -106,7 +106,7 @@ def test_a_flip_and_the_comparisons_inputs_through_the_command_line(tmp_path, lt
     by the command line; then the mistakes it refuses in one line."""
     sweep_file = write_sweep(tmp_path / "syn.yaml", "syn", {"base": {"seeds": [1, 2, 3]}, "A1": {}, "A2": {}})
     sweep = load_sweep(sweep_file)
-    # gaps of 0.5-0.6 nats: beyond the extrapolation's error at 3x (0.38 nats, lightning_tfm.sweep.curves)
+    # gaps of 0.5-0.6 nats: beyond the extrapolation's error at 3x (0.38 nats, lightning_tfm.findings.curves)
     sides = {"short": {"A1": curve(lambda s: 1.7 * BASE[s]), "A2": curve(lambda s: 0.6 * BASE[s])},
              "long": {"A1": curve(lambda s: 1.8 * BASE[s]), "A2": {s: BASE[s] * math.exp(0.6) for s in STEPS}}}
     for name, rows in sides.items():

@@ -1,4 +1,4 @@
-"""Learning curves fitted and extrapolated (lightning_tfm.sweep.curves) and the verdict that reads them
+"""Learning curves fitted and extrapolated (lightning_tfm.findings.curves) and the verdict that reads them
 (lightning_tfm.report.table3.verdict), on synthetic curves with known asymptotes: no training, no data."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from lightning_tfm.findings import curves
 from lightning_tfm.report.table3 import verdict
-from lightning_tfm.sweep import curves
 
 STEPS = range(99, 600, 100)   # a validation every 100 updates, Lightning's steps: the budget is 600 updates
 LATER = 1799                  # 3 x the budget: the verdict's default k

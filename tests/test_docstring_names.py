@@ -1,5 +1,5 @@
 """The docstrings and comments of lightning_tfm/ name what exists: every dotted name ``lightning_tfm.<module>...``
-they write out (``:mod:`lightning_tfm.report.calibration```, ``:func:`~lightning_tfm.sweep.verdict.sign```) is a
+they write out (``:mod:`lightning_tfm.report.calibration```, ``:func:`~lightning_tfm.findings.verdict.sign```) is a
 module or an attribute of one (a dataclass field counts) today, not a module that moved or was renamed."""
 from __future__ import annotations
 
@@ -51,9 +51,10 @@ def test_every_dotted_name_in_the_package_resolves():
 def test_a_stale_name_is_found(tmp_path):
     f = tmp_path / "a" / "b" / "mod.py"
     f.parent.mkdir(parents=True)
-    f.write_text('"""Reads :mod:`lightning_tfm.report.table3.calibration` (moved), :func:`lightning_tfm.sweep.\n'
-                 'verdict.sign` (wrapped: the module resolves), :func:`~lightning_tfm.sweep.verdict.sign`, the field\n'
-                 '``lightning_tfm.model.ModelConfig.d_k`` and lightning_tfm.model.registry.no_such_function."""\n',
+    f.write_text('"""Reads :mod:`lightning_tfm.report.table3.calibration` (moved), :func:`lightning_tfm.findings.\n'
+                 'verdict.sign` (wrapped: the module resolves), :func:`~lightning_tfm.findings.verdict.sign`, the\n'
+                 'field ``lightning_tfm.model.ModelConfig.d_k`` and '
+                 'lightning_tfm.model.registry.no_such_function."""\n',
                  encoding="utf-8")
     assert missing_names([f], tmp_path) == ["a/b/mod.py: lightning_tfm.model.registry.no_such_function",
                                   "a/b/mod.py: lightning_tfm.report.table3.calibration"]

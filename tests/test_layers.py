@@ -10,8 +10,10 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "lightning_tfm"
-# One package a layer, as the README's diagram: base <- model <- training <- bench <- sweep <- report <- cli.
-LAYERS = {"base": 0, "model": 1, "training": 2, "bench": 3, "sweep": 4, "report": 5, "cli": 6, "__main__": 6}
+# One package a layer, as the README's diagram: base <- model <- training <- bench <- findings <- sweep <- report <-
+# cli.
+LAYERS = {"base": 0, "model": 1, "training": 2, "bench": 3, "findings": 4, "sweep": 5, "report": 6, "cli": 7,
+          "__main__": 7}
 
 
 def _layer(module: str) -> int:
@@ -64,8 +66,9 @@ def _upward(package: Path) -> list[str]:
 
 def test_imports_point_one_way():
     """A module never imports from a layer above it (not even inside a function): the paper's model knows
-    nothing of training, training nothing of the benchmarks, the benchmarks nothing of sweeps, sweeps nothing of
-    reports. A module of a sub-package (``training/config/``) is of its layer (``training``)."""
+    nothing of training, training nothing of the benchmarks, the benchmarks nothing of findings, findings
+    nothing of sweeps, sweeps nothing of reports. A module of a sub-package (``training/config/``) is of its
+    layer (``training``)."""
     upward = _upward(PACKAGE)
     assert not upward, upward
 
@@ -363,7 +366,7 @@ def test_the_readmes_drawing_is_the_layers_and_its_map_names_every_package():
     """The README's drawing of the imports lists the layers in the order the checks above enforce, and its code map
     names every package and sub-package (a package added or moved shows there)."""
     readme = (ROOT / "README.md").read_text()
-    (drawing,) = [line for line in readme.splitlines() if line.startswith("base/  <-")]
+    (drawing,) = [line for line in readme.splitlines() if line.startswith("base/ <-")]
     assert [part.strip().rstrip("/") for part in drawing.split("<-")] == \
         [k for k, _ in sorted(LAYERS.items(), key=lambda kv: kv[1]) if k != "__main__"]
     code_map = readme[readme.index("lightning_tfm/\n"):]

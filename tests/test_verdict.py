@@ -110,9 +110,9 @@ def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
     kind and side, and quotes each kind's back-tested record; the record line, how many rows beyond noise hold and
     how often such calls kept their sign, with the size interval's coverage (counted here from the committed
     back-tests); the terminal's headline has both."""
+    from lightning_tfm.findings import curves
     from lightning_tfm.report import calibration
     from lightning_tfm.report.views.render import headline_lines, headline_text
-    from lightning_tfm.sweep import curves
 
     table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml",
                                                export_dir=ROOT / "reports" / "reference" / "table3-cpu" / "export"))

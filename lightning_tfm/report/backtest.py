@@ -32,7 +32,7 @@ import math
 from pathlib import Path
 
 from ..base.errors import UserError
-from ..sweep.curves import SIGN_LEVEL, extrapolation_score, sign_score
+from ..findings.curves import SIGN_LEVEL, extrapolation_score, sign_score
 from .table3.stats import mean_std, noise_verdict, relative
 from .table3.verdict import HOLDS, TOO_FEW, change, curve_verdict, last_step, settings_of
 

@@ -1,7 +1,7 @@
 """The verdict's two answers calibrated on the committed back-tests, each on its own question, with every export
 left out in turn (issue #51):
 
-- **the direction** (*holds*, :func:`lightning_tfm.sweep.curves.keeps_side`): the one-sided bound's quantile
+- **the direction** (*holds*, :func:`lightning_tfm.findings.curves.keeps_side`): the one-sided bound's quantile
   (``SIGN_QUANTILE``) at the level ``SIGN_LEVEL``, the lowest of ``SIGN_LEVELS`` at which the rows called *holds*
   with their export left out kept their sign at least ``SIGN_TARGET`` of the time, chosen on the back-tests of
   :data:`CHOSEN_ON` and kept, since its calls met their targets on the held-out exports (:data:`HELDOUT_BACKTESTS`);
@@ -12,9 +12,9 @@ left out in turn (issue #51):
 Its input is the back-tests' JSON (``ltfm report ... --backtest ... --out F.json``; their per-row ``log`` numbers,
 ``score`` and ``sign_score``), grouped by the export they come from (:data:`BACKTESTS`): rows of one export share
 its base seeds and its stage of training, so an export, not a row, is what is left out. Conformal quantiles as
-:func:`lightning_tfm.sweep.curves.conformal_quantile`. ``python -m lightning_tfm.report.calibration DIR`` prints
+:func:`lightning_tfm.findings.curves.conformal_quantile`. ``python -m lightning_tfm.report.calibration DIR`` prints
 the tables (``reports/reference/backtest/calibration.md``); ``tests/test_calibration.py`` checks that the
-constants of ``sweep/curves.py`` and the records the headline quotes are what this computes.
+constants of ``findings/curves.py`` and the records the headline quotes are what this computes.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from statistics import NormalDist
 
-from ..sweep import curves
-from ..sweep.verdict import sign
+from ..findings import curves
+from ..findings.verdict import sign
 from .table3.stats import share
 
 #: The held-out back-tests of issue #51: the exports of sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml, trained after
@@ -37,7 +37,7 @@ HELDOUT_BACKTESTS = {f"{stage}-heldout-{x}": f"table3-cpu-heldout-{x}" for x in 
 #: The back-tests the constants were first chosen on, before the held-out exports were trained.
 CHOSEN_ON = {"b": "table3-cpu-2026-11-25", "c-every50": "table3-cpu", "d-heldout": "table3-cpu-heldout",
              "d200-heldout": "table3-cpu-heldout"}
-#: The committed 3x back-tests the constants of sweep/curves.py are calibrated on
+#: The committed 3x back-tests the constants of findings/curves.py are calibrated on
 #: (reports/reference/backtest/backtest-<name>.json) and the export each reads: two stages of one export (cut at
 #: 200 and at 600 steps) are one export, left out together.
 BACKTESTS = {**CHOSEN_ON, **HELDOUT_BACKTESTS}
@@ -66,7 +66,7 @@ def sized(rows: list[dict]) -> list[dict]:
 
 
 def calls(row: dict, quantile: float) -> bool:
-    """Whether ``row`` is called *holds* with ``quantile`` (:func:`lightning_tfm.sweep.curves.keeps_side`)."""
+    """Whether ``row`` is called *holds* with ``quantile`` (:func:`lightning_tfm.findings.curves.keeps_side`)."""
     g = row["log"]
     side = sign(g["now"])
     return bool(side) and side * g["point"] - curves.direction_margin(g["now"], g["noise_sd"], g["k"], quantile) > 0
@@ -131,7 +131,7 @@ def size_by_export(rows: list[dict], level: float) -> dict:
 
 
 def _score_at(row: dict, level: float) -> float:
-    """The row's score (:func:`lightning_tfm.sweep.curves.extrapolation_score`) with its bootstrap interval at
+    """The row's score (:func:`lightning_tfm.findings.curves.extrapolation_score`) with its bootstrap interval at
     ``level``."""
     g = row["log"]
     z = NormalDist().inv_cdf
@@ -141,7 +141,7 @@ def _score_at(row: dict, level: float) -> float:
 
 
 def constants(rows: list[dict]) -> dict:
-    """What sweep/curves.py holds, computed from every row: ``SIGN_LEVEL``, ``SIGN_QUANTILE``,
+    """What findings/curves.py holds, computed from every row: ``SIGN_LEVEL``, ``SIGN_QUANTILE``,
     ``EXTRAPOLATION_ERROR`` (at ``EXTRAPOLATION_LEVEL``), rounded as the code keeps them."""
     level = sign_level(rows)
     return {"SIGN_LEVEL": level,
@@ -151,7 +151,7 @@ def constants(rows: list[dict]) -> dict:
 
 
 def todays_constants(first: list[dict], every: list[dict]) -> dict:
-    """What sweep/curves.py holds: the direction's ``SIGN_LEVEL`` and ``SIGN_QUANTILE`` as first chosen, on the rows
+    """What findings/curves.py holds: the direction's ``SIGN_LEVEL`` and ``SIGN_QUANTILE`` as first chosen, on the rows
     of :data:`CHOSEN_ON` (``first``; held out, their calls met the targets, so they were kept), and the size's
     ``EXTRAPOLATION_ERROR`` from the rows of every back-test (``every``; held out, the first error's intervals
     missed, so it is recalibrated on them too)."""
@@ -160,7 +160,7 @@ def todays_constants(first: list[dict], every: list[dict]) -> dict:
 
 
 def record(first: list[dict], every: list[dict]) -> dict:
-    """The cross-validated record the headline quotes (:data:`lightning_tfm.sweep.curves.DIRECTION_RECORD` and
+    """The cross-validated record the headline quotes (:data:`lightning_tfm.findings.curves.DIRECTION_RECORD` and
     ``SIZE_RECORD``), at the chosen levels, on the rows each constant is calibrated on
     (:func:`todays_constants`): ``{"holds": (beyond noise, called, kept), "size": (inside, rows)}``."""
     by = size_by_export(every, curves.EXTRAPOLATION_LEVEL)
@@ -172,7 +172,7 @@ def heldout_record(rows: list[dict]) -> dict:
     """The verdict's record on back-tests as the report printed them (each row's ``verdict``, ``sign_kept`` and
     ``inside``; with other constants, as :func:`as_chosen` restates them): ``{"holds": (beyond noise, called,
     kept), "size": (inside, rows predicted)}``; of :func:`heldout_rows`, what
-    :data:`lightning_tfm.sweep.curves.HELDOUT_RECORD` holds."""
+    :data:`lightning_tfm.findings.curves.HELDOUT_RECORD` holds."""
     beyond = [r for r in rows if r["noise"] == "beyond"]
     called = [r for r in beyond if r["verdict"] == "holds"]
     predicted = [r for r in rows if r["inside"] is not None]
@@ -233,8 +233,8 @@ def as_chosen(rows: list[dict], chosen: dict) -> list[dict]:
 
 def heldout_rows(folder: str | Path, first: dict | None = None) -> list[dict]:
     """The held-out back-tests' rows as they were reported, once: with the constants chosen on :data:`CHOSEN_ON`
-    (``first``, computed when not given; :func:`as_chosen`), whatever sweep/curves.py holds today. Their
-    :func:`heldout_record` is :data:`lightning_tfm.sweep.curves.HELDOUT_RECORD`."""
+    (``first``, computed when not given; :func:`as_chosen`), whatever findings/curves.py holds today. Their
+    :func:`heldout_record` is :data:`lightning_tfm.findings.curves.HELDOUT_RECORD`."""
     first = first or constants(load(folder, tuple(CHOSEN_ON)))
     return as_chosen(load(folder, tuple(HELDOUT_BACKTESTS)), first)
 
@@ -268,7 +268,7 @@ def heldout_text(rows: list[dict], first: dict) -> str:
 
 def settle_record(rows: list[dict]) -> dict:
     """Of each kind of settle budget predicted by 3x (``settle["k"] <= 3``), (came true, predicted): beyond seed
-    noise at 3x on the side it named (:data:`lightning_tfm.sweep.curves.SETTLE_RECORD`)."""
+    noise at 3x on the side it named (:data:`lightning_tfm.findings.curves.SETTLE_RECORD`)."""
     out = {kind: [0, 0] for kind in curves.SETTLE_RECORD}
     for r in rows:
         st = r.get("settle") or {}
@@ -303,7 +303,7 @@ def text(first: list[dict], every: list[dict]) -> str:
         cells = " | ".join(f"{v[1]}/{v[2]} (error {v[0]:.2f})" for v in by.values())
         lines.append(f"| {100 * level:g}% | {cells} | {share(inside, n)} | {width:.2f} |")
     c = todays_constants(first, every)
-    lines += ["", "Constants (sweep/curves.py; the direction's from the rows of " + ", ".join(CHOSEN_ON)
+    lines += ["", "Constants (findings/curves.py; the direction's from the rows of " + ", ".join(CHOSEN_ON)
               + ", the size's from every row): " + ", ".join(f"{k} {v:g}" for k, v in c.items()) + "."]
     return "\n".join(lines) + "\n"
 

@@ -10,12 +10,12 @@ How to run a sweep is in the README ("Sweep"); the sweep file's keys: ``ltfm swe
 - :mod:`.queue`: the rows a variants sweep queues, the atomic claim of one, the duplicate check;
 - :mod:`.worker`: claimed trials run as ``ltfm train`` processes, and what a worker does when one fails;
 - :mod:`.budget`: a run folder read at a sweep's budget when another sweep trained it on (worker, status, reports);
-- :mod:`.curves`: learning curves fitted and extrapolated, the predicted gap's direction and size (the verdict's);
-- :mod:`.verdict`: a row's verdict against the base, one rule for ``--status``, the launcher and the report;
 - :mod:`.curve_pruner`: the pruner that stops a search trial from its fitted curve;
 - :mod:`.pruning`: the Lightning callback a trial reports its dev metric through (imports Lightning);
 - :mod:`.launch`: ``--workers K|auto`` and the progress line;
 - :mod:`.status`: the dry run and the status table.
+
+What a row's runs say (its curves, its verdict) is computed in :mod:`lightning_tfm.findings`, below this layer.
 
 The commands (``ltfm sweep``, ``ltfm prepare``, and ``ltfm train``, a sweep's trial) are in :mod:`lightning_tfm.cli`.
 """

@@ -1,5 +1,5 @@
 """The pruner of a search sweep (``pruner: {type: curve}`` in a sweep file): the verdict's fit
-(:mod:`lightning_tfm.sweep.curves`) of a search trial's reports so far, extrapolated to its final step; the trial
+(:mod:`lightning_tfm.findings.curves`) of a search trial's reports so far, extrapolated to its final step; the trial
 is stopped only when even the optimistic end of the bootstrap interval is worse than the best completed trial.
 Free of Lightning, because the sweep file's check and the worker build the pruner too
 (:func:`lightning_tfm.sweep.spec.build_pruner`)."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import optuna
 
-from .curves import FAMILIES, FAMILY, fit_curve, interval, points_needed
+from ..findings.curves import FAMILIES, FAMILY, fit_curve, interval, points_needed
 
 
 class CurvePruner(optuna.pruners.BasePruner):

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from ..base.errors import UserError
 from ..base.inputs import shown
 from ..base.knobs import Check, Range, Unfit, coerce, describe, key_rows, knob, type_spec
+from ..findings.settings import CURVE_FAMILIES, DRAWS, MAX_DRAWS, REPORT_DEFAULTS, SEED, SHARE, ReportSpec  # noqa: F401
 from ..model.config import MAX_POSITIONS
 from ..training.config.sections import LABEL_CHARS, STEPS
 from ..training.runs.results import OBJECTIVES
@@ -36,19 +37,10 @@ SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampl
 PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "percentile": "PercentilePruner",
            "hyperband": "HyperbandPruner", "successive_halving": "SuccessiveHalvingPruner",
            "threshold": "ThresholdPruner", "curve": "CurvePruner"}
-# The curve families the report's verdict can fit (lightning_tfm.sweep.curves.FAMILIES)
-CURVE_FAMILIES = ("power", "saturating", "exponential")
-# The most bootstrap draws of a family's fit: power refits all draws at once (linear least squares), the others
-# refit each draw by nonlinear least squares (about 1 to 2 ms a draw, of every run, at every report or figure):
-# their default 200 takes a minute, 100000 took 15 hours. (checked with the family: :func:`draws_problem`)
-MAX_DRAWS = {"power": 20000, "saturating": 2000, "exponential": 2000}
 MAX_SEEDS, MAX_TRIALS = 100, 10000  # a row's seeds, a space sweep's trials
 SEEDS = f"a non-empty list of at most {MAX_SEEDS} distinct integers (0 to 2**32 - 1), e.g. [1, 2, 3]"
 REQUIRED = "(required)"
 # The ranges of the numbers several fields take (each field's own: beside it)
-SEED = Range(0, 2 ** 32 - 1, text="an integer from 0 to 2**32 - 1")  # as Lightning's seeding takes it
-SHARE = Range(0, 1, lo_open=True, hi_open=True, text="a number in (0, 1)")  # a central share of bootstrap draws
-DRAWS = Range(20, max(MAX_DRAWS.values()), text="an integer from 20 to 20000")  # and at most MAX_DRAWS[family]
 DAY = 86400  # seconds: the most a heartbeat's interval, grace or retries take
 
 
@@ -133,28 +125,6 @@ class HeartbeatSpec:
 
 
 @dataclass
-class ReportSpec:
-    """The settings of the report's verdict (the rule: lightning_tfm.report.table3.verdict; the fit: sweep.curves)."""
-    k: float = knob(3.0, "the budget multiple the verdict predicts at: a row holds when its predicted gap to the "
-                         "base at k x the budget keeps today's sign",
-                    Range(1, 1000, text="a number >= 1 (budgets; at most 1000)"))
-    min_points: int = knob(3, "validations after the warmup a run's curve fit needs at least (and one more than the "
-                              "family's parameters)",
-                           Range(3, 100000, text="an integer >= 3 (validations; at most 100000)"))
-    level: float = knob(0.8, "the central share of the predicted gap's interval (its size at k x; 80%: the level "
-                             "the back-tests support, sweep.curves.EXTRAPOLATION_LEVEL)", SHARE)
-    bootstraps: int = knob(200, "bootstrap draws of the predicted gap (residual bootstrap of each run's fit, the "
-                                "base's seeds resampled; at most 20000 for power, 2000 for the other families)",
-                           DRAWS)
-    seed: int = knob(0, "seed of the bootstrap: the same seed, the same intervals", SEED)
-    family: Literal[CURVE_FAMILIES] = knob("power", "the curve fitted to each run's dev log-PPL: power (A "
-                                                    "t^-alpha, the back-tested best at short budgets), saturating "
-                                                    "(L_inf + A t^-alpha) or exponential (L_inf + A exp(-t/tau)); "
-                                                    "these two need 4 points and refit by least squares at every "
-                                                    "draw (slower)")
-
-
-@dataclass
 class VariantSpec:
     """One row of ``variants:`` (name: mapping): its dotted config overrides and these keys of its own."""
     family: str | None = knob(None, "the row's family in the table (default: its name less trailing digits, A1 -> "
@@ -234,7 +204,6 @@ class SweepFile:
 
 TOP_KEYS = tuple(f.name for f in dataclasses.fields(SweepFile))
 HEARTBEAT_DEFAULTS = dataclasses.asdict(HeartbeatSpec())
-REPORT_DEFAULTS = dataclasses.asdict(ReportSpec())  # the report's verdict settings when a file sets none
 BUDGET_DEFAULTS = dataclasses.asdict(BudgetSpec())  # equal steps: a file without budget: trains as it always did
 
 

@@ -2,14 +2,15 @@
 count, steps and training FLOPs, without training or storage) and the status table of a study.
 
 **Verdicts** (:func:`row_verdicts`; ``--status`` and the progress line of ``--workers``): each finished row of a
-variants sweep against the base, by the report's rule and function (:func:`lightning_tfm.sweep.verdict.curve_verdict`:
-*holds*, *may flip*, *within noise*, *too few points*; one rule, one answer), on the same inputs the report reads:
+variants sweep against the base, by the report's rule and function
+(:func:`lightning_tfm.findings.verdict.curve_verdict`: *holds*, *may flip*, *within noise*, *too few points*; one
+rule, one answer), on the same inputs the report reads:
 the dev-PPL curves of its completed trials' run folders (``metrics.csv``) and the base's, fitted and extrapolated
 to ``k`` x each side's budget, and the change at the end, Δ = the mean dev PPL (each run's summary at the budget)
 of the row's seeds minus the base's, against the base's seed noise
-(:func:`~lightning_tfm.sweep.verdict.end_change`); the sweep file's ``report:`` settings, at most
+(:func:`~lightning_tfm.findings.verdict.end_change`); the sweep file's ``report:`` settings, at most
 :data:`MAX_DRAWS` bootstrap draws (the size's interval; the verdict does not depend on the draws). Shown as
-:func:`~lightning_tfm.sweep.verdict.verdict_text` (``holds: -12% at 3x, bound -9% (80% [-15, -9])``: the one-sided
+:func:`~lightning_tfm.findings.verdict.verdict_text` (``holds: -12% at 3x, bound -9% (80% [-15, -9])``: the one-sided
 bound the call rests on, then the size's interval). Nothing is shown without a completed base or a change.
 
 **At the sweep's budget**: a run folder another sweep trained on past this one's budget (a continued sweep, two
@@ -21,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 
+from ..findings.verdict import curve_verdict, direction_bound, end_change, verdict_text
 from ..training.runs.results import DEV_PPL, in_results, read_metrics, read_summary, storage_in_results
 from ..training.runs.run_folder import existing_run_id
 from .budget import CONTINUED, at_budget, folder_at_budget, is_budget
@@ -28,7 +30,6 @@ from .plan import Plan, check_buildable, flops_per_step, sentence_lengths
 from .queue import STOPPED
 from .spec import REPORT_DEFAULTS, Entry, Sweep, suggest
 from .storage import quiet_optuna
-from .verdict import curve_verdict, direction_bound, end_change, verdict_text
 
 
 def dry_run(sweep: Sweep, plan: Plan, n_trials: int | None) -> list[dict]:
@@ -235,7 +236,7 @@ def run_curve(run_dir, budget: int | None = None) -> tuple[dict[int, float], int
 
 def _verdict(row: list[tuple[dict, int, float]], base: list[tuple[dict, int, float]], s: dict) -> dict | None:
     """A row's verdict from its runs' and the base's (curve, warmup, dev PPL at the end) (the module docstring):
-    :func:`~lightning_tfm.sweep.verdict.curve_verdict`'s with its ``text``, or None without a change."""
+    :func:`~lightning_tfm.findings.verdict.curve_verdict`'s with its ``text``, or None without a change."""
     delta, noise = end_change([p for _, _, p in row], [p for _, _, p in base])
     v = curve_verdict([c for c, _, _ in row], [c for c, _, _ in base], delta, noise,
                       {**s, "bootstraps": min(int(s["bootstraps"]), MAX_DRAWS)}, warmup=row[0][1],

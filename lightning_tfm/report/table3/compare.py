@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from ...base.atomic import write_text
-from ...sweep.verdict import sign
+from ...findings.verdict import sign
 from ..core.columns import Shown
 from ..core.text import md_cell, md_code, md_text
 from .columns import COMPARE, COMPARE_ROW, SIDE, columns, shown

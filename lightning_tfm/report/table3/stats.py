@@ -1,7 +1,7 @@
 """The statistics of the Table 3 replica: means and seed spreads, the seed-noise rule, direction agreement with
 the paper, and sacreBLEU's paired bootstrap on the dev hypotheses.
 
-Seed noise (:func:`noise_verdict`, the one rule, written in :mod:`lightning_tfm.sweep.verdict` beside the verdict
+Seed noise (:func:`noise_verdict`, the one rule, written in :mod:`lightning_tfm.findings.verdict` beside the verdict
 that reads it, for ``ltfm sweep --status`` too): a row's change is beyond noise when |Δ| > NOISE_K (2) × the
 sample standard deviation of the base row over its seeds; with one base seed the noise is "unknown", never
 guessed.
@@ -32,8 +32,8 @@ from typing import Any
 
 from ...base.errors import UserError
 
-# the seed-noise rule and its parts: one home, beside the verdict that reads them (lightning_tfm.sweep.verdict)
-from ...sweep.verdict import NOISE_K, NOISE_RULE, finite, mean_std, noise_verdict, sign  # noqa: F401
+# the seed-noise rule and its parts: one home, beside the verdict that reads them (lightning_tfm.findings.verdict)
+from ...findings.verdict import NOISE_K, NOISE_RULE, finite, mean_std, noise_verdict, sign  # noqa: F401
 from ..core.text import first_line
 from ..inputs.records import RunRecord
 

@@ -1,17 +1,17 @@
 """The report's side of a row's verdict: the rule itself (*holds*, *may flip*, *within noise*, *too few points*,
-judged from each run's learning curve extrapolated to ``k`` x the budget) is :mod:`lightning_tfm.sweep.verdict`'s
-(:func:`~lightning_tfm.sweep.verdict.curve_verdict`, the one place it is written, which ``ltfm sweep --status`` and
+judged from each run's learning curve extrapolated to ``k`` x the budget) is :mod:`lightning_tfm.findings.verdict`'s
+(:func:`~lightning_tfm.findings.verdict.curve_verdict`, the one place it is written, which ``ltfm sweep --status`` and
 the launcher's lines read too: one rule, one answer), with the settings of the sweep file's ``report:`` section
 (:data:`lightning_tfm.sweep.REPORT_DEFAULTS`). Here: the rule in one paragraph for the report's notes
 (:func:`verdict_rule`), the table's columns (:func:`add_table_verdicts`: the verdict from the table's Δ and its
-seed-noise verdict, :func:`lightning_tfm.sweep.verdict.noise_verdict`), and the settle budgets as the table prints
+seed-noise verdict, :func:`lightning_tfm.findings.verdict.noise_verdict`), and the settle budgets as the table prints
 them.
 
-A row that may flip gets its **settle budget** (``ppl_settle``, :func:`lightning_tfm.sweep.curves.settle_budget`):
+A row that may flip gets its **settle budget** (``ppl_settle``, :func:`lightning_tfm.findings.curves.settle_budget`):
 the least multiple of the budget, up to 10x, at which a verdict taken then is predicted to hold, or at which its gap
 is predicted to cross the base, as steps, FLOPs and hours on the machine that trained it (:func:`settle_text`); else
 "not within 10x". A row within noise gets none: back-tested, such predictions came true no more often than saying
-nothing (:data:`~lightning_tfm.sweep.curves.SETTLE_RECORD`). The headline counts them (:func:`settle_summary`): how
+nothing (:data:`~lightning_tfm.findings.curves.SETTLE_RECORD`). The headline counts them (:func:`settle_summary`): how
 many of these rows a run m x as long would settle.
 
 The base row and rows without a change (not completed) get no verdict. How often a *holds* kept its sign on the
@@ -19,7 +19,7 @@ committed CPU reference: ``reports/reference/backtest/README.md`` (``ltfm report
 """
 from __future__ import annotations
 
-from ...sweep.verdict import (  # noqa: F401 - the report's names of the one rule (lightning_tfm.sweep.verdict)
+from ...findings.verdict import (  # noqa: F401 - the report's names of the one rule (lightning_tfm.findings.verdict)
     HOLDS,
     MAY_FLIP,
     TOO_FEW,
@@ -38,7 +38,7 @@ from ...sweep.verdict import (  # noqa: F401 - the report's names of the one rul
 
 def verdict_rule(settings: dict | None = None) -> str:
     """The rule in one paragraph, with the settings used (the report's notes)."""
-    from ...sweep.curves import EXTRAPOLATION_ERROR, SIGN_LEVEL, SIGN_QUANTILE
+    from ...findings.curves import EXTRAPOLATION_ERROR, SIGN_LEVEL, SIGN_QUANTILE
 
     s = settings_of(settings)
     return (f"Verdict (dev PPL): each run's dev log-PPL after the warmup is fitted with a {s['family']} law "
@@ -69,7 +69,7 @@ def seconds_per_step(by_variant: dict) -> dict[str, float]:
     return out
 
 
-#: What each kind of settle budget says (:func:`lightning_tfm.sweep.curves.settle_budget`), of a row's side.
+#: What each kind of settle budget says (:func:`lightning_tfm.findings.curves.settle_budget`), of a row's side.
 SETTLE_WORDS = {"holds": "holds, {side},", "flips": "flips to {side}"}
 
 
@@ -77,7 +77,7 @@ def settle_text(settle: dict | None, flops_per_step: float | None = None, second
     """A settle budget as the table prints it, naming the side: ``holds, worse than the base, at 4.2x: 2520 steps,
     3.1e+15 FLOPs, 1.3 h`` (FLOPs and hours where the row's cost is known), ``flips to better than the base at
     ...``, ``not within 10x``; None without one (a row that holds or is within noise, or without a prediction)."""
-    from ...sweep.curves import SETTLE_MOST
+    from ...findings.curves import SETTLE_MOST
 
     if not settle:
         return None
@@ -91,7 +91,7 @@ def settle_text(settle: dict | None, flops_per_step: float | None = None, second
 
 
 #: The multiples of the budget the headline counts the settled rows at (:func:`settle_summary`), up to
-#: :data:`lightning_tfm.sweep.curves.SETTLE_MOST`.
+#: :data:`lightning_tfm.findings.curves.SETTLE_MOST`.
 SETTLE_AT = (1.5, 2.0, 3.0, 5.0, 10.0)
 
 
@@ -99,7 +99,7 @@ def settle_summary(outlook: dict) -> dict:
     """The settle budgets in all, from the verdicts :func:`add_table_verdicts` returns: ``unsettled``, the rows that may
     flip; ``settled``, ``[(m, rows whose settle budget is at most m x the budget)]`` for each ``m`` of
     :data:`SETTLE_AT`; ``kinds``, how many of them settle by each kind (``holds`` on today's side, ``flips`` to the
-    other); ``not_within``, rows with no settle budget by :data:`~lightning_tfm.sweep.curves.SETTLE_MOST` x;
+    other); ``not_within``, rows with no settle budget by :data:`~lightning_tfm.findings.curves.SETTLE_MOST` x;
     ``no_prediction``, rows without a predicted gap (no fit)."""
     unsettled = [v for v in outlook.values() if v["verdict"] == MAY_FLIP]
     found = [v["settle"] for v in unsettled if v.get("settle") and v["settle"]["kind"]]

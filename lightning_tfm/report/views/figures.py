@@ -317,7 +317,7 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
     (crosses). ``table``: :func:`~.table.build_table`'s (``outlook``, ``curves``, ``report_settings``)."""
     import numpy as np
 
-    from ...sweep.curves import band
+    from ...findings.curves import band
     from ..table3.verdict import settings_of
 
     s = settings_of(table.get("report_settings"))
@@ -325,7 +325,7 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
     later_runs = (later or {}).get("runs") or {}
     outlook = {v: o for v, o in (table.get("outlook") or {}).items() if o.get("gap")}
     if not outlook:  # nothing fitted: no figure, the reason instead
-        from ...sweep.curves import points_needed
+        from ...findings.curves import points_needed
         n = max((len(r) for r in runs.get("base") or []), default=0)
         return LeftOut(Path(path).name, "no row's learning curve could be fitted and extrapolated (a fit needs "
                        f"{points_needed(s['min_points'], s['family'])} validations after the warmup; the base has "

@@ -69,13 +69,13 @@ def verdict_line(table: dict) -> str:
 def record_line(table: dict) -> str | None:
     """How many rows beyond noise hold their direction at k x and how often such calls kept their sign in the
     back-tests, then the size interval's coverage, each with its count and confidence interval (the records of
-    :mod:`lightning_tfm.sweep.curves`: each export left out, and the first constants' held-out record); None
+    :mod:`lightning_tfm.findings.curves`: each export left out, and the first constants' held-out record); None
     without a row beyond noise."""
     n = table["summary"]["verdicts"]
     beyond = n[HOLDS] + n[MAY_FLIP]
     if not beyond:
         return None
-    from ...sweep.curves import (
+    from ...findings.curves import (
         DIRECTION_RECORD,
         EXTRAPOLATION_K,
         EXTRAPOLATION_LEVEL,
@@ -101,11 +101,11 @@ def settle_line(table: dict) -> str | None:
     """How much longer a run would settle how many of the rows that may flip (their settle budgets counted at the
     multiples of :data:`~.verdict.SETTLE_AT` that change the count, :func:`~.verdict.settle_summary`), on which side,
     said to be predictions, with each kind's back-tested record
-    (:data:`~lightning_tfm.sweep.curves.SETTLE_RECORD`); None without such rows."""
+    (:data:`~lightning_tfm.findings.curves.SETTLE_RECORD`); None without such rows."""
     s = table["summary"].get("settle")
     if not s or not s["unsettled"]:
         return None
-    from ...sweep.curves import SETTLE_MOST, SETTLE_RECORD
+    from ...findings.curves import SETTLE_MOST, SETTLE_RECORD
 
     steps: list[tuple[float, int]] = []
     for m, n in s["settled"]:

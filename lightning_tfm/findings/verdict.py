@@ -6,7 +6,7 @@ points* to say, judged from each run's learning curve extrapolated.
 A short budget ranks how fast rows start to learn; a change beyond seed noise at the end of the budget can still
 be a crossing in progress. Each run's dev log-PPL after the warmup is fitted with a curve (:mod:`.curves`: the
 family, its fit, the bootstrap) and the gap to the base predicted at ``k`` times the budget. The rule
-(:func:`curve_verdict`), with the settings of the sweep file's ``report:`` section (:data:`.spec.REPORT_DEFAULTS`:
+(:func:`curve_verdict`), with the settings of the sweep file's ``report:`` section (:data:`.settings.REPORT_DEFAULTS`:
 ``k`` 3, ``min_points`` 3, ``level`` 0.8, ``bootstraps`` 200, ``seed`` 0, ``family`` power):
 
 - the budget of a side is its last validation ``T`` (the base's, and the row's own: big trains 3x the steps); ``k``
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from .spec import REPORT_DEFAULTS
+from .settings import REPORT_DEFAULTS
 
 HOLDS, MAY_FLIP, WITHIN, TOO_FEW = "holds", "may flip", "within noise", "too few points"
 VERDICTS = (HOLDS, MAY_FLIP, WITHIN, TOO_FEW)

@@ -78,7 +78,7 @@ from typing import Sequence
 import numpy as np
 
 from ..base.errors import UserError
-from .schema import CURVE_FAMILIES
+from .settings import CURVE_FAMILIES
 
 #: The curve families a fit can take (the module docstring), and their parameter counts.
 FAMILIES = dict(zip(CURVE_FAMILIES, (2, 3, 3)))

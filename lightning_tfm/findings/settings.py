@@ -1,0 +1,47 @@
+"""The settings of the findings: the sweep file's ``report:`` section (:class:`ReportSpec`, the verdict's
+settings), with the ranges its fields take. The sweep file's schema (:mod:`lightning_tfm.sweep.schema`) reads
+them as its sections.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from ..base.knobs import Range, knob
+
+# The curve families the verdict can fit (:data:`.curves.FAMILIES`: their parameters)
+CURVE_FAMILIES = ("power", "saturating", "exponential")
+# The most bootstrap draws of a family's fit: power refits all draws at once (linear least squares), the others
+# refit each draw by nonlinear least squares (about 1 to 2 ms a draw, of every run, at every report or figure):
+# their default 200 takes a minute, 100000 took 15 hours. (checked with the family: :func:`draws_problem`)
+MAX_DRAWS = {"power": 20000, "saturating": 2000, "exponential": 2000}
+# The ranges of the numbers the settings take
+SEED = Range(0, 2 ** 32 - 1, text="an integer from 0 to 2**32 - 1")  # as Lightning's seeding takes it
+SHARE = Range(0, 1, lo_open=True, hi_open=True, text="a number in (0, 1)")  # a central share of bootstrap draws
+DRAWS = Range(20, max(MAX_DRAWS.values()), text="an integer from 20 to 20000")  # and at most MAX_DRAWS[family]
+
+
+@dataclass
+class ReportSpec:
+    """The settings of the report's verdict (the rule: :mod:`.verdict`; the fit: :mod:`.curves`)."""
+    k: float = knob(3.0, "the budget multiple the verdict predicts at: a row holds when its predicted gap to the "
+                         "base at k x the budget keeps today's sign",
+                    Range(1, 1000, text="a number >= 1 (budgets; at most 1000)"))
+    min_points: int = knob(3, "validations after the warmup a run's curve fit needs at least (and one more than the "
+                              "family's parameters)",
+                           Range(3, 100000, text="an integer >= 3 (validations; at most 100000)"))
+    level: float = knob(0.8, "the central share of the predicted gap's interval (its size at k x; 80%: the level "
+                             "the back-tests support, findings.curves.EXTRAPOLATION_LEVEL)", SHARE)
+    bootstraps: int = knob(200, "bootstrap draws of the predicted gap (residual bootstrap of each run's fit, the "
+                                "base's seeds resampled; at most 20000 for power, 2000 for the other families)",
+                           DRAWS)
+    seed: int = knob(0, "seed of the bootstrap: the same seed, the same intervals", SEED)
+    family: Literal[CURVE_FAMILIES] = knob("power", "the curve fitted to each run's dev log-PPL: power (A "
+                                                    "t^-alpha, the back-tested best at short budgets), saturating "
+                                                    "(L_inf + A t^-alpha) or exponential (L_inf + A exp(-t/tau)); "
+                                                    "these two need 4 points and refit by least squares at every "
+                                                    "draw (slower)")
+
+
+REPORT_DEFAULTS = dataclasses.asdict(ReportSpec())  # the report's verdict settings when a file sets none
