@@ -116,12 +116,13 @@ def test_a_resume_behind_a_damaged_newest_checkpoint_checks_the_one_it_falls_bac
 def test_a_resume_of_its_own_newer_step_checkpoint_goes_ahead(prepared, tmp_path, ltfm_here):
     """The check refuses only another run's: the run's own newer step checkpoint (killed between writing it and
     last.ckpt) is resumed from, as before."""
-    from lightning_tfm.training.runs.checkpoints import check_resumable, tokenizer_hash
+    from lightning_tfm.training.runs import resume
+    from lightning_tfm.training.runs.checkpoints import tokenizer_hash
 
     args, cfg, tokenizer = prepared
     run = laid_out_run(tmp_path / "results", cfg, tokenizer, steps=(4, 8))
     shutil.copy2(run / "checkpoints" / "step=000004.ckpt", run / "checkpoints" / "last.ckpt")
-    check_resumable(run, cfg, tokenizer_hash(tokenizer))  # no error
+    resume.check(resume.pick(run / "checkpoints"), run, cfg, tokenizer_hash(tokenizer))  # no error
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.config.config import load_config
+from lightning_tfm.training.runs import upgrade
 
 from conftest import SMOKE
 
@@ -65,13 +66,13 @@ def legacy(run: Path, cfg) -> Path:
     from lightning_tfm.training.data import corpus as K
 
     summary = json.loads((run / "summary.json").read_text())
-    old_key = K.cache_key(cfg, by_stats=True)
+    old_key = upgrade.corpus_by_stats_key(cfg)
     cache = Path(summary["data_cache"])
     manifest = json.loads((cache / "manifest.json").read_text())
     (cache / "manifest.json").write_text(json.dumps({**manifest, "key": old_key, "hash": K.key_hash(old_key)}))
     summary = {k: v for k, v in summary.items() if k != "corpus"}
     (run / "summary.json").write_text(json.dumps({**summary, "data_cache_hash": K.key_hash(old_key)}))
-    return run.rename(run.parent / run_ids.legacy_id(cfg))
+    return run.rename(run.parent / upgrade.legacy_id(cfg))
 
 
 def test_a_legacy_folder_is_not_continued_on_a_changed_corpus(tmp_path, ltfm_here):

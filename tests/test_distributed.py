@@ -188,13 +188,15 @@ def test_each_rank_resumes_its_own_random_state_and_an_older_checkpoint_gives_it
     """The states a checkpoint holds, rank by rank, load back with weights_only=True; a checkpoint of an older version
     (rank zero's state alone, a dict) still resumes, every rank from that state as then; a rank the writing run did
     not have starts from rank zero's."""
-    from lightning_tfm.training.runs.checkpoints import RNG, rank_rng
+    from lightning_tfm.training.runs import upgrade
+    from lightning_tfm.training.runs.checkpoint_io import RNG
+    from lightning_tfm.training.runs.resume import rank_rng
 
     states = [{"cpu": torch.get_rng_state()}, {"cpu": torch.Generator().manual_seed(7).get_state()}]
     torch.save({RNG: states}, tmp_path / "new.ckpt")
     ck = torch.load(tmp_path / "new.ckpt", weights_only=True)
     assert [torch.equal(rank_rng(ck, r)["cpu"], states[r]["cpu"]) for r in (0, 1)] == [True, True]
     assert torch.equal(rank_rng(ck, 2)["cpu"], states[0]["cpu"])
-    old = {RNG: states[1]}
+    old = upgrade.checkpoint({RNG: states[1]})  # read as today's, as every checkpoint is
     assert rank_rng(old, 0) is rank_rng(old, 1) is states[1]
     assert rank_rng({}, 0) is None

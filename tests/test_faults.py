@@ -141,13 +141,13 @@ def test_truncated_last_checkpoint_is_set_aside_and_the_run_resumes(smoke_run, d
 
 
 def test_no_readable_checkpoint_means_starting_over_and_saying_so(tmp_path, capsys):
-    from lightning_tfm.training.runs.checkpoints import resume_checkpoint
+    from lightning_tfm.training.runs.resume import pick, set_aside_unreadable
 
     ckpt = tmp_path / "run" / "checkpoints"
     ckpt.mkdir(parents=True)
     for name in ("last.ckpt", "step=000010.ckpt"):
         (ckpt / name).write_bytes(b"PK\x03\x04 not really a checkpoint")
-    assert resume_checkpoint(ckpt) is None
+    assert set_aside_unreadable(pick(ckpt)) is None
     err = capsys.readouterr().err
     assert "starts over from step 0" in err and err.count("is unreadable") == 2
     assert sorted(p.name.split(".corrupt-")[0] for p in ckpt.iterdir()) == ["last.ckpt", "step=000010.ckpt"]
@@ -157,13 +157,13 @@ def test_no_readable_checkpoint_means_starting_over_and_saying_so(tmp_path, caps
 def test_a_run_killed_before_writing_last_ckpt_resumes_from_its_newest_step_checkpoint(smoke_run, tmp_path, capsys):
     """Killed between writing step=N.ckpt and last.ckpt: the newest step checkpoint is the run's state. Starting
     over instead would train the steps again and write step=N-v1.ckpt beside the old file."""
-    from lightning_tfm.training.runs.checkpoints import resume_checkpoint
+    from lightning_tfm.training.runs.resume import pick, set_aside_unreadable
 
     run_dir = copy_run(smoke_run, tmp_path / "results")
     ckpt = run_dir / "checkpoints"
     (ckpt / "last.ckpt").unlink()
     newest_step, newest = step_checkpoints(run_dir)[-1]
-    assert resume_checkpoint(ckpt) == newest
+    assert set_aside_unreadable(pick(ckpt)) == newest
     assert f"resuming from {newest.name} (step {newest_step}) (no last.ckpt" in capsys.readouterr().err
     assert not list(ckpt.glob("*.corrupt-*"))  # nothing set aside
 
@@ -171,16 +171,16 @@ def test_a_run_killed_before_writing_last_ckpt_resumes_from_its_newest_step_chec
 def test_a_last_ckpt_older_than_the_newest_step_checkpoint_is_not_resumed_from(smoke_run, tmp_path, capsys):
     """Killed after writing step=N.ckpt but before last.ckpt was updated: last.ckpt holds an earlier step, and the
     run resumes from step=N.ckpt (the chaos soak found step=N-v1.ckpt written by a resume from last.ckpt)."""
-    from lightning_tfm.training.runs.checkpoints import resume_checkpoint
+    from lightning_tfm.training.runs.resume import pick, set_aside_unreadable
 
     run_dir = copy_run(smoke_run, tmp_path / "results")
     ckpt = run_dir / "checkpoints"
     (older_step, older), (newest_step, newest) = step_checkpoints(run_dir)[-2:]
     shutil.copy2(older, ckpt / "last.ckpt")  # last.ckpt one checkpoint behind
-    assert resume_checkpoint(ckpt) == newest
+    assert set_aside_unreadable(pick(ckpt)) == newest
     assert f"(newer than last.ckpt, step {older_step}" in capsys.readouterr().err
     shutil.copy2(newest, ckpt / "last.ckpt")  # up to date: last.ckpt, as always
-    assert resume_checkpoint(ckpt) == ckpt / "last.ckpt"
+    assert set_aside_unreadable(pick(ckpt)) == ckpt / "last.ckpt"
 
 
 # ---------------------------------------------------------------------------------- atomic writes

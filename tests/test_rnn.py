@@ -19,6 +19,7 @@ from lightning_tfm.model.rnn import RNN, RNNConfig, additive_attention
 from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.optim import make_optimizer
+from lightning_tfm.training.runs import upgrade
 
 from conftest import ROOT, SMOKE, ltfm
 
@@ -214,10 +215,10 @@ def test_the_new_keys_move_no_run_id():
     smoke = config.load_config(SMOKE, ["data.path=/work/shared/data/multi30k"])
     explicit = config.load_config(SMOKE, ["data.path=/work/shared/data/multi30k", "train.lr_schedule=noam"])
     assert run_ids.run_id(smoke) == run_ids.run_id(explicit)
-    assert run_ids.legacy_id(smoke) == run_ids.legacy_id(explicit) == "multi30k-smoke-3027ec60"  # data.path hashed
+    assert upgrade.legacy_id(smoke) == upgrade.legacy_id(explicit) == "multi30k-smoke-3027ec60"  # data.path hashed
     assert "lr_schedule" not in config.saved_yaml(smoke) and "lr_patience" not in config.flatten(smoke)
     export = json.loads((ROOT / "reports/reference/table3-cpu-2026-11-25/export/table3-cpu.json").read_text())
-    ids = [(r["run"], run_ids.legacy_hash(config.Config.from_dict(config.unflatten(r["config"]), checked=False)))
+    ids = [(r["run"], upgrade.legacy_hash(config.Config.from_dict(config.unflatten(r["config"]), checked=False)))
            for r in export["records"]]
     assert len(ids) > 20 and all(run.endswith("-" + h) for run, h in ids)
     plateau = config.load_config(SMOKE, ["data.path=/work/shared/data/multi30k", "train.lr_schedule=plateau"])

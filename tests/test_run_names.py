@@ -20,7 +20,7 @@ from lightning_tfm.training.config import config
 from lightning_tfm.training.config import run_id as run_ids
 from lightning_tfm.training.config.config import load_config
 from lightning_tfm.training.config.run_id import config_hash, run_id
-from lightning_tfm.training.runs import run_folder
+from lightning_tfm.training.runs import run_folder, upgrade
 from lightning_tfm.training.runs.run_folder import existing_run_id
 
 from conftest import ROOT, SMOKE, ltfm, write_sweep
@@ -137,7 +137,7 @@ def test_the_reference_exports_run_names_are_reproduced_and_found(tmp_path, expo
     assert len(runs) >= 9  # the smallest committed reference (the held-out rows) has 9 runs
     legacy = {}
     for name, cfg, record in runs:
-        legacy[name] = name.endswith("-" + run_ids.legacy_hash(cfg))
+        legacy[name] = name.endswith("-" + upgrade.legacy_hash(cfg))
         if not legacy[name]:  # named by today's code: the same files here give the same content identity
             cfg.data.path = str(request.getfixturevalue("multi30k"))
             assert name == run_ids.run_id(cfg), name
@@ -177,11 +177,11 @@ def test_a_new_field_at_its_default_changes_no_run_id(tmp_path, monkeypatch, sec
             load_config(ROOT / "experiments" / "multi30k-rnn-smoke.yaml", ["data.path=/x"]),
             load_config(SMOKE, ["data.path=/x", "train.lr_schedule=plateau", "train.lr=0.001"]),
             *(cfg for export in REFERENCE for _, cfg, _ in reference_runs(export))]
-    before = [(run_ids.run_id(c), run_ids.legacy_id(c)) for c in made]
+    before = [(run_ids.run_id(c), upgrade.legacy_id(c)) for c in made]
     old = write_run(tmp_path / "old", made[0])  # config.yaml without the new key
     add_field(monkeypatch, kind, "new_knob", 3)
     assert f"{section}.new_knob" in config.flatten(made[0]) and "new_knob" in config.SCHEMA[section]
-    assert [(run_ids.run_id(c), run_ids.legacy_id(c)) for c in made] == before
+    assert [(run_ids.run_id(c), upgrade.legacy_id(c)) for c in made] == before
     assert run_folder.reuse_problem(made[0], old) is None and existing_run_id(made[0], others=False) != "old"
     other = load_config(SMOKE, [f"data.path={small}", f"{section}.new_knob=4"])
     assert run_ids.run_id(other) != before[0][0]
@@ -218,16 +218,16 @@ def test_the_corpus_is_identified_by_its_content_not_its_folder(tmp_path):
     edited = corpus(tmp_path / "edited", **{"train.de": (3, "ein anderer Satz")})
     assert rid(a) == rid(copy) == rid(packed) != rid(edited)
     assert rid(a) != rid(a, "model.dropout=0.3") and rid(a) == rid(a, "train.max_steps=7")
-    assert len({run_ids.legacy_id(load_config(SMOKE, [f"data.path={f}"])) for f in (a, copy, packed)}) == 3
+    assert len({upgrade.legacy_id(load_config(SMOKE, [f"data.path={f}"])) for f in (a, copy, packed)}) == 3
     # only the files read: the dev and test splits count, another language does not
     assert rid(corpus(tmp_path / "test-edited", **{"test_2016_flickr.en": (0, "x")})) != rid(a)
     (copy / "train.fr").write_text("un\n")
     assert rid(copy) == rid(a)
     # nothing to read: the folder stands for it, as before
     missing = load_config(SMOKE, [f"data.path={tmp_path / 'none'}"])
-    assert run_ids.run_id(missing) == run_ids.legacy_id(missing)
+    assert run_ids.run_id(missing) == upgrade.legacy_id(missing)
     hub = load_config(SMOKE, ["data.source=hub", "data.hub_name=bentrevett/multi30k"], data=False)
-    assert run_ids.run_id(hub) == run_ids.legacy_id(hub)
+    assert run_ids.run_id(hub) == upgrade.legacy_id(hub)
 
 
 def test_a_legacy_folder_is_continued_and_a_folder_is_checked_by_its_corpus(tmp_path, ltfm_here):
@@ -236,7 +236,7 @@ def test_a_legacy_folder_is_continued_and_a_folder_is_checked_by_its_corpus(tmp_
     does not, and a corpus moved away is known by what the run recorded (else its folder is compared)."""
     a, results = corpus(tmp_path / "a"), tmp_path / "results"
     cfg = load_config(SMOKE, [f"data.path={a}", f"run.results_dir={results}"])
-    legacy = write_run(results / run_ids.legacy_id(cfg), cfg)
+    legacy = write_run(results / upgrade.legacy_id(cfg), cfg)
     assert legacy.name != run_ids.run_id(cfg) and existing_run_id(cfg, others=False) == legacy.name
     shown = ltfm_here("config", SMOKE, f"data.path={a}", f"run.results_dir={results}")
     assert shown.returncode == 0 and shown.stdout.startswith(f"# run id: {legacy.name} "), shown.stderr[-2000:]
@@ -245,7 +245,7 @@ def test_a_legacy_folder_is_continued_and_a_folder_is_checked_by_its_corpus(tmp_
     assert sorted(d.name for d in results.iterdir()) == [legacy.name]
     # a legacy folder of another config is not taken: the run starts in its own
     other = load_config(SMOKE, [f"data.path={a}", f"run.results_dir={results}", "model.dropout=0.3"])
-    write_run(results / run_ids.legacy_id(other), cfg)
+    write_run(results / upgrade.legacy_id(other), cfg)
     assert existing_run_id(other, others=False) == run_ids.run_id(other)
     # its own folder, once it holds a run, comes first
     own = write_run(results / run_ids.run_id(cfg), cfg)
@@ -281,11 +281,11 @@ def test_the_reference_sweeps_dry_run_continues_its_folders_and_starts_changed_r
         if record["variant"] in ("base", "C1", "big", "E") and record["seed"] == 1:
             cfg.data.path = str(data_dir)
             if str(data_dir) == "/work/shared/data/multi30k":  # where the reference ran: the same names
-                assert run_ids.legacy_id(cfg) == name
+                assert upgrade.legacy_id(cfg) == name
             changed = record["variant"] == "E"
             if changed:
                 cfg.model.dropout = 0.3
-            placed[record["variant"]] = (write_run(results / run_ids.legacy_id(cfg), cfg, steps=record["steps"]),
+            placed[record["variant"]] = (write_run(results / upgrade.legacy_id(cfg), cfg, steps=record["steps"]),
                                          changed)
     dry = ltfm_here("sweep", ROOT / "sweeps" / "table3-cpu.yaml", "--dry-run", "--json", f"data.path={data_dir}",
                     f"run.results_dir={results}")

@@ -326,7 +326,7 @@ class Heartbeat:
 
 # ------------------------------------------------------------------------------------ retries with progress
 #: The user attribute a worker sets on a trial as it starts the trial's ``ltfm train``: the step the run resumes
-#: from (:func:`~lightning_tfm.training.runs.checkpoints.newest_step`). Every attempt sets its own; a retry does not
+#: from (:func:`~lightning_tfm.training.runs.resume.newest_step`). Every attempt sets its own; a retry does not
 #: inherit it (an attempt killed before it started its training has none: it kept no work).
 RESUME_STEP = "resume_step"
 #: The system attribute of a retried trial: how many attempts of its row ended without keeping work
@@ -414,6 +414,6 @@ def attempt_steps(trial) -> tuple[int, int] | None:
     start, run_dir = trial.user_attrs.get(RESUME_STEP), trial.user_attrs.get("run_dir")
     if start is None or not run_dir:
         return None
-    from ..training.runs.checkpoints import newest_step
+    from ..training.runs.resume import newest_step
 
     return int(start), newest_step(run_dir)

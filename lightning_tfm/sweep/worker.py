@@ -299,7 +299,7 @@ class Worker:
     def _train(self, trial, trial_id: int, entry: Entry, cfg: config.Config, params: int, label: str) -> int:
         from optuna.trial import TrialState
 
-        from ..training.runs.checkpoints import newest_step
+        from ..training.runs.resume import newest_step
 
         # The run folder is named after the row (<sweep>-<variant>-s<seed>-<hash>); a run of this config under
         # another name (<run.name>-<hash>, another sweep's same row) is trained on in its folder: run.id names it.
@@ -450,7 +450,7 @@ class Worker:
     def _stopped(self, trial) -> None:
         """A trial stopped by Ctrl-C (or SIGTERM, SIGUSR1) goes back to the queue as *stopped* at its run's newest
         checkpoint step (:func:`~.held.put_back`)."""
-        from ..training.runs.checkpoints import newest_step
+        from ..training.runs.resume import newest_step
 
         run_dir = trial.user_attrs.get("run_dir")
         step = newest_step(run_dir) if run_dir else None

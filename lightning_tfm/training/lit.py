@@ -19,8 +19,9 @@ from .data.corpus import MappedPairs
 from .data.data import Batch, TokenBatchSampler, collate
 from .loss import fused_label_smoothed_nll_loss, label_smoothed_nll_loss
 from .optim import make_optimizer
-from .runs import results
-from .runs.checkpoints import CORPUS, RESUME_ONLY, RNG, RUN_ID, TOKENIZER, rank_rng
+from .runs import results, upgrade
+from .runs.checkpoint_io import CORPUS, RESUME_ONLY, RNG, RUN_ID, TOKENIZER
+from .runs.resume import rank_rng
 
 
 class Seq2SeqModule(pl.LightningModule):
@@ -162,7 +163,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint):
         self._plateau_state = checkpoint.get("lr_plateau")  # before configure_optimizers, which loads it
-        self._rng_state = rank_rng(checkpoint, self.global_rank)  # this rank's own
+        self._rng_state = rank_rng(upgrade.checkpoint(checkpoint), self.global_rank)  # this rank's own
         self.train_tokens = (int(checkpoint.get("train_tokens", 0))
                              // max(1, self.trainer.world_size if self._trainer else 1))
 

@@ -29,15 +29,9 @@ from ..base.errors import UserError
 from .config import config
 from .data.corpus import Corpus
 from .precision import resolve_precision
-from .runs import results, run_folder
+from .runs import results, resume, run_folder
 from .runs.checkpoint_io import atomic_checkpoint_io
-from .runs.checkpoints import (
-    check_resumable,
-    check_resume,
-    resume_checkpoint,
-    resume_choice,
-    tokenizer_hash,
-)
+from .runs.checkpoints import tokenizer_hash
 
 
 def completed_summary(cfg: config.Config) -> dict | None:
@@ -80,7 +74,8 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
 
     corpus = Corpus(cfg)  # every data error is raised here, before anything is written (builds the cache if needed)
     corpus.use_in_run(run_dir, write=False)  # resuming on another vocabulary stops here
-    check_resumable(run_dir, cfg, tokenizer_hash(corpus.folder / "tokenizer.json"))  # ... or from another's checkpoint
+    vocab = tokenizer_hash(corpus.folder / "tokenizer.json")
+    resume.check(resume.pick(run_dir / "checkpoints"), run_dir, cfg, vocab)  # ... or from another's checkpoint
     from .tracking.tracking import resolve_mode
     resolve_mode(cfg)  # a bad WANDB_MODE / wandb.mode stops here, before the run folder exists
     is_zero = run_folder.rank_zero()
@@ -137,11 +132,12 @@ class Run:
     def resume_from(self) -> Path | None:
         """The checkpoint to resume from, checked to be this run's (the one Lightning loads, under the lock: one
         copied in since :func:`train`'s check is refused too), before anything is written. Rank zero sets unreadable
-        ones aside; the other ranks pick the same file (:func:`~.runs.checkpoints.resume_choice`)."""
+        ones aside; the other ranks pick the same file (:func:`~.runs.resume.pick`)."""
+        chosen = resume.pick(self.ckpt_dir)
         if not self.is_zero:
-            return resume_choice(self.ckpt_dir)[0]
-        vocab = tokenizer_hash(self.corpus.folder / "tokenizer.json")
-        return resume_checkpoint(self.ckpt_dir, lambda path: check_resume(path, self.run_dir, self.cfg, vocab))
+            return chosen.path
+        resume.check(chosen, self.run_dir, self.cfg, tokenizer_hash(self.corpus.folder / "tokenizer.json"))
+        return resume.set_aside_unreadable(chosen)
 
     def open_folder(self) -> dict | None:
         """Rank zero: the folder still holds this config's run; remove what a killed process left mid-write, read the

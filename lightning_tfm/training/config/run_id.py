@@ -21,9 +21,9 @@ False; :data:`.config.NOT_HASHED`): the budget, the bookkeeping, the speed paths
 schedule's unused keys and another architecture's section are left out of the saved config itself
 (:meth:`.config.Config.to_dict`).
 
-The id before the corpus was identified by its content (``data.path`` hashed: :func:`legacy_id`) still names the
-folders made then: a run continues in the folder of its legacy id when the folder of its id holds no run and that
-one holds a run of the same config (:func:`~.run_folder.existing_run_id`).
+The id before the corpus was identified by its content (``data.path`` hashed in its place: :func:`path_keys`) still
+names the folders made then; that rule, like every rule for what an older version wrote, is in
+:mod:`lightning_tfm.training.runs.upgrade` (``legacy_id``), which lists the frozen keys above too.
 
 This module reads a config through its methods and fields only: :mod:`.config` imports it (to check the id of
 every config it validates), never the other way.
@@ -106,7 +106,7 @@ def was_saved(key: str, flat: dict) -> bool:
     return key not in _PLATEAU or "train.lr_schedule" in flat
 
 
-def _keys(cfg) -> dict:
+def path_keys(cfg) -> dict:
     """The flat keys a run id hashes, ``data.path`` as given (the rule: the module's docstring)."""
     flat = {f"{sec}.{k}": v for sec, body in cfg.to_dict().items() for k, v in body.items()}
     skip = not_hashed(cfg)
@@ -122,7 +122,7 @@ def hashed(cfg, corpus: str | None = None) -> dict:
     to be trained on (:func:`~.run_folder.reuse_problem`). The local corpus is ``data.corpus``, its content
     identity (``corpus``, else the files' :func:`~.corpus_id.fingerprint`), in place of ``data.path`` where there
     is one."""
-    keys = _keys(cfg)
+    keys = path_keys(cfg)
     corpus = corpus or fingerprint(cfg.data)
     if corpus and cfg.data.source == "local":
         keys.pop("data.path", None)
@@ -136,51 +136,33 @@ def compared(there, asked, there_corpus: str | None = None) -> tuple[dict, dict]
     content (its files gone or unreadable, nothing recorded), both sides' folders (``data.path``) are compared."""
     a, b = hashed(there, there_corpus), hashed(asked)
     if (CORPUS_KEY in a) != (CORPUS_KEY in b):
-        a, b = _keys(there), _keys(asked)
+        a, b = path_keys(there), path_keys(asked)
     return a, b
 
 
-def _digest(keys: dict) -> str:
+def digest(keys: dict) -> str:
+    """The 8 hex digits that end a run id: the SHA-1 of ``keys`` as sorted JSON."""
     return hashlib.sha1(json.dumps(keys, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def config_hash(cfg) -> str:
     """The hash that ends a run id: of :func:`hashed` (the corpus by its content)."""
-    return _digest(hashed(cfg))
+    return digest(hashed(cfg))
 
 
-def legacy_hash(cfg) -> str:
-    """The hash of the run ids before the corpus was identified by its content: ``data.path`` hashed in its place."""
-    return _digest(_keys(cfg))
-
-
-def _named(cfg, digest: str) -> str:
+def named(cfg, tail: str) -> str:
+    """The run id of ``cfg`` ending in the hash ``tail`` (:func:`run_id`'s rule)."""
     if cfg.run.id or not (cfg.run.study and cfg.run.variant):
-        return cfg.run.id or f"{cfg.run.name}-{digest}"
+        return cfg.run.id or f"{cfg.run.name}-{tail}"
     study, variant = _trial(cfg)
-    return f"{study}-{variant}-s{cfg.run.seed}-{digest}"
+    return f"{study}-{variant}-s{cfg.run.seed}-{tail}"
 
 
 def run_id(cfg) -> str:
     """``run.id``; else a sweep trial's ``<study>-<variant>-s<seed>-<hash>`` (other characters than letters, digits,
     '.', '_', '-' made '_'); else ``<run.name>-<hash>``. Same config, same hash (:func:`config_hash`), same folder
-    (a folder of an older id: :func:`~.run_folder.existing_run_id`)."""
-    return _named(cfg, config_hash(cfg))
-
-
-def legacy_id(cfg) -> str:
-    """The run id the config had before the corpus was identified by its content (:func:`legacy_hash`); the
-    same as :func:`run_id` where the corpus's files cannot be read."""
-    return _named(cfg, legacy_hash(cfg))
-
-
-def identities(cfg, corpus: str | None = None) -> tuple[str, ...]:
-    """What names a run of ``cfg`` wherever its folder is and whatever it is called: its run id and legacy id (the
-    corpus identified by ``corpus``, as a run folder records it, where given; else by its files), then the two hashes
-    alone (a run named by ``run.id`` holds no hash in its name). A checkpoint records the id it was trained under
-    (:data:`~..runs.checkpoints.RUN_ID`): one of these when it is of ``cfg``."""
-    digest = _digest(hashed(cfg, corpus))
-    return _named(cfg, digest), legacy_id(cfg), digest, legacy_hash(cfg)
+    (a folder of an older id: :func:`~..runs.upgrade.legacy_id`)."""
+    return named(cfg, config_hash(cfg))
 
 
 def _trial(cfg) -> tuple[str, str]:
@@ -204,4 +186,4 @@ def check_run_id(rid: str, cfg=None) -> None:
 def check_name(cfg) -> None:
     """The config's run id makes one folder name (:func:`check_run_id`), checked without reading its corpus: every
     hash has 8 digits."""
-    check_run_id(_named(cfg, "0" * 8), cfg)
+    check_run_id(named(cfg, "0" * 8), cfg)

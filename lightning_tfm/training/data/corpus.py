@@ -69,7 +69,7 @@ def splits_of(cfg: Config) -> dict[str, tuple[str, int | None]]:
     return out
 
 
-def _file_stats(cfg: Config) -> dict:
+def file_stats(cfg: Config) -> dict:
     """{file name: [size, mtime in ns]} of the local corpus's files the config reads."""
     d, files = cfg.data, {}
     for name, _ in splits_of(cfg).values():
@@ -79,11 +79,11 @@ def _file_stats(cfg: Config) -> dict:
     return files
 
 
-def cache_key(cfg: Config, by_stats: bool = False) -> dict:
+def cache_key(cfg: Config) -> dict:
     """Everything that decides the token ids, as a JSON-able dict (local files: their folder and their content
     identity, :func:`~.corpus_id.fingerprint`: an edit is another corpus even where it keeps the files' sizes and
-    modification times). ``by_stats``: the key of earlier versions (each file's size and mtime in place of the
-    identity), which the prepared corpora and run folders they made record (:func:`changed_since`)."""
+    modification times; each file's size and mtime where the files cannot be read). The key of earlier versions,
+    which the prepared corpora and run folders they made record: :func:`~..runs.upgrade.corpus_by_stats_key`."""
     import tokenizers
 
     d = cfg.data
@@ -94,38 +94,14 @@ def cache_key(cfg: Config, by_stats: bool = False) -> dict:
                  "max_tokens_per_sentence": d.max_tokens_per_sentence}
     if d.source == "local":
         key["path"] = str(Path(d.path).expanduser().resolve())
-        identity = None if by_stats else fingerprint(d)
+        identity = fingerprint(d)
         if identity is None:  # a file missing (split_file says which) or unreadable: by its size and mtime
-            key["files"] = _file_stats(cfg)
+            key["files"] = file_stats(cfg)
         else:
             key["corpus"] = identity
     else:  # the Hub: datasets' own cache keeps the revision it downloaded
         key["hub_name"], key["hub_config"] = d.hub_name, d.hub_config
     return key
-
-
-def changed_since(cfg: Config, data_cache: str | None, data_cache_hash: str | None) -> list[str] | None:
-    """For a run that recorded no content identity of its corpus (an earlier version's), which of the files its
-    config reads changed since it was prepared, by what the run did record: the prepared corpus it trained on
-    (``data_cache``: its manifest's key, by content or by each file's size and mtime), else that key's hash
-    (``data_cache_hash``, of the key by size and mtime). [] when none did; None when nothing recorded tells."""
-    if cfg.data.source != "local" or not cfg.data.path:
-        return None
-    try:
-        key = json.loads((Path(data_cache) / "manifest.json").read_text())["key"] if data_cache else None
-    except (OSError, ValueError, KeyError, TypeError):
-        key = None
-    try:
-        if isinstance(key, dict) and isinstance(key.get("corpus"), str):
-            return [] if key["corpus"] == fingerprint(cfg.data) else ["its files"]
-        if isinstance(key, dict) and isinstance(key.get("files"), dict):
-            now = _file_stats(cfg)
-            return sorted(n for n in {*now, *key["files"]} if now.get(n) != key["files"].get(n))
-        if isinstance(data_cache_hash, str):
-            return [] if key_hash(cache_key(cfg, by_stats=True)) == data_cache_hash else ["its files"]
-    except (UserError, OSError):
-        return ["its files"]  # gone or unreadable: not the corpus it trained on, as far as anything can tell
-    return None
 
 
 def key_hash(key: dict) -> str:

@@ -1,5 +1,7 @@
-"""Checkpoints written: Lightning's checkpoint writer made atomic inside the run folder, one step's checkpoints one
-file (hard links). What is read back, checked, averaged and resumed from: :mod:`.checkpoints`."""
+"""Checkpoints written: the keys ours hold beside Lightning's (the run, its corpus and vocabulary, each rank's random
+state, a resume point's mark; written by :class:`~..lit.Seq2SeqModule`), a vocabulary's hash and the run folder a
+file sits in, and Lightning's checkpoint writer made atomic inside the run folder, one step's checkpoints one file
+(hard links). What is read back, checked, averaged and resumed from: :mod:`.checkpoints`, :mod:`.resume`."""
 from __future__ import annotations
 
 import io
@@ -9,6 +11,34 @@ from pathlib import Path
 import torch
 
 from ...base import atomic
+
+#: A key of a checkpoint written only as a resume point (``last.ckpt`` by ``train.checkpoint_every_seconds``,
+#: :class:`~.lit.CheckpointEverySeconds`, or at a stop by a signal, :class:`~.lit.StopOnSignal`): averaging leaves it
+#: out, so the averaged steps keep the step cadence (:func:`~.checkpoints.final_weights`).
+RESUME_ONLY = "ltfm_resume_only"
+#: The hyper-parameter naming the vocabulary a checkpoint was trained with (:func:`tokenizer_hash`): ids of another
+#: vocabulary of the same size decode to garbage, so a checkpoint is only decoded or resumed with its own.
+TOKENIZER = "tokenizer_sha256"
+#: Keys of a checkpoint naming the run that wrote it (its folder's name) and the content identity of its corpus
+#: (:func:`~.data.corpus_id.fingerprint`): a checkpoint copied into another run's folder is told by them.
+RUN_ID, CORPUS = "ltfm_run_id", "ltfm_corpus"
+#: The key of a checkpoint holding each rank's torch random state when it was written (:func:`~.lit.rng_state`): a
+#: list, rank r's at r (:func:`~.resume.rank_rng`; an older version's: :func:`~.upgrade.checkpoint`).
+RNG = "ltfm_rng"
+
+
+def tokenizer_hash(path: Path) -> str:
+    """A vocabulary's identity: the SHA-256 of its ``tokenizer.json`` (a run folder's copy is byte-identical to its
+    prepared corpus's, :meth:`~.data.corpus.Corpus.use_in_run`), 16 hex digits."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def own_run(path: Path) -> Path | None:
+    """The run folder a checkpoint file sits in (``<run>/checkpoints/x.ckpt``), None for a file elsewhere."""
+    path = Path(path).absolute()
+    return path.parent.parent if path.parent.name == "checkpoints" else None
 
 
 def training_state(checkpoint: dict) -> tuple:

@@ -1,15 +1,13 @@
-"""Checkpoints, in one place (as fairseq's ``checkpoint_utils``): load with ``weights_only=True``, check,
-scan a run's checkpoint folder, average, resolve a name to a file, pick the one to resume from, set aside
-unreadable ones, and read what older versions wrote (every upgrade of an old checkpoint is here). Loading never
-writes: an averaged checkpoint that is not on disk is averaged in memory; ``write_average`` is the one place that
-writes one. Lightning's writer made atomic is :mod:`.checkpoint_io`.
+"""Checkpoints read: load with ``weights_only=True`` (what an older version wrote read as today's:
+:func:`.upgrade.checkpoint`), tell whose a checkpoint is, scan a run's checkpoint folder, average, resolve a name to
+a file, load a run's model. Loading never writes: an averaged checkpoint that is not on disk is averaged in memory;
+``write_average`` is the one place that writes one. Lightning's writer made atomic is :mod:`.checkpoint_io`; the
+steps of a resume (the file it loads, its check, the unreadable ones set aside) are :mod:`.resume`.
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -19,28 +17,16 @@ from ...base import atomic
 from ...base.errors import UserError
 from ...model import build_model
 from ..config import config
-from ..config import run_id as ids
-from . import results, run_folder
+from . import results, run_folder, upgrade
+from .checkpoint_io import CORPUS, RESUME_ONLY, RUN_ID, TOKENIZER, own_run, tokenizer_hash
 
 STEP_CKPT = re.compile(r"^step=(\d+)(?:-v\d+)?\.ckpt$")
-#: A key of a checkpoint written only as a resume point (``last.ckpt`` by ``train.checkpoint_every_seconds``,
-#: :class:`~.lit.CheckpointEverySeconds`, or at a stop by a signal, :class:`~.lit.StopOnSignal`): averaging leaves it
-#: out, so the averaged steps keep the step cadence (:func:`final_weights`).
-RESUME_ONLY = "ltfm_resume_only"
-#: The hyper-parameter naming the vocabulary a checkpoint was trained with (:func:`tokenizer_hash`): ids of another
-#: vocabulary of the same size decode to garbage, so a checkpoint is only decoded or resumed with its own.
-TOKENIZER = "tokenizer_sha256"
-#: Keys of a checkpoint naming the run that wrote it (its folder's name) and the content identity of its corpus
-#: (:func:`~.data.corpus_id.fingerprint`): a checkpoint copied into another run's folder is told by them.
-RUN_ID, CORPUS = "ltfm_run_id", "ltfm_corpus"
-#: The key of a checkpoint holding each rank's torch random state when it was written (:func:`~.lit.rng_state`): a
-#: list, rank r's at r (a checkpoint of an older version holds rank zero's alone, a dict: :func:`rank_rng`).
-RNG = "ltfm_rng"
 
 
 def load_checkpoint(path: Path) -> dict:
-    """A checkpoint's dict, loaded with ``weights_only=True`` on the CPU; one line naming the way out if it
-    cannot be read or is not a Lightning checkpoint."""
+    """A checkpoint's dict, loaded with ``weights_only=True`` on the CPU and read as today's version writes it
+    (:func:`.upgrade.checkpoint`); one line naming the way out if it cannot be read or is not a Lightning
+    checkpoint."""
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -53,44 +39,14 @@ def load_checkpoint(path: Path) -> dict:
     if not isinstance(ck, dict) or not isinstance(ck.get("state_dict"), dict):
         raise UserError(f"{path} is not a Lightning checkpoint (no state_dict): give a checkpoint written by "
                         f"`ltfm train` or `ltfm average`")
-    return ck
+    return upgrade.checkpoint(ck, path)
 
 
-def rank_rng(ck: dict, rank: int) -> dict | None:
-    """The random state rank ``rank`` restores when it resumes from checkpoint ``ck`` (:data:`RNG`): its own. From a
-    checkpoint of an older version, which holds rank zero's alone (a dict), that one on every rank, as then; from a
-    run of fewer processes, rank zero's for a rank it did not have (as every rank of a new run starts from the one
-    seed). None when the checkpoint records none."""
-    states = ck.get(RNG)
-    if isinstance(states, dict):
-        return states
-    if isinstance(states, list) and states:
-        return states[rank] if rank < len(states) else states[0]
-    return None
-
-
-def tokenizer_hash(path: Path) -> str:
-    """A vocabulary's identity: the SHA-256 of its ``tokenizer.json`` (a run folder's copy is byte-identical to its
-    prepared corpus's, :meth:`~.data.corpus.Corpus.use_in_run`), 16 hex digits."""
-    import hashlib
-
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
-
-
-def own_run(path: Path) -> Path | None:
-    """The run folder a checkpoint file sits in (``<run>/checkpoints/x.ckpt``), None for a file elsewhere."""
-    path = Path(path).absolute()
-    return path.parent.parent if path.parent.name == "checkpoints" else None
-
-
-def checkpoint_tokenizer(ck: dict, path: Path) -> str | None:
-    """The vocabulary ``ck`` was trained with: the hash it records, else (a checkpoint of an older version) that of
-    the ``tokenizer.json`` of the run folder it sits in; None when neither tells."""
+def vocabulary(ck: dict) -> str | None:
+    """The vocabulary ``ck`` was trained with (:data:`TOKENIZER`; an older checkpoint's, that of the run folder it
+    sits in: :mod:`.upgrade` rule 1); None when it does not tell."""
     recorded = (ck.get("hyper_parameters") or {}).get(TOKENIZER)
-    if isinstance(recorded, str):
-        return recorded
-    run = own_run(path)
-    return tokenizer_hash(run / "tokenizer.json") if run is not None and (run / "tokenizer.json").is_file() else None
+    return recorded if isinstance(recorded, str) else None
 
 
 def recorded_config(ck: dict, path: Path) -> "config.Config | None":
@@ -109,11 +65,11 @@ def recorded_config(ck: dict, path: Path) -> "config.Config | None":
 def own_names(run_dir: Path, cfg: "config.Config | None") -> Iterator[str]:
     """What a checkpoint of the run in ``run_dir`` may record as the run that wrote it (:data:`RUN_ID`): the folder's
     name, then, computed only when asked for (a generator), the identities of ``cfg``, the config it trains
-    (:func:`~..config.run_id.identities`, its corpus as the folder records it): a folder renamed (``mv RUN
+    (:func:`.upgrade.names`, its corpus as the folder records it): a folder renamed (``mv RUN
     mymodel``) keeps what was trained in it."""
     yield run_dir.name
     if cfg is not None:
-        yield from ids.identities(cfg, run_folder.recorded_corpus(run_dir))
+        yield from upgrade.names(cfg, run_folder.recorded_corpus(run_dir))
 
 
 def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: str | None, whose: str,
@@ -124,7 +80,7 @@ def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: st
     another run (the id it records, :data:`RUN_ID`), another vocabulary, or another config in ``sections``' keys (all
     the run id's keys when None: :func:`~.run_folder.differences`, the checkpoint's corpus as it records it,
     :data:`CORPUS`, else as ``corpus`` identifies it); None when it is, or cannot tell (a checkpoint of an older
-    version records no run id)."""
+    version records no run id, :mod:`.upgrade` rule 4). ``ck`` is read as today's (:func:`.upgrade.checkpoint`)."""
     writer = ck.get(RUN_ID)
     # a run id is a name and the hash of what is trained (training/config/run_id.py): a folder taken over under the
     # name an earlier version gave it keeps its hash, a folder renamed its config's; another run's checkpoint has
@@ -134,7 +90,7 @@ def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: st
         if not any(writer.rsplit("-", 1)[-1] == name.rsplit("-", 1)[-1] for name in names):
             return f"checkpoint {path} was written by run {writer}, not by {whose}"
     corpus = ck[CORPUS] if isinstance(ck.get(CORPUS), str) else corpus
-    theirs = checkpoint_tokenizer(ck, path)
+    theirs = vocabulary(ck)
     if vocab is not None and theirs is not None and theirs != vocab:
         return (f"checkpoint {path} was trained with another vocabulary (tokenizer {theirs}) than {whose} (tokenizer "
                 f"{vocab}), whatever their sizes: its ids would decode to other words")
@@ -144,37 +100,6 @@ def foreign_problem(ck: dict, path: Path, cfg: "config.Config | None", vocab: st
         return (f"checkpoint {path} is of another {'model' if sections else 'config'} than {whose}, differing in "
                 f"{', '.join(diff)}")
     return None
-
-
-def check_resume(path: Path, run_dir: Path, cfg: "config.Config", vocab: str) -> None:
-    """The checkpoint ``path`` a resume of ``run_dir`` loads must be of this run (the id it records), of ``cfg`` and of
-    the vocabulary ``vocab`` (:func:`foreign_problem`): else one line naming it and the way out (a checkpoint copied
-    in, a folder whose ``tokenizer.json`` was replaced or deleted). Nor may it be past ``cfg``'s budget
-    (``train.max_steps``): an unfinished run (stopped, failed) resumed with a smaller budget would end at once and
-    pass for completed at the budget asked, which it never trained to; one line naming the step it reached and the
-    way out. (A completed run past the budget is not resumed: ``ltfm train`` finds it completed.) Reads only."""
-    ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    why = foreign_problem(ck, path, cfg, vocab, f"run {run_dir.name}", corpus=run_folder.recorded_corpus(run_dir),
-                          run=own_names(run_dir, cfg))
-    if why is not None:
-        raise UserError(f"{why}: cannot resume {run_dir} from it; move {path.name} out of {path.parent} if it was "
-                        f"copied in, else give another run.id (or run.results_dir), or delete the folder to train "
-                        f"there anew")
-    step, budget = int(ck.get("global_step", 0)), cfg.train.max_steps
-    if step > budget:
-        saved = run_folder.saved_config(run_dir)[0]
-        own = f" (its own: {saved.train.max_steps})" if saved is not None and saved.train.max_steps > step else ""
-        raise UserError(f"run {run_dir} has trained to step {step} ({path.name}), past train.max_steps={budget}: "
-                        f"give train.max_steps={step} or more to train it on{own}, or another run.id (or "
-                        f"run.results_dir) to train {budget} steps anew")
-
-
-def check_resumable(run_dir: Path, cfg: "config.Config", vocab: str) -> None:
-    """:func:`check_resume` of the checkpoint a resume of ``run_dir`` would load (:func:`resume_choice`: the same
-    file), before anything is written."""
-    path = resume_choice(run_dir / "checkpoints")[0]
-    if path is not None:
-        check_resume(path, run_dir, cfg, vocab)
 
 
 def checkpoint_problem(path: str | Path) -> str | None:
@@ -224,7 +149,7 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
         if i == 0:
             first = (ck, Path(path))
         else:  # another vocabulary or model of the same shapes would average into nonsense
-            why = foreign_problem(ck, Path(path), recorded_config(*first), checkpoint_tokenizer(*first),
+            why = foreign_problem(ck, Path(path), recorded_config(*first), vocabulary(first[0]),
                                   f"{paths[0]}", run_folder.model_sections(), run=first[0].get(RUN_ID))
             if why is not None:
                 raise UserError(f"{why}: average checkpoints of one run")
@@ -245,14 +170,10 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
 
 
 def final_weights(ck: dict, run_dir: Path) -> bool:
-    """Whether ``ck``, a run's ``last.ckpt``, holds the weights the run ended with (or, unfinished, has now), not a
-    resume point written between step checkpoints (:data:`RESUME_ONLY`: by time, or at a stop by a signal). An older
-    version marked the end of fitting resume-only too: such a checkpoint at the step the run's summary says it
-    completed at is its final weights."""
-    if not ck.get(RESUME_ONLY):
-        return True
-    summary = results.read_summary(run_dir) or {}
-    return summary.get("status") == "completed" and summary.get("steps") == ck.get("global_step")
+    """Whether ``ck``, the ``last.ckpt`` of the run in ``run_dir``, holds the weights the run ended with (or,
+    unfinished, has now), not a resume point written between step checkpoints (:data:`RESUME_ONLY`: by time, or at a
+    stop by a signal; an older version's end of fitting so marked: :func:`.upgrade.final_marked_resume_only`)."""
+    return not ck.get(RESUME_ONLY) or upgrade.final_marked_resume_only(ck, results.read_summary(run_dir))
 
 
 def averaged_checkpoint(run_dir: str | Path, last: int = 5) -> tuple[dict, list[Path]]:
@@ -404,71 +325,3 @@ def load_model(run_dir: str | Path, checkpoint: str = "last", average_last: int 
     except (RuntimeError, ValueError) as e:
         raise UserError(f"checkpoint {path} does not fit its model config ({str(e).splitlines()[0]})") from None
     return model.eval(), run_cfg or ck_cfg, tokenizer
-
-
-# ------------------------------------------------------------------------------------------- resuming
-def set_aside(path: Path, why: str) -> Path:
-    """Rename an unreadable file out of the way (kept for inspection, never read again by us)."""
-    dest = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-    os.replace(path, dest)
-    print(f"ltfm: warning: {path} is unreadable ({why}); moved to {dest.name}", file=sys.stderr)
-    return dest
-
-
-def resume_choice(ckpt_dir: Path) -> tuple[Path | None, list[tuple[Path, str]], int | None]:
-    """(the checkpoint a resume loads, the unreadable ones before it with why, ``last.ckpt``'s step or None): the
-    newest readable one of ``last.ckpt`` and the ``step=*.ckpt`` files (a process killed between writing a step
-    checkpoint and ``last.ckpt`` leaves ``last.ckpt`` older, or none: resuming from it would train those steps again
-    and write ``step=N-v1.ckpt`` beside the old file); None when none is readable. Reads only: every rank of a run
-    and the check before it (:func:`check_resumable`) find the same file."""
-    last = ckpt_dir / "last.ckpt"
-    unreadable: list[tuple[Path, str]] = []
-    last_step = None
-    if last.is_file():
-        why = checkpoint_problem(last)
-        if why is None:
-            last_step = int(torch.load(last, map_location="cpu", weights_only=True, mmap=True).get("global_step", -1))
-        else:
-            unreadable.append((last, why))
-    for step, path in reversed(step_checkpoints(ckpt_dir.parent)):
-        if last_step is not None and step <= last_step:
-            break  # last.ckpt is as new as any step checkpoint left
-        why = checkpoint_problem(path)
-        if why is None:
-            return path, unreadable, last_step
-        unreadable.append((path, why))
-    return (last if last_step is not None else None), unreadable, last_step
-
-
-def resume_checkpoint(ckpt_dir: Path, check=None) -> Path | None:
-    """The checkpoint to resume from (:func:`resume_choice`); ``check(path)``: raises when it must not be resumed,
-    before anything changes. Then the unreadable ones (truncated by a full disk or a kill) are set aside with a
-    warning. None (start from step 0) when there is none, which is said too if checkpoints were set aside."""
-    path, unreadable, last_step = resume_choice(ckpt_dir)
-    if path is not None and check is not None:
-        check(path)
-    for bad, why in unreadable:
-        set_aside(bad, why)
-    if path is not None and path.name != "last.ckpt":
-        step = int(STEP_CKPT.match(path.name).group(1))
-        print(f"ltfm: resuming from {path.name} (step {step}) " +
-              ("instead" if unreadable else "(no last.ckpt: the run was stopped before writing it)"
-               if last_step is None else f"(newer than last.ckpt, step {last_step}: the run was stopped "
-               "between writing the two)"), file=sys.stderr)
-    if path is None and unreadable:
-        print("ltfm: warning: no readable checkpoint left: the run starts over from step 0", file=sys.stderr)
-    return path
-
-
-def newest_step(run_dir: str | Path) -> int:
-    """The step a resume of the run would start from: the newest of its ``step=N.ckpt`` names and
-    ``last.ckpt``'s ``global_step`` (an unreadable ``last.ckpt`` counts as absent); 0 when it has none.
-    What a sweep compares before and after an attempt to tell whether the attempt kept work (its retry rule)."""
-    newest = max((step for step, _ in step_checkpoints(run_dir)), default=0)
-    last = Path(run_dir) / "checkpoints" / "last.ckpt"
-    try:
-        ck = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
-        newest = max(newest, int(ck.get("global_step", 0)))
-    except Exception:  # noqa: BLE001 - absent, or unreadable: a resume would set it aside
-        pass
-    return newest

@@ -106,7 +106,8 @@ class Summary(TypedDict, total=False):
 
 
 # Lightning's short precision names and the full ones they stand for: a summary records the full name ("32-true",
-# "bf16-mixed", "16-mixed"); a summary written before it did ("32") reads as the full name (:func:`load_summary`).
+# "bf16-mixed", "16-mixed"); a summary written before it did ("32") reads as the full name (:func:`load_summary`;
+# :mod:`.upgrade`, rule 5).
 PRECISION_NAMES = {"32": "32-true", "64": "64-true", "16": "16-mixed", "bf16": "bf16-mixed"}
 
 
@@ -181,7 +182,7 @@ def load_summary(run_dir: str | Path) -> tuple[dict | None, str | None]:
     problem = summary_problem(summary)
     if problem:
         return None, problem
-    for part in (summary, *(summary.get("attempts") or [])):  # an older summary's "32" as its full name
+    for part in (summary, *(summary.get("attempts") or [])):  # an older summary's "32" as its full name (upgrade.py, 5)
         if part.get("precision") is not None:
             part["precision"] = precision_name(part["precision"])
     return summary, None

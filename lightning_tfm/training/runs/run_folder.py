@@ -21,7 +21,7 @@ from ..config import config
 from ..config import run_id as ids
 from ..config.config import Config
 from ..data import corpus_id
-from . import results
+from . import results, upgrade
 
 
 def rank_zero() -> bool:
@@ -270,7 +270,7 @@ def _line(e: BaseException) -> str:
 def saved_config(run_dir: Path) -> tuple[Config | None, str | None]:
     """(the config the run in ``run_dir`` trains, None): its ``config.yaml``, else its ``summary.json``'s. (None,
     None): the folder records none (its checkpoints' own configs are compared when a resume would load one:
-    :func:`~.checkpoints.check_resumable`); (None, why): it records one that this version cannot read. Reads only."""
+    :func:`~.resume.check`); (None, why): it records one that this version cannot read. Reads only."""
     problems = []
     path = run_dir / "config.yaml"
     if path.is_file():
@@ -300,18 +300,16 @@ _UNSET = object()
 def recorded_corpus(run_dir: Path) -> str | None:
     """The content identity of the corpus the run in ``run_dir`` trained on, as its summary records it (``corpus``:
     :func:`~.data.corpus_id.fingerprint`). A run of an older version recorded none: where what it did record of its
-    prepared corpus shows that its files changed since (:func:`~.data.corpus.changed_since`), an identity that
+    prepared corpus shows that its files changed since (:func:`~.upgrade.corpus_changed`), an identity that
     matches no corpus (``val.de changed since the run``), so that it is continued on none; else None (its files'
     content now stands for it; or no run yet)."""
     summary = results.read_summary(run_dir) or {}
     found = summary.get("corpus")
     if isinstance(found, str) or not (summary.get("data_cache") or summary.get("data_cache_hash")):
         return found if isinstance(found, str) else None
-    from ..data.corpus import changed_since
-
     saved = saved_config(run_dir)[0]
     cache, cache_hash = summary.get("data_cache"), summary.get("data_cache_hash")
-    changed = changed_since(saved, cache if isinstance(cache, str) else None,
+    changed = upgrade.corpus_changed(saved, cache if isinstance(cache, str) else None,
                             cache_hash if isinstance(cache_hash, str) else None) if saved is not None else None
     return f"{', '.join(changed)} changed since the run" if changed else None
 
@@ -376,23 +374,23 @@ def existing_run_id(cfg: Config, others: bool = True) -> str:
     """The run id ``cfg`` trains under: its own (:func:`~.run_id.run_id`) when that folder holds a run
     (:func:`holds_run`); else that of a folder in run.results_dir holding a run of the same config under another
     name, the one trained furthest of several; else its own. Another name: its legacy id (the corpus hashed by its
-    folder: :func:`~.run_id.legacy_id`); with ``others`` (a sweep trial), also ``<run.name>-<hash>`` (a run outside
-    a sweep, and the trial folders of versions that named trials so) or another sweep's row defined the same way
-    (``sweeps/table3-cpu-continued.yaml`` continues ``sweeps/table3-cpu.yaml``'s runs), under either hash. The hash
-    ends every name (the run's bookkeeping and budget are not hashed); each candidate's saved config is compared
-    with ``cfg`` (:func:`differences`). Its own folder is returned whatever it holds: a run refuses it when it
-    holds another config (:func:`check_reuse`)."""
+    folder: :func:`~.upgrade.legacy_id`); with ``others`` (a sweep trial), also ``<run.name>-<hash>`` (a run outside
+    a sweep, and the trial folders of versions that named trials so: :mod:`.upgrade`, rule 7) or another sweep's
+    row defined the same way (``sweeps/table3-cpu-continued.yaml`` continues ``sweeps/table3-cpu.yaml``'s runs),
+    under either hash. The hash ends every name (the run's bookkeeping and budget are not hashed); each candidate's
+    saved config is compared with ``cfg`` (:func:`differences`). Its own folder is returned whatever it holds: a run
+    refuses it when it holds another config (:func:`check_reuse`)."""
     rid = ids.run_id(cfg)
     results_dir = Path(cfg.run.results_dir)
     if cfg.run.id or holds_run(results_dir / rid):
         return rid
     try:
         if others:
-            digests = dict.fromkeys([ids.config_hash(cfg), ids.legacy_hash(cfg)])
+            digests = dict.fromkeys([ids.config_hash(cfg), upgrade.legacy_hash(cfg)])
             candidates = sorted({d for h in digests for d in results_dir.glob(f"*-{h}")
                                  if d.name != rid and d.is_dir()})
         else:
-            candidates = [d for d in [results_dir / ids.legacy_id(cfg)] if d.name != rid and d.is_dir()]
+            candidates = [d for d in [results_dir / upgrade.legacy_id(cfg)] if d.name != rid and d.is_dir()]
     except OSError:
         return rid
     found = []
