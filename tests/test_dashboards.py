@@ -72,9 +72,21 @@ def same_cell(text: str, value) -> bool:
     return not isinstance(value, bool) and value == pytest.approx(number, rel=1e-9)
 
 
-def study_attrs(results: Path) -> dict:
-    storage = optuna.storages.RDBStorage(f"sqlite:///{results / 'rep.db'}")
-    return storage.get_study_system_attrs(storage.get_study_id_from_name("rep"))
+def dashboard_plots(storage: str, name: str = "rep") -> dict[str, dict]:
+    """{id: plotly figure} of the custom plots optuna-dashboard shows for study ``name``: what its own server (the
+    public ``optuna_dashboard.wsgi`` app) answers the browser's ``GET /api/studies/<id>``."""
+    from wsgiref.util import setup_testing_defaults
+
+    from optuna_dashboard import wsgi
+
+    study_id = optuna.storages.get_storage(storage).get_study_id_from_name(name)
+    environ: dict = {}
+    setup_testing_defaults(environ)
+    environ["PATH_INFO"] = f"/api/studies/{study_id}"
+    status = []
+    body = b"".join(wsgi(storage)(environ, lambda s, headers, exc_info=None: status.append(s)))
+    assert status[0].startswith("200"), status
+    return {p["id"]: json.loads(p["graph_object"]) for p in json.loads(body)["plotly_graph_objects"]}
 
 
 def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(reported):
@@ -151,15 +163,11 @@ def test_the_report_is_one_wandb_run_with_the_tables_headline_figures_and_files(
 
 def test_the_study_note_and_custom_plots_in_optuna_dashboard(reported):
     from optuna_dashboard import get_note
-    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
-    from optuna_dashboard._note import get_note_from_system_attrs
 
     results, out = reported["results"], reported["out"]
     assert "optuna-dashboard: note and 2 plots on study rep" in reported["stdout"]
-    attrs = study_attrs(results)
-    note = get_note_from_system_attrs(attrs, None)["body"]
     study = optuna.load_study(study_name="rep", storage=f"sqlite:///{results / 'rep.db'}")
-    assert get_note(study) == note
+    note = get_note(study)
     md = (out / "table3.md").read_text()
     headline = md.split("\n## ", 1)[0]
     assert headline.strip() in note and "## Dev perplexity" in note and "## Dev BLEU" not in note
@@ -170,7 +178,7 @@ def test_the_study_note_and_custom_plots_in_optuna_dashboard(reported):
         assert line in note.splitlines(), line
     assert str(out / "table3.html") in note
 
-    plots = {k: json.loads(v) for k, v in get_plotly_graph_objects(attrs).items()}
+    plots = dashboard_plots(f"sqlite:///{results / 'rep.db'}")
     assert set(plots) == set(optuna_note.GRAPH_IDS.values())
     curves = plots[optuna_note.GRAPH_IDS["curves"]]
     assert [t["name"] for t in curves["data"]] == ["base", "A1", "prenorm"]  # the rows that trained
@@ -226,8 +234,7 @@ def test_a_second_report_replaces_the_wandb_run_and_the_note_and_a_wandb_error_i
     assert note.count(optuna_note.NOTE_BEGIN) == 1 and note.count("# Table 3 replica: sweep `rep`") == 1
     assert note.index(optuna_note.NOTE_END) < note.index("A person's remark: rerun C2 with 3 seeds.")
     assert note.count("A person's remark") == 1
-    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
-    assert set(get_plotly_graph_objects(study_attrs(results))) == set(optuna_note.GRAPH_IDS.values())
+    assert set(dashboard_plots(f"sqlite:///{results / 'rep.db'}")) == set(optuna_note.GRAPH_IDS.values())
 
 
 def test_wandb_target_follows_the_training_runs_and_disabled_logs_nothing(tmp_path, monkeypatch):
@@ -330,7 +337,6 @@ def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
     numbers and the claim's lines in its summary, the report's figures and files; the study's note gets the claim
     and the rows in a block of its own, a person's note kept; no custom plots."""
     from optuna_dashboard import get_note, save_note
-    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
 
     from test_table2_report import write_smoke_runs
 
@@ -381,7 +387,7 @@ def test_a_table2_report_is_its_own_wandb_run_and_study_note(tmp_path):
     claims = md.split("## The claim checked", 1)[1].split("\n## ", 1)[0]
     assert claims.strip() in note and "| transformer | transformer | 12.00 |" in note
     assert note.index(end) < note.index("A person's remark.") and str(out / "table2.html") in note
-    assert get_plotly_graph_objects(study._storage.get_study_system_attrs(study._study_id)) == {}
+    assert dashboard_plots(storage, sweep.name) == {}
 
 
 def test_the_report_ends_with_the_command_that_opens_its_study(reported):

@@ -170,21 +170,12 @@ def save_plot(study, fig, graph_id: str) -> str:
     return save_plotly_graph_object(study, fig, **{key: graph_id})
 
 
-def _current_note(study) -> str:
-    try:
-        from optuna_dashboard import get_note  # public in recent versions
-    except ImportError:
-        from optuna_dashboard._note import get_note_from_system_attrs
-        return get_note_from_system_attrs(study._storage.get_study_system_attrs(study._study_id), None)["body"]
-    return get_note(study)
-
-
 def write_dashboard(data, table: dict, out: Path, kind: str = KIND) -> dict:
     """The study's note (of ``table``) and, for Table 3, its custom plots (see the module docstring)."""
-    from optuna_dashboard import save_note
+    from optuna_dashboard import get_note, save_note  # public since 0.9.1; the dashboard extra asks for 0.15
 
     study = data.study
-    save_note(study, merge_note(_current_note(study), note_text(table, str(out / f"{kind}.html"), kind)))
+    save_note(study, merge_note(get_note(study), note_text(table, str(out / f"{kind}.html"), kind)))
     ids = [save_plot(study, plotly_dev_ppl_by_family(data), GRAPH_IDS["family"]),
            save_plot(study, plotly_learning_curves(data), GRAPH_IDS["curves"])] if KINDS[kind].plots else []
     return {"study": study.study_name, "plots": ids}
