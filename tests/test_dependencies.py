@@ -107,3 +107,40 @@ def test_an_undeclared_import_is_found(tmp_path):
                                                        "zz_not_a_declared_package": [str(code)]}
     assert imported(code) >= {"os", "numpy", "yaml", "bs4", "mine", "PIL", "scipy", "zz_not_a_declared_package"}
     assert normalized("PyYAML") == normalized("pyyaml") and normalized("psycopg2_binary") == "psycopg2-binary"
+
+
+def private_imports(files: list[Path], local: set[str]) -> list[str]:
+    """``file:line: module`` for every import of another package's private module or name (``from optuna_dashboard._note
+    import x``, ``import a._b``, ``from a import _c``): its maintainers may change or remove it in any release. Our own
+    modules' private names are tests/test_private_names.py's business."""
+    out = []
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"), filename=str(f))):
+            if isinstance(node, ast.Import):
+                mods = [(a.name, a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [(node.module, f"{node.module}.{a.name}") for a in node.names]
+            else:
+                continue
+            for module, full in mods:
+                top = module.split(".")[0]
+                if top in local or top in sys.stdlib_module_names:
+                    continue
+                if any(part.startswith("_") and not part.startswith("__") for part in full.split(".")):
+                    out.append(f"{f}:{node.lineno}: {full}")
+    return out
+
+
+def test_no_private_name_of_another_package_is_imported():
+    files = [p for src in SOURCES for p in sorted((ROOT / src).rglob("*.py"))]
+    assert private_imports(files, local_modules(ROOT)) == []
+
+
+def test_a_private_import_is_found(tmp_path):
+    code = tmp_path / "mod.py"
+    code.write_text("import os._x\nfrom optuna_dashboard import get_note\nfrom mine import _own\n"
+                    "def f():\n    from optuna_dashboard._note import get_note_from_system_attrs\n"
+                    "    import lightning_fabric.utilities._private\n    from numpy import _core\n", encoding="utf-8")
+    assert private_imports([code], {"mine"}) == [
+        f"{code}:5: optuna_dashboard._note.get_note_from_system_attrs",
+        f"{code}:6: lightning_fabric.utilities._private", f"{code}:7: numpy._core"]
