@@ -13,6 +13,7 @@
 # make test-fast: the suite without the slow end-to-end tests (development)
 # make bench    : the comparison with Hugging Face's MarianMTModel: installs the bench extra (transformers, which the
 #                 test environment leaves out), runs the tests marked marian, then ltfm bench --vs marian
+# make pages    : the reference pages' HTML (not committed), built beside each page's markdown from its export
 # make soak     : a sweep through a bad night (chaos: kills, stops, a full disk, a database restart), then its invariants
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.
 #                 Default: ../shared/data/multi30k when it exists (offline machines; the ltfm commands' default
@@ -46,7 +47,7 @@ BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak heldout rerender
+.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak heldout rerender pages
 
 # A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
 # system's packages and pip installs no torch over it. Elsewhere torch is installed first, pinned: an open range
@@ -177,6 +178,12 @@ heldout: setup
 # (reports/reference/rerender.sh; the exports and provenance stay): a no-op on a main whose pages are current
 rerender: setup
 	PY=$(PY) LTFM=$(VENV)/bin/ltfm bash reports/reference/rerender.sh
+
+# make pages: the reference pages' HTML (not committed: .gitignore), built from each page's export into its folder
+# (reports/reference/<name>/table3.html, compare.html) by today's report code, byte for byte the pages committed
+# before (about 50 s a page on 2 busy cores: reports/timing.md, "Pipeline checks")
+pages: setup
+	PAGES=1 PY=$(PY) LTFM=$(VENV)/bin/ltfm bash reports/reference/rerender.sh
 
 clean:
 	rm -rf results results-quick reports/build wandb soak-out

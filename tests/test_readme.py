@@ -375,3 +375,26 @@ def test_the_readme_syncs_a_sweeps_wandb_runs_in_one_command(data_dir, ltfm_here
     assert run_ids and all(fnmatch(f"results/{rid}/wandb/offline-run-20261202_1-x", trials) for rid in run_ids)
     assert fnmatch(f"results/{WANDB_DIR}/wandb/offline-run-20261202_1-x", report)
     assert not fnmatch("results/other-base-s1-0123abcd/wandb/offline-run-x", trials)  # another sweep's
+
+
+def test_every_link_of_the_docs_points_to_a_file_a_clone_has():
+    """Every relative link of the markdown a reader opens on the repository's page (README.md, reports/**/*.md, the
+    committed pages among them) points to a file or folder git tracks (or a new one it does not ignore), never to a
+    built page that only ``make pages`` or ``make reference`` writes (the reference pages' HTML is not committed)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: what a clone has is what git lists")
+    files = {f for f in listed.stdout.split("\0") if f and (ROOT / f).exists()}
+    folders = {p.as_posix() for f in files for p in Path(f).parents}
+    docs = sorted(f for f in files if f.endswith(".md") and (f == "README.md" or f.startswith("reports/")))
+    assert len(docs) > 10
+    broken = []
+    for doc in docs:
+        for target in re.findall(r"\]\(([^)\s]+)\)", (ROOT / doc).read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:|#", target):
+                continue  # a URL, an anchor of the page itself
+            path = os.path.normpath(Path(doc).parent / target.split("#")[0]).replace(os.sep, "/")
+            if path not in files and path not in folders:
+                broken.append(f"{doc}: {target}")
+    assert broken == []

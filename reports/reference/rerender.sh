@@ -4,15 +4,22 @@
 # exports, provenance.txt and status.txt are the measurements and stay as they are; the pages (markdown, CSV, HTML,
 # LaTeX, figures) are replaced. On a main whose pages are current this changes nothing (git diff stays empty).
 # Table 2's page has no export (its report writes none) and is not re-rendered.
+# The pages' HTML (each page's markdown with its figures embedded) is built here, not committed (.gitignore):
+# PAGES=1 (make pages) builds only it, into each page's folder, from the same exports, and skips the back-tests.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LTFM=${LTFM:-.venv/bin/ltfm}
 PY=${PY:-.venv/bin/python}
 BUILD=reports/build/rerender
 rm -rf "$BUILD"; mkdir -p reports/build
+PAGES=${PAGES:-}
 pages() {  # copy a report's pages over the committed ones (not its export, notebook or the run's own records)
   local from=$1 to=$2
-  find "$from" -maxdepth 1 -type f ! -name '*.ipynb' -exec cp {} "$to"/ \;
+  if [ -n "$PAGES" ]; then
+    find "$from" -maxdepth 1 -type f -name '*.html' -exec cp {} "$to"/ \;
+  else
+    find "$from" -maxdepth 1 -type f ! -name '*.ipynb' -exec cp {} "$to"/ \;
+  fi
 }
 for export in reports/reference/*/export/*.json; do
   ref=$(dirname "$(dirname "$export")")
@@ -32,6 +39,10 @@ grep -v '^#' reports/reference/comparisons.txt | while read -r page sweep export
     --out "$BUILD/$page" > "$BUILD.$page.log" 2>&1 < /dev/null || { cat "$BUILD.$page.log"; exit 1; }
   pages "$BUILD/$page" "reports/reference/$page"
 done
+if [ -n "$PAGES" ]; then
+  echo "pages: done; each reference page's HTML is beside its markdown (reports/reference/*/*.html, not committed)"
+  exit 0
+fi
 # the verdict's back-tests, as backtest/backtests.txt lists them (their JSON, table and figure), then the generated
 # part of backtest/calibration.md from them
 grep -v '^#' reports/reference/backtest/backtests.txt | while read -r name sweep export args; do
