@@ -195,7 +195,7 @@ def test_a_key_removed_from_the_schema_keeps_its_frozen_default(monkeypatch):
     """A key hashed since the first run ids, removed later, is hashed at its frozen default where the config would
     have saved it: the runs trained at its default keep their ids (and a key of an absent section is not added)."""
     cfg = load_config(SMOKE, ["data.path=/x"])
-    before = run_ids._digest({**run_ids.hashed(cfg), "train.gone": 0.5})
+    before = run_ids.digest({**run_ids.hashed(cfg), "train.gone": 0.5})
     monkeypatch.setitem(run_ids.KEYS_V1, "train.gone", 0.5)
     monkeypatch.setitem(run_ids.KEYS_V1, "toy.gone", 1)
     assert run_ids.config_hash(cfg) == before
