@@ -194,3 +194,45 @@ def test_every_default_a_commands_help_quotes_is_its_arguments():
                              f"default {action.default!r}")
     assert checked >= 3
     assert stale == []
+
+
+# ------------------------------------------------------------------------------ relative references, as Sphinx reads
+ROLE = re.compile(r":(?:mod|func|class|meth|data|attr|exc):`~?(\.+[\w.]+)`")
+
+
+@functools.cache
+def package_names() -> frozenset[str]:
+    """Every dotted name of the package: its modules, their attributes, a class's attributes and dataclass fields."""
+    out = set()
+    for f in sorted((ROOT / "lightning_tfm").rglob("*.py")):
+        if f.name == "__main__.py":
+            continue
+        module = ".".join(f.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        out.add(module)
+        for name, obj in vars(importlib.import_module(module)).items():
+            out.add(f"{module}.{name}")
+            if isinstance(obj, type):
+                out |= {f"{module}.{name}.{a}" for a in [*dir(obj), *getattr(obj, "__dataclass_fields__", {})]}
+    return frozenset(out)
+
+
+def unresolved_references(text: str) -> list[str]:
+    """The relative references (``:func:`~.checkpoints.load_checkpoint```) of ``text`` that name nothing of the
+    package: Sphinx resolves ``.a.b`` to a name ending in ``.a.b``, searched from the module outwards; none ends so
+    when the name moved or was renamed."""
+    names = package_names()
+    return sorted({m.group(1) for m in ROLE.finditer(text)
+                   if not any(n.endswith("." + m.group(1).lstrip(".")) for n in names)})
+
+
+def test_every_relative_reference_in_the_package_names_something():
+    files = sorted((ROOT / "lightning_tfm").rglob("*.py"))
+    found = {f.relative_to(ROOT).as_posix(): refs for f in files
+             if (refs := unresolved_references(f.read_text(encoding="utf-8")))}
+    assert found == {}
+
+
+def test_a_moved_relative_reference_is_found():
+    text = ('"""Reads :data:`~.checkpoints.RNG` (moved to checkpoint_io), :data:`~.checkpoint_io.RNG`, '
+            ':func:`.resume.pick` and :mod:`..runs.no_such_module`."""')
+    assert unresolved_references(text) == ["..runs.no_such_module", ".checkpoints.RNG"]

@@ -171,7 +171,7 @@ class Seq2SeqModule(pl.LightningModule):
 def every_rank(state: dict, world: int) -> list[dict]:
     """``state`` of every rank, rank r's at r (a collective: every rank calls it, as every rank builds each checkpoint
     Lightning writes); ``[state]`` in a process of its own. Each rank draws its own dropout masks, so a resume restores
-    each rank's (:data:`~.runs.checkpoints.RNG`)."""
+    each rank's (:data:`~.runs.checkpoint_io.RNG`)."""
     import torch.distributed as dist
 
     if world < 2 or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:

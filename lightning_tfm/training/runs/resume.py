@@ -108,7 +108,7 @@ def set_aside_unreadable(chosen: Pick) -> Path | None:
 
 
 def rank_rng(ck: dict, rank: int) -> dict | None:
-    """The random state rank ``rank`` restores when it resumes from checkpoint ``ck`` (:data:`~.checkpoints.RNG`, a
+    """The random state rank ``rank`` restores when it resumes from checkpoint ``ck`` (:data:`~.checkpoint_io.RNG`, a
     list, read as today's: :func:`.upgrade.checkpoint`): its own; from a run of fewer processes, rank zero's for a
     rank it did not have (as every rank of a new run starts from the one seed). None when the checkpoint records
     none."""

@@ -5,15 +5,15 @@ upgrades from (files written before it lack what it added); a new format change 
 A checkpoint (:func:`checkpoint`, applied to every checkpoint the package reads: :func:`~.checkpoints.load_checkpoint`,
 a resume's check, :func:`~.resume.check`, and the one Lightning loads to resume, ``Seq2SeqModule.on_load_checkpoint``):
 
-1. no vocabulary hash (``hyper_parameters.tokenizer_sha256``, :data:`~.checkpoints.TOKENIZER`; before a5038ba): that
+1. no vocabulary hash (``hyper_parameters.tokenizer_sha256``, :data:`~.checkpoint_io.TOKENIZER`; before a5038ba): that
    of the ``tokenizer.json`` of the run folder the file sits in (none elsewhere: its vocabulary goes unchecked);
-2. its random state as rank zero's alone, a dict (:data:`~.checkpoints.RNG`; d8a8210 up to 0534a00): a list of that
+2. its random state as rank zero's alone, a dict (:data:`~.checkpoint_io.RNG`; d8a8210 up to 0534a00): a list of that
    one state, which every rank restores (:func:`~.resume.rank_rng`), as then;
-3. the end of fitting marked resume-only (:data:`~.checkpoints.RESUME_ONLY`; before 2131502 the weights a run ended
+3. the end of fitting marked resume-only (:data:`~.checkpoint_io.RESUME_ONLY`; before 2131502 the weights a run ended
    with were marked so): the mark dropped where the run's ``summary.json`` says it completed at the checkpoint's
    step (:func:`final_marked_resume_only`), so that averaging counts its final weights
    (:func:`~.checkpoints.final_weights`);
-4. no writer's run id or corpus (:data:`~.checkpoints.RUN_ID`, :data:`~.checkpoints.CORPUS`; before 8b8bfa0):
+4. no writer's run id or corpus (:data:`~.checkpoint_io.RUN_ID`, :data:`~.checkpoint_io.CORPUS`; before 8b8bfa0):
    nothing to fill in; whose checkpoint it is is told by its vocabulary and config alone
    (:func:`~.checkpoints.foreign_problem`).
 
@@ -93,7 +93,7 @@ def names(cfg, corpus: str | None = None) -> tuple[str, ...]:
     """What names a run of ``cfg`` wherever its folder is and whatever it is called: its run id and legacy id (the
     corpus identified by ``corpus``, as a run folder records it, where given; else by its files), then the two hashes
     alone (a run named by ``run.id`` holds no hash in its name). A checkpoint records the id it was trained under
-    (:data:`~.checkpoints.RUN_ID`): one of these when it is of ``cfg``."""
+    (:data:`~.checkpoint_io.RUN_ID`): one of these when it is of ``cfg``."""
     from ..config import run_id as ids
 
     digest = ids.digest(ids.hashed(cfg, corpus))
