@@ -38,6 +38,10 @@ A run folder:
    the config would have saved it (:func:`~..config.run_id.was_saved`). That rule is the run id's own definition,
    so it is kept where the hash is computed (:mod:`..config.run_id`) and only listed here.
 
+No rule is needed for a config key newer than a run: a config saved before the key existed reads it at its default
+wherever it is read (the run id, rule 9; ``ltfm runs``' architecture, :mod:`.runs`; the report's Table 3 knobs),
+which is why a new key's default keeps today's behaviour.
+
 Reads only. Below the modules that read what it upgrades (:mod:`.checkpoints`, :mod:`.resume`, :mod:`.run_folder`),
 above :mod:`.checkpoint_io` (the keys) and :mod:`.results`; the run id's and the corpus's modules are imported where
 a rule needs them.
