@@ -10,9 +10,9 @@ a resume's check, :func:`~.resume.check`, and the one Lightning loads to resume,
 2. its random state as rank zero's alone, a dict (:data:`~.checkpoint_io.RNG`; d8a8210 up to 0534a00): a list of that
    one state, which every rank restores (:func:`~.resume.rank_rng`), as then;
 3. the end of fitting marked resume-only (:data:`~.checkpoint_io.RESUME_ONLY`; before 2131502 the weights a run ended
-   with were marked so): the mark dropped where the run's ``summary.json`` says it completed at the checkpoint's
-   step (:func:`final_marked_resume_only`), so that averaging counts its final weights
-   (:func:`~.checkpoints.final_weights`);
+   with were marked so): a ``last.ckpt`` so marked at the step the run's ``summary.json`` says it completed at is
+   its final weights (:func:`final_marked_resume_only`, read by :func:`~.checkpoints.final_weights`), which
+   averaging counts;
 4. no writer's run id or corpus (:data:`~.checkpoint_io.RUN_ID`, :data:`~.checkpoint_io.CORPUS`; before 8b8bfa0):
    nothing to fill in; whose checkpoint it is is told by its vocabulary and config alone
    (:func:`~.checkpoints.foreign_problem`).
@@ -26,8 +26,8 @@ A run folder:
    in place of ``data.corpus``; before 2357486): :func:`legacy_id`; a run continues in it when the folder of its
    id holds no run and that one holds a run of the same config (:func:`~.run_folder.existing_run_id`), and a
    checkpoint recording it is the run's own (:func:`names`);
-7. a sweep trial's folder named ``<run.name>-<hash>`` (before 54d561d named trials ``<study>-<variant>-s<seed>-``):
-   found by its hash among the folders of the results folder (:func:`~.run_folder.existing_run_id`, ``others``);
+7. a sweep trial's folder named ``<run.name>-<hash>`` (before 54d561d named trials
+   ``<study>-<variant>-s<seed>-<hash>``): found by its hash among the folders of the results folder (:func:`~.run_folder.existing_run_id`, ``others``);
 8. a run that recorded no content identity of its corpus (``summary.json``'s ``corpus``; before 2357486): what it
    did record of its prepared corpus (its manifest's key, by content or by each file's size and modification time;
    else that key's hash, ``data_cache_hash``) tells whether the files changed since (:func:`corpus_changed`); a
