@@ -27,7 +27,8 @@ A run folder:
    id holds no run and that one holds a run of the same config (:func:`~.run_folder.existing_run_id`), and a
    checkpoint recording it is the run's own (:func:`names`);
 7. a sweep trial's folder named ``<run.name>-<hash>`` (before 54d561d named trials
-   ``<study>-<variant>-s<seed>-<hash>``): found by its hash among the folders of the results folder (:func:`~.run_folder.existing_run_id`, ``others``);
+   ``<study>-<variant>-s<seed>-<hash>``): found by its hash among the folders of the results folder
+   (:func:`~.run_folder.existing_run_id`, ``others``);
 8. a run that recorded no content identity of its corpus (``summary.json``'s ``corpus``; before 2357486): what it
    did record of its prepared corpus (its manifest's key, by content or by each file's size and modification time;
    else that key's hash, ``data_cache_hash``) tells whether the files changed since (:func:`corpus_changed`); a
