@@ -56,6 +56,7 @@ or *worse* with chance at most ``alpha`` (each tail ``alpha / 2``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -91,6 +92,13 @@ class Answer:
         return self.answer != UNSETTLED
 
 
+@functools.lru_cache(maxsize=4096)
+def t_quantile(level: float, df: float) -> float:
+    """The central ``level`` interval's t quantile at ``df`` degrees of freedom (scipy's; cached: the planner asks
+    for the same few many times)."""
+    return float(stats.t.ppf((1 + level) / 2, df))
+
+
 def levels(spec: SettleSpec) -> tuple[float, ...]:
     """The budget multiples a row is judged at: 1, and the cap ``spec.budget`` when it is over 1."""
     return (1.0,) if spec.budget <= 1 else (1.0, float(spec.budget))
@@ -122,7 +130,7 @@ def half_width(sd_row: float, n: int, sd_base: float, m: int, level: float, df: 
         dof = float(min(n, m) - 1)
     else:
         dof = (vr + vb) ** 2 / (vr ** 2 / (n - 1) + vb ** 2 / (m - 1))
-    return float(stats.t.ppf((1 + level) / 2, dof)) * math.sqrt(vr + vb), dof
+    return t_quantile(level, dof) * math.sqrt(vr + vb), dof
 
 
 def welch(row: list[float], base: list[float], level: float, df: str = "hsu") -> tuple[float, float, float, float]:
@@ -137,7 +145,7 @@ def welch(row: list[float], base: list[float], level: float, df: str = "hsu") ->
 def paired_half_width(sd: float, n: int, level: float) -> float:
     """The half-width of the central ``level`` t interval of the mean of ``n`` paired differences of sample sd
     ``sd`` (``n - 1`` degrees of freedom)."""
-    return float(stats.t.ppf((1 + level) / 2, n - 1)) * sd / math.sqrt(n) if sd > 0 else 0.0
+    return t_quantile(level, n - 1) * sd / math.sqrt(n) if sd > 0 else 0.0
 
 
 def paired(row: Mapping[int, float], base: Mapping[int, float], level: float) -> tuple[float, float, float] | None:

@@ -19,8 +19,12 @@ by the rows that wait (their compute over the unanswered rows).
 ±log(1 + delta)) if today's numbers were the truth: the difference measured at ``L`` (or, before any run reached
 ``L``, the mean of each side's fitted learning curves at ``L`` x its budget: :mod:`.curves`, so that a crossing
 the curves predict to open up by ``L`` is answered by a longer budget rather than by seeds), the sd of a seed's
-difference (:func:`pair_sd`), at the look's level (:func:`.answers.look_level`). A row no option answers is *at its
-cap* (no trial: more seeds would not answer it if today's numbers hold; :func:`seeds_needed` says what would).
+difference (:func:`pair_sd`: the row's own, else the median of the other rows', else the two sides' sds as if
+uncorrelated), at the look's level (:func:`.answers.look_level`). A row no option answers is *at its cap* (no
+trial: more seeds would not answer it if today's numbers hold; :func:`seeds_needed` says what would), but while
+no row has a seed difference measured, the cheapest unanswered row gets its cheapest look (its pairs are what the
+other rows' plug-ins then read), and a row given up may be taken up again when the other rows' pairs say it can be
+answered.
 Ties go to the lower budget, then the fewer seeds. New seeds are the next integers the row has not used, from 1
 up, and the base trains the same seeds, so that two workers computing the plan at once ask for the same trials.
 Deterministic: the same inputs give the same :class:`Plan`.
@@ -32,6 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .answers import FIRST_LOOK, Answer, answer_row, levels, look_level, paired_half_width, same_bound
 from .curves import fit_curve
@@ -173,14 +179,17 @@ def _sd(runs: RowRuns, level: float) -> float | None:
     return None
 
 
-def pair_sd(row: RowRuns, base: RowRuns, level: float) -> float | None:
-    """The plug-in sd of a seed's difference row - base: measured over the pairs at ``level`` (else at the highest
-    multiple with two pairs); without two pairs, the sides' sds as if uncorrelated (the row's, else the base's, for
-    both: the pairs' correlation measured on the committed rows is positive, so this guess errs long)."""
+def pair_sd(row: RowRuns, base: RowRuns, level: float, pooled: float | None = None) -> float | None:
+    """The plug-in sd of a seed's difference row - base: measured over the row's pairs at ``level`` (else at the
+    highest multiple with two pairs); without two pairs, ``pooled`` (the other rows' median, :func:`pooled_sd`);
+    without it, the sides' sds as if uncorrelated (the row's, else the base's, for both: the pairs measured on the
+    committed rows correlate positively, so this guess errs long)."""
     for lv in [level, *sorted(row.values, reverse=True)]:
         pairs = _pairs(row, base, lv)
         if len(pairs) >= 2:
             return mean_std(pairs)[1]
+    if pooled is not None:
+        return pooled
     sd_b = _sd(base, level)
     sd_r = _sd(row, level)
     if sd_b is None and sd_r is None:
@@ -190,19 +199,29 @@ def pair_sd(row: RowRuns, base: RowRuns, level: float) -> float | None:
     return (sd_r ** 2 + sd_b ** 2) ** 0.5
 
 
+def pooled_sd(rows: dict[str, RowRuns], base: str, level: float) -> float | None:
+    """The median over the rows with two pairs or more at ``level`` of their seed differences' sd: the plug-in of
+    a row that has none yet (None without such a row)."""
+    sds = [mean_std(p)[1] for name, r in rows.items() if name != base
+           for p in [_pairs(r, rows[base], level)] if len(p) >= 2]
+    return float(np.median(sds)) if sds else None
+
+
 def _decides(d: float, sd: float, n: int, level: float, delta: float) -> bool:
     h = paired_half_width(sd, n, level)
     return abs(d) > h or abs(d) + h < same_bound(delta)
 
 
-def options(row: RowRuns, base: RowRuns, spec: SettleSpec) -> list[Option]:
-    """Every option of an unanswered row within the caps (the module docstring)."""
+def options(row: RowRuns, base: RowRuns, spec: SettleSpec, pooled: dict[float, float | None] | None = None
+            ) -> list[Option]:
+    """Every option of an unanswered row within the caps (the module docstring); ``pooled``: :func:`pooled_sd` at
+    each budget multiple."""
     out, lvl = [], look_level(spec)
     most = min(spec.seeds, spec.base_seeds)
     for level in levels(spec):
         if level < row.top():
             continue
-        d, sd = predicted_diff(row, base, level), pair_sd(row, base, level)
+        d, sd = predicted_diff(row, base, level), pair_sd(row, base, level, (pooled or {}).get(level))
         for n in range(max(min(FIRST_LOOK, most), len(row.seeds_at(level))), most + 1):
             runs = tuple(trials_to(row, level, n))
             seeds = sorted([*row.seeds_at(level), *(s for s, _ in runs)])[:n]
@@ -232,14 +251,18 @@ def plan(rows: dict[str, RowRuns], base: str, spec: SettleSpec, *, hours_spent: 
     open_rows = [name for name, a in answers.items() if not a.answered]
     waiting, chosen = {}, {}
     out_of_time = spec.hours is not None and hours_spent >= spec.hours
+    pooled = {level: pooled_sd(rows, base, level) for level in levels(spec)}
+    # nothing measured of a seed's difference yet: the cheapest open row is looked at, to measure it
+    scout = (min(open_rows, key=lambda n: (rows[n].cost, n))
+             if open_rows and all(v is None for v in pooled.values()) else None)
     for name in open_rows:
         if out_of_time:
             waiting[name] = f"at its cap: {spec.hours:g} hours spent"
             continue
-        opts = options(rows[name], b, spec)
+        opts = options(rows[name], b, spec, pooled)
         share = max(1, len(open_rows))
         opts.sort(key=lambda o: (o.cost + o.base_cost / share, o.level, o.seeds))
-        pick = next((o for o in opts if o.decides), None)
+        pick = next((o for o in opts if o.decides), opts[0] if name == scout and opts else None)
         if pick is None:
             cap = ("its seeds, base seeds and budget at the caps" if not opts else
                    "no look within the caps would answer it if today's numbers held")
