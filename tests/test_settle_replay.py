@@ -39,10 +39,15 @@ def test_the_committed_replay_is_what_the_command_writes(args, tmp_path, ltfm_he
 
 
 def test_the_en_de_replay_answers_every_row_its_exports_hold():
+    """The measurements the defaults and the choice of the paired interval rest on (findings/settings.py,
+    findings/answers.py): the grid's rows are the defaults over the keys it varies, whatever the sweep file's
+    settle: section."""
     page = (ROOT / "reports" / "reference" / "settle-replay.md").read_text()
-    assert "**8 of 14 rows answered** (better 5, worse 3, unsettled 6): 8 of the 9 whose trials" in page
-    assert "Paired narrower in 12 of 16" in page
-    assert "| 0.05 | 0.1 | 3 | 1 | 8 of 14 | 1.77 |" in page  # the defaults' row of the grid
+    assert "Paired narrower in 12 of 16; median width ratio paired/unpaired" in page
+    assert "| 0.05 | 0.1 | 3 | 1 | 8 of 14 | 1.77 |" in page  # the defaults: the 8 rows held at 3 seeds answered
+    assert "| 0.05 | 0.05 | 3 | 1 | 4 of 14 | 1.56 |" in page
+    assert "| 0.05 | 0.1 | 3 | 3 | 5 of 14 | 3.20 |" in page
+    assert "| 0.05 | 0.1 | 2 | 1 | 4 of 14 | 1.28 |" in page
 
 
 @pytest.mark.parametrize("args,message", [

@@ -15,6 +15,7 @@ Each export is read with its own sweep file from beside ``SWEEP`` (as ``--backte
 log-PPL is each record's ``dev/loss`` at the step. The compute of a run: its row's training FLOPs per step
 (:func:`.table3.compute.flops_per_step`) x the steps it trained.
 
+The settings: the sweep file's ``settle:`` section over :data:`lightning_tfm.findings.settings.SETTLE_DEFAULTS`.
 It prints (and writes with ``--out``): each row's answer, the seeds, steps and compute it took; how many rows it
 answered at what compute, against the first pass and against every row at the cap; the interval's width Welch
 and paired by seed, row by row (the measurement :mod:`lightning_tfm.findings.answers` chose Welch by); and a grid
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -317,9 +319,10 @@ def replay_text(result: Replay, obs: dict[str, Observed], sweep_name: str, sourc
         ratios = sorted((w.paired[1] - w.paired[0]) / (w.welch[1] - w.welch[0]) for w in ws if w.paired)
         if ratios:
             lines += ["", f"Paired narrower in {sum(x < 1 for x in ratios)} of {len(ratios)}; median width ratio "
-                      f"paired/Welch {ratios[len(ratios) // 2]:.2f}."]
+                      f"paired/unpaired {statistics.median(ratios):.2f}."]
     if grid_rows:
-        lines += ["", "## The settings' grid (each a whole replay)", "",
+        lines += ["", "## The settings' grid", "", "Each a whole replay, the settings it does not vary at their "
+                  "defaults (lightning_tfm/findings/settings.py), the base's seeds at most 10.", "",
                   "| delta | alpha | seeds | budget | answered | compute (x first pass) |", "|---|---|---|---|---|---|"]
         for sp, k, total, c in grid_rows:
             lines.append(f"| {sp.delta:g} | {sp.alpha:g} | {sp.seeds} | {sp.budget:g} | {k} of {total} | {c:.2f} |")
