@@ -76,6 +76,7 @@ class Replay:
     at_cap: float                # FLOPs of every row and the base at the caps (seeds, base seeds, budget)
     base_compute: float
     absent: list[str] = field(default_factory=list)  # the sweep's rows no export holds
+    base_stand: dict[int, int] = field(default_factory=dict)  # the base's planner seed -> committed seed
 
     @property
     def answered(self) -> int:
@@ -204,7 +205,8 @@ def replay(obs: dict[str, Observed], spec: SettleSpec, absent: list[str] | None 
     top = max(levels(spec))
     most = min(spec.seeds, spec.base_seeds)  # the base trains its rows' seeds (pairs)
     at_cap = sum(o.cost * top * (max(len(o.first), most) if v == BASE else spec.seeds) for v, o in obs.items())
-    return Replay(spec, out, passes, first, sum(sim.compute.values()), at_cap, sim.compute[BASE], absent or [])
+    return Replay(spec, out, passes, first, sum(sim.compute.values()), at_cap, sim.compute[BASE], absent or [],
+                  {k: s for k, s in sim.stand[BASE].items() if s is not None})
 
 
 # ---------------------------------------------------------------------------------------------- measurements
@@ -290,13 +292,16 @@ def replay_text(result: Replay, obs: dict[str, Observed], sweep_name: str, sourc
              f"{100 * one_seed_false_rate(3):.1f}% of the time on a true difference of 0 (3 base seeds).", ""]
     if result.absent:
         lines += [f"No export holds {', '.join(result.absent)}: not replayed.", ""]
-    lines += ["| row | answer | diff (PPL) | interval | seeds | steps | compute | what stopped it | stand-ins |",
+    lines += ["Runs: each seed the loop trained as `planner seed→committed seed (export)`; the base's: "
+              + _runs(result.base_stand, obs[BASE]) + ". A pair of runs from two exports may pair two training "
+              "commits (each export's provenance.txt names its own).", "",
+              "| row | answer | diff (PPL) | interval | seeds | steps | compute | what stopped it | runs |",
               "|---|---|---|---|---|---|---|---|---|"]
     base = obs[BASE]
     for r in result.rows:
         a = r.answer
         iv = f"[{_pct(a.low)}, {_pct(a.high)}]" if a.low is not None else ""
-        stand = ", ".join(f"{k}→{v}" for k, v in sorted(r.stand_in.items()) if k != v)
+        stand = _runs(r.stand_in, obs[r.variant])
         end = r.end
         if not a.answered:
             need = seeds_needed(_row_runs(obs[r.variant]), _row_runs(base), s, a.budget)
@@ -327,6 +332,11 @@ def replay_text(result: Replay, obs: dict[str, Observed], sweep_name: str, sourc
         for sp, k, total, c in grid_rows:
             lines.append(f"| {sp.delta:g} | {sp.alpha:g} | {sp.seeds} | {sp.budget:g} | {k} of {total} | {c:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def _runs(stand: dict[int, int], o: Observed) -> str:
+    """The committed runs that stood for the loop's trials: ``2→3 (table3-cpu-heldout-s3)``."""
+    return ", ".join(f"{k}→{v} ({o.source[v]})" for k, v in sorted(stand.items()))
 
 
 def _row_runs(o: Observed) -> RowRuns:
