@@ -15,31 +15,12 @@ least, for the bootstrap); with fewer, no fit (None). The families (:data:`FAMIL
 - ``exponential``: ``y = L_inf + A * exp(-t / tau)``, the same way over a grid of ``tau`` (3 parameters).
 
 **Why power** (:data:`FAMILY`, the verdict's default; the sweep file's ``report.family`` chooses another): it
-back-tests best on the committed CPU reference (``reports/reference/backtest/README.md``; the verdict's other
-defaults; measured with :func:`lightning_tfm.report.backtest.backtest` and each family). (a): the 600-step export's
-curves cut to steps <= 399 predict step 599 (20 rows, 18 beyond noise at step 399); (b): the 600-step curves
-predict the 1,800-step continuation (8 rows, 6 beyond noise at 600). Per family: the mean absolute error of the
-predicted log-PPL gap to the base, the rows called *holds* (of those beyond noise) and how many kept their sign,
-the share of measured gaps inside their 90% interval:
-
-===========================  ======================================  ======================================
-family (min_points)          (a) steps <= 399 predict 599             (b) 600 steps predict 1,800
-===========================  ======================================  ======================================
-power (3)                    0.033; holds 12/18, 12 kept; 95%        0.212; holds 6/6, 6 kept; 38%
-power (4)                    too few points (3 after the warmup)     as power (3)
-saturating (4)               too few points                          0.213; holds 3/6, 3 kept; 100%
-exponential (4)              too few points                          0.486; holds 0/6; 88%
-===========================  ======================================  ======================================
-
-Three parameters need four points, and (a) has three after the warmup rule (steps 199-399), so only the power law
-(two parameters, ``min_points`` 3) predicts there. In (b) the saturating fits put ``L_inf`` at 0, the bound, and
-reduce to the power law's prediction with wider intervals (one residual degree of freedom against two); the
-exponential saturates too early and predicts the curves flat where they still fall. Every family overstates the
-gaps of (b): the base fell faster after step 600 than its fit, the rows that start fast (fewer layers, no
-dropout) slower, so the gaps shrank (C1 predicted -44%, measured -16%) though none changed its sign; the power
-law's intervals, from two residual degrees of freedom, cover 3 of 8. A longer curve (a validation every 50 steps
-or denser, a longer budget) may identify ``L_inf``: ``report.family: saturating`` is then worth a back-test of its
-own. Nothing else was chosen on these exports.
+back-tests best on the committed CPU reference (``reports/reference/backtest/README.md``: each family's error, calls
+and coverage). Three parameters need four points after the warmup, which the 600-step export's curves cut to step
+399 do not have, so only the power law (``min_points`` 3) predicts there; at 600 steps predicting 1,800 the
+saturating fits put ``L_inf`` at its bound 0 and reduce to the power law with wider intervals, and the exponential
+saturates too early. A longer curve may identify ``L_inf``: ``report.family: saturating`` is then worth a back-test
+of its own.
 
 **The bootstrap** (:meth:`CurveFit.bootstrap`): residual bootstrap in the fitted space (log-log for ``power``):
 the residuals, centred and inflated by ``sqrt(n / (n - p))``, resampled onto the fitted values and the fit
@@ -347,16 +328,44 @@ def _budget_multiple(fits: list[CurveFit], at_step: int) -> float:
     return (at_step + 1) / (min(f.steps[-1] for f in fits) + 1)
 
 
+@dataclass(frozen=True)
+class PredictedGap:
+    """The predicted gap of a row to the base (:func:`predicted_gap`): log-PPL gaps in nats, mean log PPL(row) - mean
+    log PPL(base) over each side's seeds; ``exp(gap) - 1`` is the relative change of PPL."""
+    point: float                 # the gap of the fitted curves at at_step (the base at base_step)
+    low: float                   # the size's interval: the bootstrap's widened by ``margin`` (:func:`widen`)
+    high: float
+    boot_low: float              # the central ``level`` share of the bootstrap draws, before widening
+    boot_high: float
+    margin: float                # the extrapolation's own error at ``k`` x the budget (:func:`extrapolation_margin`)
+    k: float                     # the multiple of the budget ``at_step`` is (the larger of the two sides')
+    at_step: int                 # the row's step the gap is predicted at (Lightning's, from 0)
+    base_step: int               # the base's (a row trained b times the base's budget: b times its step)
+    row: list[CurveFit]          # the row's fitted runs (seeds with enough points)
+    base: list[CurveFit]         # the base's
+    now: float                   # today's gap at each side's budget (:func:`today_gap`; nan without one)
+    noise_sd: float              # the base's seed sd of log PPL at its budget (0 with one seed)
+    sign_margin: float           # the direction's margin toward zero (:func:`direction_margin`, *holds*)
+
+
+@dataclass(frozen=True)
+class SettleBudget:
+    """When a row that may flip is predicted to settle (:func:`settle_budget`)."""
+    kind: str                    # "holds": on the side of today's change; "flips": on the other
+    k: float                     # the multiple of each side's budget it settles at
+    step: int                    # the row's step there
+    base_step: int               # the base's step there
+    sign: int                    # +1: the row settles worse than the base, -1: better
+
+
 def predicted_gap(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], at_step: int,
                   n_boot: int = 200, seed: int = 0, level: float = EXTRAPOLATION_LEVEL, *, base_step: int | None = None,
                   warmup: int = 0, base_warmup: int | None = None, min_points: int = 3,
-                  family: str = FAMILY) -> dict | None:
+                  family: str = FAMILY) -> PredictedGap | None:
     """The predicted gap mean log PPL(row) - mean log PPL(base) at ``at_step`` (the base at ``base_step``,
     default the same), from each run's fitted curve (``runs``: one ``{step: dev PPL}`` a seed), with its ``level``
-    interval (the module docstring): the central share of ``n_boot`` bootstrap draws (``boot_low``, ``boot_high``)
-    widened by the extrapolation's error at ``k`` x the budget (``margin``, :func:`extrapolation_margin`):
-    ``{"point", "low", "high", "boot_low", "boot_high", "margin", "k", "at_step", "base_step", "row", "base"}``
-    (``row``, ``base``: the sides' :class:`CurveFit` lists), or None when a side has no run with enough points."""
+    interval (the module docstring): the central share of ``n_boot`` bootstrap draws widened by the extrapolation's
+    error at ``k`` x the budget; None when a side has no run with enough points."""
     fit = dict(min_points=min_points, family=family)
     row = [f for f in (fit_run(r, warmup=warmup, **fit) for r in row_runs) if f is not None]
     base = [f for f in (fit_run(r, warmup=warmup if base_warmup is None else base_warmup, **fit)
@@ -373,9 +382,9 @@ def predicted_gap(row_runs: list[dict[int, float]], base_runs: list[dict[int, fl
     margin = extrapolation_margin(k, level)
     low, high = (float(x) for x in widen(point, boot_low, boot_high, margin))
     now, noise_sd = today_gap(row_runs, base_runs)
-    return {"point": point, "low": low, "high": high, "boot_low": boot_low, "boot_high": boot_high,
-            "margin": margin, "k": k, "at_step": at_step, "base_step": base_step, "row": row, "base": base,
-            "now": now, "noise_sd": noise_sd, "sign_margin": direction_margin(now, noise_sd, k)}
+    return PredictedGap(point=point, low=low, high=high, boot_low=boot_low, boot_high=boot_high, margin=margin, k=k,
+                        at_step=at_step, base_step=base_step, row=row, base=base, now=now, noise_sd=noise_sd,
+                        sign_margin=direction_margin(now, noise_sd, k))
 
 
 def _end_logs(runs: list[dict[int, float]]) -> list[float]:
@@ -420,19 +429,18 @@ def sign_score(now: float, noise_sd: float, point: float, measured: float, k: fl
     return sign * (point - measured) / unit if unit > 0 else math.nan
 
 
-def settle_budget(gap: dict, today: float, most: float = SETTLE_MOST, *, noise_k: float = 2.0) -> dict | None:
+def settle_budget(gap: PredictedGap, today: float, most: float = SETTLE_MOST, *,
+                  noise_k: float = 2.0) -> SettleBudget | None:
     """When the verdict of a row that may flip is predicted to settle (the module docstring), from the gap
     :func:`predicted_gap` gave at ``k`` x the budget: the least multiple ``m`` of each side's budget, up to
     ``most``, at which the fitted curves put the row beyond seed noise (its predicted gap then more than
     ``noise_k`` times the base's seed noise of today, in log PPL) and a verdict taken then holds
     (:func:`keeps_side`'s bound at ``k`` x that budget, with the margin of that gap, on its side).
-    ``{"kind", "k": m, "step", "base_step", "sign"}``: ``sign`` +1 when the row settles worse than the base, -1
-    better; ``kind`` ``"holds"`` on the side of today's change ``today``, ``"flips"`` on the other (the fitted
-    curves cross, and the other side holds). None when none by ``most`` x. No draws: the same fits, the same
-    answer."""
-    row, base = gap["row"], gap["base"]
+    ``kind`` ``"holds"`` on the side of today's change ``today``, ``"flips"`` on the other (the fitted curves cross,
+    and the other side holds). None when none by ``most`` x. No draws: the same fits, the same answer."""
+    row, base = gap.row, gap.base
     row_end, base_end = (min(f.steps[-1] for f in fits) for fits in (row, base))
-    k = (gap["at_step"] + 1) / (row_end + 1)
+    k = (gap.at_step + 1) / (row_end + 1)
     mults = np.unique(np.geomspace(1.0, most, 81).round(3))[1:]  # past today: m = 1 is the verdict now
 
     def at(m):  # the predicted gap at m x each side's budget
@@ -442,7 +450,7 @@ def settle_budget(gap: dict, today: float, most: float = SETTLE_MOST, *, noise_k
 
     then, row_steps, base_steps = at(mults)
     ahead, _, _ = at(mults * k)
-    noise = gap["noise_sd"] if math.isfinite(gap["noise_sd"]) else 0.0
+    noise = gap.noise_sd if math.isfinite(gap.noise_sd) else 0.0
     sign_today = (today > 0) - (today < 0)
     for i, m in enumerate(mults):
         side = int(np.sign(then[i]))
@@ -451,8 +459,7 @@ def settle_budget(gap: dict, today: float, most: float = SETTLE_MOST, *, noise_k
         if side * ahead[i] - direction_margin(float(then[i]), noise, k) <= 0:
             continue
         kind = "holds" if side == sign_today else "flips"
-        return {"kind": kind, "k": float(m), "step": int(row_steps[i]), "base_step": int(base_steps[i]),
-                "sign": side}
+        return SettleBudget(kind=kind, k=float(m), step=int(row_steps[i]), base_step=int(base_steps[i]), sign=side)
     return None
 
 
@@ -473,9 +480,9 @@ def band(fits: list[CurveFit], steps, n_boot: int = 200, seed: int = 0, level: f
     return mean, lo, hi
 
 
-def keeps_side(gap: dict, today: float) -> bool:
+def keeps_side(gap: PredictedGap, today: float) -> bool:
     """The verdict's *holds* test, in one place: the one-sided bound of the predicted gap at ``k`` x the budget,
-    ``gap["point"]`` moved toward zero by ``gap["sign_margin"]`` (:func:`direction_margin`), lies on the side of
-    today's change ``today`` (0: no side, never holds)."""
+    ``gap.point`` moved toward zero by ``gap.sign_margin`` (:func:`direction_margin`), lies on the side of today's
+    change ``today`` (0: no side, never holds)."""
     sign = (today > 0) - (today < 0)
-    return bool(sign) and sign * gap["point"] - gap["sign_margin"] > 0
+    return bool(sign) and sign * gap.point - gap.sign_margin > 0

@@ -33,8 +33,13 @@ verdict: the report's ``why`` (:func:`gap_text`, its table's and pages') and ``-
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .settings import REPORT_DEFAULTS
+
+if TYPE_CHECKING:  # the fits import numpy: only when a verdict is asked for
+    from .curves import PredictedGap, SettleBudget
 
 HOLDS, MAY_FLIP, WITHIN, TOO_FEW = "holds", "may flip", "within noise", "too few points"
 VERDICTS = (HOLDS, MAY_FLIP, WITHIN, TOO_FEW)
@@ -130,26 +135,25 @@ def pct(gap: float, digits: int = 1) -> str:
     return f"{100 * change(gap):+.{digits}f}%"
 
 
-def direction_bound(gap: dict) -> float | None:
+def direction_bound(gap: PredictedGap) -> float | None:
     """The one-sided bound the *holds* test reads (:func:`.curves.keeps_side`): the predicted gap moved toward zero
-    by its ``sign_margin``, on the side of today's gap (``gap["now"]``); None without a side today."""
-    now = gap.get("now", math.nan)
-    side = sign(now) if math.isfinite(now) else 0
-    return gap["point"] - side * gap["sign_margin"] if side else None
+    by its ``sign_margin``, on the side of today's gap (``gap.now``); None without a side today."""
+    side = sign(gap.now) if math.isfinite(gap.now) else 0
+    return gap.point - side * gap.sign_margin if side else None
 
 
-def gap_text(gap: dict) -> str:
+def gap_text(gap: PredictedGap) -> str:
     """``-4.1% [-6.0, -2.2] at 1800 steps`` (the base at its own step when it differs), then the direction's
     one-sided bound (:func:`direction_bound`): ``; direction bound -1.0%`` (the report's ``why``)."""
-    lo, hi = (f"{100 * change(gap[k]):+.1f}" for k in ("low", "high"))
-    base = f" (base {gap['base_step'] + 1})" if gap["base_step"] != gap["at_step"] else ""
+    lo, hi = (f"{100 * change(x):+.1f}" for x in (gap.low, gap.high))
+    base = f" (base {gap.base_step + 1})" if gap.base_step != gap.at_step else ""
     bound = direction_bound(gap)
-    return (f"{pct(gap['point'])} [{lo}, {hi}] at {gap['at_step'] + 1} steps{base}"
+    return (f"{pct(gap.point)} [{lo}, {hi}] at {gap.at_step + 1} steps{base}"
             + (f"; direction bound {pct(bound)}" if bound is not None else ""))
 
 
 def predict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], settings: dict | None = None, *,
-            at: tuple[int, int] | None = None, warmup: int = 0, base_warmup: int | None = None) -> dict | None:
+            at: tuple[int, int] | None = None, warmup: int = 0, base_warmup: int | None = None) -> PredictedGap | None:
     """The predicted gap of the row to the base (:func:`.curves.predicted_gap`) at ``at`` = (the row's step, the
     base's step), by default ``k`` x each side's budget; None when a side cannot be fitted."""
     from .curves import predicted_gap
@@ -178,50 +182,54 @@ def _too_few(row_runs, base_runs, settings: dict, warmup: int, base_warmup: int 
 
 
 # ----------------------------------------------------------------------------------------------- the verdict
+@dataclass(frozen=True)
+class Verdict:
+    """A row's verdict (:func:`curve_verdict`, the module docstring's rule)."""
+    verdict: str                       # one of VERDICTS: holds, may flip, within noise, too few points
+    why: str                           # the report's text of it: the predicted gap (:func:`gap_text`), or why none
+    gap: PredictedGap | None = None    # the prediction (:func:`predict`); None without one
+    settle: SettleBudget | None = None  # a row that may flip: when it settles (None: not by SETTLE_MOST x); else None
+
+
 def curve_verdict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], delta: float | None,
                   noise: str | None, settings: dict | None = None, *, at: tuple[int, int] | None = None,
-                  warmup: int = 0, base_warmup: int | None = None) -> dict | None:
-    """The verdict of one row (the module docstring's rule): ``{"verdict", "why", "gap", "settle"}`` (``gap``: the
-    prediction of :func:`predict`, None without one; ``settle``: a row that may flip's
-    :func:`.curves.settle_budget` with :data:`NOISE_K`, its ``"kind"`` None when none by
-    :data:`.curves.SETTLE_MOST` x; else None), or
-    None for a row without a change. ``row_runs``, ``base_runs``: one ``{step: dev PPL}`` per completed seed;
-    ``delta``, ``noise``: the row's change at the end and its seed-noise verdict (:func:`end_change`; Table 2 its
-    own); ``at``, ``warmup``: as :func:`predict`."""
+                  warmup: int = 0, base_warmup: int | None = None) -> Verdict | None:
+    """The verdict of one row (the module docstring's rule; a row that may flip gets its
+    :func:`.curves.settle_budget` with :data:`NOISE_K`), or None for a row without a change. ``row_runs``,
+    ``base_runs``: one ``{step: dev PPL}`` per completed seed; ``delta``, ``noise``: the row's change at the end and
+    its seed-noise verdict (:func:`end_change`; Table 2 its own); ``at``, ``warmup``: as :func:`predict`."""
     s = settings_of(settings)
     if delta is None or noise is None:
         return None
     gap = predict(row_runs, base_runs, s, at=at, warmup=warmup, base_warmup=base_warmup)
     if noise == "within":
-        return {"verdict": WITHIN, "why": f"predicted {gap_text(gap)}" if gap else "no prediction: "
-                + _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": gap, "settle": None}
+        return Verdict(WITHIN, f"predicted {gap_text(gap)}" if gap else "no prediction: "
+                       + _too_few(row_runs, base_runs, s, warmup, base_warmup), gap)
     if noise != "beyond":
-        return {"verdict": TOO_FEW, "why": "seed noise unknown: one base seed", "gap": gap, "settle": None}
+        return Verdict(TOO_FEW, "seed noise unknown: one base seed", gap)
     if gap is None:
-        return {"verdict": TOO_FEW, "why": _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": None,
-                "settle": None}
+        return Verdict(TOO_FEW, _too_few(row_runs, base_runs, s, warmup, base_warmup))
     from .curves import keeps_side, settle_budget
 
     if keeps_side(gap, sign(delta)):
-        return {"verdict": HOLDS, "why": gap_text(gap), "gap": gap, "settle": None}
-    settle = settle_budget(gap, delta, noise_k=NOISE_K) or dict.fromkeys(("kind", "k", "step", "base_step", "sign"))
-    return {"verdict": MAY_FLIP, "why": gap_text(gap), "gap": gap, "settle": settle}
+        return Verdict(HOLDS, gap_text(gap), gap)
+    return Verdict(MAY_FLIP, gap_text(gap), gap, settle_budget(gap, delta, noise_k=NOISE_K))
 
 
-def verdict_text(verdict: dict, settings: dict | None = None) -> str:
+def verdict_text(verdict: Verdict, settings: dict | None = None) -> str:
     """A verdict of :func:`curve_verdict` in a few words, for ``--status`` and the launcher's lines: the predicted
     gap at ``k`` x the budget and the one-sided bound the call rests on, then the size's ``level`` interval, e.g.
     ``holds: -12% at 3x, bound -9% (80% [-15, -9])``; ``within noise: predicted +2% at 3x``; ``too few points:
     seed noise unknown: one base seed``."""
-    s, kind, gap = settings_of(settings), verdict["verdict"], verdict["gap"]
+    s, kind, gap = settings_of(settings), verdict.verdict, verdict.gap
     if kind == TOO_FEW:
-        return f"{kind}: {verdict['why']}"
+        return f"{kind}: {verdict.why}"
     if gap is None:
         return kind
-    at = f"{pct(gap['point'], 0)} at {s['k']:g}x"
+    at = f"{pct(gap.point, 0)} at {s['k']:g}x"
     if kind == WITHIN:
         return f"{kind}: predicted {at}"
     bound = direction_bound(gap)
-    lo, hi = (f"{100 * change(gap[x]):+.0f}" for x in ("low", "high"))
+    lo, hi = (f"{100 * change(x):+.0f}" for x in (gap.low, gap.high))
     return (f"{kind}: {at}" + (f", bound {pct(bound, 0)}" if bound is not None else "")
             + f" ({100 * s['level']:g}% [{lo}, {hi}])")

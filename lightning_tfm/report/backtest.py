@@ -22,11 +22,12 @@ change is beyond seed noise at the later budget too (``noise_later``). In all:
 ``beyond_noise`` (rows beyond seed noise at the earlier budget), ``called_holds``, ``kept_sign`` (of the rows
 called holds) and ``interval_coverage`` (the share of the predicted rows whose measured gap is inside the
 interval). ``--json`` prints these and ``rows``; nothing is written unless ``--out FILE.json`` is given (then the
-JSON, the printed table as ``.md`` and a figure of every row's curves as ``.png``, :func:`~.figures.plot_outlook`,
+JSON, the printed table as ``.md`` and a figure of every row's curves as ``.png``, :func:`~.figures.verdicts_figure`,
 under that name).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -34,12 +35,12 @@ from pathlib import Path
 from ..base.errors import UserError
 from ..findings.curves import SIGN_LEVEL, extrapolation_score, sign_score
 from .table3.stats import mean_std, noise_verdict, relative
-from .table3.verdict import HOLDS, TOO_FEW, change, curve_verdict, last_step, settings_of
+from .table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, Verdict, change, curve_verdict, last_step, settings_of
 
 KEYS = ("beyond_noise", "called_holds", "kept_sign", "interval_coverage", "level", "sign_level", "rows")
 
 
-def _curves(data) -> dict:
+def _curves(data):
     from .table3.table import learning_curves, ordered_variants
 
     return learning_curves(data, ordered_variants(data.sweep, data.records))
@@ -54,21 +55,21 @@ def cut_runs(runs: list[dict[int, float]], fraction: float) -> list[dict[int, fl
     return [{s: p for s, p in r.items() if s <= cut} for r in runs]
 
 
-def at_budget(curves: dict, updates: int, sweep=None) -> dict:
+def at_budget(curves, updates: int, sweep=None):
     """The curves read as if each run's budget were ``updates`` updates (a row the sweep file trains ``b`` times
     the steps, such as big, at ``b`` times that, as the table compares it): the validations at steps < each side's
     budget."""
     variants = getattr(sweep, "variants", None) or {}
-    factor = {v: float((variants.get(v) or {}).get("budget") or 1.0) for v in curves["runs"]}
-    return {**curves, "runs": {v: [{s: p for s, p in r.items() if s < round(factor[v] * updates)} for r in runs]
-                               for v, runs in curves["runs"].items()}}
+    factor = {v: float((variants.get(v) or {}).get("budget") or 1.0) for v in curves.runs}
+    return dataclasses.replace(curves, runs={v: [{s: p for s, p in r.items() if s < round(factor[v] * updates)}
+                                                 for r in runs] for v, runs in curves.runs.items()})
 
 
-def _check_budget(curves: dict, updates: int) -> None:
+def _check_budget(curves, updates: int) -> None:
     """Every side keeps its last validation at the earlier budget ``updates`` (else it cannot be read there)."""
-    short = [v for v, runs in curves["runs"].items() if any(r and max(r) < 0.9 * updates - 1 for r in runs)
+    short = [v for v, runs in curves.runs.items() if any(r and max(r) < 0.9 * updates - 1 for r in runs)
              or not any(runs)]
-    if "base" in short or not curves["runs"].get("base"):
+    if "base" in short or not curves.runs.get("base"):
         raise UserError(f"--backtest-budget {updates}: the base's runs have no validation near step {updates - 1}: "
                         "give the budget of a validation they made (e.g. 600 for runs validated every 50)")
 
@@ -105,12 +106,12 @@ def _r(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else round(float(x), 4)
 
 
-def backtest(earlier: dict, later: dict, settings: dict | None = None) -> tuple[dict, dict]:
-    """The back-test of ``earlier`` curves against ``later`` ones (each :func:`~.table.learning_curves`' shape:
-    ``runs`` and ``warmup`` per variant): each row the later curves have (the base among them), predicted at the
-    later budget of each side. Returns (the result: :data:`KEYS`, the rows' predictions as the table's
-    ``outlook`` for :func:`~.figures.plot_outlook`)."""
-    runs, later_runs, warmup = earlier["runs"], later["runs"], earlier.get("warmup") or {}
+def backtest(earlier, later, settings: dict | None = None) -> tuple[dict, dict[str, Verdict]]:
+    """The back-test of ``earlier`` curves against ``later`` ones (each :class:`~.table.LearningCurves`: its ``runs``
+    and ``warmup`` per variant): each row the later curves have (the base among them), predicted at the later budget
+    of each side. Returns (the result: :data:`KEYS`, the rows' verdicts as the table's ``outlook`` for
+    :func:`~.figures.verdicts_figure`)."""
+    runs, later_runs, warmup = earlier.runs, later.runs, earlier.warmup
     base, later_base = runs.get("base") or [], later_runs.get("base") or []
     rows, outlook = [], {}
     for v in runs:
@@ -119,34 +120,35 @@ def backtest(earlier: dict, later: dict, settings: dict | None = None) -> tuple[
         now = today(runs[v], base)
         at = (last_step(later_runs[v]), last_step(later_base))
         verdict = curve_verdict(runs[v], base, now["delta"], now["noise"], settings, at=at,
-                                warmup=warmup.get(v) or 0, base_warmup=warmup.get("base") or 0) or {
-            "verdict": TOO_FEW, "why": "no validation in the earlier budget", "gap": None}  # a curve cut to none
+                                warmup=warmup.get(v) or 0, base_warmup=warmup.get("base") or 0) or Verdict(
+            TOO_FEW, "no validation in the earlier budget")  # a curve cut to none
         outlook[v] = verdict
-        gap = verdict["gap"]
+        gap = verdict.gap
         measured = measured_gap(later_runs[v], later_base, *at)
         then = today(later_runs[v], later_base)  # the change at the later budget, as that table reads it
         sign = None if now["delta"] is None else (now["delta"] > 0) - (now["delta"] < 0)
-        settle = verdict.get("settle")
+        settle = verdict.settle
         rows.append({"variant": v, "step": now["step"], "base_step": now["base_step"],
-                     "change": _r(now["delta_rel"]), "noise": now["noise"], "verdict": verdict["verdict"],
+                     "change": _r(now["delta_rel"]), "noise": now["noise"], "verdict": verdict.verdict,
                      "at_step": at[0], "at_base_step": at[1],
-                     "predicted": _r(gap and change(gap["point"])), "low": _r(gap and change(gap["low"])),
-                     "high": _r(gap and change(gap["high"])),
+                     "predicted": _r(gap and change(gap.point)), "low": _r(gap and change(gap.low)),
+                     "high": _r(gap and change(gap.high)),
                      "measured": _r(None if measured is None else change(measured)),
                      "noise_later": then["noise"],
                      "sign_kept": None if measured is None or sign is None else (measured > 0) - (measured < 0) == sign,
-                     "inside": None if gap is None or measured is None else gap["low"] <= measured <= gap["high"],
-                     "width": _r(gap and change(gap["high"]) - change(gap["low"])),
-                     "score": None if gap is None or measured is None or gap["k"] <= 1 else _r(extrapolation_score(
-                         gap["point"], gap["boot_low"], gap["boot_high"], measured, gap["k"])),
-                     "settle": settle and {"kind": settle["kind"], "k": _r(settle["k"]), "step": settle["step"],
-                                           "sign": settle["sign"]},
-                     "bound": _r(gap and sign and change(gap["point"] - sign * gap["sign_margin"])),
-                     "sign_score": None if gap is None or measured is None or not sign or gap["k"] <= 1 else _r(
-                         sign_score(gap["now"], gap["noise_sd"], gap["point"], measured, gap["k"])),
-                     "log": gap and {"now": _r(gap["now"]), "noise_sd": _r(gap["noise_sd"]), "point": _r(gap["point"]),
-                                     "boot_low": _r(gap["boot_low"]), "boot_high": _r(gap["boot_high"]),
-                                     "k": _r(gap["k"]), "measured": _r(measured)}})
+                     "inside": None if gap is None or measured is None else gap.low <= measured <= gap.high,
+                     "width": _r(gap and change(gap.high) - change(gap.low)),
+                     "score": None if gap is None or measured is None or gap.k <= 1 else _r(extrapolation_score(
+                         gap.point, gap.boot_low, gap.boot_high, measured, gap.k)),
+                     "settle": None if verdict.verdict != MAY_FLIP else {  # kind None: none by SETTLE_MOST x
+                         "kind": settle and settle.kind, "k": _r(settle and settle.k), "step": settle and settle.step,
+                         "sign": settle and settle.sign},
+                     "bound": _r(gap and sign and change(gap.point - sign * gap.sign_margin)),
+                     "sign_score": None if gap is None or measured is None or not sign or gap.k <= 1 else _r(
+                         sign_score(gap.now, gap.noise_sd, gap.point, measured, gap.k)),
+                     "log": gap and {"now": _r(gap.now), "noise_sd": _r(gap.noise_sd), "point": _r(gap.point),
+                                     "boot_low": _r(gap.boot_low), "boot_high": _r(gap.boot_high),
+                                     "k": _r(gap.k), "measured": _r(measured)}})
     holds = [r for r in rows if r["verdict"] == HOLDS]
     predicted = [r for r in rows if r["inside"] is not None]
     result = {"beyond_noise": sum(1 for r in rows if r["noise"] == "beyond"), "called_holds": len(holds),
@@ -248,7 +250,7 @@ def _differs(a: dict, b: dict) -> list[str]:
     return sorted(k for k in keys if a.get(k, default(k)) != b.get(k, default(k)))
 
 
-def _check_later(earlier, later, path: str, curves: dict, later_curves: dict) -> None:
+def _check_later(earlier, later, path: str, curves, later_curves) -> None:
     """The later export is this one's rows continued: a run folder in common; each of its completed runs a run of
     this export (the same row and seed, the same run folder, the same config but for the keys of
     :func:`_differs`), the base among them; and each row's budget (its last validation) later than here."""
@@ -275,12 +277,12 @@ def _check_later(earlier, later, path: str, curves: dict, later_curves: dict) ->
     if odd:
         raise UserError(f"{where} is not this export's rows continued: {_listed(odd)}; give the export of a sweep that "
                         "trained these runs on (the same rows and seeds, only train.max_steps larger)")
-    if not later_curves["runs"].get("base"):
+    if not later_curves.runs.get("base"):
         raise UserError(f"{where} has no completed base run: give the export of a sweep that trained this sweep's "
                         "base on too")
-    early = [f"{v} (step {last_step(runs)}, here {last_step(curves['runs'][v])})"
-             for v, runs in later_curves["runs"].items()
-             if curves["runs"].get(v) and last_step(runs) <= last_step(curves["runs"][v])]
+    early = [f"{v} (step {last_step(runs)}, here {last_step(curves.runs[v])})"
+             for v, runs in later_curves.runs.items()
+             if curves.runs.get(v) and last_step(runs) <= last_step(curves.runs[v])]
     if early:
         raise UserError(f"{where}: its budget is not later than this export's: {_listed(early)} end no later; give "
                         "the export of the longer budget")
@@ -328,16 +330,15 @@ def backtest_cli(args, sweep) -> int:
         check_outputs([out, out.with_suffix(".md"), out.with_suffix(".png")], reads=reads, owners=owners())
     earlier = read_export(sweep, args.from_export)
     curves = _curves(earlier)
-    if not curves["runs"].get("base"):
+    if not curves.runs.get("base"):
         raise UserError(f"--from-export {args.from_export!r}: no completed base run: nothing to predict a gap to")
     if args.backtest is not None:
         if args.backtest_budget is not None:
             curves = at_budget(curves, args.backtest_budget, sweep)
             _check_budget(curves, args.backtest_budget)
         later = curves
-        cut = {"runs": {v: cut_runs(r, args.backtest) for v, r in curves["runs"].items()},
-               "warmup": curves["warmup"]}
-        _check_cut(curves["runs"]["base"], cut["runs"]["base"], args.backtest)
+        cut = dataclasses.replace(curves, runs={v: cut_runs(r, args.backtest) for v, r in curves.runs.items()})
+        _check_cut(curves.runs["base"], cut.runs["base"], args.backtest)
         title = (f"Back-test of sweep {sweep.name}: the first {args.backtest:g} of each row's curve predicts its "
                  "budget's end")
         earlier_curves = cut
@@ -346,17 +347,17 @@ def backtest_cli(args, sweep) -> int:
         later = _curves(data)
         _check_later(earlier, data, args.backtest_to, curves, later)
         title = (f"Back-test of sweep {sweep.name}: its budget predicts sweep {data.sweep.name}'s "
-                 f"(the {len([v for v in later['runs'] if v != 'base'])} rows it continued)")
+                 f"(the {len([v for v in later.runs if v != 'base'])} rows it continued)")
         earlier_curves = curves
     result, outlook = backtest(earlier_curves, later, sweep.report)
     text = backtest_text(result, title)
     if out is not None:
         from ..base.atomic import write_text
-        from .views.figures import plot_outlook
+        from .views.figures import verdicts_figure
 
         out.parent.mkdir(parents=True, exist_ok=True)
-        table = {"sweep": sweep.name, "outlook": outlook, "curves": earlier_curves, "report_settings": sweep.report}
-        plot_outlook(table, out.with_suffix(".png"), later=later, title=title)
+        verdicts_figure(outlook, earlier_curves, sweep.report, sweep.name, out.with_suffix(".png"), later=later,
+                        title=title)
         write_text(out.with_suffix(".md"), text)
         write_text(out, json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1) if args.json else text, end="\n" if args.json else "")

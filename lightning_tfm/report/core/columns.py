@@ -108,7 +108,7 @@ class Kind:
     summary: Callable[[dict], dict]
     note: Callable[[dict], list[str]]
     build: Callable[[Any, Any, Any], dict]
-    rows: Callable[[dict], list] = lambda table: table["rows"]
+    rows: Callable[[Any], list] = lambda table: table.rows
     digits: int | None = 6
     plots: bool = False
     exported: bool = False

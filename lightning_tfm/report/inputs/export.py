@@ -51,9 +51,9 @@ def _record(rec: RunRecord) -> dict:
 
 def export_data(data: ReportData, table: dict) -> dict:
     """The export of a report (see the module docstring) as a JSON-ready dict."""
-    tests, notes, signature = table["bootstrap"]
+    tests, notes, signature = table.bootstrap
     return {"format": FORMAT, "version": VERSION, "sweep": data.sweep.name, "sweep_file": data.sweep.path.name,
-            "source": data.source, "notes": list(data.notes), "run_info": table["run_info"],
+            "source": data.source, "notes": list(data.notes), "run_info": table.run_info,
             "bootstrap": {"tests": tests, "notes": list(notes), "signature": signature},
             "planned": data.planned, "records": [_record(r) for r in data.records]}
 

@@ -34,7 +34,7 @@ WANDB_TABLES = {"table3/dev_ppl": table3_columns.WANDB_PPL,   # W&B table -> its
 KINDS = {k.name: k for k in (
     Kind("table3", table3_columns.columns,
          ("table3.md", "table3.csv", "table3.html", "table3.tex", "table3-standalone.tex"),
-         WANDB_TABLES, lambda t: headline_numbers(t["rows"], t["run_info"]),
+         WANDB_TABLES, lambda t: headline_numbers(t.rows, t.run_info),
          lambda t: [headline_markdown(t), ppl_markdown(t, table3_columns.NOTE)],
          lambda data, sweep, out: rebuilt_table(sweep, out), plots=True, exported=True, headline=headline_text),
     Kind("table2", table2_columns.columns, ("table2.md", "table2.csv", "table2.html"),
@@ -48,7 +48,7 @@ def wandb_tables(table: dict) -> dict[str, tuple[list[str], list[list]]]:
     return KINDS[KIND].wandb_tables(table)
 
 
-def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
+def headline_numbers(rows: list, run_info: dict | None = None) -> dict:
     """The headline as numbers for a W&B summary: per metric (``dev_ppl``, ``dev_bleu``) the rows whose
     direction agrees with the paper and the rows compared, over all rows and over the rows beyond seed noise
     (with the fractions), the rows beyond/within noise or unknown; dev PPL's agreement over the rows that hold and the

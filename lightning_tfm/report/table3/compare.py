@@ -23,7 +23,7 @@ from ...base.atomic import write_text
 from ...findings.verdict import sign
 from ..core.columns import Shown
 from ..core.text import md_cell, md_code, md_text
-from .columns import COMPARE, COMPARE_ROW, SIDE, columns, shown
+from .columns import COMPARE, COMPARE_ROW, SIDE, Row, columns, shown
 from .stats import finite
 from .verdict import HOLDS, WITHIN
 
@@ -35,35 +35,36 @@ STATUS_RULE = ("*transfers*: both sides hold with the same sign, or both within 
                "compared")
 
 
-def status(a: dict | None, b: dict | None) -> str:
+def status(a: Row | None, b: Row | None) -> str:
     """The comparison status of one row from its two sides' table rows (None: the side lacks the row); a side whose
     change is no number (nan, inf) has no result."""
-    has_a, has_b = (r is not None and finite(r.get("delta_ppl")) for r in (a, b))
+    has_a, has_b = (r is not None and finite(r.delta_ppl) for r in (a, b))
     if not (has_a and has_b):
         return ONLY_A if has_a else ONLY_B if has_b else UNSETTLED  # neither side has a result: unknown
-    va, vb = a.get("ppl_verdict"), b.get("ppl_verdict")
+    va, vb = a.ppl_verdict, b.ppl_verdict
     if va == vb == WITHIN:
         return TRANSFERS
     if va == vb == HOLDS:
-        return TRANSFERS if sign(a["delta_ppl"]) == sign(b["delta_ppl"]) else FLIPS
+        return TRANSFERS if sign(a.delta_ppl) == sign(b.delta_ppl) else FLIPS
     return UNSETTLED
 
 
-def side_label(table: dict) -> str:
+def side_label(table) -> str:
     """``<sweep> at <base steps> steps``: what tells two sides of one sweep apart (their budget)."""
-    steps = (table.get("curves") or {}).get("steps") or []
-    base = next((r for r in table["rows"] if r["variant"] == "base"), None)
-    budget = (base or {}).get("train.max_steps") or (steps[-1] if steps else None)
-    return f"{table['sweep']} at {budget} steps" if budget else table["sweep"]
+    steps = table.curves.steps
+    base = next((r for r in table.rows if r.variant == "base"), None)
+    budget = (base.knobs.get("train.max_steps") if base else None) or (steps[-1] if steps else None)
+    return f"{table.sweep} at {budget} steps" if budget else table.sweep
 
 
-def compare_tables(a: dict, b: dict) -> dict:
+def compare_tables(a, b) -> dict:
     """Side A and side B row by row (A's rows in its order, then B's others): ``{"rows", "summary", "labels",
     "tables"}``; the base row is left out (it is each side's reference). A row: the columns of
     :data:`~.columns.COMPARE_ROW` (``"either"``: the side's table row they come from), ``"a"`` and ``"b"`` (each
-    side's table row, None where the side lacks it) and ``"status"``."""
-    rows_a = {r["variant"]: r for r in a["rows"]}
-    rows_b = {r["variant"]: r for r in b["rows"]}
+    side's table row, None where the side lacks it) and ``"status"``; ``a``, ``b``: each side's
+    :class:`~.table.Table3`."""
+    rows_a = {r.variant: r for r in a.rows}
+    rows_b = {r.variant: r for r in b.rows}
     order = [v for v in rows_a] + [v for v in rows_b if v not in rows_a]
     rows = []
     for v in order:
@@ -83,7 +84,7 @@ def compare_tables(a: dict, b: dict) -> dict:
     shared = {side: (sum(1 for r in both if r[side].ppl_agrees), len(both)) for side in ("a", "b")}
     agreement = {}
     for side, t in (("a", a), ("b", b)):
-        s = t["summary"]
+        s = t.summary
         agreement[side] = {"all": s["ppl"], "findings": s["ppl_findings"], "may_flip": s["may_flip"]}
     return {"rows": rows, "summary": {"counts": counts, "agreement": agreement, "one_side": one_side,
                                       "agreement_shared": shared,
@@ -130,15 +131,15 @@ def _md_columns() -> list[tuple[str, str, Shown | None]]:
 def _md_cell(cmp: dict, r: dict, whose: str, s: Shown | None) -> str:
     if s is None:
         return md_text(r[whose])
-    return "" if r[whose] is None else s.cell(r[whose], cmp["tables"].get(whose) or {})
+    return "" if r[whose] is None else s.cell(r[whose], cmp["tables"].get(whose))
 
 
 def comparison_markdown(cmp: dict) -> str:
     """compare.md: the headline, the side-by-side table, the rule; one fact per line."""
     lab, ta, tb = cmp["labels"], cmp["tables"]["a"], cmp["tables"]["b"]
     # the strings of the sweeps, runs and exports as text (md_text): never markup in compare.html
-    lines = [f"# Table 3 side by side: A {md_code(ta['sweep'])}, B {md_code(tb['sweep'])}", "",
-             f"A: {md_text(lab['a'])} ({md_text(ta['source'])}). B: {md_text(lab['b'])} ({md_text(tb['source'])}). "
+    lines = [f"# Table 3 side by side: A {md_code(ta.sweep)}, B {md_code(tb.sweep)}", "",
+             f"A: {md_text(lab['a'])} ({md_text(ta.source)}). B: {md_text(lab['b'])} ({md_text(tb.source)}). "
              "Each side's Δ is against its own base.",
              "", *[f"- {md_text(ln)}" for ln in headline_lines(cmp)], "", "## Rows", ""]
     cols = _md_columns()
@@ -148,8 +149,8 @@ def comparison_markdown(cmp: dict) -> str:
         cells = [_md_cell(cmp, r, whose, s) for _, whose, s in cols]
         lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")  # the cells are markdown (md_text)
     from .verdict import verdict_rule
-    lines += ["", "## Notes", "", f"- Status: {STATUS_RULE}.", f"- A: {verdict_rule(ta.get('report_settings'))}",
-              f"- B: {verdict_rule(tb.get('report_settings'))}"]
+    lines += ["", "## Notes", "", f"- Status: {STATUS_RULE}.", f"- A: {verdict_rule(ta.report_settings)}",
+              f"- B: {verdict_rule(tb.report_settings)}"]
     return "\n".join(lines) + "\n"
 
 

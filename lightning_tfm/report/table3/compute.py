@@ -154,38 +154,39 @@ def interpolate(points: list[tuple[float, float]], flops: float) -> tuple[float 
     return pts[-1][1], None  # a single point, at the base's compute (within the tolerance)
 
 
-def add_equal_compute(rows: list[dict], curves: dict, by_variant: dict[str, list[RunRecord]]) -> dict:
+def add_equal_compute(rows: list, curves, by_variant: dict[str, list[RunRecord]]) -> dict:
     """Each row's ``flops_per_step``, ``train_flops`` (at its last validation), ``dev_ppl_equal_flops`` (at the
     base's budget), ``delta_ppl_equal_flops`` (+ ``_rel``) and ``equal_flops_note``; returns ``{"base_flops",
-    "lengths_measured"}``. ``curves``: the table's learning curves ({variant: {step: dev PPL}})."""
+    "lengths_measured"}``. ``rows``: the table's :class:`~.columns.Row`; ``curves``: its learning curves
+    (:class:`~.table.LearningCurves`)."""
     per_step = {}
     measured = True
     for row in rows:
-        f, m = flops_per_step(by_variant.get(row["variant"], []))
-        per_step[row["variant"]] = f
+        f, m = flops_per_step(by_variant.get(row.variant, []))
+        per_step[row.variant] = f
         measured = measured and (m or f is None)
-    base_curve = curves["rows"].get("base") or {}
+    base_curve = curves.rows.get("base") or {}
     base_f = per_step.get("base")
     base_flops = max(base_curve) * base_f if base_curve and base_f else None
     base_ppl = base_curve[max(base_curve)] if base_curve else None
     for row in rows:
-        v = row["variant"]
-        f, curve = per_step.get(v), curves["rows"].get(v) or {}
-        row["flops_per_step"] = f
-        row["train_flops"] = max(curve) * f if curve and f else None
-        row["dev_ppl_equal_flops"] = row["delta_ppl_equal_flops"] = row["delta_ppl_equal_flops_rel"] = None
-        row["equal_flops_note"] = None
-        if v == "base" or base_flops is None or row["delta_ppl"] is None:
+        v = row.variant
+        f, curve = per_step.get(v), curves.rows.get(v) or {}
+        row.flops_per_step = f
+        row.train_flops = max(curve) * f if curve and f else None
+        row.dev_ppl_equal_flops = row.delta_ppl_equal_flops = row.delta_ppl_equal_flops_rel = None
+        row.equal_flops_note = None
+        if v == "base" or base_flops is None or row.delta_ppl is None:
             continue
         if f is None or not curve:
-            row["equal_flops_note"] = "no training compute (shapes or tokens unknown)" if curve else "no curve"
+            row.equal_flops_note = "no training compute (shapes or tokens unknown)" if curve else "no curve"
             continue
         ppl, why = interpolate([(st * f, p) for st, p in curve.items()], base_flops)
-        row["equal_flops_note"] = why
+        row.equal_flops_note = why
         if ppl is not None:
-            row["dev_ppl_equal_flops"] = ppl
-            row["delta_ppl_equal_flops"] = ppl - base_ppl
-            row["delta_ppl_equal_flops_rel"] = (ppl - base_ppl) / base_ppl
+            row.dev_ppl_equal_flops = ppl
+            row.delta_ppl_equal_flops = ppl - base_ppl
+            row.delta_ppl_equal_flops_rel = (ppl - base_ppl) / base_ppl
     return {"base_flops": base_flops, "lengths_measured": measured}
 
 

@@ -89,22 +89,23 @@ def seeds_to_settle(delta: float | None, sd_a: float | None, sd_b: float | None,
     return next((n for n in range(2, most + 1) if abs(delta) > welch_half_width(sd_a, sd_b, n, level)), None)
 
 
-def agreement_summary(rows: list[dict]) -> dict:
+def agreement_summary(rows: list) -> dict:
     """Direction agreement with the paper over all compared rows and over the rows whose change is beyond
-    seed noise, per metric; and how many rows are beyond noise."""
+    seed noise, per metric; and how many rows are beyond noise (``rows``: the table's :class:`~.columns.Row`)."""
     out: dict[str, Any] = {}
     for metric in ("ppl", "bleu"):
-        judged = [r for r in rows if r[f"{metric}_agrees"] is not None]
-        out[metric] = (sum(1 for r in judged if r[f"{metric}_agrees"]), len(judged))
-        beyond = [r for r in judged if r[f"{metric}_noise"] == "beyond"]
-        out[f"{metric}_beyond"] = (sum(1 for r in beyond if r[f"{metric}_agrees"]), len(beyond))
-        changed = [r for r in rows if r[f"{metric}_noise"] is not None]
-        out[f"{metric}_noise"] = {v: sum(1 for r in changed if r[f"{metric}_noise"] == v)
+        agree, noise = f"{metric}_agrees", f"{metric}_noise"   # the row's fields of the metric
+        judged = [r for r in rows if getattr(r, agree) is not None]
+        out[metric] = (sum(1 for r in judged if getattr(r, agree)), len(judged))
+        beyond = [r for r in judged if getattr(r, noise) == "beyond"]
+        out[f"{metric}_beyond"] = (sum(1 for r in beyond if getattr(r, agree)), len(beyond))
+        changed = [r for r in rows if getattr(r, noise) is not None]
+        out[f"{metric}_noise"] = {v: sum(1 for r in changed if getattr(r, noise) == v)
                                   for v in ("beyond", "within", "unknown")}
-    both = [r for r in rows if r["ppl_agrees"] is not None and r["bleu_agrees"] is not None]
-    out["both"] = (sum(1 for r in both if r["ppl_agrees"] and r["bleu_agrees"]), len(both))
-    out["not_compared"] = [(r["variant"], r["status"]) for r in rows
-                           if r["variant"] != "base" and r["in_paper"] and r["seeds_completed"] == 0]
+    both = [r for r in rows if r.ppl_agrees is not None and r.bleu_agrees is not None]
+    out["both"] = (sum(1 for r in both if r.ppl_agrees and r.bleu_agrees), len(both))
+    out["not_compared"] = [(r.variant, r.status) for r in rows
+                           if r.variant != "base" and r.in_paper and r.seeds_completed == 0]
     return out
 
 
