@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lightning_tfm.findings import curves
+from lightning_tfm.findings import backtest, curves
 from lightning_tfm.report.table3 import verdict
 
 STEPS = range(99, 600, 100)   # a validation every 100 updates, Lightning's steps: the budget is 600 updates
@@ -183,11 +183,11 @@ def test_the_extrapolation_margin_grows_with_log_k_and_is_the_committed_calibrat
     assert m(3.0, 0.99) > m(3.0) > m(3.0, 0.5)
     # a score is the margin (at 3x) a back-test row needed: widening by it holds the measured gap, exactly
     point, low, high, measured = -0.5, -0.6, -0.4, -0.1
-    score = curves.extrapolation_score(point, low, high, measured, 3.0)
+    score = backtest.extrapolation_score(point, low, high, measured, 3.0)
     lo, hi = curves.widen(point, low, high, score)
-    assert hi == pytest.approx(measured) and lo < low and curves.extrapolation_score(point, low, high, -0.45, 3) == 0
-    assert curves.conformal_quantile([0.0] * 6 + [0.2, 0.3], 0.9) == math.inf   # 8 scores: too few for 90%
-    assert curves.conformal_quantile([0.0] * 17 + [0.1, 0.2, 0.3], 0.9) == 0.2
+    assert hi == pytest.approx(measured) and lo < low and backtest.extrapolation_score(point, low, high, -0.45, 3) == 0
+    assert backtest.conformal_quantile([0.0] * 6 + [0.2, 0.3], 0.9) == math.inf   # 8 scores: too few for 90%
+    assert backtest.conformal_quantile([0.0] * 17 + [0.1, 0.2, 0.3], 0.9) == 0.2
 
 
 def test_the_settle_budget_of_rows_that_may_flip_names_its_side():

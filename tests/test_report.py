@@ -20,6 +20,7 @@ from PIL import Image
 
 from lightning_tfm import report as rd
 from lightning_tfm.base.errors import UserError
+from lightning_tfm.findings import noise
 from lightning_tfm.report.publish import notebooks
 from lightning_tfm.sweep import load_sweep
 
@@ -486,10 +487,10 @@ def test_the_base_at_its_own_seeds_and_every_rows_learning_curve(tmp_path):
 
 
 def test_noise_rule():
-    assert rd.noise_verdict(0.5, 0.2) == "beyond" and rd.noise_verdict(-0.5, 0.2) == "beyond"  # 2 x 0.2 = 0.4
-    assert rd.noise_verdict(0.3, 0.2) == "within" and rd.noise_verdict(0.0, 0.0) == "within"
-    assert rd.noise_verdict(0.3, None) == "unknown" and rd.noise_verdict(None, 0.2) is None
-    assert "2 ×" in rd.NOISE_RULE and "unknown" in rd.NOISE_RULE
+    assert noise.noise_verdict(0.5, 0.2) == "beyond" and noise.noise_verdict(-0.5, 0.2) == "beyond"  # 2 x 0.2 = 0.4
+    assert noise.noise_verdict(0.3, 0.2) == "within" and noise.noise_verdict(0.0, 0.0) == "within"
+    assert noise.noise_verdict(0.3, None) == "unknown" and noise.noise_verdict(None, 0.2) is None
+    assert "2 ×" in noise.NOISE_RULE and "unknown" in noise.NOISE_RULE
 
 
 # ------------------------------------------------------------------------------------------------------------

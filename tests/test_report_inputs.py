@@ -16,6 +16,7 @@ import pytest
 
 from lightning_tfm import report as rd
 from lightning_tfm.base.errors import UserError
+from lightning_tfm.findings import noise
 from lightning_tfm.report.inputs import export, records
 from lightning_tfm.report.table3 import compare, stats
 from lightning_tfm.report.table3.columns import Row
@@ -336,9 +337,9 @@ def test_a_side_whose_change_is_no_number_is_not_compared(tmp_path):
     ok_row = Row("A1", delta_ppl=0.01, ppl_verdict="within noise")
     assert compare.status(nan_row, ok_row) == compare.ONLY_B and compare.status(ok_row, nan_row) == compare.ONLY_A
     assert compare.status(nan_row, dataclasses.replace(nan_row, delta_ppl=math.inf)) == compare.UNSETTLED
-    assert stats.noise_verdict(math.nan, 0.1) is None and stats.noise_verdict(0.5, math.nan) == "unknown"
+    assert noise.noise_verdict(math.nan, 0.1) is None and noise.noise_verdict(0.5, math.nan) == "unknown"
     assert stats.agrees(math.nan, 0.3) is None and stats.agrees(math.inf, 0.3) is None
-    assert stats.relative(math.nan, 5.0) is None
+    assert noise.relative(math.nan, 5.0) is None
     # whole tables: side A's A1 ended with dev PPL nan (a record built without the readers' checks)
     sweep = load_sweep(write_sweep(tmp_path / "syn.yaml", "syn", {"base": {"seeds": [1, 2, 3]}, "A1": {}}))
     same = {"A1": curve(lambda s: BASE[s] + 0.01)}

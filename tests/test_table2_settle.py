@@ -1,4 +1,4 @@
-"""Table 2's within-noise pair and when it would settle (report/table2/claims.py, stats.seeds_to_settle): in seeds,
+"""Table 2's within-noise pair and when it would settle (report/table2/claims.py, noise.seeds_to_settle): in seeds,
 the least seeds a row at which Welch's 90% interval of the BLEU difference would exclude zero, checked against
 scipy's own Welch test on samples of exactly the measured means and sds; in steps, Table 3's verdict on the pair's
 dev-PPL curves; on synthetic rows and on the committed reference's numbers (reports/reference/table2-cpu/)."""
@@ -12,11 +12,11 @@ import pytest
 import yaml
 from scipy import stats as sps
 
+from lightning_tfm.findings.noise import SEEDS_MOST, seeds_to_settle
 from lightning_tfm.report.inputs.records import ReportData
 from lightning_tfm.report.table2 import table as table2
 from lightning_tfm.report.table2.columns import Row
 from lightning_tfm.report.table3 import verdict
-from lightning_tfm.report.table3.stats import SEEDS_MOST, seeds_to_settle
 
 from conftest import ROOT
 from test_table2_report import RNN_KNOBS, TRANSFORMER, record, rnn_tokens_for_equal_flops

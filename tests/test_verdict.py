@@ -15,7 +15,7 @@ from lightning_tfm import report as rd
 from lightning_tfm.base.errors import UserError
 from lightning_tfm.bench.speed import DEFAULTS
 from lightning_tfm.model import ModelConfig, train_flops_per_step
-from lightning_tfm.report.table3 import columns, compare, compute, stats, verdict
+from lightning_tfm.report.table3 import columns, compare, compute, verdict
 from lightning_tfm.report.views import render
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
 
@@ -110,7 +110,8 @@ def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
     kind and side, and quotes each kind's back-tested record; the record line, how many rows beyond noise hold and
     how often such calls kept their sign, with the size interval's coverage (counted here from the committed
     back-tests); the terminal's headline has both."""
-    from lightning_tfm.findings import curves
+    from lightning_tfm.findings import calibrate, curves
+    from lightning_tfm.findings.noise import share
     from lightning_tfm.report import calibration
     from lightning_tfm.report.views.render import headline_lines, headline_text
 
@@ -143,18 +144,18 @@ def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
                          "within noise get none: theirs came true no more often than saying nothing).")
     # the record line: the counts and their confidence intervals, as the committed back-tests give them
     folder = ROOT / "reports" / "reference" / "backtest"
-    rec = calibration.record(calibration.load(folder, tuple(calibration.CHOSEN_ON)), calibration.load(folder))
+    rec = calibrate.record(calibration.load(folder, calibration.CHOSEN_ON), calibration.load(folder))
     (_, called, kept), (inside, n) = rec["holds"], rec["size"]
-    held = calibration.heldout_record(calibration.heldout_rows(folder))
+    held = calibrate.heldout_record(calibration.heldout_rows(folder))
     holds = sum(r.ppl_verdict == "holds" for r in table.rows)
     flip = sum(r.ppl_verdict == "may flip" for r in table.rows)
     (record,) = [ln for ln in lines if "hold their direction" in ln]
     assert record.startswith(f"{holds} of the {holds + flip} rows beyond noise hold their direction at 3x (80% "
                              "one-sided bound")
-    assert f"kept their sign in {stats.share(kept, called)} back-tested rows" in record
-    assert f"each export left out, and in {stats.share(held['holds'][2], held['holds'][1])} held out" in record
-    assert f"its 80% interval that held {stats.share(inside, n)} measured gaps" in record
-    assert f"where the interval before held {stats.share(*held['size'])}" in record
+    assert f"kept their sign in {share(kept, called)} back-tested rows" in record
+    assert f"each export left out, and in {share(held['holds'][2], held['holds'][1])} held out" in record
+    assert f"its 80% interval that held {share(inside, n)} measured gaps" in record
+    assert f"where the interval before held {share(*held['size'])}" in record
     assert f"\n{line}\n" in headline_text(table) and f"\n- {record}\n" in rd.table_markdown(table)
     # none of the rows unsettled: no line; none settled by 10x: says so
     gap = table.outlook["A1"].gap
@@ -306,7 +307,7 @@ def test_comparison_status_of_each_row(tmp_path):
 
 
 def test_perplexities_near_a_floats_range_give_numbers_and_verdicts_not_overflow(tmp_path):
-    from lightning_tfm.report.table3.stats import mean_std
+    from lightning_tfm.findings.noise import mean_std
 
     assert mean_std([1.7e308] * 3) == (1.7e308, 0.0)  # the sum overflowed, not the values
     mean, sd = mean_std([1.7e308, 1.0, 1.0])         # the spread's squares overflowed

@@ -1,6 +1,6 @@
 """Learning curves fitted and extrapolated: a run's dev log-perplexity against the step, and the predicted gap
 between two rows at a later budget with its interval. Pure numerics (numpy, scipy's least squares); the verdict
-(:mod:`.verdict`: the report's and ``--status``'s) and its back-test (:mod:`lightning_tfm.report.backtest`) read them.
+(:mod:`.verdict`: the report's and ``--status``'s) and its back-test (:mod:`.backtest`) read them.
 
 **The fit** (:func:`fit_curve`): the points are a run's validations, ``y`` = dev log-PPL (the dev loss in nats)
 at ``t`` = updates done (Lightning's step + 1). Before the learning-rate warmup ends the curve is in another regime,
@@ -30,7 +30,7 @@ repeated, with a seeded :class:`numpy.random.Generator`: the same seed gives the
 (each side at its own step: a row trained ``b`` times the base's budget is compared at ``b`` times the base's
 step, as the table compares it). Two answers are read from it, each calibrated on its own question on the
 committed back-tests at k = 3, each export left out in turn (``reports/reference/backtest/calibration.md``;
-:mod:`lightning_tfm.report.calibration` computes the constants below and ``tests/test_calibration.py`` checks them):
+:mod:`.calibrate` computes the constants below from them into ``calibration.json``):
 
 - **the direction** (:func:`keeps_side`, the verdict's *holds*): a one-sided bound, the predicted gap moved toward
   zero by :func:`direction_margin` (``SIGN_QUANTILE`` x the base's seed noise and today's gap in quadrature, in
@@ -51,58 +51,64 @@ The pruner that reads the same fits is :class:`lightning_tfm.sweep.curve_pruner.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
 
 from ..base.errors import UserError
-from .settings import CURVE_FAMILIES
+from .settings import CURVE_FAMILIES, REPORT_DEFAULTS
 
 #: The curve families a fit can take (the module docstring), and their parameter counts.
 FAMILIES = dict(zip(CURVE_FAMILIES, (2, 3, 3)))
 #: The family the verdict fits unless the sweep file's ``report.family`` says otherwise (the module docstring).
-FAMILY = "power"
+FAMILY = REPORT_DEFAULTS["family"]
 
-#: The size of the gap at 3x: the level of its interval (:data:`EXTRAPOLATION_LEVEL`, the report's default
-#: ``level``) and the extrapolation's own error at that level (:func:`extrapolation_margin`), the split-conformal
-#: quantile, in nats of the log-PPL gap at 3 x the budget, of every committed k = 3 back-test's scores
-#: (:func:`extrapolation_score`). 80%, not 90%: each export left out, both hold their level on the 88 rows of six
-#: exports, and the 80% interval is the one narrow enough to say something
-#: (reports/reference/backtest/calibration.md: the levels compared, each export left out in turn;
-#: :mod:`lightning_tfm.report.calibration` recomputes both numbers from the committed back-tests and
-#: ``tests/test_calibration.py`` checks them).
-EXTRAPOLATION_ERROR = 0.2879
+# The method's choices: the budget multiple and level the size is calibrated at (the report's default ``level``),
+# the direction's levels and its target, how far a settle budget is looked for.
+#: The size of the gap at 3x: its interval's level (:func:`extrapolation_margin`). 80%, not 90%: each export left
+#: out, both hold their level on the committed back-tests, and the 80% interval is the one narrow enough to say
+#: something (reports/reference/backtest/calibration.md: the levels compared).
 EXTRAPOLATION_K, EXTRAPOLATION_LEVEL = 3.0, 0.8
-#: The direction at 3x (:func:`keeps_side`, the verdict's *holds*): a one-sided bound on the gap at ``k`` x the
-#: budget, ``sign * point - SIGN_QUANTILE * hypot(noise_sd, |now|)`` (:func:`direction_margin`), must stay on
-#: today's side of zero. ``SIGN_QUANTILE`` is the one-sided split-conformal ``SIGN_LEVEL`` quantile of the rows'
-#: :func:`sign_score` (how much further toward zero, or past it, their gap went than the curves said, in units of
-#: the base's seed noise and today's gap in quadrature) in the back-tests it was chosen on before the held-out
-#: exports (b, c, d, d200); ``SIGN_LEVEL`` is the lowest level of :data:`SIGN_LEVELS` at which the rows called
-#: *holds* with each export left out kept their sign at least :data:`SIGN_TARGET` of the time (the level chosen on
-#: the sign, the question *holds* answers).
+#: The direction's levels (:func:`keeps_side`): the lowest at which the rows called *holds*, each export left out,
+#: kept their sign at least ``SIGN_TARGET`` of the time is ``SIGN_LEVEL`` (the level chosen on the sign, the
+#: question *holds* answers).
 SIGN_LEVELS = (0.8, 0.85, 0.9, 0.95)
 SIGN_TARGET = 0.95
-SIGN_LEVEL, SIGN_QUANTILE = 0.8, 0.6809
-#: What the headline quotes of both (each export left out, on the back-tests each constant is calibrated on;
-#: ``tests/test_calibration.py`` recounts them): the direction, (rows beyond noise at the cut, called *holds*, of
-#: those kept their sign at 3x); the size, (measured gaps inside their interval, rows predicted).
-#: ``HELDOUT_RECORD``: the same, reported once, of the constants as first chosen on the exports before
-#: (SIGN_QUANTILE as above, EXTRAPOLATION_ERROR 0.1707) on the three exports trained after that choice
-#: (sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml). The direction met its targets there and is kept; the size missed
-#: (25 of 48), so ``EXTRAPOLATION_ERROR`` is recalibrated on those exports too, and the protocol's rows at seed 2,
-#: kept untrained, are its held-out check to come.
-DIRECTION_RECORD, SIZE_RECORD = (24, 21, 21), (70, 88)
-HELDOUT_RECORD = {"holds": (33, 32, 31), "size": (25, 48)}
+#: The furthest multiple of the budget a settle budget is looked for at (:func:`settle_budget`).
+SETTLE_MOST = 10.0
+
+#: The verdict's calibrated constants and records, computed from the committed back-tests
+#: (:func:`lightning_tfm.findings.calibrate.calibration`) and written here by
+#: ``python -m lightning_tfm.report.calibration reports/reference/backtest --page`` (make rerender);
+#: ``tests/test_calibration.py`` checks that the file is what the command computes.
+CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+_CALIBRATION = json.loads(CALIBRATION_FILE.read_text(encoding="utf-8"))
+#: The extrapolation's own error at 3x and :data:`EXTRAPOLATION_LEVEL` (:func:`extrapolation_margin`), in nats of
+#: the log-PPL gap: the split-conformal quantile of every committed 3x back-test's
+#: :func:`~lightning_tfm.findings.backtest.extrapolation_score`.
+EXTRAPOLATION_ERROR: float = _CALIBRATION["EXTRAPOLATION_ERROR"]
+#: The direction at 3x (:func:`keeps_side`): the one-sided bound ``sign * point - SIGN_QUANTILE * hypot(noise_sd,
+#: |now|)`` (:func:`direction_margin`) must stay on today's side of zero. ``SIGN_QUANTILE``: the one-sided
+#: split-conformal ``SIGN_LEVEL`` quantile of the rows' :func:`~lightning_tfm.findings.backtest.sign_score` in the
+#: back-tests it was chosen on before the held-out exports.
+SIGN_LEVEL: float = _CALIBRATION["SIGN_LEVEL"]
+SIGN_QUANTILE: float = _CALIBRATION["SIGN_QUANTILE"]
+#: What the headline quotes, each export left out, on the back-tests each constant is calibrated on: the direction,
+#: (rows beyond noise at the cut, called *holds*, of those kept their sign at 3x); the size, (measured gaps inside
+#: their interval, rows predicted). ``HELDOUT_RECORD``: the same, reported once, of the constants as first chosen,
+#: on the three exports trained after that choice (sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml).
+DIRECTION_RECORD: tuple[int, int, int] = tuple(_CALIBRATION["DIRECTION_RECORD"])
+SIZE_RECORD: tuple[int, int] = tuple(_CALIBRATION["SIZE_RECORD"])
+HELDOUT_RECORD: dict[str, tuple] = {k: tuple(v) for k, v in _CALIBRATION["HELDOUT_RECORD"].items()}
 #: The settle budgets' record (:func:`settle_budget`, rows that may flip): of each kind predicted by 3x in the
 #: committed back-tests, (came true: beyond noise at 3x on the side it named, predicted). Rows within noise get
 #: none: predicted the same way they came true 1 of 5 times in these back-tests, no better than saying nothing.
-SETTLE_RECORD = {"holds": (1, 1), "flips": (0, 0)}
-#: The furthest multiple of the budget a settle budget is looked for at (:func:`settle_budget`).
-SETTLE_MOST = 10.0
+SETTLE_RECORD: dict[str, tuple] = {k: tuple(v) for k, v in _CALIBRATION["SETTLE_RECORD"].items()}
 
 _ALPHAS = np.geomspace(0.02, 5.0, 40)   # the saturating family's start grid
 _TAUS = np.geomspace(0.05, 50.0, 40)     # the exponential family's, in units of the last fitted t
@@ -306,23 +312,6 @@ def widen(point, low, high, margin):
     return point - np.hypot(point - low, margin), point + np.hypot(high - point, margin)
 
 
-def extrapolation_score(point: float, low: float, high: float, measured: float, k: float) -> float:
-    """A back-test row's score (the module docstring): the margin the bootstrap interval (``low``, ``high``) needed,
-    in quadrature, to hold the ``measured`` gap, scaled to 3x the budget (``* log 3 / log k``): a row inside it
-    scores 0; :func:`widen` with a margin of at least the score (at that ``k``) holds it."""
-    miss = measured - point
-    half = high - point if miss > 0 else point - low
-    return math.sqrt(max(miss * miss - half * half, 0.0)) * math.log(EXTRAPOLATION_K) / math.log(k)
-
-
-def conformal_quantile(scores: Sequence[float], level: float = EXTRAPOLATION_LEVEL) -> float:
-    """The split-conformal quantile: the ``ceil((n + 1) * level)``-th smallest of ``n`` scores (inf when that is
-    beyond ``n``): a new row's score is at most it with probability ``level`` when the rows are exchangeable."""
-    ordered = sorted(scores)
-    j = math.ceil((len(ordered) + 1) * level)
-    return math.inf if j > len(ordered) else float(ordered[j - 1])
-
-
 def _budget_multiple(fits: list[CurveFit], at_step: int) -> float:
     """The multiple of a side's budget (its fits' last point) a step is: step 1799 of 600 updates is 3."""
     return (at_step + 1) / (min(f.steps[-1] for f in fits) + 1)
@@ -417,16 +406,6 @@ def direction_margin(now: float, noise_sd: float, k: float, quantile: float | No
     q = SIGN_QUANTILE if quantile is None else quantile
     return q * math.hypot(noise_sd if math.isfinite(noise_sd) else 0.0, now) * math.log(k) / math.log(
         EXTRAPOLATION_K)
-
-
-def sign_score(now: float, noise_sd: float, point: float, measured: float, k: float) -> float:
-    """A back-test row's direction score: how much further toward zero (or past it) the measured gap went than the
-    predicted ``point``, on today's side of zero, in units of :func:`direction_margin`'s scale at that ``k`` (a row
-    whose gap grew more than predicted scores below 0). :func:`keeps_side` with a quantile of at least the score
-    keeps its measured side."""
-    sign = (now > 0) - (now < 0)
-    unit = direction_margin(now, noise_sd, k, quantile=1.0)
-    return sign * (point - measured) / unit if unit > 0 else math.nan
 
 
 def settle_budget(gap: PredictedGap, today: float, most: float = SETTLE_MOST, *,

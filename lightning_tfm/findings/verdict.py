@@ -16,7 +16,7 @@ family, its fit, the bootstrap) and the gap to the base predicted at ``k`` times
   (:func:`.curves.predicted_gap`), with the central ``level`` interval of ``bootstraps`` draws widened by the
   extrapolation's own error: the gap's size; it reads as a relative change of PPL, ``exp(gap) - 1``;
 - **within noise**: the row's change at the end, Δ = mean dev PPL(row) - mean dev PPL(base) over the seeds, is
-  within seed noise (:func:`noise_verdict`: ``|Δ| <= NOISE_K`` x the base's seed sd);
+  within seed noise (:func:`.noise.noise_verdict`: ``|Δ| <= NOISE_K`` x the base's seed sd);
 - **too few points**: the seed noise is unknown (fewer than two completed base seeds), or a side has no run with
   ``min_points`` validations after the warmup (:func:`.curves.fit_points`);
 - **holds**: beyond noise at the end, and the one-sided bound of the predicted gap (the gap moved toward zero by
@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .noise import NOISE_K
 from .settings import REPORT_DEFAULTS
 
 if TYPE_CHECKING:  # the fits import numpy: only when a verdict is asked for
@@ -43,61 +44,6 @@ if TYPE_CHECKING:  # the fits import numpy: only when a verdict is asked for
 
 HOLDS, MAY_FLIP, WITHIN, TOO_FEW = "holds", "may flip", "within noise", "too few points"
 VERDICTS = (HOLDS, MAY_FLIP, WITHIN, TOO_FEW)
-
-# ------------------------------------------------------------------------------------------------- seed noise
-NOISE_K = 2.0
-
-NOISE_RULE = (f"a row's change is beyond seed noise when |Δ| > {NOISE_K:g} × the sample standard deviation of "
-              "the base row over its seeds (the spread that retraining the same configuration with another "
-              "seed gives); with fewer than 2 completed base seeds the noise is unknown")
-
-
-def finite(x) -> bool:
-    """A number that can be compared: not None, not a bool, not nan or ±inf."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    """The mean and the sample standard deviation (None with one value); values near a float's range (a PPL of
-    1e308) give their mean and spread, not an OverflowError or an infinite mean."""
-    if not values:
-        return None, None
-    n = len(values)
-    mean = sum(values) / n
-    if math.isinf(mean) and all(map(math.isfinite, values)):  # the sum overflowed, not the values
-        mean = sum(v / n for v in values)
-    if n < 2:
-        return mean, None
-    try:
-        return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    except OverflowError:  # a square beyond a float's range: the deviations scaled by the largest
-        dev = [v - mean for v in values]
-        top = max(map(abs, dev))
-        return mean, top * math.sqrt(sum((d / top) ** 2 for d in dev) / (n - 1))
-
-
-def noise_verdict(delta: float | None, base_std: float | None, k: float = NOISE_K) -> str | None:
-    """The one noise rule (:data:`NOISE_RULE`): ``"beyond"`` when ``|delta| > k * base_std``, ``"within"``
-    otherwise, ``"unknown"`` when the base's seed spread is unknown (one seed); None without a change (or a change
-    that is no number: nan is within nothing). A zero spread (every seed gave the same number) makes any nonzero
-    change beyond noise; a spread that is no number is unknown."""
-    if not finite(delta):
-        return None
-    if not finite(base_std):
-        return "unknown"
-    return "beyond" if abs(delta) > k * base_std else "within"
-
-
-def end_change(row_ppls: list[float], base_ppls: list[float]) -> tuple[float | None, str | None]:
-    """The row's change at the end as the report's table reads it, from each side's seeds' dev PPL at its budget:
-    Δ = mean(row) - mean(base) and its :func:`noise_verdict` by the base's seed sd; (None, None) without a
-    number on a side."""
-    row, _ = mean_std([p for p in row_ppls if finite(p)])
-    base, base_sd = mean_std([p for p in base_ppls if finite(p)])
-    if row is None or base is None:
-        return None, None
-    return row - base, noise_verdict(row - base, base_sd)
-
 
 # -------------------------------------------------------------------------------------------------- the gap
 def settings_of(settings: dict | None) -> dict:
@@ -197,7 +143,7 @@ def curve_verdict(row_runs: list[dict[int, float]], base_runs: list[dict[int, fl
     """The verdict of one row (the module docstring's rule; a row that may flip gets its
     :func:`.curves.settle_budget` with :data:`NOISE_K`), or None for a row without a change. ``row_runs``,
     ``base_runs``: one ``{step: dev PPL}`` per completed seed; ``delta``, ``noise``: the row's change at the end and
-    its seed-noise verdict (:func:`end_change`; Table 2 its own); ``at``, ``warmup``: as :func:`predict`."""
+    its seed-noise verdict (:func:`.noise.end_change`; Table 2 its own); ``at``, ``warmup``: as :func:`predict`."""
     s = settings_of(settings)
     if delta is None or noise is None:
         return None

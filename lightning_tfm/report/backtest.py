@@ -1,5 +1,5 @@
-"""The verdict's back-test: how often a row called *holds* (:mod:`.verdict`) kept its sign at a later budget,
-measured on curves whose later part is known.
+"""``ltfm report --backtest``: the verdict's back-test (:mod:`lightning_tfm.findings.backtest`: how often a row
+called *holds* kept its sign at a later budget, measured on curves whose later part is known) on a report's export.
 
 ``ltfm report SWEEP --from-export DIR`` and one of:
 
@@ -15,15 +15,11 @@ measured on curves whose later part is known.
   ``--backtest`` refuses a fraction before the base's first validation the same way; a row cut to no validation
   is *too few points*.
 
-For each row (:func:`backtest`): the verdict at the earlier budget (the change and its seed noise there, the
-predicted gap with its interval), the measured gap (mean log PPL of the row's seeds minus the base's, at the later
-steps), whether it kept the sign of the earlier change, whether it fell inside the interval, and whether the
-change is beyond seed noise at the later budget too (``noise_later``). In all:
-``beyond_noise`` (rows beyond seed noise at the earlier budget), ``called_holds``, ``kept_sign`` (of the rows
-called holds) and ``interval_coverage`` (the share of the predicted rows whose measured gap is inside the
-interval). ``--json`` prints these and ``rows``; nothing is written unless ``--out FILE.json`` is given (then the
-JSON, the printed table as ``.md`` and a figure of every row's curves as ``.png``, :func:`~.figures.verdicts_figure`,
-under that name).
+Each row's verdict at the earlier budget, the gap measured at the later one and the totals are the findings'
+(:func:`lightning_tfm.findings.backtest.backtest`); here: the exports read, the budgets chosen, and the result printed
+(:func:`backtest_text`), written and drawn. ``--json`` prints these and ``rows``; nothing is written unless ``--out
+FILE.json`` is given (then the JSON, the printed table as ``.md`` and a figure of every row's curves as ``.png``,
+:func:`~.figures.verdicts_figure`, under that name).
 """
 from __future__ import annotations
 
@@ -33,26 +29,14 @@ import math
 from pathlib import Path
 
 from ..base.errors import UserError
-from ..findings.curves import SIGN_LEVEL, extrapolation_score, sign_score
-from .table3.stats import mean_std, noise_verdict, relative
-from .table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, Verdict, change, curve_verdict, last_step, settings_of
-
-KEYS = ("beyond_noise", "called_holds", "kept_sign", "interval_coverage", "level", "sign_level", "rows")
+from ..findings.backtest import backtest, cut_runs
+from ..findings.verdict import HOLDS, last_step
 
 
 def _curves(data):
     from .table3.table import learning_curves, ordered_variants
 
     return learning_curves(data, ordered_variants(data.sweep, data.records))
-
-
-def cut_runs(runs: list[dict[int, float]], fraction: float) -> list[dict[int, float]]:
-    """The runs' validations in the first ``fraction`` of the side's budget (the module docstring)."""
-    end = last_step(runs)
-    if end is None:
-        return []
-    cut = fraction * (end + 1) - 1 + 1e-9 * (end + 1)  # a hair: 2/3 of 600 keeps step 399 whatever the rounding
-    return [{s: p for s, p in r.items() if s <= cut} for r in runs]
 
 
 def at_budget(curves, updates: int, sweep=None):
@@ -72,90 +56,6 @@ def _check_budget(curves, updates: int) -> None:
     if "base" in short or not curves.runs.get("base"):
         raise UserError(f"--backtest-budget {updates}: the base's runs have no validation near step {updates - 1}: "
                         "give the budget of a validation they made (e.g. 600 for runs validated every 50)")
-
-
-def _at(runs: list[dict[int, float]], step: int | None) -> list[float]:
-    """The runs' dev PPL at ``step``, those that are numbers a log takes."""
-    return [r[step] for r in runs if step in r and math.isfinite(r[step]) and r[step] > 0]
-
-
-def today(row_runs, base_runs) -> dict:
-    """The change at the earlier budget, as the table reads it: each side's mean dev PPL at its last validation,
-    the row's minus the base's, and its seed noise (the base's seeds' spread there); ``delta`` and ``noise`` None
-    when a side has no validation (a curve cut before its first)."""
-    row_end, base_end = last_step(row_runs), last_step(base_runs)
-    row_mean, _ = mean_std(_at(row_runs, row_end))
-    base_mean, base_sd = mean_std(_at(base_runs, base_end))
-    if row_mean is None or base_mean is None:
-        return {"step": row_end, "base_step": base_end, "delta": None, "delta_rel": None, "noise": None}
-    delta = row_mean - base_mean
-    return {"step": row_end, "base_step": base_end, "delta": delta, "delta_rel": relative(delta, base_mean),
-            "noise": noise_verdict(delta, base_sd)}
-
-
-def measured_gap(row_runs, base_runs, step: int, base_step: int) -> float | None:
-    """Mean log PPL of the row's runs at ``step`` minus the base's at ``base_step`` (None where a side lacks it)."""
-    row, base = _at(row_runs, step), _at(base_runs, base_step)
-    if not row or not base:
-        return None
-    return sum(map(math.log, row)) / len(row) - sum(map(math.log, base)) / len(base)
-
-
-def _r(x: float | None) -> float | None:
-    """Rounded to 4 decimals; None where there is no number (a relative change beyond a float's range included)."""
-    return None if x is None or not math.isfinite(x) else round(float(x), 4)
-
-
-def backtest(earlier, later, settings: dict | None = None) -> tuple[dict, dict[str, Verdict]]:
-    """The back-test of ``earlier`` curves against ``later`` ones (each :class:`~.table.LearningCurves`: its ``runs``
-    and ``warmup`` per variant): each row the later curves have (the base among them), predicted at the later budget
-    of each side. Returns (the result: :data:`KEYS`, the rows' verdicts as the table's ``outlook`` for
-    :func:`~.figures.verdicts_figure`)."""
-    runs, later_runs, warmup = earlier.runs, later.runs, earlier.warmup
-    base, later_base = runs.get("base") or [], later_runs.get("base") or []
-    rows, outlook = [], {}
-    for v in runs:
-        if v == "base" or not later_runs.get(v):
-            continue
-        now = today(runs[v], base)
-        at = (last_step(later_runs[v]), last_step(later_base))
-        verdict = curve_verdict(runs[v], base, now["delta"], now["noise"], settings, at=at,
-                                warmup=warmup.get(v) or 0, base_warmup=warmup.get("base") or 0) or Verdict(
-            TOO_FEW, "no validation in the earlier budget")  # a curve cut to none
-        outlook[v] = verdict
-        gap = verdict.gap
-        measured = measured_gap(later_runs[v], later_base, *at)
-        then = today(later_runs[v], later_base)  # the change at the later budget, as that table reads it
-        sign = None if now["delta"] is None else (now["delta"] > 0) - (now["delta"] < 0)
-        settle = verdict.settle
-        rows.append({"variant": v, "step": now["step"], "base_step": now["base_step"],
-                     "change": _r(now["delta_rel"]), "noise": now["noise"], "verdict": verdict.verdict,
-                     "at_step": at[0], "at_base_step": at[1],
-                     "predicted": _r(gap and change(gap.point)), "low": _r(gap and change(gap.low)),
-                     "high": _r(gap and change(gap.high)),
-                     "measured": _r(None if measured is None else change(measured)),
-                     "noise_later": then["noise"],
-                     "sign_kept": None if measured is None or sign is None else (measured > 0) - (measured < 0) == sign,
-                     "inside": None if gap is None or measured is None else gap.low <= measured <= gap.high,
-                     "width": _r(gap and change(gap.high) - change(gap.low)),
-                     "score": None if gap is None or measured is None or gap.k <= 1 else _r(extrapolation_score(
-                         gap.point, gap.boot_low, gap.boot_high, measured, gap.k)),
-                     "settle": None if verdict.verdict != MAY_FLIP else {  # kind None: none by SETTLE_MOST x
-                         "kind": settle and settle.kind, "k": _r(settle and settle.k), "step": settle and settle.step,
-                         "sign": settle and settle.sign},
-                     "bound": _r(gap and sign and change(gap.point - sign * gap.sign_margin)),
-                     "sign_score": None if gap is None or measured is None or not sign or gap.k <= 1 else _r(
-                         sign_score(gap.now, gap.noise_sd, gap.point, measured, gap.k)),
-                     "log": gap and {"now": _r(gap.now), "noise_sd": _r(gap.noise_sd), "point": _r(gap.point),
-                                     "boot_low": _r(gap.boot_low), "boot_high": _r(gap.boot_high),
-                                     "k": _r(gap.k), "measured": _r(measured)}})
-    holds = [r for r in rows if r["verdict"] == HOLDS]
-    predicted = [r for r in rows if r["inside"] is not None]
-    result = {"beyond_noise": sum(1 for r in rows if r["noise"] == "beyond"), "called_holds": len(holds),
-              "kept_sign": sum(1 for r in holds if r["sign_kept"]),
-              "interval_coverage": _r(sum(r["inside"] for r in predicted) / len(predicted)) if predicted else None,
-              "level": settings_of(settings)["level"], "sign_level": SIGN_LEVEL, "rows": rows}
-    return result, outlook
 
 
 NOISE_WORDS = {"beyond": "yes", "within": "no", "unknown": "unknown"}
@@ -349,7 +249,7 @@ def backtest_cli(args, sweep) -> int:
         title = (f"Back-test of sweep {sweep.name}: its budget predicts sweep {data.sweep.name}'s "
                  f"(the {len([v for v in later.runs if v != 'base'])} rows it continued)")
         earlier_curves = curves
-    result, outlook = backtest(earlier_curves, later, sweep.report)
+    result, outlook = backtest(earlier_curves.runs, earlier_curves.warmup, later.runs, sweep.report)
     text = backtest_text(result, title)
     if out is not None:
         from ..base.atomic import write_text

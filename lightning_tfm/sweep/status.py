@@ -23,7 +23,8 @@ import datetime as _dt
 import math
 from dataclasses import dataclass
 
-from ..findings.verdict import Verdict, curve_verdict, direction_bound, end_change, verdict_text
+from ..findings.noise import end_change
+from ..findings.verdict import Verdict, curve_verdict, direction_bound, verdict_text
 from ..training.runs.results import DEV_PPL, in_results, read_metrics, read_summary, storage_in_results
 from ..training.runs.run_folder import existing_run_id
 from .budget import CONTINUED, at_budget, folder_at_budget, is_budget

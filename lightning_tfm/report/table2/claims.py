@@ -2,24 +2,24 @@
 another architecture) of its rows (:class:`~.table2.columns.Row`): (a) BLEU at equal training FLOPs, (b) what each
 needs to reach the other's final dev BLEU or PPL (:mod:`.table2`'s docstring says how).
 
-A pair's seed noise has one rule, one function (:func:`pair_noise`): the difference of the two rows' means is
-beyond seed noise when Welch's 90% t interval of it at the seeds done (the fewer of the two rows', a row) excludes
-zero (:func:`.stats.welch_half_width`), within when it includes zero, unknown with a row of one seed. A pair within
-seed noise in (a) gets its prediction of when it would settle (:func:`pair_settle`), as Table 3's rows get theirs
-(:func:`.verdict.settle_text`): in seeds, the least seeds a row (up to :data:`~.stats.SEEDS_MOST`) at which that
-interval would exclude zero, the measured difference and seed sds taken as they are (:func:`.stats.seeds_to_settle`:
-a plug-in power calculation under normal seed noise, not back-tested; always more seeds than done, the interval
-narrowing with seeds); in steps, Table 3's verdict and settle budget
-(:func:`.verdict.curve_verdict`) on the pair's dev-PPL curves, the transformer row as the base (the curve fits are
-of dev log-PPL, falling curves whose extrapolation error was measured on log-PPL gaps: BLEU's curves are not
-fitted). The row, its columns and their views: :mod:`.table2.columns`.
+A pair's seed noise has one rule, one function (:func:`pair_noise`): the difference of the two rows' means is beyond
+seed noise when Welch's 90% t interval of it at the seeds done (the fewer of the two rows', a row) excludes zero
+(:func:`lightning_tfm.findings.noise.welch_half_width`), within when it includes zero, unknown with a row of one
+seed. A pair within seed noise in (a) gets its prediction of when it would settle (:func:`pair_settle`), as Table
+3's rows get theirs (:func:`.verdict.settle_text`): in seeds, the least seeds a row (up to
+:data:`~lightning_tfm.findings.noise.SEEDS_MOST`) at which that interval would exclude zero, the measured difference
+and seed sds taken as they are (:func:`lightning_tfm.findings.noise.seeds_to_settle`: a plug-in power calculation
+under normal seed noise, not back-tested; always more seeds than done, the interval narrowing with seeds); in steps,
+Table 3's verdict and settle budget (:func:`.verdict.curve_verdict`) on the pair's dev-PPL curves, the transformer
+row as the base (the curve fits are of dev log-PPL, falling curves whose extrapolation error was measured on log-PPL
+gaps: BLEU's curves are not fitted). The row, its columns and their views: :mod:`.table2.columns`.
 """
 from __future__ import annotations
 
 import math
 
+from ...findings.noise import SEEDS_LEVEL, SEEDS_MOST, finite, seeds_to_settle, welch_half_width
 from ..core.text import md_text
-from ..table3.stats import SEEDS_LEVEL, SEEDS_MOST, finite, seeds_to_settle, welch_half_width
 from .columns import Row
 from .columns import pm as _pm
 from .columns import seconds as _seconds
@@ -90,8 +90,8 @@ def pair_noise(delta: float | None, sd_a: float | None, sd_b: float | None,
                seeds: int) -> tuple[str | None, float | None]:
     """The one noise rule of a Table 2 pair (:data:`PAIR_NOISE_RULE`): (``"beyond"``, ``"within"`` or
     ``"unknown"``, the half-width of the interval at ``seeds`` seeds a row); (None, None) without a difference.
-    Its prediction of when a pair within noise settles (:func:`.stats.seeds_to_settle`) is the same interval at
-    more seeds, so a pair within noise is always predicted to settle at more seeds than done."""
+    Its prediction of when a pair within noise settles (:func:`lightning_tfm.findings.noise.seeds_to_settle`) is
+    the same interval at more seeds, so a pair within noise is always predicted to settle at more seeds than done."""
     if not finite(delta):
         return None, None
     if not (finite(sd_a) and finite(sd_b)) or seeds < 2:

@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...base.atomic import write_text
+from ...findings.noise import finite, mean_std
 from ...training.runs import results
 from ..core.columns import CSV
 from ..core.text import md_code, md_text
 from ..inputs.records import ReportData, RunRecord, is_pipeline_check
 from ..table3.compute import step_flops
 from ..table3.paper import PAPER2_SHOWN, load_paper2
-from ..table3.stats import finite, mean_std
 from ..table3.table import as_shown, learning_curves, ordered_variants, row_status
 from .claims import (
     DEFAULT_ARCH,

@@ -29,10 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from ...findings.noise import NOISE_K
 from ...training.config.config import TABLE3_KNOBS, Knob, choices
 from ..core.columns import CSV, Column, Fields, Shown, in_view
 from ..core.text import fmt, fmt_knob, md_text
-from .stats import BLEU_FLOOR, NOISE_K
+from .stats import BLEU_FLOOR
 from .verdict import HOLDS, MAY_FLIP, TOO_FEW
 
 if TYPE_CHECKING:  # the table holds these rows: its module imports this one

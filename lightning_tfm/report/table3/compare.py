@@ -20,11 +20,11 @@ import json
 from pathlib import Path
 
 from ...base.atomic import write_text
+from ...findings.noise import finite
 from ...findings.verdict import sign
 from ..core.columns import Shown
 from ..core.text import md_cell, md_code, md_text
 from .columns import COMPARE, COMPARE_ROW, SIDE, Row, columns, shown
-from .stats import finite
 from .verdict import HOLDS, WITHIN
 
 TRANSFERS, FLIPS, UNSETTLED = "transfers", "flips", "unsettled"

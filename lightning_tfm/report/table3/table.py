@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...findings.noise import finite, mean_std, noise_verdict, relative
 from ...findings.verdict import Verdict
 from ...training.config.config import SCHEMA, TABLE3_KNOBS
 from ...training.config.run_id import KEYS_V1, was_saved
@@ -31,17 +32,7 @@ from ..inputs.records import DONE, ReportData, RunRecord, is_pipeline_check, mar
 from .columns import Row
 from .compute import add_equal_compute
 from .paper import PAPER_ORDER, load_paper
-from .stats import (
-    BLEU_FLOOR,
-    agreement_summary,
-    agrees,
-    bleu_significant,
-    finite,
-    mean_std,
-    noise_verdict,
-    paired_bootstrap,
-    relative,
-)
+from .stats import BLEU_FLOOR, agreement_summary, agrees, bleu_significant, paired_bootstrap
 from .verdict import add_table_verdicts, seconds_per_step, settle_summary, verdict_summary
 
 

@@ -25,10 +25,11 @@ import re
 import textwrap
 from pathlib import Path
 
+from ...findings.noise import NOISE_K
 from ...training.config.config import TABLE3_KNOBS
 from ..core.plots import mark_pipeline_check, save_figure
 from ..core.text import fmt_knob
-from ..table3.stats import BLEU_FLOOR, NOISE_K
+from ..table3.stats import BLEU_FLOOR
 from ..table3.table import Table3
 from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN
 from .figures import FAMILY_TITLES, OTHER

@@ -22,12 +22,13 @@ import io
 from pathlib import Path
 
 from ...base.atomic import write_text
+from ...findings.noise import NOISE_K, NOISE_RULE, share
 from ...training.runs import results
 from ..core.columns import CSV
 from ..core.text import fmt, md_cell, md_code, md_text
 from ..table3.columns import BLEU, CONFIG, PPL, columns, shown
 from ..table3.compute import COMPUTE_RULE
-from ..table3.stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE, share
+from ..table3.stats import BLEU_FLOOR, SIGNIFICANCE
 from ..table3.table import Table3
 from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN, settings_of, verdict_rule
 
