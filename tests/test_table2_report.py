@@ -87,6 +87,22 @@ def test_rnn_flops_per_step_are_the_rnn_classs_own_count():
     assert compute.step_flops(RunRecord("x", config={"model.arch": "rnn"})) == (None, False)
 
 
+def test_a_runs_tokens_a_step_count_its_accumulation_as_the_sweep_plans_them():
+    """A record without the budget its run recorded (an export of an older run, a W&B run) is counted from its
+    config as the sweep plans it (training.config.sections.tokens_per_step): train.accumulate multiplies the
+    tokens a step; batch_tokens_total stands for itself."""
+    from lightning_tfm.training.config.sections import tokens_per_step
+
+    cfg = {"model.arch": "rnn", **RNN_KNOBS, "train.batch_tokens": 400, "train.devices": "1"}
+    once = compute.step_flops(RunRecord("r", config=cfg, **LENGTHS))[0]
+    twice = compute.step_flops(RunRecord("r", config={**cfg, "train.accumulate": 2}, **LENGTHS))[0]
+    recorded = compute.step_flops(RunRecord("r", config=cfg, effective_batch_tokens=800, **LENGTHS))[0]
+    assert twice == pytest.approx(2 * once) == pytest.approx(recorded)
+    total = compute.step_flops(RunRecord("r", config={**cfg, "train.batch_tokens_total": 800}, **LENGTHS))[0]
+    assert total == pytest.approx(recorded)
+    assert tokens_per_step(400, "0,1", 2) == 1600 and tokens_per_step(400, "auto", 1, 1000) == 1000
+
+
 def test_paper_rows_are_loaded():
     rows = paper.load_paper2()
     assert rows["GNMT + RL"]["bleu_en_de"] == 24.6 and rows["GNMT + RL"]["train_flops_en_de"] == 2.3e19

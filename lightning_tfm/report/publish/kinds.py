@@ -36,11 +36,13 @@ KINDS = {k.name: k for k in (
          ("table3.md", "table3.csv", "table3.html", "table3.tex", "table3-standalone.tex"),
          WANDB_TABLES, lambda t: headline_numbers(t.rows, t.run_info),
          lambda t: [headline_markdown(t), ppl_markdown(t, table3_columns.NOTE)],
-         lambda data, sweep, out: rebuilt_table(sweep, out), plots=True, exported=True, headline=headline_text),
+         lambda data, sweep, out: rebuilt_table(sweep, out), plots=True, exported=True, headline=headline_text,
+         what="a Table 3 report (a sweep with variants)"),
     Kind("table2", table2_columns.columns, ("table2.md", "table2.csv", "table2.html"),
          {"table2/rows": table2_columns.CSV}, table2_table.summary_numbers, table2_table.note_parts,
          lambda data, sweep, out: table2_table.build_table2(data), rows=table2_table.csv_rows, digits=None,
-         claims=table2_table.read_claims))}
+         claims=table2_table.read_claims,
+         what="a Table 2 report (rows of another architecture than the Transformer)"))}
 
 
 def wandb_tables(table: dict) -> dict[str, tuple[list[str], list[list]]]:

@@ -33,19 +33,24 @@ SHAPE_KEYS = {"layers": "model.layers", "d_model": "model.d_model", "d_ff": "mod
               "d_k": "model.d_k", "d_v": "model.d_v"}
 
 
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+
 def _tokens_per_step(rec: RunRecord) -> float | None:
     """Target tokens of one optimizer step: the run's token budget a step (``effective_batch_tokens``, else its
-    config's ``train.batch_tokens_total`` or ``train.batch_tokens`` x ``train.devices``), else what it trained
+    config's, :func:`lightning_tfm.training.config.sections.tokens_per_step`), else what it trained
     (``train_tokens / steps``). The budget first: two rows of the same shapes and batch then count the same
     FLOPs a step, whatever the sampling of sentence lengths put into their batches."""
+    from ...training.config.sections import tokens_per_step
+
     if rec.effective_batch_tokens:
         return float(rec.effective_batch_tokens)
     c = rec.config
-    total, per, devices = c.get("train.batch_tokens_total"), c.get("train.batch_tokens"), c.get("train.devices")
-    if isinstance(total, (int, float)) and total > 0:
-        return float(total)
-    if isinstance(per, (int, float)) and per > 0:
-        return float(per) * (devices if isinstance(devices, int) and devices > 0 else 1)
+    total, per, accumulate = c.get("train.batch_tokens_total"), c.get("train.batch_tokens"), c.get("train.accumulate")
+    if _positive(total) or _positive(per):
+        return tokens_per_step(per if _positive(per) else 0, c.get("train.devices", "1"),
+                               accumulate if _positive(accumulate) else 1, total if _positive(total) else None)
     if rec.train_tokens and rec.steps:
         return rec.train_tokens / rec.steps
     return None
