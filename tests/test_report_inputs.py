@@ -347,8 +347,8 @@ def test_a_side_whose_change_is_no_number_is_not_compared(tmp_path):
     a_records[-1].dev_ppl = math.nan
     a, b = (rd.build_table(rd.ReportData(sweep, recs, "s", {}), bootstrap=False)
             for recs in (a_records, _records(same)))
-    row = rd.compare_tables(a, b)["rows"][0]
-    assert row["status"] == compare.ONLY_B and row["a"].delta_ppl is None
+    row = rd.compare_tables(a, b).rows[0]
+    assert row.status == compare.ONLY_B and row.a.delta_ppl is None
 
 
 def test_the_committed_exports_pass_the_checks_unchanged():

@@ -280,11 +280,11 @@ def test_comparison_status_of_each_row(tmp_path):
     a, b = (rd.build_table(rd.ReportData(sweep, _records(r, base=LBASE), "synthetic", {}), bootstrap=False)
             for r in (short, long))
     cmp = rd.compare_tables(a, b)
-    by = {r["variant"]: r for r in cmp["rows"]}
-    assert {v: r["status"] for v, r in by.items()} == {"A1": "transfers", "A2": "flips", "A3": "transfers",
+    by = {r.variant: r for r in cmp.rows}
+    assert {v: r.status for v, r in by.items()} == {"A1": "transfers", "A2": "flips", "A3": "transfers",
                                                        "A4": "unsettled"}
-    assert cmp["summary"]["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1}
-    assert cmp["summary"]["flips"] == ["A2"]
+    assert cmp.summary["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1}
+    assert cmp.summary["flips"] == ["A2"]
     md = rd.comparison_markdown(cmp)
     assert "- Rows: 2 transfer, 1 flip (A2), 1 unsettled (of 4, the base left out)." in md
     assert "may flip: A4." in md and "*flips*: both sides hold with opposite signs" in md
@@ -295,9 +295,9 @@ def test_comparison_status_of_each_row(tmp_path):
                                         {}), bootstrap=False)
     cmp = rd.compare_tables(part, a)
     assert compare.status(None, a.rows[1]) == "only in B" and compare.status(a.rows[1], None) == "only in A"
-    assert {r["variant"]: r["status"] for r in cmp["rows"]} == {"A1": "transfers", "A2": "flips", "A3": "only in B",
+    assert {r.variant: r.status for r in cmp.rows} == {"A1": "transfers", "A2": "flips", "A3": "only in B",
                                                                 "A4": "only in B"}
-    assert cmp["summary"]["counts"] == {"transfers": 1, "flips": 1, "unsettled": 0}
+    assert cmp.summary["counts"] == {"transfers": 1, "flips": 1, "unsettled": 0}
     md = rd.comparison_markdown(cmp)
     assert "- Rows: 1 transfer, 1 flip (A2), 0 unsettled (of 2, the base left out)." in md
     assert "- Not compared, only in B (2): A3, A4." in md
