@@ -288,7 +288,7 @@ class _Monitor:
         self.curves: dict = {}  # row_verdicts' cache of finished runs' reads, by (run folder, budget)
         self._verdicts: tuple = (None, {})  # (the completed trials they were fitted on, the verdicts)
 
-    def verdicts(self, trials) -> dict[str, dict]:
+    def verdicts(self, trials) -> dict:
         """Each finished row's verdict against the base (:func:`~.status.row_verdicts`); {} when none can be said
         (or the run folders cannot be read now: the next poll tries again)."""
         if self.sweep.mode != "variants":
@@ -323,7 +323,7 @@ class _Monitor:
             name = a.get("variant") or f"trial {t.number}"
             verdict = self.verdicts(trials).get(name) if state == "complete" else None
             if verdict:
-                what += f" ({verdict['text']})"
+                what += f" ({verdict.text})"
             self.say(f"[{self.sweep.name}] {'finished' if state == 'complete' else state}: {name} "
                      f"seed {a.get('seed')}: {what} ({_hms(_duration(t, _dt.datetime.now()))})")
 
@@ -334,7 +334,7 @@ class _Monitor:
         elapsed = time.time() - self.started
         if self.sweep.mode == "variants":
             p = progress(self.sweep, self.plan, trials, self.cost, workers=alive)
-            said = [v["verdict"] for v in self.verdicts(trials).values()]
+            said = [v.verdict.verdict for v in self.verdicts(trials).values()]
             p["verdicts"] = {v: said.count(v) for v in ("holds", "may flip") if v in said}
             usage = read_gpu_usage() if self.gpus else {}
             self.say(format_progress(self.sweep.name, p, elapsed, self.gpus, usage))
