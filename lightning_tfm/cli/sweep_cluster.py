@@ -49,8 +49,8 @@ def check_cluster_options(args) -> None:
                         "--launcher slurm, or leave it out")
     if args.launcher == "slurm":
         clash = [o for o, on in (("--status", args.status), ("--dry-run", args.dry_run),
-                                 ("--workers", getattr(args, "workers", None) is not None), ("--n-trials", args.n_trials is not None),
-                                 ("--every", args.every is not None)) if on]
+                                 ("--workers", getattr(args, "workers", None) is not None),
+                                 ("--n-trials", args.n_trials is not None), ("--every", args.every is not None)) if on]
         if clash:
             raise UserError(f"--launcher slurm submits the workers and returns: {', '.join(clash)} do(es) not go with "
                             "it (--status afterwards shows which job holds which trial)")

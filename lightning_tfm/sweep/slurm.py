@@ -34,6 +34,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ..base.errors import UserError
@@ -103,14 +104,13 @@ class SweepJob:
         self.proc: subprocess.Popen | None = None
 
     def __call__(self) -> int:
-        self.proc = subprocess.Popen([sys.executable, "-m", "lightning_tfm", *self.argv], cwd=self.cwd,
+        from ..training.train import LAUNCHER_REQUEUES_ENV
+
+        env = {**os.environ, LAUNCHER_REQUEUES_ENV: "1"}  # its trials stop on SIGUSR1; this job's requeue is ours
+        self.proc = subprocess.Popen([sys.executable, "-m", "lightning_tfm", *self.argv], cwd=self.cwd, env=env,
                                      stdin=subprocess.DEVNULL)
-        while True:
-            try:
-                rc = self.proc.wait()
-                break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for old interpreters
-                continue
+        while (rc := self.proc.poll()) is None:  # polled, not waited: a signal's checkpoint() may poll it meanwhile
+            time.sleep(1.0)
         if rc not in (0, 1):
             raise RuntimeError(f"the sweep worker exited {rc}")
         return rc
@@ -122,8 +122,9 @@ class SweepJob:
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):  # it has the signal from Slurm too: a second one is ignored
                 proc.send_signal(signal.SIGUSR1)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=STOP_PATIENCE_S)
+            deadline = time.monotonic() + STOP_PATIENCE_S
+            while proc.poll() is None and not _zombie(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.5)
         return submitit.helpers.DelayedSubmission(SweepJob(self.argv, self.cwd))
 
     def __getstate__(self):
@@ -131,6 +132,14 @@ class SweepJob:
 
     def __setstate__(self, state):
         self.__init__(state["argv"], state["cwd"])
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has ended and waits to be reaped (its state in /proc), for a poll that cannot reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def submit(sweep_file: str, sweep_name: str, overrides: list[str], url: str, logs: Path, opts: SlurmOptions,
