@@ -81,6 +81,12 @@ def submit_slurm(args, sweep, plan, url: str) -> int:
                         cpus=args.cpus_per_job or d.cpus, gpus=args.gpus_per_job or d.gpus, mem_gb=args.mem,
                         signal_s=args.signal_before if args.signal_before is not None else d.signal_s,
                         extra=tuple(args.slurm_arg or ()))
+    from ..base.command import say_done
+    from ..base.redact import mask_url
+    from .sweep import status_command
+
     logs = plan.results_dir / "sweep-logs" / sweep.name / "slurm"
-    submit(args.sweep_file, sweep.name, args.overrides, url, logs, opts)
+    ids = submit(args.sweep_file, sweep.name, args.overrides, url, logs, opts)
+    say_done(f"{logs}/ (the jobs' logs; their trials' logs beside it; the study: {mask_url(url)})",
+             f"{status_command(args)}   (which job holds which trial; squeue -j {ids[0].split('_')[0]}: the jobs)")
     return 0

@@ -123,10 +123,10 @@ def serve(url: str, host: str, port: int, say=print) -> int:
     if url.startswith(SCHEME):
         raise UserError("--serve-storage names the database the proxy serves (postgresql://user@host/db), not a "
                         "proxy")
-    rdb = open_storage(url)  # one-line errors: a bad URL, an unreachable server, a missing driver
-    if rdb.engine.dialect.name == "sqlite":
+    if url.startswith("sqlite"):
         raise UserError(f"--serve-storage {mask_url(url)}: SQLite behind the proxy breaks Optuna's cache (its "
                         "documentation says so): serve PostgreSQL or MySQL")
+    rdb = open_storage(url)  # one-line errors: a bad URL, an unreachable server, a missing driver
     try:
         from optuna.storages._cached_storage import _CachedStorage
         storage = _CachedStorage(rdb)  # what optuna.storages.get_storage gives: the proxy's documented setup
