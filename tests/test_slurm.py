@@ -2,9 +2,9 @@
 munge on loopback) and a real PostgreSQL (tests/pg.py), through the commands a user types: the jobs complete every
 row once, as the same sweep run here does; a job told to stop (``scancel --signal=USR1``: Slurm's warning before the
 time limit) is requeued and its trial resumes from its step to the weights an unstopped run ends with; a job killed
-outright leaves its trial to the heartbeat, which runs it again once; ``--status`` names the jobs; a storage the
-nodes cannot share is refused in one line. Every wait is for a count or a file (a checkpoint step, the jobs gone
-from ``squeue``), bounded by a patience that only a broken cluster reaches.
+outright (SIGKILL to each of its processes) leaves its trial to the heartbeat, which runs it again once; ``--status``
+names the jobs. Every wait is for a count or a file (a checkpoint step, the jobs gone from ``squeue``), bounded by a
+patience that only a broken cluster reaches. The one-line refusals need no cluster: tests/test_cluster_cli.py.
 """
 from __future__ import annotations
 
@@ -81,6 +81,23 @@ def release_requeued(cluster: Cluster, job: str) -> bool:
     return "Restarts=1" in show and "JobState=PENDING" not in show
 
 
+def kill_outright(cluster: Cluster, job: str) -> None:
+    """SIGKILL to every process of ``job`` at once, as a lost node leaves it (``scancel --signal=KILL`` is a cancel:
+    SIGTERM first, which stops the trial cleanly). The node is this machine: ``scontrol listpids`` names them."""
+    import os
+    import signal
+
+    raw = cluster.run("squeue", "-h", "-j", job, "-o", "%A").stdout.split()[0]  # an array task's own job id
+    pids = [int(line.split()[0]) for line in cluster.run("scontrol", "listpids", raw).stdout.splitlines()[1:]
+            if line.split() and line.split()[0].isdigit()]
+    assert pids, f"no processes of job {job}"
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def step_checkpoints(results: Path) -> list[int]:
     return sorted(int(p.stem.split("=")[1]) for p in results.glob("*/checkpoints/step=*.ckpt"))
 
@@ -155,7 +172,7 @@ def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url
                 return r
         return None
     victim = wait_for("a trial past step 20", holder, every=0.5)
-    cluster.run("scancel", "--signal=KILL", victim["slurm_job"])  # every process of the job, at once
+    kill_outright(cluster, victim["slurm_job"])
     wait_for("the jobs to leave the queue", lambda: not queued(cluster, jobs))
     rows = status(sweep, pg_url, results)
     done = [r for r in rows if r["state"] == "complete"]

@@ -207,7 +207,7 @@ def sweep_cli(args) -> int:
         from ..sweep.queue import enqueue_missing
         retry(enqueue_missing, study, plan)  # the rows queued once, here, before any job starts
     if args.launcher == "slurm":
-        return submit_slurm(args, sweep, plan, url)
+        return submit_slurm(args, sweep, plan, url, status_command(args))
     if workers is not None:
         # The rows are queued here, once, before any worker starts (workers started together would each queue
         # every row: duplicates, closed untrained, but noise in --status).

@@ -48,7 +48,7 @@ def check_cluster_options(args) -> None:
         raise UserError(f"{', '.join(slurm_given)} set{'s' if len(slurm_given) == 1 else ''} the Slurm jobs: add "
                         "--launcher slurm, or leave it out")
     if args.launcher == "slurm":
-        clash = [o for o, on in (("--status", args.status), ("--dry-run", args.dry_run),
+        clash = [o for o, on in (("--status", args.status),  # (--dry-run: the trials it would submit)
                                  ("--workers", getattr(args, "workers", None) is not None),
                                  ("--n-trials", args.n_trials is not None), ("--every", args.every is not None)) if on]
         if clash:
@@ -64,14 +64,19 @@ def check_cluster_options(args) -> None:
 
 def serve_storage_cli(args) -> int:
     """``ltfm sweep --serve-storage URL [--host H] [--port N]``."""
-    from ..sweep.proxy import DEFAULT_PORT, serve
+    from ..base.redact import mask_url
+    from ..sweep.proxy import DEFAULT_PORT, refuse_unservable, serve
+    from ..sweep.storage import open_storage
 
     if args.sweep_file or args.overrides:
         raise UserError("--serve-storage serves a database for every sweep on it: give no sweep file or overrides")
-    return serve(args.serve_storage, args.host or "localhost", args.port or DEFAULT_PORT)
+    url, shown = args.serve_storage, mask_url(args.serve_storage)
+    refuse_unservable(url, shown)
+    rdb = open_storage(url)  # one-line errors: a bad URL, an unreachable server, a missing driver
+    return serve(rdb, shown, args.host or "localhost", args.port or DEFAULT_PORT)
 
 
-def submit_slurm(args, sweep, plan, url: str) -> int:
+def submit_slurm(args, sweep, plan, url: str, status_hint: str) -> int:
     """``--launcher slurm``: the storage checked, the rows queued once, the jobs submitted (their ids and logs said)."""
     from ..sweep.slurm import SlurmOptions, check_shareable, submit
 
@@ -83,10 +88,9 @@ def submit_slurm(args, sweep, plan, url: str) -> int:
                         extra=tuple(args.slurm_arg or ()))
     from ..base.command import say_done
     from ..base.redact import mask_url
-    from .sweep import status_command
 
     logs = plan.results_dir / "sweep-logs" / sweep.name / "slurm"
     ids = submit(args.sweep_file, sweep.name, args.overrides, url, logs, opts)
     say_done(f"{logs}/ (the jobs' logs; their trials' logs beside it; the study: {mask_url(url)})",
-             f"{status_command(args)}   (which job holds which trial; squeue -j {ids[0].split('_')[0]}: the jobs)")
+             f"{status_hint}   (which job holds which trial; squeue -j {ids[0].split('_')[0]}: the jobs)")
     return 0

@@ -30,6 +30,16 @@ SCHEME = "grpc://"
 DEFAULT_PORT = 13000
 
 
+def refuse_unservable(url: str, shown: str) -> None:
+    """``--serve-storage`` names a database, and not SQLite (one line otherwise, before anything is opened)."""
+    if url.startswith(SCHEME):
+        raise UserError("--serve-storage names the database the proxy serves (postgresql://user@host/db), not a "
+                        "proxy")
+    if url.startswith("sqlite"):
+        raise UserError(f"--serve-storage {shown}: SQLite behind the proxy breaks Optuna's cache (its documentation "
+                        "says so): serve PostgreSQL or MySQL")
+
+
 def parse(url: str) -> tuple[str, int]:
     """``grpc://host:port`` -> (host, port); a one-line UserError otherwise."""
     rest = url[len(SCHEME):].rstrip("/")
@@ -78,19 +88,19 @@ def _proxy_class():
     return ProxyStorage
 
 
-def open_proxy(url: str, heartbeat: dict | None = None, for_trial: bool = False, patience: float = 20.0):
+def open_proxy(url: str, heartbeat: dict | None = None, stale_callback=None, patience: float = 20.0):
     """The storage behind the proxy at ``url`` (``grpc://host:port``), checked to answer within ``patience`` seconds;
-    the worker's heartbeat as :class:`ProxyStorage` keeps it, unless ``for_trial``."""
+    with ``heartbeat`` (a worker's: ``interval``, ``grace``) it keeps the heartbeat as :class:`ProxyStorage` does,
+    ``stale_callback`` retrying the trials it finds stale."""
     host, port = parse(url)
     try:
         import grpc  # noqa: F401 - the proxy's transport
     except ImportError:
         raise UserError(f"storage {url}: the gRPC proxy needs grpcio: pip install 'lightning_tfm[slurm]'") from None
     kwargs = {}
-    if heartbeat and not for_trial:
-        from .storage import RetryWhileProgressing
+    if heartbeat:
         kwargs = {"heartbeat_interval": heartbeat["interval"], "grace_period": heartbeat["grace"],
-                  "heartbeat_stale_trial_callback": RetryWhileProgressing(heartbeat["max_retry"])}
+                  "heartbeat_stale_trial_callback": stale_callback}
     storage = _proxy_class()(host=host, port=port, **kwargs)
     try:
         storage.wait_server_ready(timeout=patience)
@@ -110,30 +120,22 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     return (grpc.RpcError,)
 
 
-def serve(url: str, host: str, port: int, say=print) -> int:
-    """Run the proxy in front of the database ``url`` on ``host:port`` until Ctrl-C (or SIGTERM)."""
+def serve(rdb, shown: str, host: str, port: int, say=None) -> int:
+    """Run the proxy in front of the database storage ``rdb`` (an ``RDBStorage``; ``shown``: its URL, password
+    masked) on ``host:port`` until Ctrl-C (or SIGTERM)."""
     import signal
 
     import optuna
     from optuna.storages import run_grpc_proxy_server
 
-    from ..base.redact import mask_url
-    from .storage import open_storage
-
-    if url.startswith(SCHEME):
-        raise UserError("--serve-storage names the database the proxy serves (postgresql://user@host/db), not a "
-                        "proxy")
-    if url.startswith("sqlite"):
-        raise UserError(f"--serve-storage {mask_url(url)}: SQLite behind the proxy breaks Optuna's cache (its "
-                        "documentation says so): serve PostgreSQL or MySQL")
-    rdb = open_storage(url)  # one-line errors: a bad URL, an unreachable server, a missing driver
     try:
         from optuna.storages._cached_storage import _CachedStorage
         storage = _CachedStorage(rdb)  # what optuna.storages.get_storage gives: the proxy's documented setup
     except ImportError:  # pragma: no cover - a later Optuna without it
         storage = rdb
+    say = say or (lambda msg: print(msg, flush=True))  # its first line read through a pipe: at once
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    say(f"ltfm: storage proxy for {mask_url(url)} on grpc://{host}:{port} (workers: --storage grpc://{host}:{port}); "
+    say(f"ltfm: storage proxy for {shown} on grpc://{host}:{port} (workers: --storage grpc://{host}:{port}); "
         "Ctrl-C stops it")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:

@@ -64,7 +64,8 @@ def open_storage(url: str, heartbeat: dict | None = None, for_trial: bool = Fals
     shown = mask_url(url)
     if url.startswith("grpc://"):  # Optuna's storage proxy in front of the database (many workers)
         from .proxy import open_proxy
-        return open_proxy(url, heartbeat, for_trial)
+        beats = heartbeat if heartbeat and not for_trial else None
+        return open_proxy(url, beats, RetryWhileProgressing(beats["max_retry"]) if beats else None)
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError, TypeError):

@@ -207,7 +207,7 @@ class Run:
         stop = StopOnSignal(checkpoints[0], None if t.checkpoint_every_minutes else t.checkpoint_every_steps)
         self.trainer = trainer = pl.Trainer(
             logger=loggers, callbacks=[stop_on_nonfinite_loss(), *checkpoints, stop, self.dev_bleu, *self.extra],
-            default_root_dir=str(self.run_dir), plugins=[atomic_checkpoint_io(), *job_plugins()], **trainer_kwargs)
+            default_root_dir=str(self.run_dir), plugins=[atomic_checkpoint_io(), *job_plugins(world)], **trainer_kwargs)
         if trainer.world_size != world:
             raise UserError(f"train.devices={t.devices} x train.num_nodes={t.num_nodes} gives {world} processes "
                             f"but Lightning sees {trainer.world_size}: "
@@ -388,13 +388,16 @@ def accumulation(train_cfg: config.TrainConfig, world: int) -> int:
 LAUNCHER_REQUEUES_ENV = "LTFM_LAUNCHER_REQUEUES"
 
 
-def job_plugins() -> list:
-    """Lightning's SLURM environment without its requeue, inside a job whose launcher requeues it; else []."""
+def job_plugins(world: int) -> list:
+    """Inside a job whose launcher requeues it: Lightning's SLURM environment without its requeue where Slurm runs
+    the run's ``world`` processes as its tasks (the ranks from Slurm); else [] (outside one, or a run of several
+    devices in a one-task job, whose ranks Lightning starts itself, as on a workstation, with no requeue of its own)."""
     if not os.environ.get(LAUNCHER_REQUEUES_ENV):
         return []
     from pytorch_lightning.plugins.environments import SLURMEnvironment
 
-    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+    tasks = os.environ.get("SLURM_NTASKS", "")
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() and tasks == str(world) else []
 
 
 def _trainer_kwargs(cfg: config.Config, accumulate: int) -> dict:
