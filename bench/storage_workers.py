@@ -5,7 +5,8 @@ A throwaway PostgreSQL on loopback (tests/pg.py's: ``max_connections=50``, as a 
 for each count of workers N and each way (``direct``: ``postgresql://``; ``proxy``: ``grpc://`` to one proxy in front
 of the same server) N worker processes, each opening the storage as a sweep worker does (``open_storage``: the
 heartbeat on, its stale-trial retry) and running trivial trials (``study.optimize``: one suggested float, its value)
-for ``--seconds`` after a common start. Measured: the trials completed per minute (all workers), the workers that
+for ``--seconds`` after a common start (the study created first, once, as ``--launcher slurm`` does before it
+submits). Measured: the trials completed per minute (all workers), the workers that
 failed (a connection refused: "too many clients"), and the most connections the server held (``pg_stat_activity``,
 sampled every 0.2 s).
 
@@ -49,6 +50,15 @@ def worker(url: str, go: float, seconds: float, out) -> None:
         out.put(("failed", f"{e.__class__.__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"))
 
 
+def create(url: str) -> None:
+    """The study, created once before the workers start (as the command that submits a sweep's jobs does)."""
+    import optuna
+
+    from lightning_tfm.sweep.storage import open_storage
+
+    optuna.create_study(storage=open_storage(url), study_name="bench", load_if_exists=True)
+
+
 def connections(server) -> int:
     import psycopg2
 
@@ -64,6 +74,9 @@ def connections(server) -> int:
 
 def measure(server, url: str, n: int, seconds: float) -> dict:
     ctx = mp.get_context("fork")
+    first = ctx.Process(target=create, args=(url,))
+    first.start()
+    first.join()
     out = ctx.Queue()
     go = time.time() + 15 + 0.5 * n  # every worker has imported and opened its storage by then (2 cores)
     procs = [ctx.Process(target=worker, args=(url, go, seconds, out)) for _ in range(n)]

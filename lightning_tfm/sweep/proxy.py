@@ -101,7 +101,13 @@ def open_proxy(url: str, heartbeat: dict | None = None, stale_callback=None, pat
     if heartbeat:
         kwargs = {"heartbeat_interval": heartbeat["interval"], "grace_period": heartbeat["grace"],
                   "heartbeat_stale_trial_callback": stale_callback}
-    storage = _proxy_class()(host=host, port=port, **kwargs)
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():  # experimental since Optuna 4.2: said once in the README, not at every open
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = _proxy_class()(host=host, port=port, **kwargs)
     try:
         storage.wait_server_ready(timeout=patience)
     except ConnectionError:
