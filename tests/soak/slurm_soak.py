@@ -41,10 +41,10 @@ def say(msg: str) -> None:
 
 
 def write_sweep(path: Path, rows: int) -> Path:
-    variants = {"base": {}, **{f"D{i}": {"model.dropout": round(0.05 * i, 2)} for i in range(1, rows)}}
+    variants = {"base": {}, **{f"D{i}": {"model.dropout": round(0.03 * i, 2)} for i in range(1, rows)}}
     path.write_text(yaml.safe_dump({
         "name": "slurmsoak", "experiment": str(SMOKE), "metric": "dev_loss", "pruner": {"type": "none"},
-        "seeds": [1], "heartbeat": {"interval": 2, "grace": 10, "max_retry": None},
+        "seeds": [1], "heartbeat": {"interval": 2, "grace": 10, "max_retry": 3},
         "overrides": {**TINY, "train.max_steps": STEPS}, "variants": variants}, sort_keys=False))
     return path
 
