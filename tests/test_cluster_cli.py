@@ -59,3 +59,24 @@ def test_the_proxy_serves_no_sqlite_and_takes_no_sweep_file(tmp_path, ltfm_here)
     assert not (tmp_path / "x.db").exists()
     p = ltfm_here("sweep", tmp_path / "s.yaml", "--serve-storage", "postgresql://u@127.0.0.1:1/db")
     _one_line(p, "no sweep file")
+
+
+def test_a_trial_in_a_sweeps_slurm_job_never_requeues_the_job_itself(monkeypatch):
+    """A sweep's job is requeued by its launcher (submitit), once the trial is back in the queue: the trial gets
+    Lightning's SLURM environment without its requeue where Slurm runs its ranks (one task a rank), and Lightning's
+    own where it runs more ranks than the job has tasks (it starts them, as on a workstation: a DDP trial of 2
+    processes in a one-task job ran so on the test cluster, reports/cluster.md); outside such a job, Lightning's
+    choice."""
+    from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
+
+    from lightning_tfm.training.train import LAUNCHER_REQUEUES_ENV, job_plugins
+
+    monkeypatch.delenv(LAUNCHER_REQUEUES_ENV, raising=False)
+    assert job_plugins(1) == []
+    monkeypatch.setenv(LAUNCHER_REQUEUES_ENV, "1")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_JOB_NAME", "ltfm-table3")
+    (one,) = job_plugins(1)
+    assert isinstance(one, SLURMEnvironment) and one.auto_requeue is False
+    (two,) = job_plugins(2)
+    assert type(two) is LightningEnvironment

@@ -131,7 +131,7 @@ def _weights(run_dir: Path) -> dict:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
 
 
-@pytest.mark.long  # make test-long; also exercised by make soak's Slurm phase
+@pytest.mark.long  # make test-long; also exercised by tests/soak/slurm_soak.py (requeues, kills)
 def test_a_job_told_to_stop_is_requeued_and_its_trial_resumes_from_its_step(cluster, pg_url, data_dir,  # noqa: F811
                                                                             tmp_path):
     sweep = write_sweep(tmp_path / "stop.yaml", "stop", {"base": {}})
@@ -158,7 +158,7 @@ def test_a_job_told_to_stop_is_requeued_and_its_trial_resumes_from_its_step(clus
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
-@pytest.mark.long  # make test-long; also exercised by make soak's Slurm phase
+@pytest.mark.long  # make test-long; also exercised by tests/soak/slurm_soak.py (requeues, kills)
 def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url, data_dir, tmp_path):  # noqa: F811
     sweep = write_sweep(tmp_path / "kill.yaml", "kill", {"base": {}, "A1": {"model.heads": 1, "model.d_k": 32,
                                                                             "model.d_v": 32}})

@@ -29,6 +29,7 @@ def proxy(pg_url):  # noqa: F811
         p.wait(timeout=60)
 
 
+@pytest.mark.long  # make test-long (two trainings); the proxy's heartbeat below is in make test
 def test_a_sweep_through_the_proxy_completes_every_row_once(proxy, data_dir, tmp_path):
     import json
 

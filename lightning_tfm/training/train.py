@@ -390,14 +390,16 @@ LAUNCHER_REQUEUES_ENV = "LTFM_LAUNCHER_REQUEUES"
 
 def job_plugins(world: int) -> list:
     """Inside a job whose launcher requeues it: Lightning's SLURM environment without its requeue where Slurm runs
-    the run's ``world`` processes as its tasks (the ranks from Slurm); else [] (outside one, or a run of several
-    devices in a one-task job, whose ranks Lightning starts itself, as on a workstation, with no requeue of its own)."""
+    the run's ``world`` processes as its tasks (the ranks from Slurm), else Lightning's own (a run of several devices
+    in a one-task job: Lightning starts its ranks itself, as on a workstation; its SLURM environment, which it would
+    pick there, expects one task a rank). Outside such a job: [] (Lightning chooses)."""
     if not os.environ.get(LAUNCHER_REQUEUES_ENV):
         return []
-    from pytorch_lightning.plugins.environments import SLURMEnvironment
+    from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
 
-    tasks = os.environ.get("SLURM_NTASKS", "")
-    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() and tasks == str(world) else []
+    if SLURMEnvironment.detect() and os.environ.get("SLURM_NTASKS", "") == str(world):
+        return [SLURMEnvironment(auto_requeue=False)]
+    return [LightningEnvironment()]
 
 
 def _trainer_kwargs(cfg: config.Config, accumulate: int) -> dict:
