@@ -15,6 +15,7 @@
 #                 test environment leaves out), runs the tests marked marian, then ltfm bench --vs marian
 # make pages    : the reference pages' HTML (not committed), built beside each page's markdown from its export
 # make soak     : a sweep through a bad night (chaos: kills, stops, a full disk, a database restart), then its invariants
+# make slurm-up : a throwaway one-node Slurm cluster on loopback (SLURM_DIR; prints its SLURM_CONF); make slurm-down
 # DATA=folder   : read {split}.{lang}[.gz] files from a local folder instead of the Hugging Face Hub.
 #                 Default: ../shared/data/multi30k when it exists (offline machines; the ltfm commands' default
 #                 too), else the Hub.
@@ -47,7 +48,8 @@ BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak heldout rerender pages
+.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak heldout rerender \
+	pages slurm-up slurm-down
 
 # A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
 # system's packages and pip installs no torch over it. Elsewhere torch is installed first, pinned: an open range
@@ -151,6 +153,16 @@ gpu-prep:
 SOAK_SEED ?= 1
 soak: setup
 	OMP_NUM_THREADS=1 $(PY) tests/soak/soak.py --seed $(SOAK_SEED) --out soak-out $(if $(DATA),--data $(abspath $(DATA)),) $(SOAK_ARGS)
+
+# make slurm-up: a throwaway one-node Slurm cluster on loopback (tests/slurm_cluster.py: Debian's slurm-wlm and munge,
+# root), its files in SLURM_DIR; it prints the `export SLURM_CONF=...` that points sbatch, squeue and ltfm sweep
+# --launcher slurm at it. make slurm-down stops it. The Slurm tests (pytest -m slurm) start their own.
+SLURM_DIR ?= /tmp/ltfm-slurm
+slurm-up: setup
+	$(PY) tests/slurm_cluster.py up $(SLURM_DIR)
+
+slurm-down:
+	$(PY) tests/slurm_cluster.py down $(SLURM_DIR)
 
 # the suite without the tests that train through subprocesses (marked slow): a few minutes, for development. It needs
 # no ../shared: without Multi30k there the tests read the toy corpus of tests/data (those that need Multi30k itself

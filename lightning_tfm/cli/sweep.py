@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..base.command import Command, print_keys, say_done
 from ..base.errors import UserError
 from .common import with_default_data
+from .sweep_cluster import check_cluster_options, cluster_arguments, serve_storage_cli, submit_slurm
 
 if TYPE_CHECKING:
     from ..sweep.plan import Plan
@@ -35,6 +36,7 @@ def _sweep_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--every", type=float, default=None, metavar="SECONDS", help="with --workers: seconds between "
                    "progress lines (default 30)")
     s.add_argument("--storage-from-env", action="store_true", help=argparse.SUPPRESS)
+    cluster_arguments(s)
     s.add_argument("overrides", nargs="*", help="dotted.key=value applied to every trial's base experiment")
 
 
@@ -155,6 +157,9 @@ def sweep_cli(args) -> int:
     ``ltfm sweep --keys [PREFIX]``."""
     if args.keys is not None:
         return _keys(args)
+    check_cluster_options(args)
+    if args.serve_storage:
+        return serve_storage_cli(args)
     if not args.sweep_file:
         raise UserError("give a sweep file (ltfm sweep sweeps/table3-cpu.yaml [k=v ...]) or --keys")
     if args.n_trials is not None and args.n_trials < 1:
@@ -194,7 +199,15 @@ def sweep_cli(args) -> int:
         print(json.dumps(rows, indent=1, default=str) if args.json
               else format_status(sweep, rows, url, plan.results_dir))
         return 0
+    if args.launcher == "slurm":
+        from ..sweep.slurm import check_shareable
+        check_shareable(url, args.slurm_local_storage)  # refused before anything is written
     storage, study = _join(sweep, plan, url, given=bool(args.storage))
+    if args.launcher == "slurm" and sweep.mode == "variants":
+        from ..sweep.queue import enqueue_missing
+        retry(enqueue_missing, study, plan)  # the rows queued once, here, before any job starts
+    if args.launcher == "slurm":
+        return submit_slurm(args, sweep, plan, url, status_command(args))
     if workers is not None:
         # The rows are queued here, once, before any worker starts (workers started together would each queue
         # every row: duplicates, closed untrained, but noise in --status).

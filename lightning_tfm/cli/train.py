@@ -39,7 +39,7 @@ def train_cli(args) -> int:
     except UserError:
         validate(cfg)  # ... after any error of the config's own keys, as ltfm config says them
         raise
-    from ..training.train import Abandoned, completed_summary, stop_reason, train
+    from ..training.train import LAUNCHER_REQUEUES_ENV, Abandoned, completed_summary, stop_reason, train
     if (done := completed_summary(cfg)) is not None:  # at once: no Lightning, no pruning callback to build
         return _finished(cfg, done)
     callbacks = []
@@ -53,8 +53,9 @@ def train_cli(args) -> int:
         cfg.train.progress_bar = False  # Lightning's bar in a log is a line per refresh (not part of the run id)
     if wants_lines(cfg, sys.stderr.isatty()):
         callbacks.append(ProgressLines(existing_run_id(cfg, others=False)))
-    if "SLURM_JOB_ID" not in os.environ:  # SLURM's requeue warning outside SLURM: stop as on SIGTERM (in SLURM,
-        # Lightning's SLURM environment handles SIGUSR1 itself and requeues the job)
+    if "SLURM_JOB_ID" not in os.environ or os.environ.get(LAUNCHER_REQUEUES_ENV):  # SLURM's requeue warning outside
+        # SLURM, or in a sweep's job (its launcher requeues it): stop as on SIGTERM (in a job of its own, Lightning's
+        # SLURM environment handles SIGUSR1 itself and requeues the job)
         signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
     _stop_on_sigterm_outside_fit()
     try:

@@ -13,6 +13,8 @@ How to run a sweep is in the README ("Sweep"); the sweep file's keys: ``ltfm swe
 - :mod:`.curve_pruner`: the pruner that stops a search trial from its fitted curve;
 - :mod:`.pruning`: the Lightning callback a trial reports its dev metric through (imports Lightning);
 - :mod:`.launch`: ``--workers K|auto`` and the progress line;
+- :mod:`.slurm`: ``--launcher slurm``, the workers as a Slurm job array (submitit), stopped and requeued;
+- :mod:`.proxy`: Optuna's gRPC storage proxy (``--serve-storage``, ``--storage grpc://``), its heartbeat;
 - :mod:`.status`: the dry run and the status table.
 
 What a row's runs say (its curves, its verdict) is computed in :mod:`lightning_tfm.findings`, below this layer.

@@ -138,7 +138,7 @@ def trial_rows(trials) -> list[dict]:
                      "seed": a.get("seed"), "state": state, "value": t.value, "steps": steps,
                      "max_steps": a.get("max_steps"),
                      "duration_s": _duration(t), "run_dir": a.get("run_dir"), "wandb_run_id": a.get("wandb_run_id"),
-                     "note": _note(t, retried_as.get(t.number))})
+                     "note": _note(t, retried_as.get(t.number)), "slurm_job": a.get("slurm_job")})
     return rows
 
 
@@ -186,14 +186,16 @@ def format_status(sweep: Sweep, rows: list[dict], storage_url: str, results_dir)
         add_status_verdicts(sweep, rows)
     shown = any(r["verdict"] for r in rows)
     k = {**REPORT_DEFAULTS, **(sweep.report or {})}["k"]
+    jobs = any(r.get("slurm_job") for r in rows)  # a sweep of Slurm jobs: the job whose worker holds each trial
     head = ("#", "variant", "seed", "state", sweep.metric, "steps", *([f"verdict at {k:g}x"] if shown else []),
-            "duration", "run folder", "note")
+            "duration", *(["slurm job"] if jobs else []), "run folder", "note")
     table = [head]
     for r in rows:
         table.append((str(r["number"]), r["variant"] or "-", str(r["seed"] if r["seed"] is not None else "-"),
                       r["state"], f"{r['value']:.4f}" if isinstance(r["value"], float) else "-",
                       str(r["steps"] if r["steps"] is not None else "-"), *([r["verdict"] or "-"] if shown else []),
-                      _fmt_duration(r["duration_s"]), in_results(r["run_dir"], results_dir) or "-",
+                      _fmt_duration(r["duration_s"]), *([r.get("slurm_job") or "-"] if jobs else []),
+                      in_results(r["run_dir"], results_dir) or "-",
                       (r["note"] or "")[:80]))
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]

@@ -62,11 +62,15 @@ def open_storage(url: str, heartbeat: dict | None = None, for_trial: bool = Fals
     from sqlalchemy.exc import ArgumentError
 
     shown = mask_url(url)
+    if url.startswith("grpc://"):  # Optuna's storage proxy in front of the database (many workers)
+        from .proxy import open_proxy
+        beats = heartbeat if heartbeat and not for_trial else None
+        return open_proxy(url, beats, RetryWhileProgressing(beats["max_retry"]) if beats else None)
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError, TypeError):
         raise UserError(f"storage URL {shown!r} is malformed: use sqlite:///path.db, "
-                        "postgresql://user@host:port/db or mysql+pymysql://user@host/db") from None
+                        "postgresql://user@host:port/db, mysql+pymysql://user@host/db or grpc://host:port") from None
     backend = parsed.get_backend_name()
     default_driver = _available_driver(parsed)
     if default_driver:  # e.g. SQLAlchemy 2.1 reads postgresql:// as psycopg 3; psycopg2 may be what is installed
@@ -174,6 +178,9 @@ def retry(fn, *args, patience: float = STORAGE_PATIENCE_S, **kw):
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
+    from .proxy import transient_errors
+
+    transient = (optuna.exceptions.StorageInternalError, SQLAlchemyError, *transient_errors())
     start, pause, warned = time.monotonic(), 0.5, False
     while True:
         try:
@@ -181,7 +188,7 @@ def retry(fn, *args, patience: float = STORAGE_PATIENCE_S, **kw):
             if warned:
                 print(f"ltfm: storage reachable again after {time.monotonic() - start:.0f} s", file=sys.stderr)
             return result
-        except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:
+        except transient as e:
             waited = time.monotonic() - start
             if waited >= patience:
                 raise

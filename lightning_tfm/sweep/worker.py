@@ -44,6 +44,7 @@ from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
 from .process import TERMINATED, death_signal, killed_by, log_error_line, shielded, stop_process
 from .queue import STOPPED, SamplerFailed, ask_new, claim_waiting, duplicate_of, enqueue_missing, sampling
+from .slurm import JOB_ATTR, job_attrs
 from .spec import Entry, Sweep, suggest
 from .storage import RESUME_STEP, STORAGE_ENV, Heartbeat, RetryWhileProgressing, queue_lock, retry
 
@@ -60,7 +61,7 @@ GPU_ENV = "LTFM_WORKER_GPU"  # set by the launcher: the GPU this worker's trials
 # The run's results a trial records in its user attributes (what reports read when the run folder is elsewhere).
 RESULT_ATTRS = RESULT_FIELDS + WANDB_FIELDS
 # What one attempt records in its trial, left out of the attributes its retry inherits
-ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", "trained_past", "stopped_at", RESUME_STEP,
+ATTEMPT_ATTRS = {"error", "exit_code", "status", "reason", "skip", "trained_past", "stopped_at", RESUME_STEP, JOB_ATTR,
                  *RESULT_ATTRS}
 
 
@@ -310,6 +311,7 @@ class Worker:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"trial-{trial.number:04d}-{entry.name}-s{entry.seed}.log"
         where = {"gpu": os.environ[GPU_ENV]} if os.environ.get(GPU_ENV) else {}  # launched on a GPU
+        where.update(job_attrs(os.environ))  # a Slurm job's worker: the job (--status names it)
         held.set_attrs(trial, {"run_id": rid, "run_dir": str(run_dir), "host": socket.gethostname(), "log": str(log),
                                "planned_params": params, **where})
         if trial.user_attrs.get("status") == STOPPED:  # stopped by Ctrl-C earlier: running again now

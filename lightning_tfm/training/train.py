@@ -204,7 +204,7 @@ class Run:
         stop = StopOnSignal(checkpoints[0], None if t.checkpoint_every_minutes else t.checkpoint_every_steps)
         self.trainer = trainer = pl.Trainer(
             logger=loggers, callbacks=[stop_on_nonfinite_loss(), *checkpoints, stop, self.dev_bleu, *self.extra],
-            default_root_dir=str(self.run_dir), plugins=[atomic_checkpoint_io()], **trainer_kwargs)
+            default_root_dir=str(self.run_dir), plugins=[atomic_checkpoint_io(), *job_plugins(world)], **trainer_kwargs)
         if trainer.world_size != world:
             raise UserError(f"train.devices={t.devices} x train.num_nodes={t.num_nodes} gives {world} processes "
                             f"but Lightning sees {trainer.world_size}: "
@@ -377,6 +377,26 @@ def accumulation(train_cfg: config.TrainConfig, world: int) -> int:
     if total is None:
         return train_cfg.accumulate
     return max(1, round(total / (train_cfg.batch_tokens * world)))
+
+
+#: Set by a launcher that requeues its Slurm job itself (a sweep's job: :mod:`lightning_tfm.sweep.slurm`): the run
+#: takes SIGUSR1 as SIGTERM (a stop at the end of its step, ``last.ckpt`` there) and Lightning's SLURM environment,
+#: which still gives the ranks, does not requeue the job (``auto_requeue=False``)
+LAUNCHER_REQUEUES_ENV = "LTFM_LAUNCHER_REQUEUES"
+
+
+def job_plugins(world: int) -> list:
+    """Inside a job whose launcher requeues it: Lightning's SLURM environment without its requeue where Slurm runs
+    the run's ``world`` processes as its tasks (the ranks from Slurm), else Lightning's own (a run of several devices
+    in a one-task job: Lightning starts its ranks itself, as on a workstation; its SLURM environment, which it would
+    pick there, expects one task a rank). Outside such a job: [] (Lightning chooses)."""
+    if not os.environ.get(LAUNCHER_REQUEUES_ENV):
+        return []
+    from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
+
+    if SLURMEnvironment.detect() and os.environ.get("SLURM_NTASKS", "") == str(world):
+        return [SLURMEnvironment(auto_requeue=False)]
+    return [LightningEnvironment()]
 
 
 def _trainer_kwargs(cfg: config.Config, accumulate: int) -> dict:

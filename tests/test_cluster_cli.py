@@ -1,0 +1,82 @@
+"""The cluster options of ``ltfm sweep`` that need no cluster (issue #63): a storage the jobs' nodes cannot share is
+refused in one line naming the way out, before anything is written; Slurm options without ``--launcher slurm`` and
+the proxy's address without ``--serve-storage`` are refused, never ignored; a proxy URL that is malformed or that no
+proxy answers is one line; the proxy refuses SQLite behind it. The cluster itself: tests/test_slurm.py."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import write_sweep
+from pg import free_port
+
+
+def _one_line(p, *words: str) -> None:
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ltfm: error:"), p.stderr
+    assert "Traceback" not in p.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_a_sqlite_storage_is_refused_for_slurm_jobs_and_nothing_is_written(tmp_path, ltfm_here, data_dir):
+    sweep = write_sweep(tmp_path / "s.yaml", "s", {"base": {}})
+    results = tmp_path / "results"
+    p = ltfm_here("sweep", sweep, "--launcher", "slurm", "--jobs", "2", f"data.path={data_dir}",
+                  f"run.results_dir={results}")
+    _one_line(p, "SQLite", "postgresql://", "grpc://", "--slurm-local-storage")
+    assert not results.exists()  # no study, no corpus, no job
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--jobs", "2"], "--jobs"),
+    (["--partition", "gpu", "--time", "60"], "--partition, --time"),
+    (["--slurm-arg=--account=lab"], "--slurm-arg"),
+    (["--launcher", "slurm", "--status"], "--status"),
+    (["--launcher", "slurm", "--workers", "2"], "--workers"),
+    (["--launcher", "slurm", "--jobs", "0"], "--jobs 0"),
+    (["--port", "13000"], "--serve-storage"),
+])
+def test_cluster_options_that_do_nothing_together_are_refused(tmp_path, ltfm_here, args, named):
+    sweep = write_sweep(tmp_path / "s.yaml", "s", {"base": {}})
+    p = ltfm_here("sweep", sweep, *args, f"run.results_dir={tmp_path / 'results'}")
+    _one_line(p, named)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_proxy_url_that_is_malformed_or_unanswered_is_one_line(tmp_path, ltfm_here):
+    sweep = write_sweep(tmp_path / "s.yaml", "s", {"base": {}})
+    p = ltfm_here("sweep", sweep, "--status", "--storage", "grpc://nohost", f"run.results_dir={tmp_path}")
+    _one_line(p, "grpc://host:port")
+    port = free_port()  # nothing listens there
+    p = ltfm_here("sweep", sweep, "--status", "--storage", f"grpc://127.0.0.1:{port}", f"run.results_dir={tmp_path}")
+    _one_line(p, f"grpc://127.0.0.1:{port}", "--serve-storage")
+
+
+def test_the_proxy_serves_no_sqlite_and_takes_no_sweep_file(tmp_path, ltfm_here):
+    p = ltfm_here("sweep", "--serve-storage", f"sqlite:///{tmp_path / 'x.db'}")
+    _one_line(p, "PostgreSQL")
+    assert not (tmp_path / "x.db").exists()
+    p = ltfm_here("sweep", tmp_path / "s.yaml", "--serve-storage", "postgresql://u@127.0.0.1:1/db")
+    _one_line(p, "no sweep file")
+
+
+def test_a_trial_in_a_sweeps_slurm_job_never_requeues_the_job_itself(monkeypatch):
+    """A sweep's job is requeued by its launcher (submitit), once the trial is back in the queue: the trial gets
+    Lightning's SLURM environment without its requeue where Slurm runs its ranks (one task a rank), and Lightning's
+    own where it runs more ranks than the job has tasks (it starts them, as on a workstation: a DDP trial of 2
+    processes in a one-task job ran so on the test cluster, reports/cluster.md); outside such a job, Lightning's
+    choice."""
+    from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
+
+    from lightning_tfm.training.train import LAUNCHER_REQUEUES_ENV, job_plugins
+
+    monkeypatch.delenv(LAUNCHER_REQUEUES_ENV, raising=False)
+    assert job_plugins(1) == []
+    monkeypatch.setenv(LAUNCHER_REQUEUES_ENV, "1")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_JOB_NAME", "ltfm-table3")
+    (one,) = job_plugins(1)
+    assert isinstance(one, SLURMEnvironment) and one.auto_requeue is False
+    (two,) = job_plugins(2)
+    assert type(two) is LightningEnvironment

@@ -1,0 +1,182 @@
+"""``ltfm sweep --launcher slurm`` on a real one-node Slurm cluster (tests/slurm_cluster.py: Debian's slurm-wlm and
+munge on loopback) and a real PostgreSQL (tests/pg.py), through the commands a user types: the jobs complete every
+row once, as the same sweep run here does; a job told to stop (``scancel --signal=USR1``: Slurm's warning before the
+time limit) is requeued and its trial resumes from its step to the weights an unstopped run ends with; a job killed
+outright (SIGKILL to each of its processes) leaves its trial to the heartbeat, which runs it again once; ``--status``
+names the jobs. Every wait is for a count or a file (a checkpoint step, the jobs gone from ``squeue``), bounded by a
+patience that only a broken cluster reaches. The one-line refusals need no cluster: tests/test_cluster_cli.py.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ltfm, write_sweep
+from pg import pg_url, postgres  # noqa: F401  (fixtures)
+from slurm_cluster import Cluster, missing
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+#: A bound on every wait: only a cluster that does not schedule reaches it (the rows train for seconds)
+PATIENCE_S = 900.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = missing()
+    if why:
+        pytest.skip(why)
+    c = Cluster(tmp_path_factory.mktemp("slurm")).up()
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def wait_for(what: str, check, patience: float = PATIENCE_S, every: float = 1.0):
+    """``check()``'s first true value, polled; the test fails naming ``what`` past ``patience``."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    pytest.fail(f"waited {patience:.0f} s for {what}")
+
+
+def submit(cluster: Cluster, sweep: Path, storage: str, results: Path, data_dir: Path, *extra: str) -> list[str]:
+    """``ltfm sweep SWEEP --launcher slurm ...``: the job ids it printed."""
+    p = ltfm("sweep", sweep, "--launcher", "slurm", "--storage", storage, "--cpus-per-job", "1", *extra,
+             f"data.path={data_dir}", f"run.results_dir={results}", env=cluster.env({}))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    m = re.search(r"submitted \d+ Slurm job\(s\).*: ([\d_ ]+)$", p.stdout, re.M)
+    assert m, p.stdout
+    assert "ltfm: next:" in p.stderr and str(results / "sweep-logs") in p.stdout  # where the logs are, what next
+    return m.group(1).split()
+
+
+def queued(cluster: Cluster, job_ids: list[str]) -> list[str]:
+    """The jobs of ``job_ids`` Slurm still has (pending, running, completing)."""
+    base = {j.split("_")[0] for j in job_ids}
+    p = cluster.run("squeue", "-h", "-o", "%i %T", check=False)
+    return [line for line in p.stdout.splitlines() if line.split()[0].split("_")[0] in base]
+
+
+def status(sweep: Path, storage: str, results: Path) -> list[dict]:
+    p = ltfm("sweep", sweep, "--status", "--json", "--storage", storage, f"run.results_dir={results}")
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)
+
+
+def release_requeued(cluster: Cluster, job: str) -> bool:
+    """A requeued job waits out Slurm's requeue delay (BeginTime, ~2 min): started now, as an admin may. True once
+    the job runs again."""
+    show = cluster.run("scontrol", "show", "job", job, check=False).stdout
+    if "JobState=PENDING" in show and "Reason=BeginTime" in show:
+        cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+    return "Restarts=1" in show and "JobState=PENDING" not in show
+
+
+def kill_outright(cluster: Cluster, job: str) -> None:
+    """SIGKILL to every process of ``job`` at once, as a lost node leaves it (``scancel --signal=KILL`` is a cancel:
+    SIGTERM first, which stops the trial cleanly). The node is this machine: ``scontrol listpids`` names them."""
+    import os
+    import signal
+
+    raw = cluster.run("squeue", "-h", "-j", job, "-o", "%A").stdout.split()[0]  # an array task's own job id
+    pids = [int(line.split()[0]) for line in cluster.run("scontrol", "listpids", raw).stdout.splitlines()[1:]
+            if line.split() and line.split()[0].isdigit()]
+    assert pids, f"no processes of job {job}"
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def step_checkpoints(results: Path) -> list[int]:
+    return sorted(int(p.stem.split("=")[1]) for p in results.glob("*/checkpoints/step=*.ckpt"))
+
+
+def test_two_jobs_complete_every_row_once_as_the_same_sweep_here(cluster, pg_url, data_dir, tmp_path):  # noqa: F811
+    sweep = write_sweep(tmp_path / "two.yaml", "two", {"base": {}, "A1": {"model.heads": 1, "model.d_k": 32,
+                                                                          "model.d_v": 32}})
+    results = tmp_path / "results"
+    jobs = submit(cluster, sweep, pg_url, results, data_dir, "--jobs", "2")
+    assert len(jobs) == 2
+    wait_for("the jobs to leave the queue", lambda: not queued(cluster, jobs))
+    rows = status(sweep, pg_url, results)
+    assert sorted(r["variant"] for r in rows) == ["A1", "base"]  # every row once
+    assert all(r["state"] == "complete" for r in rows), rows
+    assert {r["slurm_job"] for r in rows} <= set(jobs) and all(r["slurm_job"] for r in rows)
+    shown = ltfm("sweep", sweep, "--status", "--storage", pg_url, f"run.results_dir={results}").stdout
+    assert "slurm job" in shown and all(r["slurm_job"] in shown for r in rows)
+    # the same sweep here, one worker, its own storage and results: the same runs, the same values
+    here = tmp_path / "here"
+    p = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={here}")
+    assert p.returncode == 0, p.stdout[-2000:]
+    local = {r["variant"]: r for r in status(sweep, f"sqlite:///{here / 'two.db'}", here)}
+    for r in rows:
+        assert Path(r["run_dir"]).name == Path(local[r["variant"]]["run_dir"]).name
+        assert r["value"] == pytest.approx(local[r["variant"]]["value"], rel=1e-6)
+
+
+def _weights(run_dir: Path) -> dict:
+    import torch
+
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.mark.long  # make test-long; also exercised by tests/soak/slurm_soak.py (requeues, kills)
+def test_a_job_told_to_stop_is_requeued_and_its_trial_resumes_from_its_step(cluster, pg_url, data_dir,  # noqa: F811
+                                                                            tmp_path):
+    sweep = write_sweep(tmp_path / "stop.yaml", "stop", {"base": {}})
+    results, steps = tmp_path / "results", ["train.max_steps=300", "train.checkpoint_every_steps=10"]
+    (job,) = submit(cluster, sweep, pg_url, results, data_dir, *steps)
+    wait_for("a step checkpoint at step 30", lambda: any(s >= 30 for s in step_checkpoints(results)), every=0.2)
+    cluster.run("scancel", "--signal=USR1", job)  # Slurm's warning before the time limit, sent now
+    wait_for("the job to be requeued and run again", lambda: release_requeued(cluster, job))
+    wait_for("the job to leave the queue", lambda: not queued(cluster, [job]))
+    (row,) = status(sweep, pg_url, results)
+    assert row["state"] == "complete" and row["steps"] == 300
+    run_dir = Path(row["run_dir"])
+    assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["version_0", "version_1"]  # two attempts
+    first_log = (results / "sweep-logs" / "stop").glob("trial-*.log")
+    said = "\n".join(p.read_text() for p in first_log)
+    resumed = [int(m) for m in re.findall(r"training \S+ from step (\d+) to 300", said)]
+    assert resumed[0] == 0 and resumed[-1] >= 30, said[-2000:]  # resumed at the step it stopped, not from 0
+    # the weights equal those of the same run never stopped
+    here = tmp_path / "here"
+    p = ltfm("sweep", sweep, f"data.path={data_dir}", f"run.results_dir={here}", *steps)
+    assert p.returncode == 0, p.stdout[-2000:]
+    (other,) = [d for d in here.iterdir() if (d / "checkpoints").is_dir()]
+    a, b = _weights(run_dir), _weights(other)
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+@pytest.mark.long  # make test-long; also exercised by tests/soak/slurm_soak.py (requeues, kills)
+def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url, data_dir, tmp_path):  # noqa: F811
+    sweep = write_sweep(tmp_path / "kill.yaml", "kill", {"base": {}, "A1": {"model.heads": 1, "model.d_k": 32,
+                                                                            "model.d_v": 32}})
+    results = tmp_path / "results"
+    jobs = submit(cluster, sweep, pg_url, results, data_dir, "--jobs", "2", "train.max_steps=200")
+
+    def holder():  # a trial that has trained past step 20, and the job that holds it
+        for r in status(sweep, pg_url, results):
+            if r["state"] == "running" and r["slurm_job"] and r["run_dir"] and any(
+                    int(p.stem.split("=")[1]) >= 20 for p in Path(r["run_dir"]).glob("checkpoints/step=*.ckpt")):
+                return r
+        return None
+    victim = wait_for("a trial past step 20", holder, every=0.5)
+    kill_outright(cluster, victim["slurm_job"])
+    wait_for("the jobs to leave the queue", lambda: not queued(cluster, jobs))
+    rows = status(sweep, pg_url, results)
+    done = [r for r in rows if r["state"] == "complete"]
+    assert sorted(r["variant"] for r in done) == ["A1", "base"]  # each row completed once
+    killed = [r for r in rows if r["number"] == victim["number"]][0]
+    assert killed["state"] == "fail" and "retried as trial" in (killed["note"] or "")
+    assert len([r for r in rows if r["variant"] == victim["variant"]]) == 2  # run again once

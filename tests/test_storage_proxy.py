@@ -1,0 +1,66 @@
+"""Optuna's gRPC storage proxy in front of a real PostgreSQL (issue #63, item 4), started as a user starts it
+(``ltfm sweep --serve-storage URL --port N``): a sweep's workers on ``--storage grpc://`` complete every row once,
+``--status`` reads the study through it, and the heartbeat that the proxy's API lacks (kept in a system attribute:
+:mod:`lightning_tfm.sweep.proxy`) fails a trial whose worker stopped beating and queues its retry."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import WORK, ltfm, write_sweep
+from pg import free_port, pg_url, postgres  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def proxy(pg_url):  # noqa: F811
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "lightning_tfm", "sweep", "--serve-storage", pg_url, "--port",
+                          str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=WORK)
+    first = p.stdout.readline()  # said once it serves
+    assert f"grpc://localhost:{port}" in first and "pw" not in first.split("proxy for", 1)[1].split(" on ")[0], first
+    try:
+        yield f"grpc://localhost:{port}"
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
+
+
+@pytest.mark.long  # make test-long (two trainings); the proxy's heartbeat below is in make test
+def test_a_sweep_through_the_proxy_completes_every_row_once(proxy, data_dir, tmp_path):
+    import json
+
+    sweep = write_sweep(tmp_path / "px.yaml", "px", {"base": {}, "A1": {"model.heads": 1, "model.d_k": 32,
+                                                                        "model.d_v": 32}})
+    results = tmp_path / "results"
+    p = ltfm("sweep", sweep, "--storage", proxy, "--workers", "2", f"data.path={data_dir}",
+             f"run.results_dir={results}")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    s = ltfm("sweep", sweep, "--status", "--json", "--storage", proxy, f"run.results_dir={results}")
+    rows = json.loads(s.stdout)
+    assert sorted(r["variant"] for r in rows if r["state"] == "complete") == ["A1", "base"], rows
+    assert all(r["state"] in ("complete", "duplicate") for r in rows), [(r["state"], r["note"]) for r in rows]
+
+
+def test_a_trial_that_stopped_beating_through_the_proxy_is_failed_and_retried(proxy):
+    import optuna
+    from optuna.storages import fail_stale_trials
+    from optuna.trial import TrialState
+
+    from lightning_tfm.sweep.proxy import BEAT
+    from lightning_tfm.sweep.storage import open_storage
+
+    storage = open_storage(proxy, heartbeat={"interval": 1, "grace": 5, "max_retry": 1})
+    study = optuna.create_study(storage=storage, study_name="beats")
+    alive, dead = study.ask(), study.ask()
+    storage.record_heartbeat(alive._trial_id)  # beating now
+    storage.set_trial_system_attr(dead._trial_id, BEAT, 1.0)  # its worker's last beat, long ago
+    fail_stale_trials(study)
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states[alive.number] == TrialState.RUNNING
+    assert states[dead.number] == TrialState.FAIL
+    (retry,) = [t for t in study.get_trials(deepcopy=False) if t.number not in (alive.number, dead.number)]
+    assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == dead.number
