@@ -44,6 +44,7 @@ from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
 from .process import TERMINATED, death_signal, killed_by, log_error_line, shielded, stop_process
 from .queue import STOPPED, SamplerFailed, ask_new, claim_waiting, duplicate_of, enqueue_missing, sampling
+from .settle import Settler
 from .spec import Entry, Sweep, suggest
 from .storage import RESUME_STEP, STORAGE_ENV, Heartbeat, RetryWhileProgressing, queue_lock, retry
 
@@ -79,7 +80,7 @@ def write_trial_config(cfg: config.Config, path: Path) -> Path:
 class Worker:
     """One ``ltfm sweep`` process: joins the study, claims trials, runs them, records the results."""
 
-    def __init__(self, sweep: Sweep, plan: Plan, storage_url: str, storage, study, out=None):
+    def __init__(self, sweep: Sweep, plan: Plan, storage_url: str, storage, study, out=None, settle: bool = False):
         self.sweep, self.plan, self.url, self.storage, self.study = sweep, plan, storage_url, storage, study
         self.study_id = storage.get_study_id_from_name(sweep.name)
         self.out = out if out is not None else sys.stdout  # the stream of when it runs, not of the import
@@ -88,6 +89,7 @@ class Worker:
         self.keys = {plan.grid_key(e) for e in sweep.entries()} if sweep.mode == "variants" else None
         self._last_input_error: str | None = None
         self._waiting_on: list[int] = []
+        self.settler = Settler(self) if settle else None  # --settle: its passes when nothing is left (.settle)
         callback = storage.get_heartbeat_stale_trial_callback()
         if isinstance(callback, RetryWhileProgressing):  # say what becomes of the trials this worker fails as stale
             callback.report = self._stale_decision
@@ -113,7 +115,7 @@ class Worker:
                 if self.sweep.mode == "variants":
                     claimed = claim_waiting(self.study, self.storage, self.study_id, self.keys)
                     if claimed is None:
-                        if self._wait_for_running():
+                        if self._wait_for_running() or self.settler is not None and self.settler.next_pass():
                             continue
                         break
                     trial, trial_id = claimed
