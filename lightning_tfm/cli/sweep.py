@@ -283,8 +283,9 @@ def _status_answers(sweep, plan: Plan, study, rows: list[dict]) -> list[str]:
     if not answers:
         return ["settle: no answers yet (they need a completed run of the base and of the row)"]
     width = max(map(len, answers))
-    return [f"{v:<{width}}  {a['answer']}: {a['why']}" + (f"; waits for {a['waiting']}" if a["waiting"] else "")
-            for v, a in answers.items()]
+    return ["settle: each row's answer against the base, and what it waits for:",
+            *(f"  {v:<{width}}  {a['why']}" + (f"; waits for {a['waiting']}" if a["waiting"] else "")
+              for v, a in answers.items())]
 
 
 def report_command(args) -> str:

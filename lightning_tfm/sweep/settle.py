@@ -336,7 +336,7 @@ def summary_lines(sweep: Sweep, reading: Reading | None) -> list[str]:
     for variant, a in p.answers.items():
         seeds, longest, flops = took(reading, variant)
         wait = f"; waits for {p.waiting[variant]}" if variant in p.waiting and a.answer == UNSETTLED else ""
-        lines.append(f"[{sweep.name}] {variant:<{width}}  {a.answer}: {a.why} (took {seeds} seed(s) to {longest:g}x, "
+        lines.append(f"[{sweep.name}] {variant:<{width}}  {a.why} (took {seeds} seed(s) to {longest:g}x, "
                      f"{flops:.3g} FLOPs{wait})")
     bseeds, blong, _ = took(reading, BASE)
     spent = sum(took(reading, v)[2] for v in reading.rows)

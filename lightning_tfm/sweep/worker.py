@@ -5,6 +5,8 @@
 - Variants: the rows missing from the study are queued and claimed one at a time (:mod:`.queue`); a row
   enqueued twice is closed as a duplicate.
 - Space: ``study.ask()`` with the sweep file's sampler until ``n_trials`` trials exist.
+- ``--settle``: with nothing left to claim or wait for, a settle pass queues the trials the planner asks for
+  (:class:`~.settle.Settler`), and the worker goes on with them.
 - A run folder another sweep trained past this trial's budget (a continued sweep, two sweep files sharing a
   results folder: ``ltfm train`` finds it completed and returns its summary) is read at the trial's budget
   (:func:`~.budget.at_budget`): the value told to Optuna and the results recorded are of that budget; a folder that
