@@ -301,8 +301,8 @@ class Settler:
         if any(t.user_attrs.get("grid_key") in w.keys for t in trials):
             return True
         stuck = "; ".join(f"{r}: {why}" for r, why in sorted(p.waiting.items())) or "no action"
-        w.say(f"settle: stopped: the plan asks for trials that ran and failed (see --status): {stuck}; the same "
-              "command runs them once more")
+        w.say(f"settle: stopped: the plan asks for trials the study holds already, finished without a value (failed, "
+              f"or their run folders unreadable: see --status): {stuck}; the same command runs a failed one once more")
         return False
 
 
@@ -338,6 +338,10 @@ def summary_lines(sweep: Sweep, reading: Reading | None) -> list[str]:
         wait = f"; waits for {p.waiting[variant]}" if variant in p.waiting and a.answer == UNSETTLED else ""
         lines.append(f"[{sweep.name}] {variant:<{width}}  {a.why} (took {seeds} seed(s) to {longest:g}x, "
                      f"{flops:.3g} FLOPs{wait})")
+    for variant in sweep.variants:
+        if variant != BASE and variant not in p.answers:
+            lines.append(f"[{sweep.name}] {variant:<{width}}  not answered: no completed run (failed or skipped: see "
+                         "--status)")
     bseeds, blong, _ = took(reading, BASE)
     spent = sum(took(reading, v)[2] for v in reading.rows)
     cap = cap_cost(reading, sweep)
