@@ -113,7 +113,7 @@ def test_every_column_is_declared_whole():
     assert keys[:3] == ["variant", "family", "in_paper"] and keys[-1] == "status"
     assert [s.title for s in columns.shown(PPL)] == ["row", "dev PPL ours", "dev PPL paper", "ΔPPL ours",
                                                      "ΔPPL ours at base FLOPs", "ΔPPL paper", "PPL agrees",
-                                                     "PPL beyond noise", "budget verdict", "settles at"]
+                                                     "PPL beyond noise", "budget verdict", "settles at", "answer"]
 
 
 def test_a_knob_newer_than_a_run_reads_at_its_default_and_another_architectures_not():

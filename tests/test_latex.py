@@ -53,20 +53,21 @@ def test_the_paper_columns_ours_beside_the_papers_one_line_a_row_grouped_by_fami
     tex = table_latex(table)
     lines = tex.splitlines()
     assert lines.count(r"\toprule") == lines.count(r"\bottomrule") == 1
-    assert r"\begin{tabular}{lrrrrrrrrrrrrrrr}" in lines and r"\label{tab:table3-cpu}" in lines
+    assert r"\begin{tabular}{lrrrrrrrrrrrrrrrl}" in lines and r"\label{tab:table3-cpu}" in lines
     head, rows = body(tex)
     # two header lines: the groups over ours and the paper's (a \cmidrule under each), then the columns
     assert cells(head[0])[10:] == [r"\multicolumn{2}{c}{PPL (dev)}", r"\multicolumn{2}{c}{BLEU (dev)}",
-                                   r"\multicolumn{2}{c}{params $\times 10^6$}"] and len(cells(head[0])) == 13
+                                   r"\multicolumn{2}{c}{params $\times 10^6$}", ""] and len(cells(head[0])) == 14
     assert head[1] == r"\cmidrule(lr){11-12} \cmidrule(lr){13-14} \cmidrule(lr){15-16}"
     assert cells(head[2]) == ["", "$N$", r"$d_{\mathrm{model}}$", r"$d_{\mathrm{ff}}$", "$h$", "$d_k$", "$d_v$",
                               r"$P_{\mathrm{drop}}$", r"$\epsilon_{\mathrm{ls}}$", "train steps",
-                              "ours", "paper", "ours", "paper", "ours", "paper"]
+                              "ours", "paper", "ours", "paper", "ours", "paper", "answer"]
     assert [c.latex.title for c in columns(LATEX)] == cells(head[2])  # the columns' one home: report/table3/columns.py
     # one line per row of the table, in its order, a \midrule between two families
     data = [ln for ln in rows if ln != r"\midrule"]
     assert len(data) == len(table["rows"]) == 21
-    assert all(len(cells(ln)) == 16 for ln in data)
+    assert all(len(cells(ln)) == 17 for ln in data)
+    assert [cells(ln)[16] for ln in data] == [r.answer or "" for r in table["rows"]]  # the base has none
     names = [cells(ln)[0].split(" (")[0] for ln in data]
     assert names == [r.variant for r in table["rows"]]
     families = [r.family for r in table["rows"]]
@@ -105,7 +106,7 @@ def test_every_string_is_escaped_and_a_pipeline_check_says_so(tmp_path):
     _, rows = body(tex)
     line = next(ln for ln in rows if ln.startswith("x"))
     assert cells(line)[0] == tex_text(NASTY) and cells(line)[10] == "30.00"
-    assert len(cells(line)) == 16  # its "&" is text, not a column
+    assert len(cells(line)) == 17  # its "&" is text, not a column
     caption = next(ln for ln in tex.splitlines() if ln.startswith(r"\caption{"))
     assert caption.startswith(r"\caption{Pipeline check, not a result")
     assert r"sweep \texttt{odd\_name\%1}" in caption

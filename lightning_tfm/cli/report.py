@@ -45,6 +45,12 @@ def _report_arguments(rp: argparse.ArgumentParser) -> None:
                     "curves predict the later budget")
     rp.add_argument("--json", action="store_true", help="with --backtest or --backtest-to: print the result as JSON "
                     "(beyond_noise, called_holds, kept_sign, interval_coverage, rows)")
+    rp.add_argument("--settle-replay", metavar="EXPORT_DIR", nargs="+", help="replay the settle loop offline on "
+                    "committed exports (their runs stand for the trials it asks for; the first export holding a run "
+                    "wins): each row's answer and what it took, against every row at the cap; --out FILE.md writes "
+                    "it (lightning_tfm/report/settle_replay.py)")
+    rp.add_argument("--settle-grid", action="store_true", help="with --settle-replay: also replay a grid of the "
+                    "settle: settings (delta, alpha, seeds, base seeds, budget): the measured reason for the defaults")
     rp.add_argument("--formats", metavar="LIST", help="a Table 3 or Table 2 report's figure formats, comma-"
                     "separated, of png, svg, pdf (default: png): each figure is also written as .svg/.pdf beside "
                     "its .png, which the markdown and the HTML embed")
@@ -71,6 +77,11 @@ def report_cli(args) -> int:
     if args.backtest_budget is not None and args.backtest is None:  # else the full report, the option unread
         raise UserError("--backtest-budget reads the export at an earlier budget for --backtest FRACTION: give "
                         "--backtest too, or drop --backtest-budget")
+    if args.settle_replay:
+        from ..report.settle_replay import settle_replay_cli
+        return settle_replay_cli(args, sweep)
+    if args.settle_grid:
+        raise UserError("--settle-grid replays a grid of settings: give it with --settle-replay EXPORT_DIR ...")
     if args.backtest is not None or args.backtest_to:
         from ..report.backtest import backtest_cli
         return backtest_cli(_backtest_args(args), sweep)

@@ -59,18 +59,28 @@ HOURS = Range(0, 10000, lo_open=True, text="a positive number of hours (at most 
 @dataclass
 class SettleSpec:
     """The settings of the answers (:mod:`.answers`) and of the settle loop that gathers them (:mod:`.settle`): the
-    sweep file's ``settle:`` section. The defaults are the ones the replay on the committed exports chose
-    (``reports/reference/settle-replay.md``; the reasons: :mod:`.answers`)."""
+    sweep file's ``settle:`` section.
+
+    The defaults are what the replay on the committed en->de exports measured (``ltfm report
+    sweeps/table3-cpu.yaml --settle-replay ... --settle-grid``: ``reports/reference/settle-replay.md``, a grid of
+    36 settings): with alpha 0.1, 3 seeds a row and no budget extension, all 8 rows whose seeds the exports hold
+    are answered, at 1.77x the first pass's compute; alpha 0.05 answers 4 (1.56x); a budget cap of 3x answers 5 at
+    3.20x (its looks at 3x halve each look's alpha, and the rows it would settle are settled by seeds); a cap of 2
+    seeds answers 4 at 1.28x (a look at 2 seeds is a t of 1 degree of freedom); delta from 0.02 to 0.1 changes no
+    answer at 1x (no interval fits inside ±10%), and 0.05 is the median of the paper's Table 3 effects. Alpha 0.1 a
+    row is a 90% interval (Table 2's level) and at most 2 false answers expected in a table of 20 rows."""
     delta: float = knob(0.05, "'the same within ±delta': a row is the same as the base when the interval of its "
                               "mean dev log-PPL difference lies inside ±log(1 + delta) (0.05: ±5% of dev PPL, the "
                               "median of the paper's Table 3 effects)", DELTA)
-    alpha: float = knob(0.1, "each row's false-answer rate, all the looks of the settle loop together (a Bonferroni "
-                             "split over the looks the caps allow: findings.answers)", ALPHA)
+    alpha: float = knob(0.1, "each row's false-answer rate, all the looks of the settle loop together (Bonferroni "
+                              "over the looks the caps allow: findings.answers); a table of R rows expects at most "
+                              "R x alpha false answers", ALPHA)
     seeds: int = knob(3, "the most seeds a row (the first pass's seeds count)", ROW_SEEDS)
-    base_seeds: int = knob(9, "the base's seeds every answer is computed with (the most seeds of the base)",
+    base_seeds: int = knob(10, "the most seeds of the base: each row seed is paired with the base's same seed, so "
+                               "the loop trains the base the seeds its rows reach, and a row's looks stop at this",
                            Range(2, 1000, text="an integer from 2 to 1000 (seeds)"))
-    budget: float = knob(3.0, "the most budget multiple a row and the base may be continued to (1: no extension; "
-                              "a row is judged at 1 x and at this multiple)", BUDGET)
+    budget: float = knob(1.0, "the most budget multiple a row and the base may be continued to (1: no extension; "
+                              "over 1, a row is judged at 1 x and at this multiple, which doubles its looks)", BUDGET)
     hours: float | None = knob(None, "the most wall hours the settle passes may take (null: no limit)", HOURS)
 
 

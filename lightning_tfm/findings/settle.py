@@ -5,36 +5,41 @@ the trials that answer it at the least compute within the caps of the sweep file
 answers.
 
 **A row's answer** (:func:`judge`) is the first decisive one over the designated looks in their order (budget 1 x,
-then the cap; the row's seeds from 2 up: :func:`.answers.looks`); without one, the answer at the highest budget
+then the cap; the row's seeds from 3 up: :func:`.answers.looks`); without one, the answer at the highest budget
 the row has runs at (unsettled). Once answered, a row gets no more trials.
 
 **The options of an unanswered row** (:func:`options`): for each budget multiple ``L`` it may be judged at (not
-below the highest it has runs at) and each seed count ``n`` from 2 to ``seeds``: bring the row to ``n`` seeds at
-``L`` (continuing its runs that stopped at a lower multiple, then new seeds) and the base to ``base_seeds`` seeds
-at ``L`` (likewise). Each option's compute: the rows' runs x their FLOPs per run (:attr:`RowRuns.cost` x the
-budget multiples trained), plus the base's runs shared by the rows that wait for them.
+below the highest it has runs at) and each seed count ``n`` of a look: bring the row to ``n`` seeds at ``L``
+(continuing its runs that stopped at a lower multiple, then new seeds) and the base to the same seeds at ``L``
+(each row seed is paired with the base's: :mod:`.answers`; likewise continued or new). Each option's compute: the
+runs x their row's FLOPs per run (:attr:`RowRuns.cost`) x the budget multiples they train, the base's runs shared
+by the rows that wait (their compute over the unanswered rows).
 
 **The choice** is plug-in: the cheapest option at which the interval would decide (exclude zero, or fit inside
 ±log(1 + delta)) if today's numbers were the truth: the difference measured at ``L`` (or, before any run reached
-``L``, the mean of each side's fitted learning curves at ``L`` x its budget: :mod:`.curves`), the row's seed sd
-(the base's while the row has one seed) and the base's, at the look's level (:func:`.answers.look_level`). A row
-no option answers is *at its cap* (no trial: further seeds would not answer it if today's numbers hold), except
-that a row with one seed always gets its second (its own noise is measured before it is given up). Ties go to the
-lower budget, then the fewer seeds. New seeds are the next integers the row (or the base) has not used, from 1
-up, so that two workers computing the plan at once ask for the same trials. Deterministic: the same inputs give
-the same :class:`Plan`.
+``L``, the mean of each side's fitted learning curves at ``L`` x its budget: :mod:`.curves`, so that a crossing
+the curves predict to open up by ``L`` is answered by a longer budget rather than by seeds), the sd of a seed's
+difference (:func:`pair_sd`: the row's own, else the median of the other rows', else the two sides' sds as if
+uncorrelated), at the look's level (:func:`.answers.look_level`). A row no option answers is *at its cap* (no
+trial: more seeds would not answer it if today's numbers hold; :func:`seeds_needed` says what would), but while
+no row has a seed difference measured, the cheapest unanswered row gets its cheapest look (its pairs are what the
+other rows' plug-ins then read), and a row given up may be taken up again when the other rows' pairs say it can be
+answered.
+Ties go to the lower budget, then the fewer seeds. New seeds are the next integers the row has not used, from 1
+up, and the base trains the same seeds, so that two workers computing the plan at once ask for the same trials.
+Deterministic: the same inputs give the same :class:`Plan`.
 
 **The caps**: ``seeds`` a row, ``base_seeds`` of the base, the budget multiple ``budget``, and ``hours``: once
 ``hours_spent`` reaches it, no more trials (every unanswered row at its cap).
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass, field
 
-from scipy import stats
+import numpy as np
 
-from .answers import Answer, answer_row, levels, look_level, same_bound
+from .answers import FIRST_LOOK, Answer, answer_row, levels, look_level, paired_half_width, same_bound
 from .curves import fit_curve
 from .settings import SettleSpec
 from .verdict import later_step, mean_std
@@ -83,6 +88,8 @@ class Plan:
     actions: list[Action]                   # the trials to run next (the same inputs, the same list)
     waiting: dict[str, str]                 # an unanswered row -> what it waits for, one line
     done: bool                              # every row answered or at its cap
+    needs: dict[str, list[Action]] = field(default_factory=dict)  # an unanswered row -> the trials its next look
+                                            # needs (its own and the base's; the base's shared with other rows)
 
 
 @dataclass(frozen=True)
@@ -132,9 +139,18 @@ def trials_to(runs: RowRuns, level: float, n: int) -> list[tuple[int, float]]:
     return picks
 
 
+def _pairs(row: RowRuns, base: RowRuns, level: float) -> list[float]:
+    r, b = row.seeds_at(level), base.seeds_at(level)
+    return [r[s] - b[s] for s in sorted(set(r) & set(b))]
+
+
 def predicted_diff(row: RowRuns, base: RowRuns, level: float) -> float | None:
-    """Today's difference at ``level`` if both sides have runs there, else the fitted curves' at ``level`` x the
-    budget, else the difference at the highest multiple both have; None without runs."""
+    """Today's difference at ``level``: the mean over the seeds both sides have there, else the difference of the
+    sides' means there, else the fitted curves' at ``level`` x each side's budget, else the difference at the
+    highest multiple both have; None without runs."""
+    pairs = _pairs(row, base, level)
+    if pairs:
+        return mean_std(pairs)[0]
     r, b = row.seeds_at(level), base.seeds_at(level)
     if r and b:
         return mean_std(list(r.values()))[0] - mean_std(list(b.values()))[0]
@@ -163,36 +179,58 @@ def _sd(runs: RowRuns, level: float) -> float | None:
     return None
 
 
-def half_width(sd_row: float, n: int, sd_base: float, m: int, level: float) -> float:
-    """Welch's half-width at ``level`` of ``n`` row seeds and ``m`` base seeds of sds ``sd_row``, ``sd_base``."""
-    vr, vb = sd_row ** 2 / n, sd_base ** 2 / m
-    if vr + vb == 0:
-        return 0.0
-    df = (vr + vb) ** 2 / (vr ** 2 / (n - 1) + vb ** 2 / (m - 1))
-    return float(stats.t.ppf((1 + level) / 2, df)) * math.sqrt(vr + vb)
+def pair_sd(row: RowRuns, base: RowRuns, level: float, pooled: float | None = None) -> float | None:
+    """The plug-in sd of a seed's difference row - base: measured over the row's pairs at ``level`` (else at the
+    highest multiple with two pairs); without two pairs, ``pooled`` (the other rows' median, :func:`pooled_sd`);
+    without it, the sides' sds as if uncorrelated (the row's, else the base's, for both: the pairs measured on the
+    committed rows correlate positively, so this guess errs long)."""
+    for lv in [level, *sorted(row.values, reverse=True)]:
+        pairs = _pairs(row, base, lv)
+        if len(pairs) >= 2:
+            return mean_std(pairs)[1]
+    if pooled is not None:
+        return pooled
+    sd_b = _sd(base, level)
+    sd_r = _sd(row, level)
+    if sd_b is None and sd_r is None:
+        return None
+    sd_r = sd_b if sd_r is None else sd_r
+    sd_b = sd_r if sd_b is None else sd_b
+    return (sd_r ** 2 + sd_b ** 2) ** 0.5
 
 
-def options(row: RowRuns, base: RowRuns, spec: SettleSpec) -> list[Option]:
-    """Every option of an unanswered row within the caps (the module docstring), cheapest first."""
+def pooled_sd(rows: dict[str, RowRuns], base: str, level: float) -> float | None:
+    """The median over the rows with two pairs or more at ``level`` of their seed differences' sd: the plug-in of
+    a row that has none yet (None without such a row)."""
+    sds = [mean_std(p)[1] for name, r in rows.items() if name != base
+           for p in [_pairs(r, rows[base], level)] if len(p) >= 2]
+    return float(np.median(sds)) if sds else None
+
+
+def _decides(d: float, sd: float, n: int, level: float, delta: float) -> bool:
+    h = paired_half_width(sd, n, level)
+    return abs(d) > h or abs(d) + h < same_bound(delta)
+
+
+def options(row: RowRuns, base: RowRuns, spec: SettleSpec, pooled: dict[float, float | None] | None = None
+            ) -> list[Option]:
+    """Every option of an unanswered row within the caps (the module docstring); ``pooled``: :func:`pooled_sd` at
+    each budget multiple."""
     out, lvl = [], look_level(spec)
+    most = min(spec.seeds, spec.base_seeds)
     for level in levels(spec):
         if level < row.top():
             continue
-        d = predicted_diff(row, base, level)
-        sd_b = _sd(base, level)
-        sd_r = _sd(row, level)
-        sd_r = sd_b if sd_r is None else sd_r
-        base_runs = tuple(trials_to(base, level, spec.base_seeds))
-        base_cost = sum(m for _, m in base_runs) * base.cost
-        for n in range(max(2, len(row.seeds_at(level))), spec.seeds + 1):
+        d, sd = predicted_diff(row, base, level), pair_sd(row, base, level, (pooled or {}).get(level))
+        for n in range(max(min(FIRST_LOOK, most), len(row.seeds_at(level))), most + 1):
             runs = tuple(trials_to(row, level, n))
+            seeds = sorted([*row.seeds_at(level), *(s for s, _ in runs)])[:n]
+            base_runs = tuple((s, level - base.reached(s)) for s in seeds if s not in base.seeds_at(level))
             if not runs and not base_runs:
                 continue  # this look is taken: judged already
-            decides = False
-            if d is not None and sd_b is not None:
-                h = half_width(sd_r, n, sd_b, spec.base_seeds, lvl)
-                decides = abs(d) > h or abs(d) + h < same_bound(spec.delta)
-            out.append(Option(level, n, runs, base_runs, sum(m for _, m in runs) * row.cost, base_cost, decides))
+            decides = d is not None and sd is not None and _decides(d, sd, n, lvl, spec.delta)
+            out.append(Option(level, n, runs, base_runs, sum(m for _, m in runs) * row.cost,
+                              sum(m for _, m in base_runs) * base.cost, decides))
     return out
 
 
@@ -202,7 +240,7 @@ def _waits(opt: Option, row: RowRuns, base: RowRuns, spec: SettleSpec) -> str:
         parts.append(f"{len(opt.runs)} more seed(s) to {opt.seeds}" if opt.level == row.top() or not row.values
                      else f"budget {opt.level:g}x ({opt.seeds} seeds)")
     if opt.base_runs:
-        parts.append(f"the base's seeds at {opt.level:g}x ({len(base.seeds_at(opt.level))} of {spec.base_seeds})")
+        parts.append(f"the base's seed(s) {', '.join(str(s) for s, _ in opt.base_runs)} at {opt.level:g}x")
     return ", ".join(parts)
 
 
@@ -213,32 +251,43 @@ def plan(rows: dict[str, RowRuns], base: str, spec: SettleSpec, *, hours_spent: 
     open_rows = [name for name, a in answers.items() if not a.answered]
     waiting, chosen = {}, {}
     out_of_time = spec.hours is not None and hours_spent >= spec.hours
+    pooled = {level: pooled_sd(rows, base, level) for level in levels(spec)}
+    # nothing measured of a seed's difference yet: the cheapest open row is looked at, to measure it
+    scout = (min(open_rows, key=lambda n: (rows[n].cost, n))
+             if open_rows and all(v is None for v in pooled.values()) else None)
     for name in open_rows:
         if out_of_time:
             waiting[name] = f"at its cap: {spec.hours:g} hours spent"
             continue
-        opts = options(rows[name], b, spec)
+        opts = options(rows[name], b, spec, pooled)
         share = max(1, len(open_rows))
         opts.sort(key=lambda o: (o.cost + o.base_cost / share, o.level, o.seeds))
-        pick = next((o for o in opts if o.decides), None)
-        if pick is None and len(rows[name].used()) <= 1 and opts:
-            pick = opts[0]  # one seed: its own noise is measured before it is given up
+        pick = next((o for o in opts if o.decides), opts[0] if name == scout and opts else None)
         if pick is None:
             cap = ("its seeds, base seeds and budget at the caps" if not opts else
-                   f"no look within the caps answers {answers[name].why.split(':')[0]} if today's numbers hold")
+                   "no look within the caps would answer it if today's numbers held")
             waiting[name] = f"at its cap: {cap}"
             continue
         chosen[name] = pick
         waiting[name] = _waits(pick, rows[name], b, spec)
-    actions, seen = [], set()
-    for name, opt in chosen.items():
-        for seed, m in opt.runs:
-            actions.append(Action(name, seed, opt.level, f"{name}: {waiting[name]}"))
-        for seed, m in opt.base_runs:
-            if (seed, opt.level) not in seen:
-                seen.add((seed, opt.level))
-                actions.append(Action(base, seed, opt.level, f"the base to {spec.base_seeds} seeds at "
-                                                             f"{opt.level:g}x (every row's answer)"))
-    actions.sort(key=lambda a: (a.variant != base, a.variant, a.budget, a.seed))
-    return Plan(answers, actions, waiting, done=not actions)
+    needs = {name: [Action(name, seed, opt.level, f"{name}: {waiting[name]}") for seed, _ in opt.runs]
+             + [Action(base, seed, opt.level, f"the base's seed {seed} at {opt.level:g}x (pairs of the rows' seed "
+                                              f"{seed})") for seed, _ in opt.base_runs]
+             for name, opt in chosen.items()}
+    actions = sorted({a for need in needs.values() for a in need}, key=lambda a: (a.variant != base, a.variant,
+                                                                                  a.budget, a.seed))
+    return Plan(answers, actions, waiting, done=not actions, needs=needs)
 
+
+def seeds_needed(row: RowRuns, base: RowRuns, spec: SettleSpec, level: float = 1.0, most: int = 30) -> int | None:
+    """What it would take: the least seeds a row (:data:`.answers.FIRST_LOOK` to ``most``, the caps raised to it,
+    and so the looks' correction with them) at which the plug-in says the interval at ``level`` decides (the module
+    docstring); None by ``most`` or without numbers."""
+    d, sd = predicted_diff(row, base, level), pair_sd(row, base, level)
+    if d is None or sd is None:
+        return None
+    for n in range(min(FIRST_LOOK, most), most + 1):
+        wider = dataclasses.replace(spec, seeds=n, base_seeds=max(n, spec.base_seeds))
+        if _decides(d, sd, n, look_level(wider), spec.delta):
+            return n
+    return None

@@ -198,9 +198,9 @@ def backtest_text(result: dict, title: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the command
-def _later_export(sweep, path: str) -> "object":
+def _later_export(sweep, path: str, option: str = "--backtest-to") -> "object":
     """The ReportData of the later export ``path`` (a folder holding one export, or its JSON file), read with its
-    own sweep file from beside ``sweep``'s."""
+    own sweep file from beside ``sweep``'s (``option``: the option that named it, for the errors)."""
     from ..sweep import load_sweep
     from .inputs.export import read_export
 
@@ -208,7 +208,7 @@ def _later_export(sweep, path: str) -> "object":
     files = sorted(p.glob("*.json")) if p.is_dir() else [p] if p.is_file() else []
     if len(files) != 1:
         what = "several JSON files" if files else "no export"
-        raise UserError(f"--backtest-to {path!r}: {what} there; give the export/ folder of the later sweep's report "
+        raise UserError(f"{option} {path!r}: {what} there; give the export/ folder of a sweep's report "
                         "(one JSON file), or its JSON file")
     try:
         tree = json.loads(files[0].read_text(encoding="utf-8"))
@@ -216,17 +216,17 @@ def _later_export(sweep, path: str) -> "object":
         if not isinstance(name, str) or not isinstance(sweep_file, str):
             raise TypeError
     except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
-        raise UserError(f"--backtest-to {str(files[0])!r} is not a report export: give the export/ folder an "
+        raise UserError(f"{option} {str(files[0])!r} is not a report export: give the export/ folder an "
                         "`ltfm report` wrote for the later sweep") from None
     beside = sweep.path.parent / Path(sweep_file).name
     if not beside.is_file():
-        raise UserError(f"--backtest-to {path!r}: the export is of sweep {name!r}, whose file {beside.name} is not "
+        raise UserError(f"{option} {path!r}: the export is of sweep {name!r}, whose file {beside.name} is not "
                         f"beside {sweep.path.name}: put it there")
     later_sweep = load_sweep(beside)
     if later_sweep.name != name:
-        raise UserError(f"--backtest-to {path!r}: the export is of sweep {name!r}, but {beside} names sweep "
+        raise UserError(f"{option} {path!r}: the export is of sweep {name!r}, but {beside} names sweep "
                         f"{later_sweep.name!r}: give the sweep file the export was written for")
-    return read_export(later_sweep, files[0], "--backtest-to")
+    return read_export(later_sweep, files[0], option)
 
 
 def _listed(items: list[str], most: int = 4) -> str:

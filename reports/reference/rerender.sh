@@ -2,7 +2,8 @@
 # make rerender: every committed reference page re-rendered from its export by today's report code, in place (the
 # Table 3 pages, the comparisons of comparisons.txt, the back-tests of backtest/backtests.txt and calibration.md). The
 # exports, provenance.txt and status.txt are the measurements and stay as they are; the pages (markdown, CSV, HTML,
-# LaTeX, figures) are replaced. On a main whose pages are current this changes nothing (git diff stays empty).
+# LaTeX, figures) are replaced, and the settle loop's replays (settle-replay.md, settle-replay-fr.md). On a main
+# whose pages are current this changes nothing (git diff stays empty).
 # Table 2's page has no export (its report writes none) and is not re-rendered.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,4 +44,14 @@ grep -v '^#' reports/reference/backtest/backtests.txt | while read -r name sweep
   cp "$BUILD/backtest-$name".{json,md,png} reports/reference/backtest/
 done
 "$PY" -m lightning_tfm.report.calibration reports/reference/backtest --page
+# the settle loop replayed on the committed exports (en->de with its grid of settings, then en->fr)
+DE="reports/reference/table3-cpu-heldout/export reports/reference/table3-cpu-continued/export"
+DE="$DE reports/reference/table3-cpu-heldout-s3/export reports/reference/table3-cpu-heldout-s4/export"
+echo "rerender: settle-replay"
+# shellcheck disable=SC2086  # DE: the exports, split
+"$LTFM" report sweeps/table3-cpu.yaml --settle-grid --settle-replay $DE --out reports/reference/settle-replay.md \
+  > "$BUILD.settle-replay.log" 2>&1 < /dev/null || { cat "$BUILD.settle-replay.log"; exit 1; }
+"$LTFM" report sweeps/table3-cpu.yaml --settle-replay reports/reference/table3-cpu-heldout-fr/export \
+  --out reports/reference/settle-replay-fr.md > "$BUILD.settle-replay-fr.log" 2>&1 < /dev/null || {
+  cat "$BUILD.settle-replay-fr.log"; exit 1; }
 echo "rerender: done; git diff --stat reports/reference shows what changed"

@@ -7,9 +7,9 @@ Table 3: the W&B tables ``table3/dev_ppl`` and ``table3/dev_bleu`` (:data:`WANDB
 :data:`~.table3.columns.WANDB_PPL` and :data:`~.table3.columns.WANDB_BLEU`: ours, the paper's, both changes,
 agreement, the noise verdict, status, with the values ``table3.csv`` gives them: :func:`wandb_tables`); the summary
 (:func:`headline_numbers`: direction agreement over all rows and over the rows beyond seed noise and over the rows
-whose verdict holds, rows beyond noise, rows of each verdict, the sweep's wall time), counted from the table's rows
-with the report's own :func:`~.stats.agreement_summary` and :func:`~.verdict.verdict_summary`; the note: the headline
-and the dev-perplexity section (the columns of :data:`~.table3.columns.NOTE`); custom plots.
+whose verdict holds, rows beyond noise, rows of each verdict and of each answer, the sweep's wall time), counted
+from the table's rows with the report's own :func:`~.stats.agreement_summary` and :func:`~.verdict.verdict_summary`;
+the note: the headline and the dev-perplexity section (the columns of :data:`~.table3.columns.NOTE`); custom plots.
 
 Table 2 (a sweep of several architectures, :mod:`.table2`): the W&B table ``table2/rows`` (``table2.csv``'s rows:
 ours, then the paper's), the summary of :func:`.table2.table.summary_numbers`, the note of
@@ -73,6 +73,10 @@ def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
     out["dev_ppl/agree_rows_findings"], out["dev_ppl/compared_rows_findings"] = v["ppl_findings"]
     for verdict, count in v["verdicts"].items():
         out[f"dev_ppl/verdict_{verdict.replace(' ', '_')}"] = count
+    from ...findings.answers import ANSWERS
+    answered = [r.get("answer") for r in rows if r.get("answer")]  # each row's answer (..table3.answers)
+    for answer in ANSWERS if answered else ():
+        out[f"dev_ppl/answer_{answer.replace(' ', '_')}"] = answered.count(answer)
     info = run_info or {}
     for key, name in (("wall_s", "wall_time_s"), ("train_s", "train_time_s"), ("runs", "completed_runs"),
                       ("records", "runs")):

@@ -59,6 +59,12 @@ class Row(Fields):
     ppl_verdict: str | None = None           # .verdict: holds | may flip | within noise | too few points
     ppl_verdict_why: str | None = None
     ppl_settle: str | None = None            # .verdict.settle_text: the budget at which a row would settle
+    answer: str | None = None                # .answers: better | worse | the same | unsettled (None: the base)
+    answer_why: str | None = None            # its interval and seeds, or why it has none
+    answer_low: float | None = None          # its interval as relative changes of dev PPL
+    answer_high: float | None = None
+    answer_seeds: int | None = None          # the seeds (each paired with the base's) it used
+    answer_flops: float | None = None        # training FLOPs of the row's completed runs
     flops_per_step: float | None = None      # .compute
     train_flops: float | None = None
     dev_ppl_equal_flops: float | None = None
@@ -156,6 +162,13 @@ def _verdict(row: Row, table: dict) -> str:  # noqa: ARG001
     if not row.ppl_verdict:
         return ""
     return row.ppl_verdict + (f" ({row.ppl_verdict_why})" if row.ppl_verdict in (HOLDS, MAY_FLIP, TOO_FEW) else "")
+
+
+def _answer(row: Row, table: dict) -> str:  # noqa: ARG001
+    """The answer with its interval; a row of one seed says that the verdict beside is no controlled answer."""
+    if row.answer_seeds == 1:
+        return "unsettled (one seed: the verdict beside is no controlled answer)"
+    return md_text(row.answer_why or "")
 
 
 def _name(row: Row, table: dict) -> str:  # noqa: ARG001
@@ -300,6 +313,16 @@ COLUMNS: list[Column] = [
     C("paper_params_m", "the paper's parameter count, millions", frozenset({CSV}),
       {CONFIG: S("params paper (M)", _params_paper)},
       latex=S("paper", _params_paper, group=r"params $\times 10^6$")),
+    C("answer", "the row against the base from its own seeds paired with the base's: better, worse, the same "
+      "(within ±delta of dev PPL), unsettled; each row's chance of a false answer at most the settle: section's "
+      "alpha over every look of the settle loop (lightning_tfm.findings.answers)", _P,
+      {PPL: S("answer", _answer, left=True)},
+      latex=S("answer", lambda r, t: r.answer or "", left=True)),
+    C("answer_why", "the answer's interval of the change of dev PPL, its level and seeds, or why there is none"),
+    C("answer_low", "the answer's interval, low end, as a relative change of dev PPL", frozenset({CSV, WANDB_PPL})),
+    C("answer_high", "the answer's interval, high end, as a relative change of dev PPL", frozenset({CSV, WANDB_PPL})),
+    C("answer_seeds", "the row's seeds the answer read (each paired with the base's same seed)"),
+    C("answer_flops", "what the answer took: training FLOPs of the row's completed runs"),
     C("status", "completed, missing, failed, skipped, pruned, diverged, continued, with why", _T,
       {CONFIG: S("status", lambda r, t: md_text(r.status), left=True)}),
 ]

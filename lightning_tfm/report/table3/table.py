@@ -9,7 +9,8 @@ diverged (dev PPL no number: :func:`as_shown`) or continued (not readable at its
 keeps its row with that status; its numbers stay empty (only completed seeds are averaged). Several
 seeds: mean ± sample standard deviation. Change (Δ) = the row's value minus its base's, ours against our base
 and the paper's against the paper's base, each also given relative to its base. Each row also gets its change at
-the base's training compute (:mod:`.compute`) and its verdict from the learning curves extrapolated (:mod:`.verdict`).
+the base's training compute (:mod:`.compute`), its verdict from the learning curves extrapolated (:mod:`.verdict`)
+and its answer from its own seeds (:mod:`.answers`).
 
 A row's knobs are those of ``training.config.config.TABLE3_KNOBS`` (the config fields with a Table 3 column). The
 statistics (seed noise, direction agreement, the paired bootstrap) are in :mod:`.stats`; the markdown and the CSV in
@@ -26,6 +27,7 @@ from ...training.config.run_id import KEYS_V1, was_saved
 from ...training.runs import results
 from ..inputs.export import read_export
 from ..inputs.records import DONE, ReportData, RunRecord, is_pipeline_check, mark_diverged, nonfinite
+from .answers import add_answers
 from .columns import Row
 from .compute import add_equal_compute
 from .paper import PAPER_ORDER, load_paper
@@ -167,7 +169,8 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
     curves = learning_curves(data, variants, by_variant)
     compute = add_equal_compute(rows, curves, by_variant)
     outlook = add_table_verdicts(rows, curves, sweep.report, seconds_per_step(by_variant))
-    summary = {**agreement_summary(rows), **verdict_summary(rows), "settle": settle_summary(outlook)}
+    summary = {**agreement_summary(rows), **verdict_summary(rows), "settle": settle_summary(outlook),
+               "answers": add_answers(rows, by_variant, sweep)}
     notes = list(test_notes) + off_budget(by_variant, data.planned)
     signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
     all_seeds = sorted(set(seeds).union(*own_seeds.values()))

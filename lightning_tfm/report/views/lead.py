@@ -25,6 +25,7 @@ import re
 import textwrap
 from pathlib import Path
 
+from ...findings.answers import BETTER, SAME, UNSETTLED, WORSE
 from ...training.config.config import TABLE3_KNOBS
 from ..core.plots import mark_pipeline_check, save_figure
 from ..core.text import fmt_knob
@@ -39,6 +40,8 @@ AGREES, OPPOSITE, NO_SIGN, PAPER = "#1f77b4", "#ff7f0e", "#9467bd", "#8c8c8c"   
 PALE = 0.35           # the alpha of our bar within seed noise
 VERDICT_STYLE = {HOLDS: {"color": "black", "fontweight": "bold"}, MAY_FLIP: {"color": "black", "fontstyle": "italic"},
                  WITHIN: {"color": "dimgray"}, TOO_FEW: {"color": "dimgray", "fontstyle": "italic"}}
+ANSWER_STYLE = {BETTER: {"color": "#2ca02c", "fontweight": "bold"}, WORSE: {"color": "#d62728", "fontweight": "bold"},
+                SAME: {"color": "black"}, UNSETTLED: {"color": "dimgray", "fontstyle": "italic"}}
 _BAR, _GAP = 0.36, 0.19   # a bar's height; each bar's offset from its row's line (ours above, the paper's below)
 
 
@@ -179,12 +182,17 @@ def _value(ax, x: float, y: float) -> None:
 
 def _draw_verdicts(ax, items) -> None:
     ax.set_xlim(0, 1)
-    ax.set_title("verdict\n(dev PPL)", fontsize=9)
+    ax.set_title("verdict · answer\n(dev PPL)", fontsize=9)
     for y, (kind, row) in enumerate(items):
         if kind == "row":
             verdict = _get(row, "ppl_verdict")
             if verdict:
                 ax.text(0.04, y - _GAP, verdict, va="center", fontsize=7.5, **VERDICT_STYLE.get(verdict, {}))
+            answer = _get(row, "answer")
+            if answer:
+                seeds = _get(row, "answer_seeds")
+                word = f"{answer} (one seed)" if seeds == 1 else answer
+                ax.text(0.04, y + _GAP, word, va="center", fontsize=7.5, **ANSWER_STYLE.get(answer, {}))
     ax.set_axis_off()  # a column of words: no frame, no ticks (nor a "no data" mark when no row has a verdict)
 
 
@@ -251,8 +259,9 @@ def changes_caption(table: dict) -> str:
               "orange: the opposite, purple: the paper has none to compare; pale: within seed noise) above the "
               "paper's (grey); " + noise
             + "; on the right, each row's verdict from its learning curve extrapolated (holds, may flip, within "
-              "noise, too few points; the rule is in the notes). \"no data\": the row has no completed run to "
-              "compare."
+              "noise, too few points; the rule is in the notes) and below it its answer from its own seeds paired "
+              "with the base's (better, worse, the same, unsettled; \"one seed\": no controlled answer). "
+              "\"no data\": the row has no completed run to compare."
             + (f" \"n/a\": our base's {' and '.join(zero)} is about 0 (a share of it would be no number): the "
                "absolute change is given instead." if zero else "") + "\n")
 

@@ -3,9 +3,9 @@
 table (``table3.tex``, :mod:`.latex`).
 
 The markdown (and the HTML) put the headline first (direction agreement, rows beyond noise, the verdicts and the
-agreement over the rows that hold, how much longer a run would settle how many rows, the sweep's wall time, the
-machines), then a PPL table (with the change at
-the base's training FLOPs and each row's verdict), a BLEU table, the learning curves, the configuration
+agreement over the rows that hold, the answers and the compute they took beside every row at the cap, how much
+longer a run would settle how many rows, the sweep's wall time, the machines), then a PPL table (with the change at
+the base's training FLOPs, each row's verdict and its answer), a BLEU table, the learning curves, the configuration
 table and notes (the verdict's and the equal-compute rules among them).
 
 Every string that comes from a sweep, its runs or an export (a row's name, a status, a note, a machine, the
@@ -127,6 +127,26 @@ def settle_line(table: dict) -> str | None:
             f"{record} (rows within noise get none: theirs came true no more often than saying nothing).")
 
 
+def answer_line(table: dict) -> str | None:
+    """The answers in all (:mod:`..table3.answers`): the count of each, the rows of one seed among the unsettled,
+    the error rate they hold, the compute spent beside every row at the cap; None without answers."""
+    a = table["summary"].get("answers")
+    if not a or not a["rows"]:
+        return None
+    c = a["answers"]
+    one = sum(1 for r in table["rows"] if r.get("answer_seeds") == 1)
+    text = (f"Answers from each row's own seeds paired with the base's: {c['better']} better, {c['worse']} worse, "
+            f"{c['the same']} the same within ±{100 * a['delta']:g}%, {c['unsettled']} unsettled"
+            + (f" ({one} of one seed: no controlled answer, their verdict beside)" if one else "")
+            + f"; each row's chance of a false answer at most {a['alpha']:g} over every look of the settle loop"
+            + (f" (at most {a['expected_false']:.1f} false answers expected among these {a['rows']} rows)."
+               if a["rows"] > c["unsettled"] else "."))
+    if a.get("spent") and a.get("at_cap"):
+        text += (f" Training compute spent: {a['spent']:.3g} FLOPs; every row at {a['seeds']} seeds and the base "
+                 f"at the caps: {a['at_cap']:.3g} ({a['at_cap'] / a['spent']:.2f}x).")
+    return text
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "not recorded"
@@ -180,6 +200,9 @@ def headline_lines(table: dict) -> list[str]:
         lines.append(f"Direction agrees with the paper on the rows beyond noise: dev PPL {_fraction(s['ppl_beyond'])}, "
                      f"dev BLEU {_fraction(s['bleu_beyond'])}.")
     lines.append(verdict_line(table))
+    answers = answer_line(table)
+    if answers:
+        lines.append(answers)
     record = record_line(table)
     if record:
         lines.append(record)
@@ -219,7 +242,8 @@ def ppl_markdown(table: dict, view: str = PPL) -> str:
                "base, at equal steps and at the base's training FLOPs; \"agrees\" = our change has the paper's "
                "sign; \"beyond noise\": " + NOISE_RULE + "; \"budget verdict\": holds, may flip, within noise or "
                "too few points, from each run's learning curve extrapolated, with the predicted change at the longer "
-               "budget and its interval (the rule is in the notes).", ""]
+               "budget and its interval; \"answer\": better, worse, the same or unsettled, from the row's own seeds "
+               "paired with the base's, with its interval (the rules are in the notes).", ""]
     return "\n".join(lines + _md_table(table, view)) + "\n"
 
 
@@ -280,6 +304,8 @@ def notes_markdown(table: dict) -> str:
     for sig in table["bleu_signatures"]:
         lines.append(f"Our dev BLEU: sacreBLEU {md_code(sig)}.")
     lines.append(verdict_rule(table.get("report_settings")))
+    if (s.get("answers") or {}).get("rule"):
+        lines.append(s["answers"]["rule"])
     lines.append(COMPUTE_RULE + ".")
     compute = table.get("compute") or {}
     if compute.get("base_flops") and not compute.get("lengths_measured"):
