@@ -5,11 +5,12 @@
 #                 progress line every 30 s.
 #                 Then it settles the rows (ltfm sweep --settle): another seed of a row, more of the base or a longer
 #                 budget until each row is better, worse or the same as the base within ±delta, or at the cap the
-#                 sweep file's settle: section sets (sweeps/table3-cpu.yaml: every row at 2 seeds, the base at 6, at
-#                 most twice the first pass's training FLOPs); a sweep file without settle: runs its first pass alone.
+#                 sweep file's settle: section sets (sweeps/table3-cpu.yaml: at most 3 seeds a row; replayed on the
+#                 committed exports, 1.77x the first pass's training FLOPs); a sweep file without settle: runs its
+#                 first pass alone.
 #   SETTLE=0    : the first pass alone (no settling)
 #   QUICK=1     : a pipeline check in a few minutes (every row of the protocol, QUICK_STEPS steps, 100 dev pairs;
-#                 it settles too, at QUICK_SETTLE's cap: each row's second seed)
+#                 it settles too, at QUICK_SETTLE's cap: 2 seeds a row)
 #   WORKERS=K   : K workers instead of one per core (or GPU)
 #   SWEEP=sweeps/table3.yaml ARGS="train.devices=8 train.strategy=ddp" WORKERS=1 : the paper's scale on a GPU node
 # make reference: make ablation, then its report with provenance in reports/reference/<sweep name>/
@@ -50,7 +51,7 @@ QUICK_ARGS := train.max_steps=$(QUICK_STEPS) train.warmup=$(QUICK_STEPS) train.v
 	train.checkpoint_every_steps=$(QUICK_STEPS) data.max_dev_pairs=100 decode.max_len_b=10 'wandb.tags=[pipeline-check]'
 BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
 # The settle loop: on when the sweep file has a settle: section (SETTLE=0: off); QUICK=1 settles at a cap of its own
-# (every row's second seed, the base's three: the path exercised, its answers say nothing)
+# (2 seeds a row, the base's three: the path exercised, its answers say nothing)
 SETTLE ?= $(if $(shell grep -qs '^settle:' $(SWEEP) && echo 1),1,0)
 QUICK_SETTLE := settle.seeds=2 settle.base_seeds=3 settle.budget=1
 SETTLE_ARGS = $(if $(filter 1,$(SETTLE)),--settle $(if $(QUICK),$(QUICK_SETTLE),),)

@@ -4,8 +4,9 @@ real ``ltfm`` processes, real SQLite studies, real signals, the real planner (:m
 A row's answer comes from real training only. Where a test needs an answer to come out a chosen way it uses a *twin*
 of the base: a row whose only override is one no training reads (``decode.max_len_b``, the beam search's length
 at the end), so that each of its seeds trains exactly the base's run of that seed (its own run folder: the run id
-hashes the override) and its difference to the base is 0 at every seed: the planner's answer then depends on the
-caps alone (``delta``: the same within ±delta or not; ``seeds``; ``hours``). The budget extension needs a gap that
+hashes the override) and its difference to the base is 0 at every seed: paired by seed, it is *the same* at its
+first look, and what the loop does around it depends on the caps alone (``seeds``, ``hours``). The budget extension
+needs a gap that
 changes with the budget: there the test reads the first pass as the planner will, asks the real planner for the
 caps under which it continues the runs, and asserts on what is queued and trained.
 """
@@ -130,23 +131,24 @@ def test_the_loop_adds_a_seed_and_answers_the_row(tmp_path, data_dir, ltfm_here)
 
 @pytest.mark.slow
 def test_a_row_at_its_cap_stops_the_loop_unsettled(tmp_path, data_dir, ltfm_here):
-    """±0.01% cannot be shown: the twin gets its second seed (a row's own noise is measured before it is given up),
-    and then its hours are spent (0.0001 h: the first settle trial takes longer), so no third seed (the seeds cap
-    of 3 would allow it): the loop ends with the row unsettled at its cap, and --status says what it waited for."""
-    path = write_sweep(tmp_path, "cap", {"base": {"seeds": [1, 2]}, "twin": TWIN},
-                       {"seeds": 3, "base_seeds": 2, "budget": 1, "delta": 0.0001, "hours": 0.0001})
+    """Nothing measured of a seed's difference yet, the cheapest row (the twin) is looked at first: its second seed
+    and the base's. Then the hours are spent (0.0001 h: those trials take longer), so the other row, whose plug-in
+    could have been read off the twin's pairs, gets no second seed although the seeds cap (2) allows it: the loop
+    ends with it unsettled at its cap, and --status says what it waits for. Run again, it trains nothing."""
+    variants = {"base": {}, "twin": TWIN, "wider": {"model.d_ff": 128}}
+    path = write_sweep(tmp_path, "cap", variants, {"seeds": 2, "base_seeds": 2, "budget": 1, "hours": 0.0001})
     p = ltfm(*sweep_args(path, data_dir, tmp_path), "--settle")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert trained(trials_of(tmp_path, "cap")) == [("base", 1, 1.0), ("base", 2, 1.0), ("twin", 1, 1.0),
-                                                   ("twin", 2, 1.0)]
+    assert trained(trials_of(tmp_path, "cap")) == [("base", 1, 1.0), ("twin", 1, 1.0), ("wider", 1, 1.0),
+                                                   ("base", 2, 1.0), ("twin", 2, 1.0)]
     assert "every row answered or at its cap" in p.stdout, p.stdout
-    assert "settled 0 of 1 rows (1 unsettled)" in p.stdout and "waits for at its cap: 0.0001 hours" in p.stdout
+    assert "settled 1 of 2 rows (1 the same, 1 unsettled)" in p.stdout, p.stdout
+    assert "wider  unsettled (one seed)" in p.stdout and "waits for at its cap: 0.0001 hours spent" in p.stdout
     s = ltfm_here(*sweep_args(path, data_dir, tmp_path), "--status")
-    assert "twin  unsettled" in s.stdout and "waits for at its cap: 0.0001 hours spent" in s.stdout, s.stdout
-    # run again: nothing more (the cap holds), nothing trained twice
+    assert "wider  unsettled" in s.stdout and "waits for at its cap: 0.0001 hours spent" in s.stdout, s.stdout
     again = ltfm(*sweep_args(path, data_dir, tmp_path), "--settle")
     assert again.returncode == 0 and ": training " not in again.stdout, again.stdout[-3000:]
-    assert len(trials_of(tmp_path, "cap")) == 4
+    assert len(trials_of(tmp_path, "cap")) == 5
 
 
 #: ``ltfm sweep`` killed by SIGKILL right after its first settle pass has queued its trials: the signal is real,

@@ -316,13 +316,14 @@ def took(reading: Reading, variant: str) -> tuple[int, float, float]:
 
 
 def cap_cost(reading: Reading, sweep: Sweep) -> float:
-    """The training FLOPs of every row at its cap: ``settle.seeds`` seeds (the base ``settle.base_seeds``; a row's
-    own first-pass seeds if more) each trained to ``settle.budget`` x its budget."""
+    """The training FLOPs of every row at its cap, as the report counts them
+    (:func:`lightning_tfm.report.table3.answers.add_answers`): ``settle.seeds`` seeds a row and the base's seeds
+    its rows can reach (its own if more), each trained to ``settle.budget`` x its budget."""
     s = spec_of(sweep)
     total = 0.0
     for variant, rows in reading.rows.items():
-        first = len(sweep.variants[variant].get("seeds") or sweep.seeds)
-        total += rows.cost * max(first, s.base_seeds if variant == BASE else s.seeds) * s.budget
+        have = len(reading.runs.get(variant, {}))
+        total += rows.cost * s.budget * (max(have, min(s.seeds, s.base_seeds)) if variant == BASE else s.seeds)
     return total
 
 
