@@ -105,6 +105,42 @@ def test_the_sweep_keys_list_the_settle_section(ltfm_here):
                     "settle.hours"], p.stdout
 
 
+def test_the_planners_trials_are_queued_once_each_and_a_failed_one_once_more(tmp_path):
+    """What a settle pass queues (real SQLite study, no training): an action asked twice, or asked again by another
+    worker's pass, is one trial, keyed by (variant, seed, budget multiple) with the row's definition; a 2x trial is a
+    trial of its own, training the row's steps x 2 in the seed's run id; a failed one is queued once more only while
+    its key is in ``again`` (once per worker process)."""
+    from lightning_tfm.findings.settle import Action
+    from lightning_tfm.sweep.plan import Plan
+    from lightning_tfm.sweep.settle import MULTIPLE, enqueue, entry_of, own_key
+    from lightning_tfm.sweep.spec import load_sweep
+    from lightning_tfm.sweep.storage import open_storage, open_study
+    from lightning_tfm.training.config.run_id import run_id
+
+    sweep = load_sweep(write_sweep(tmp_path, "queue", {"base": {}, "twin": TWIN}))
+    plan = Plan(sweep, [f"run.results_dir={tmp_path / 'results'}"], data=False)
+    (tmp_path / "results").mkdir()
+    study = open_study(sweep, open_storage(f"sqlite:///{tmp_path / 'results' / 'queue.db'}"))
+    asked = [Action("twin", 2, 1.0, "a"), Action("twin", 2, 1.0, "a"), Action("twin", 1, 2.0, "b")]
+    assert enqueue(study, plan, asked, set())[0] == 2
+    added, keys = enqueue(study, plan, asked, set())  # another worker's pass: nothing more
+    trials = study.get_trials()
+    assert added == 0 and keys == {t.user_attrs["grid_key"] for t in trials} and len(trials) == 2
+    longer = trials[1].user_attrs
+    assert (longer["seed"], longer[MULTIPLE], longer["max_steps"]) == (1, 2.0, 40) and own_key(plan, trials[1])
+    cfg = [plan.config(entry_of(sweep, "twin", 1, m)) for m in (1.0, 2.0)]
+    assert cfg[0].train.max_steps == 20 and cfg[1].train.max_steps == 40
+    assert run_id(cfg[0]) == run_id(cfg[1])  # the same run folder, trained on
+    storage = study._storage
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, trials[0].number)
+    storage.set_trial_state_values(trial_id, optuna.trial.TrialState.RUNNING)  # as a worker claims it
+    storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)   # and its training fails
+    again = {trials[0].user_attrs["grid_key"]}
+    assert enqueue(study, plan, asked[:1], set())[0] == 0  # failed: not again unless this process may
+    assert enqueue(study, plan, asked[:1], again)[0] == 1 and not again
+    assert enqueue(study, plan, asked[:1], again)[0] == 0
+
+
 # ------------------------------------------------------------------------------------------------- the loop
 @pytest.mark.slow
 def test_the_loop_adds_a_seed_and_answers_the_row(tmp_path, data_dir, ltfm_here):

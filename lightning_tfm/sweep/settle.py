@@ -245,16 +245,16 @@ def enqueue(study, plan: Plan, actions, again: set[str]) -> tuple[int, set[str]]
         for a in actions:
             entry = entry_of(plan.sweep, a.variant, a.seed, a.budget)
             key = plan.grid_key(entry)
-            keys.add(key)
             trials = by_key.get(key, [])
-            if any(t.state != TrialState.FAIL for t in trials) or \
+            if key in keys or any(t.state != TrialState.FAIL for t in trials) or \
                     any(t.user_attrs.get("skip") in NOT_AGAIN for t in trials):
+                keys.add(key)  # an action listed twice is queued once
                 continue
+            keys.add(key)
             if trials and key not in again:
                 continue
             again.discard(key)
             add_waiting(study, plan, entry, space, **{MULTIPLE: float(a.budget), WHY: a.why})
-            by_key[key] = [None]  # an action listed twice is queued once  # type: ignore[list-item]
             added += 1
     return added, keys
 
