@@ -75,8 +75,8 @@ def text_check(words: str, test: typing.Callable[[str], Any] = bool) -> Check:
 
 
 def _section(kind, head: str):
-    """A field holding a section: its help is the section class's docstring."""
-    doc = kind.__doc__.strip().rstrip(".")
+    """A field holding a section: its help is the first paragraph of the section class's docstring, on one line."""
+    doc = " ".join(kind.__doc__.strip().split("\n\n")[0].split()).rstrip(".")
     return knob(None, doc[0].lower() + doc[1:], factory=kind, section=(kind, head))
 
 
