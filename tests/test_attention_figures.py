@@ -192,8 +192,10 @@ def test_table2_alignment_figure_one_panel_per_architecture(tmp_path):
         (run / "val.de").write_text("zwei Hunde spielen im Schnee .\nein Mann fährt Fahrrad .\n")
     records = [RunRecord(variant=v, seed=1, status="completed", run=str(run)) for v, run in runs.items()]
     records.insert(0, RunRecord(variant="rnn", seed=2, status="failed", run=str(tmp_path / "nowhere")))
-    rows = [{"variant": "transformer", "arch": "transformer"}, {"variant": "rnn", "arch": "rnn"},
-            {"variant": "rnn-params", "arch": "rnn"}]  # one panel per architecture: rnn-params is not drawn
+    from lightning_tfm.report.table2.columns import Row
+
+    rows = [Row("transformer", arch="transformer"), Row("rnn", arch="rnn"),
+            Row("rnn-params", arch="rnn")]  # one panel per architecture: rnn-params is not drawn
     data = SimpleNamespace(records=records, source="results folder results/")
 
     png, caption = att.report_alignment_figure(data, rows, tmp_path / "out" / "table2_alignment.png")

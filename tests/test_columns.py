@@ -47,7 +47,7 @@ def _ppl_section(md: str) -> list[str]:
 
 
 def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dashboard_note(table, tmp_path):
-    base = next(r for r in table["rows"] if r.variant == "base")
+    base = next(r for r in table.rows if r.variant == "base")
     value = ppl_per_mparam(base)
     assert value and NEW.key not in {f.name for f in dataclasses.fields(Row)}  # no field: computed
 
@@ -60,7 +60,7 @@ def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dash
     # table3.csv: a column of its own, every row's value to 6 significant digits
     rows = list(csv.DictReader(io.StringIO(table_csv(table))))
     assert list(rows[0])[-1] == NEW.key and rows[0]["variant"] == "base" and rows[0][NEW.key] == f"{value:.6g}"
-    assert [r[NEW.key] for r in rows] == ["" if (v := ppl_per_mparam(r)) is None else f"{v:.6g}" for r in table["rows"]]
+    assert [r[NEW.key] for r in rows] == ["" if (v := ppl_per_mparam(r)) is None else f"{v:.6g}" for r in table.rows]
 
     # the report's W&B run, offline: its table3/dev_ppl table has the column, read back from the run's files
     out, results = tmp_path / "build", tmp_path / "results"
@@ -78,7 +78,7 @@ def test_a_column_added_in_one_place_is_in_the_markdown_csv_wandb_table_and_dash
     assert {c.key for c in columns.columns(NOTE)} <= set(logged["columns"])
     each = [dict(zip(logged["columns"], cells)) for cells in logged["data"]]
     assert [(c["variant"], c["ppl_verdict"], c["ppl_settle"]) for c in each] == [
-        (r.variant, r.ppl_verdict, r.ppl_settle) for r in table["rows"]]
+        (r.variant, r.ppl_verdict, r.ppl_settle) for r in table.rows]
     assert all((c["ppl_settle"] is None) == (c["ppl_verdict"] != "may flip") for c in each)  # rows that may flip
 
     # the study's optuna-dashboard note: written and read back through optuna-dashboard (the dev extra has it)

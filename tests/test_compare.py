@@ -96,7 +96,7 @@ def test_two_budgets_side_by_side_and_the_export_a_report_writes(tmp_path, data_
     slow = next(r for r in data.records if r.variant == "slow")
     assert (slow.steps, slow.config["train.max_steps"]) == (40, 40) and slow.later_attempt == "completed at step 60"
     assert max(h["step"] for h in slow.history) < 40 and any("slow s1 at 40" in n for n in data.notes)
-    at40 = {r["variant"]: r for r in rd.build_table(data, bootstrap=False)["rows"]}
+    at40 = {r["variant"]: r for r in rd.build_table(data, bootstrap=False).rows}
     assert at40["slow"]["dev_ppl"] == pytest.approx(float(row["a_dev_ppl"]), rel=1e-5)   # side A above: 40 steps
     assert at40["slow"]["delta_ppl"] == pytest.approx(float(row["a_delta_ppl"]), rel=1e-5)
 

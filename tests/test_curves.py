@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lightning_tfm.findings import curves
+from lightning_tfm.findings import backtest, curves
 from lightning_tfm.report.table3 import verdict
 
 STEPS = range(99, 600, 100)   # a validation every 100 updates, Lightning's steps: the budget is 600 updates
@@ -61,31 +61,31 @@ def test_too_few_points_give_no_fit_and_say_so():
     assert curves.points_needed(3, "saturating") == 4 and curves.fit_run(short, family="saturating") is None
     assert curves.predicted_gap([short], [run(BASE)], LATER, warmup=200) is None
     v = verdict.curve_verdict([short], [run(BASE)], delta=-3.0, noise="beyond", warmup=200)
-    assert v["verdict"] == verdict.TOO_FEW and v["gap"] is None
-    assert v["why"] == "the row: 1 validation(s) after the warmup (step 200), the fit needs 3"
+    assert v.verdict == verdict.TOO_FEW and v.gap is None
+    assert v.why == "the row: 1 validation(s) after the warmup (step 200), the fit needs 3"
     # one base seed: the noise is unknown, whatever the curves say
-    assert verdict.curve_verdict([run(BASE)], [run(BASE)], 1.0, "unknown")["verdict"] == verdict.TOO_FEW
+    assert verdict.curve_verdict([run(BASE)], [run(BASE)], 1.0, "unknown").verdict == verdict.TOO_FEW
 
 
 def test_two_parallel_curves_hold():
     # 0.5 nats worse at every step, to the asymptote: beyond the extrapolation's error at 3x (0.38 nats)
     row = saturating(2.0, 30.0, 0.5)
     v = verdict.curve_verdict([run(row)], [run(BASE)], delta=1.0, noise="beyond")
-    gap = v["gap"]
-    assert v["verdict"] == verdict.HOLDS and gap["low"] > 0 and gap["at_step"] == LATER
-    assert gap["low"] < 0.5 < gap["high"] and gap["point"] == pytest.approx(0.5, abs=0.05)  # the true gap inside
-    assert v["settle"] is None  # a row that holds has settled
+    gap = v.gap
+    assert v.verdict == verdict.HOLDS and gap.low > 0 and gap.at_step == LATER
+    assert gap.low < 0.5 < gap.high and gap.point == pytest.approx(0.5, abs=0.05)  # the true gap inside
+    assert v.settle is None  # a row that holds has settled
     # 0.2 nats, as steady: the direction holds (its one-sided bound, the point less SIGN_QUANTILE x today's gap,
     # stays above zero), whatever the size's interval
     near = verdict.curve_verdict([run(saturating(1.7, 30.0, 0.5))], [run(BASE)], delta=1.0, noise="beyond")
-    g = near["gap"]
-    assert near["verdict"] == verdict.HOLDS and g["now"] == pytest.approx(0.2, abs=0.02)
-    assert g["sign_margin"] == pytest.approx(curves.SIGN_QUANTILE * abs(g["now"]))   # one base seed: no noise term
-    assert 0 < g["point"] - g["sign_margin"] < g["point"] and "; direction bound +" in near["why"]
-    assert v["why"] == verdict.gap_text(gap) and "at 1800 steps; direction bound +" in v["why"]
-    assert v["why"].startswith(f"{100 * math.expm1(gap['point']):+.1f}% [")
+    g = near.gap
+    assert near.verdict == verdict.HOLDS and g.now == pytest.approx(0.2, abs=0.02)
+    assert g.sign_margin == pytest.approx(curves.SIGN_QUANTILE * abs(g.now))   # one base seed: no noise term
+    assert 0 < g.point - g.sign_margin < g.point and "; direction bound +" in near.why
+    assert v.why == verdict.gap_text(gap) and "at 1800 steps; direction bound +" in v.why
+    assert v.why.startswith(f"{100 * math.expm1(gap.point):+.1f}% [")
     # the same pair the other way round (the row better): holds on its own side
-    assert verdict.curve_verdict([run(BASE)], [run(row)], -1.0, "beyond")["verdict"] == verdict.HOLDS
+    assert verdict.curve_verdict([run(BASE)], [run(row)], -1.0, "beyond").verdict == verdict.HOLDS
 
 
 def test_a_crossing_late_in_the_budget_may_flip():
@@ -93,9 +93,9 @@ def test_a_crossing_late_in_the_budget_may_flip():
     row = saturating(2.3, 60.0, 0.8)
     assert row(600) < BASE(600) and row(900) > BASE(900) and row(1800) - BASE(1800) == pytest.approx(0.24, abs=0.01)
     v = verdict.curve_verdict([run(row)], [run(BASE)], delta=-0.98, noise="beyond")
-    assert v["verdict"] == verdict.MAY_FLIP and v["gap"]["high"] > 0   # not holds: the interval leaves today's side
+    assert v.verdict == verdict.MAY_FLIP and v.gap.high > 0   # not holds: the interval leaves today's side
     # noise at the end decides first
-    assert verdict.curve_verdict([run(row)], [run(BASE)], -0.98, "within")["verdict"] == verdict.WITHIN
+    assert verdict.curve_verdict([run(row)], [run(BASE)], -0.98, "within").verdict == verdict.WITHIN
     assert verdict.curve_verdict([run(row)], [run(BASE)], None, None) is None  # the base, or no completed run
 
 
@@ -104,7 +104,7 @@ def test_noise_widens_the_interval_and_the_base_seeds_are_resampled():
     widths = []
     for noise in (0.0, 0.01, 0.03):
         g = curves.predicted_gap([run(row, noise, 1)], [run(BASE, noise, 2)], LATER)
-        widths.append(g["high"] - g["low"])
+        widths.append(g.high - g.low)
     assert widths[0] < widths[1] < widths[2]
     # three base seeds that disagree (each a smooth curve of its own): resampling them widens the interval
     # against their mean as one run
@@ -112,8 +112,8 @@ def test_noise_widens_the_interval_and_the_base_seeds_are_resampled():
     mean = {s: math.exp(np.mean([math.log(r[s]) for r in seeds])) for s in STEPS}
     three = curves.predicted_gap([run(row)], seeds, LATER)
     one = curves.predicted_gap([run(row)], [mean], LATER)
-    assert three["point"] == pytest.approx(one["point"], abs=0.01)
-    assert three["high"] - three["low"] > one["high"] - one["low"]
+    assert three.point == pytest.approx(one.point, abs=0.01)
+    assert three.high - three.low > one.high - one.low
 
 
 def test_the_bootstrap_is_seeded():
@@ -121,15 +121,15 @@ def test_the_bootstrap_is_seeded():
     a = curves.predicted_gap(rows, base, LATER, n_boot=100, seed=7)
     b = curves.predicted_gap(rows, base, LATER, n_boot=100, seed=7)
     c = curves.predicted_gap(rows, base, LATER, n_boot=100, seed=8)
-    assert (a["low"], a["high"]) == (b["low"], b["high"]) and (a["low"], a["high"]) != (c["low"], c["high"])
-    assert a["point"] == c["point"]  # the fit itself draws nothing
+    assert (a.low, a.high) == (b.low, b.high) and (a.low, a.high) != (c.low, c.high)
+    assert a.point == c.point  # the fit itself draws nothing
     fit = curves.fit_run(rows[0])
     draws = fit.bootstrap([LATER, 2 * LATER], 50, np.random.default_rng(0))
     assert draws.shape == (50, 2) and np.array_equal(draws, fit.bootstrap([LATER, 2 * LATER], 50,
                                                                             np.random.default_rng(0)))
     # the level sets the share of draws the interval covers
     wide = curves.predicted_gap(rows, base, LATER, n_boot=100, seed=7, level=0.99)
-    assert wide["low"] <= a["low"] and wide["high"] >= a["high"]
+    assert wide.low <= a.low and wide.high >= a.high
 
 
 def test_each_side_is_read_at_its_own_budget_multiple():
@@ -137,10 +137,10 @@ def test_each_side_is_read_at_its_own_budget_multiple():
     big = run(saturating(1.4, 30.0, 0.5), steps=range(99, 1800, 100))
     assert (verdict.later_step(599, 3), verdict.later_step(1799, 3), verdict.later_step(399, 1.5)) == (1799, 5399, 599)
     v = verdict.curve_verdict([big], [run(BASE)], delta=-1.0, noise="beyond")
-    assert (v["gap"]["at_step"], v["gap"]["base_step"]) == (5399, 1799)
-    assert "at 5400 steps (base 1800); direction bound " in v["why"]
+    assert (v.gap.at_step, v.gap.base_step) == (5399, 1799)
+    assert "at 5400 steps (base 1800); direction bound " in v.why
     # the sweep file's k
-    assert verdict.curve_verdict([big], [run(BASE)], -1.0, "beyond", {"k": 2})["gap"]["base_step"] == 1199
+    assert verdict.curve_verdict([big], [run(BASE)], -1.0, "beyond", {"k": 2}).gap.base_step == 1199
 
 
 def test_a_power_law_beyond_exps_range_names_its_amplitude_inf():
@@ -168,10 +168,10 @@ def test_the_interval_at_3x_covers_the_known_gap_at_its_level_over_seeded_draws(
             g = curves.predicted_gap([run(row, noise, rng.integers(1 << 30))],
                                      [run(BASE, noise, rng.integers(1 << 30)) for _ in range(3)], LATER,
                                      warmup=200, seed=i)
-            covered[name] += g["low"] <= truth <= g["high"]
-            boot_only[name] += g["boot_low"] <= truth <= g["boot_high"]
-            keeps += name == "keeps" and g["low"] > 0
-            assert g["low"] <= g["boot_low"] and g["high"] >= g["boot_high"] and g["k"] == pytest.approx(3.0)
+            covered[name] += g.low <= truth <= g.high
+            boot_only[name] += g.boot_low <= truth <= g.boot_high
+            keeps += name == "keeps" and g.low > 0
+            assert g.low <= g.boot_low and g.high >= g.boot_high and g.k == pytest.approx(3.0)
     assert all(c >= curves.EXTRAPOLATION_LEVEL * draws for c in covered.values()), covered   # the stated 80%
     assert keeps >= 0.9 * draws  # and a gap beyond the extrapolation's error still holds: not a band too wide
 
@@ -183,11 +183,11 @@ def test_the_extrapolation_margin_grows_with_log_k_and_is_the_committed_calibrat
     assert m(3.0, 0.99) > m(3.0) > m(3.0, 0.5)
     # a score is the margin (at 3x) a back-test row needed: widening by it holds the measured gap, exactly
     point, low, high, measured = -0.5, -0.6, -0.4, -0.1
-    score = curves.extrapolation_score(point, low, high, measured, 3.0)
+    score = backtest.extrapolation_score(point, low, high, measured, 3.0)
     lo, hi = curves.widen(point, low, high, score)
-    assert hi == pytest.approx(measured) and lo < low and curves.extrapolation_score(point, low, high, -0.45, 3) == 0
-    assert curves.conformal_quantile([0.0] * 6 + [0.2, 0.3], 0.9) == math.inf   # 8 scores: too few for 90%
-    assert curves.conformal_quantile([0.0] * 17 + [0.1, 0.2, 0.3], 0.9) == 0.2
+    assert hi == pytest.approx(measured) and lo < low and backtest.extrapolation_score(point, low, high, -0.45, 3) == 0
+    assert backtest.conformal_quantile([0.0] * 6 + [0.2, 0.3], 0.9) == math.inf   # 8 scores: too few for 90%
+    assert backtest.conformal_quantile([0.0] * 17 + [0.1, 0.2, 0.3], 0.9) == 0.2
 
 
 def test_the_settle_budget_of_rows_that_may_flip_names_its_side():
@@ -196,21 +196,21 @@ def test_the_settle_budget_of_rows_that_may_flip_names_its_side():
     # D1, tests/test_backtest.py)
     closing = saturating(1.3, 10.0, 0.5)
     v = verdict.curve_verdict([run(closing)], [run(BASE)], delta=-1.0, noise="beyond")
-    assert v["verdict"] == verdict.MAY_FLIP and v["gap"]["point"] < 0 < v["gap"]["point"] + v["gap"]["sign_margin"]
-    assert v["settle"]["kind"] is None and verdict.settle_text(v["settle"]) == "not within 10x"
-    st = {"kind": "holds", "k": 1.5, "step": 899, "sign": -1}
+    assert v.verdict == verdict.MAY_FLIP and v.gap.point < 0 < v.gap.point + v.gap.sign_margin
+    assert v.settle is None and verdict.settle_text(v) == "not within 10x"
+    st = verdict.Verdict(verdict.MAY_FLIP, "", settle=curves.SettleBudget("holds", 1.5, 899, 899, -1))
     assert verdict.settle_text(st, 2e12, 0.5) == ("holds, better than the base, at 1.5x: 900 steps, 1.8e+15 FLOPs, "
                                                   "0.12 h")
     # the crossing after the budget: a flip, named as one, on the side the row goes to
     crossing = verdict.curve_verdict([run(CASES["crosses"])], [run(BASE)], delta=-0.9, noise="beyond")
-    assert crossing["verdict"] == verdict.MAY_FLIP
-    assert crossing["settle"]["kind"] == "flips" and crossing["settle"]["sign"] == 1 and 1 < crossing["settle"]["k"] < 3
-    assert verdict.settle_text(crossing["settle"]).startswith("flips to worse than the base at ")
+    assert crossing.verdict == verdict.MAY_FLIP
+    assert crossing.settle.kind == "flips" and crossing.settle.sign == 1 and 1 < crossing.settle.k < 3
+    assert verdict.settle_text(crossing).startswith("flips to worse than the base at ")
     # a row within noise gets no settle budget (back-tested, such predictions did no better than saying nothing)
     stalled = verdict.curve_verdict([run(lambda t: 3.1 * t ** -0.02)], [run(BASE)], delta=0.003, noise="within")
-    assert stalled["verdict"] == verdict.WITHIN and stalled["settle"] is None
+    assert stalled.verdict == verdict.WITHIN and stalled.settle is None
     # nothing settles within the multiple looked at: None
-    assert curves.settle_budget(crossing["gap"], -0.9, most=1.01) is None and verdict.settle_text(None) is None
+    assert curves.settle_budget(crossing.gap, -0.9, most=1.01) is None and verdict.settle_text(None) is None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -251,5 +251,5 @@ def test_no_crossing_row_holds_and_rows_that_keep_their_gap_do(name, row, holds_
         now, sd = curves.today_gap(rows, base)
         noise = "beyond" if abs(now) > 2 * sd else "within"
         v = verdict.curve_verdict(rows, base, delta=now, noise=noise, warmup=200, base_warmup=200)
-        holds += v["verdict"] == verdict.HOLDS
+        holds += v.verdict == verdict.HOLDS
     assert holds_at_least * draws <= holds <= holds_at_most * draws, (name, holds)

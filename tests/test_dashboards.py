@@ -260,10 +260,11 @@ def test_run_ids_notes_and_headline_numbers():
     kept = optuna_note.merge_note("my words", ours)
     assert kept.startswith(ours) and kept.endswith("my words\n")
     assert optuna_note.merge_note(kept.replace("- fact", "- old fact"), ours) == kept
-    rows = [{"variant": "base", "in_paper": True, "seeds_completed": 3, "status": "completed", "ppl_agrees": None,
-             "bleu_agrees": None, "ppl_noise": None, "bleu_noise": None},
-            *[{"variant": v, "in_paper": True, "seeds_completed": 1, "status": "completed", "ppl_agrees": a,
-               "bleu_agrees": b, "ppl_noise": n, "bleu_noise": "within"}
+    from lightning_tfm.report.table3.columns import Row
+
+    rows = [Row("base", in_paper=True, seeds_completed=3, status="completed"),
+            *[Row(v, in_paper=True, seeds_completed=1, status="completed", ppl_agrees=a, bleu_agrees=b, ppl_noise=n,
+                  bleu_noise="within")
               for v, a, b, n in (("A1", True, False, "beyond"), ("A2", False, False, "beyond"),
                                  ("A3", True, True, "within"))]]
     h = kinds.headline_numbers(rows, {"wall_s": 60.0, "train_s": 100.0, "runs": 4, "records": 4})
@@ -272,8 +273,8 @@ def test_run_ids_notes_and_headline_numbers():
     assert (h["dev_ppl/rows_beyond_noise"], h["dev_ppl/rows_within_noise"]) == (2, 1)
     assert (h["dev_bleu/agree_rows"], h["dev_bleu/rows_beyond_noise"], h["both/agree_rows"]) == (1, 0, 1)
     assert "dev_bleu/agreement_beyond_noise" not in h and h["wall_time_s"] == 60.0
-    # the verdicts, when table3.csv has them (A1 holds and agrees, A2 holds and does not)
-    rows[1]["ppl_verdict"], rows[2]["ppl_verdict"], rows[3]["ppl_verdict"] = "holds", "holds", "within noise"
+    # the verdicts (A1 holds and agrees, A2 holds and does not)
+    rows[1].ppl_verdict, rows[2].ppl_verdict, rows[3].ppl_verdict = "holds", "holds", "within noise"
     h = kinds.headline_numbers(rows)
     assert (h["dev_ppl/agree_rows_findings"], h["dev_ppl/compared_rows_findings"]) == (1, 2)
     assert (h["dev_ppl/verdict_holds"], h["dev_ppl/verdict_within_noise"], h["dev_ppl/verdict_may_flip"],
@@ -429,8 +430,10 @@ def test_the_report_says_where_its_wandb_run_is_and_how_to_open_its_study(tmp_pa
     assert wandb_line == (f"W&B: the report run `report-rep-pipeline-check-table3` (offline), in `{run}`; to publish "
                           f"it: `wandb sync {run}`.")
     assert study_line.startswith("optuna-dashboard: `optuna-dashboard sqlite:///res/rep.db` opens the study `rep`")
-    md = published_markdown({"published": [wandb_line, study_line]})
-    assert md.startswith(PUBLISHED_TITLE + "\n\n- W&B: ") and published_markdown({}) == ""
+    from lightning_tfm.report.table3.table import Table3
+
+    md = published_markdown(Table3(published=[wandb_line, study_line]))
+    assert md.startswith(PUBLISHED_TITLE + "\n\n- W&B: ") and published_markdown(Table3()) == ""
     # online, a PostgreSQL study: the run's URL; the command names the storage with its password masked
     monkeypatch.setenv("WANDB_MODE", "online")
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)

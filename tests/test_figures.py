@@ -15,7 +15,8 @@ from matplotlib.colors import to_rgb  # noqa: E402
 from lightning_tfm.base.errors import UserError  # noqa: E402
 from lightning_tfm.report.core import plots  # noqa: E402
 from lightning_tfm.report.inputs.records import ReportData, RunRecord  # noqa: E402
-from lightning_tfm.report.table3.table import build_table  # noqa: E402
+from lightning_tfm.report.table3.columns import Row  # noqa: E402
+from lightning_tfm.report.table3.table import LearningCurves, Table3, build_table  # noqa: E402
 from lightning_tfm.report.views import figures, lead  # noqa: E402
 from lightning_tfm.sweep import load_sweep  # noqa: E402
 
@@ -93,12 +94,11 @@ def test_training_loss_is_smoothed_with_the_raw_points_faint(tmp_path, monkeypat
 def test_dev_ppl_against_training_compute_marks_the_bases_budget(tmp_path, monkeypatch):
     saved = []
     monkeypatch.setattr(figures, "save_figure", kept(saved))
-    table = {"sweep": "s", "rows": [{"variant": "base", "flops_per_step": 2e9},
-                                    {"variant": "big", "flops_per_step": 6e9},
-                                    {"variant": "A1", "flops_per_step": None}],
-             "curves": {"rows": {"base": {100: 50.0, 200: 30.0}, "big": {100: 60.0, 200: 25.0, 600: 10.0},
-                                 "A1": {100: 55.0}}},
-             "compute": {"base_flops": 4e11}}
+    table = Table3(sweep="s", rows=[Row("base", flops_per_step=2e9), Row("big", flops_per_step=6e9),
+                                    Row("A1", flops_per_step=None)],
+                   curves=LearningCurves(rows={"base": {100: 50.0, 200: 30.0}, "big": {100: 60.0, 200: 25.0, 600: 10.0},
+                                               "A1": {100: 55.0}}),
+                   compute={"base_flops": 4e11})
     figures.plot_ppl_vs_flops(table, tmp_path / "f.png")
     ax = saved[-1].axes[0]
     lines = {ln.get_label(): ln for ln in ax.lines}
@@ -167,7 +167,7 @@ def test_the_lead_figure_sets_each_rows_change_beside_the_papers(reference_table
     table = reference_table
     fig = _lead(table, tmp_path, monkeypatch)
     ppl, bleu, verdicts = fig.axes
-    rows = [r for r in table["rows"] if r.variant != "base"]
+    rows = [r for r in table.rows if r.variant != "base"]
     # every row but the base, in the table's order, under its family's title; named with the knobs it sets apart
     labels = [t.get_text() for t in ppl.get_yticklabels()]
     bold = [t.get_text() for t in ppl.get_yticklabels() if t.get_fontweight() == "bold"]
@@ -194,7 +194,7 @@ def test_the_lead_figure_sets_each_rows_change_beside_the_papers(reference_table
     assert by["C3"].ppl_agrees is False and colour("C3").get_facecolor()[:3] == pytest.approx(to_rgb(lead.OPPOSITE))
     assert by["A1"].ppl_noise == "within" and colour("A1").get_alpha() == lead.PALE
     # the seed noise shaded: 2 x the base's std over its 3 seeds, as a share of its dev PPL
-    base = table["rows"][0]
+    base = table.rows[0]
     band = 100 * 2 * base.dev_ppl_std / base.dev_ppl
     assert lead.noise_band(table, "ppl") * 100 == pytest.approx(band) and 5 < band < 15
     (shade,) = [p for p in ppl.patches if p.get_x() == pytest.approx(-band)]
@@ -389,7 +389,7 @@ def test_the_outlook_figures_titles_overlap_nothing(reference_table, tmp_path, m
     r = FigureCanvasAgg(fig).get_renderer()
     fig.draw(r)
     panels = [ax for ax in fig.axes if ax.get_title()]
-    assert len(panels) == len(reference_table["outlook"]) > 8
+    assert len(panels) == len(reference_table.outlook) > 8
     titles = [ax.title.get_window_extent(r) for ax in panels]
     boxes = [ax.get_window_extent(r) for ax in panels] + [ax.xaxis.get_tightbbox(r) for ax in panels]
     top = fig.get_suptitle() and fig._suptitle.get_window_extent(r)

@@ -65,12 +65,12 @@ def test_the_paper_columns_ours_beside_the_papers_one_line_a_row_grouped_by_fami
     assert [c.latex.title for c in columns(LATEX)] == cells(head[2])  # the columns' one home: report/table3/columns.py
     # one line per row of the table, in its order, a \midrule between two families
     data = [ln for ln in rows if ln != r"\midrule"]
-    assert len(data) == len(table["rows"]) == 21
+    assert len(data) == len(table.rows) == 21
     assert all(len(cells(ln)) == 17 for ln in data)
-    assert [cells(ln)[16] for ln in data] == [r.answer or "" for r in table["rows"]]  # the base has none
+    assert [cells(ln)[16] for ln in data] == [r.answer or "" for r in table.rows]  # the base has none
     names = [cells(ln)[0].split(" (")[0] for ln in data]
-    assert names == [r.variant for r in table["rows"]]
-    families = [r.family for r in table["rows"]]
+    assert names == [r.variant for r in table.rows]
+    families = [r.family for r in table.rows]
     changes = sum(a != b for a, b in zip(families, families[1:]))
     assert rows.count(r"\midrule") == changes == 7  # base | A | B | C | D | E | big | norm
     assert rows[rows.index(r"\midrule") + 1].startswith("A1 &")
@@ -122,7 +122,7 @@ def nasty_table(tmp_path: Path) -> dict:
             rd.RunRecord(variant=NASTY, family="weird", seed=1, status="completed", dev_ppl=30.0, dev_bleu=5.0),
             rd.RunRecord(variant="{x}_y", family="weird", seed=1, status="failed", note="50% & more")]
     table = rd.build_table(rd.ReportData(sweep, recs, "test", {}), bootstrap=False)
-    table["pipeline_check"] = True
+    table.pipeline_check = True
     return table
 
 

@@ -161,7 +161,7 @@ def test_a_hand_trained_runs_long_variant_is_refused_before_the_export_is_writte
     from lightning_tfm.report.inputs.records import ReportData, RunRecord
 
     sweep = SimpleNamespace(name="s", path=tmp_path / "s.yaml")
-    table = {"bootstrap": ({}, [], None), "run_info": None}
+    table = SimpleNamespace(bootstrap=({}, [], None), run_info=None)
     ok = ReportData(sweep, [RunRecord(variant="base", seed=1, run=str(tmp_path / "my run-0123abcd"))], "runs", {})
     check_tree(yaml.safe_load(write_export(ok, table, tmp_path / "export").read_text()))
     bad = ReportData(sweep, [RunRecord(variant="v" * 150, seed=1)], "runs", {})

@@ -36,7 +36,7 @@ def data(check: bool, base_bleu: float) -> ReportData:
 def table_of(d: ReportData) -> dict:
     """The table as the report notebook (table3.ipynb) builds it: pipeline_check set from the records."""
     table = build_table(d, bootstrap=False)
-    table["pipeline_check"] = is_pipeline_check(d.records)
+    table.pipeline_check = is_pipeline_check(d.records)
     return table
 
 
@@ -89,8 +89,8 @@ def test_the_tables_give_no_share_of_a_bleu_below_the_floor():
     (a share of smoothing), the absolute change stays; a base above it keeps its share."""
     from lightning_tfm.report.table3.stats import BLEU_FLOOR
 
-    low = {r.variant: r for r in table_of(data(True, base_bleu=0.0025))["rows"]}
+    low = {r.variant: r for r in table_of(data(True, base_bleu=0.0025)).rows}
     assert low["A1"]["delta_bleu"] == pytest.approx(0.2185) and low["A1"]["delta_bleu_rel"] is None
     assert low["A1"]["delta_ppl_rel"] is not None   # dev PPL's share as before
-    high = {r.variant: r for r in table_of(data(False, base_bleu=BLEU_FLOOR + 0.5))["rows"]}
+    high = {r.variant: r for r in table_of(data(False, base_bleu=BLEU_FLOOR + 0.5)).rows}
     assert high["A1"]["delta_bleu_rel"] == pytest.approx(high["A1"]["delta_bleu"] / (BLEU_FLOOR + 0.5015))

@@ -150,7 +150,7 @@ def test_a_toy_architecture_trains_decodes_and_is_reported(tmp_path, data_dir, m
     sweep_file.write_text(yaml.safe_dump({"name": "toys", "experiment": str(tmp_path / "toy.yaml"),
                                           "metric": "dev_loss", "seeds": [1], "variants": {"base": {}}}))
     table = rd.build_table(rd.load_report_data(sweep_file, results_dir=tmp_path / "results"), bootstrap=False)
-    (base,) = [r for r in table["rows"] if r["variant"] == "base"]
+    (base,) = [r for r in table.rows if r["variant"] == "base"]
     assert base["dev_ppl"] == pytest.approx(summary["dev_ppl"])
     assert f"{summary['dev_ppl']:.2f}" in rd.table_markdown(table)
     (csv_base,) = [r for r in csv.DictReader(io.StringIO(render.table_csv(table))) if r["variant"] == "base"]

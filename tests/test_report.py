@@ -20,6 +20,7 @@ from PIL import Image
 
 from lightning_tfm import report as rd
 from lightning_tfm.base.errors import UserError
+from lightning_tfm.findings import noise
 from lightning_tfm.report.publish import notebooks
 from lightning_tfm.sweep import load_sweep
 
@@ -208,9 +209,9 @@ def test_wandb_runs_give_the_same_table_as_the_local_results(swept):
                                                  state="finished", run_id=r.run_id, history=r.history) for r in runs])
     data = rd.ReportData(sweep, records, "W&B (offline files)", rd.planned_configs(sweep, records))
     remote = rd.build_table(data, bootstrap=False)
-    assert [r["variant"] for r in remote["rows"]] == [r["variant"] for r in local["rows"]] == ORDER
-    loc = {r["variant"]: r for r in local["rows"]}
-    for row in remote["rows"]:
+    assert [r["variant"] for r in remote.rows] == [r["variant"] for r in local.rows] == ORDER
+    loc = {r["variant"]: r for r in local.rows}
+    for row in remote.rows:
         mine = loc[row["variant"]]
         if row["variant"] in ("base", "A1", "prenorm"):
             for key in ("dev_ppl", "dev_bleu", "params", "delta_ppl", "delta_bleu", "ppl_agrees", "bleu_agrees",
@@ -218,7 +219,7 @@ def test_wandb_runs_give_the_same_table_as_the_local_results(swept):
                 assert row[key] == (pytest.approx(mine[key]) if isinstance(mine[key], float) else mine[key]), key
         else:  # no W&B run: the row stays, as missing
             assert row["status"].startswith("missing") and row["dev_ppl"] is None
-    assert remote["rows"][ORDER.index("D1")]["model.dropout"] == 0.0
+    assert remote.rows[ORDER.index("D1")]["model.dropout"] == 0.0
     # the history of the figures comes through too
     base = next(r for r in records if r.variant == "base")
     local_base = next(r for r in rd.load_report_data(swept["sweep"], results_dir=swept["results"]).records
@@ -394,7 +395,7 @@ def test_several_seeds_give_mean_std_and_a_paired_bootstrap_against_base(tmp_pat
                                                                       "A4": {}}))
     sweep.seeds = [1, 2]
     table = rd.build_table(rd.ReportData(sweep, records, "test", {}))
-    rows = {r["variant"]: r for r in table["rows"]}
+    rows = {r["variant"]: r for r in table.rows}
     assert rows["A1"]["dev_ppl"] == pytest.approx(6.2)
     assert rows["A1"]["dev_ppl_std"] == pytest.approx(0.2828427, rel=1e-5)
     assert rows["A1"]["delta_ppl"] == pytest.approx(1.1) and rows["A1"]["ppl_agrees"] is True   # paper: +0.37
@@ -408,7 +409,7 @@ def test_several_seeds_give_mean_std_and_a_paired_bootstrap_against_base(tmp_pat
     assert (rows["A1"]["ppl_noise"], rows["A1"]["bleu_noise"]) == ("beyond", "beyond")
     assert (rows["A2"]["ppl_noise"], rows["A2"]["bleu_noise"]) == ("within", "within")   # +0.05, -0.5
     assert rows["A3"]["ppl_noise"] == "beyond" and rows["base"]["ppl_noise"] is None     # -1.1
-    s = table["summary"]
+    s = table.summary
     assert s["ppl_noise"] == {"beyond": 2, "within": 1, "unknown": 0} and s["ppl_beyond"] == (2, 2)
     # A3: one of two seeds failed: mean over the completed one, tested on the seed both rows have
     assert rows["A3"]["dev_ppl"] == 4.0 and rows["A3"]["dev_ppl_std"] is None and rows["A3"]["bleu_test_seeds"] == [1]
@@ -468,13 +469,13 @@ def test_the_base_at_its_own_seeds_and_every_rows_learning_curve(tmp_path):
                rec("base", 3, 32.0, [(100, 320.0), (200, 64.0)]), rec("A1", 1, 40.0, [(100, 400.0), (200, 80.0)]),
                rec("big", 1, 20.0, [(100, 200.0), (200, 50.0), (300, 40.0), (600, 20.0)])]
     table = rd.build_table(rd.ReportData(sweep, records, "test", {}), bootstrap=False)
-    rows = {r["variant"]: r for r in table["rows"]}
+    rows = {r["variant"]: r for r in table.rows}
     assert (rows["base"]["seeds_total"], rows["A1"]["seeds_total"]) == (3, 1)
     assert rows["base"]["status"] == "completed (3 seeds)" and rows["A1"]["status"] == "completed"
     assert rows["base"]["dev_ppl"] == pytest.approx(31.0) and rows["A1"]["ppl_noise"] == "beyond"  # 9 > 2 x 1
-    curves = table["curves"]
-    assert curves["steps"] == [100, 200]
-    assert curves["rows"]["base"] == {100: pytest.approx(310.0), 200: pytest.approx(62.0)}
+    curves = table.curves
+    assert curves.steps == [100, 200]
+    assert curves.rows["base"] == {100: pytest.approx(310.0), 200: pytest.approx(62.0)}
     md = rd.table_markdown(table)
     assert "Base experiment `multi30k-smoke.yaml`; seed 1; base at seeds 1, 2, 3." in md
     names, cells = md_rows(md, "Learning curves")
@@ -486,10 +487,10 @@ def test_the_base_at_its_own_seeds_and_every_rows_learning_curve(tmp_path):
 
 
 def test_noise_rule():
-    assert rd.noise_verdict(0.5, 0.2) == "beyond" and rd.noise_verdict(-0.5, 0.2) == "beyond"  # 2 x 0.2 = 0.4
-    assert rd.noise_verdict(0.3, 0.2) == "within" and rd.noise_verdict(0.0, 0.0) == "within"
-    assert rd.noise_verdict(0.3, None) == "unknown" and rd.noise_verdict(None, 0.2) is None
-    assert "2 ×" in rd.NOISE_RULE and "unknown" in rd.NOISE_RULE
+    assert noise.noise_verdict(0.5, 0.2) == "beyond" and noise.noise_verdict(-0.5, 0.2) == "beyond"  # 2 x 0.2 = 0.4
+    assert noise.noise_verdict(0.3, 0.2) == "within" and noise.noise_verdict(0.0, 0.0) == "within"
+    assert noise.noise_verdict(0.3, None) == "unknown" and noise.noise_verdict(None, 0.2) is None
+    assert "2 ×" in noise.NOISE_RULE and "unknown" in noise.NOISE_RULE
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def seeded():
 
 def test_each_row_is_answered_as_the_planner_judges_it(seeded):
     data, table = seeded
-    by = {r.variant: r for r in table["rows"]}
+    by = {r.variant: r for r in table.rows}
     base = row_runs("base", [r for r in data.records if r.variant == "base"])
     assert settle_spec(data.sweep) == SettleSpec()  # the heldout sweep file sets no settle: section
     for v in ("A1", "B1", "C4", "D2", "D4", "prenorm"):
@@ -67,11 +67,11 @@ def test_the_answer_and_what_it_took_in_every_view(seeded):
     assert "unsettled (one seed: the verdict beside is no controlled answer)" in ppl
     assert "Answer (dev PPL): each row against the base from its own seeds" in md  # the rule, in the notes
     head = headline_text(table)
-    counts = {a: sum(r.answer == a for r in table["rows"]) for a in ANSWERS}
+    counts = {a: sum(r.answer == a for r in table.rows) for a in ANSWERS}
     assert (f"Answers from each row's own seeds paired with the base's: {counts['better']} better, "
             f"{counts['worse']} worse") in head and "every row at 3 seeds and the base at the caps" in head
-    numbers = kinds.headline_numbers(table["rows"], table["run_info"])
+    numbers = kinds.headline_numbers(table.rows, table.run_info)
     assert {a: numbers[f"dev_ppl/answer_{a.replace(' ', '_')}"] for a in ANSWERS} == counts
     cols, cells = kinds.wandb_tables(table)["table3/dev_ppl"]
     assert {"answer", "answer_low", "answer_high"} <= set(cols)
-    assert [c[cols.index("answer")] for c in cells] == [r.answer for r in table["rows"]]
+    assert [c[cols.index("answer")] for c in cells] == [r.answer for r in table.rows]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,8 +16,10 @@ import pytest
 
 from lightning_tfm import report as rd
 from lightning_tfm.base.errors import UserError
+from lightning_tfm.findings import noise
 from lightning_tfm.report.inputs import export, records
 from lightning_tfm.report.table3 import compare, stats
+from lightning_tfm.report.table3.columns import Row
 from lightning_tfm.sweep import load_sweep
 
 from conftest import ROOT, ltfm, write_sweep
@@ -98,7 +101,7 @@ def test_rows_another_sweep_trained_on_are_read_at_their_own_sweeps_budget(tmp_p
 
     data = rd.load_report_data(sweep_file, results_dir=results, storage=storage)
     table = rd.build_table(data)
-    rows = {r["variant"]: r for r in table["rows"]}
+    rows = {r["variant"]: r for r in table.rows}
     at20 = {v: c[19] for (v, _), (c, _, _) in folders.items() if 19 in c}
     assert rows["base"]["dev_ppl"] == pytest.approx((base[19] + base[19] + 2) / 2)   # both seeds at 20 steps
     assert rows["A1"]["dev_ppl"] == pytest.approx(at20["A1"]) and rows["A1"]["delta_ppl"] > 0   # worse at 20 steps
@@ -109,7 +112,7 @@ def test_rows_another_sweep_trained_on_are_read_at_their_own_sweeps_budget(tmp_p
         "sweep's budget")
     assert rows["A4"]["dev_ppl"] == pytest.approx(at20["A4"]) and rows["A4"]["dev_bleu"] == 12.0
     assert {v: r["train.max_steps"] for v, r in rows.items()} == {v: 20 for v in rows}
-    assert {v: max(c) for v, c in table["curves"]["rows"].items()} == {"base": 19, "A1": 19, "A2": 19, "A4": 19}
+    assert {v: max(c) for v, c in table.curves.rows.items()} == {"base": 19, "A1": 19, "A2": 19, "A4": 19}
     by = {(r.variant, r.seed): r for r in data.records}
     assert by[("base", 1)].later_attempt == "completed at step 40" and by[("base", 1)].hyps is None
     assert by[("base", 2)].later_attempt is None and by[("base", 1)].wall_time_s == 40.0
@@ -118,8 +121,8 @@ def test_rows_another_sweep_trained_on_are_read_at_their_own_sweeps_budget(tmp_p
     # the export carries the records as read: rebuilt from it, the same table
     rd.write_export(data, table, tmp_path / "export")
     again = rd.build_table(rd.read_export(load_sweep(sweep_file), tmp_path / "export"))
-    assert [(r["variant"], r["dev_ppl"], r["status"]) for r in again["rows"]] == \
-        [(r["variant"], r["dev_ppl"], r["status"]) for r in table["rows"]]
+    assert [(r["variant"], r["dev_ppl"], r["status"]) for r in again.rows] == \
+        [(r["variant"], r["dev_ppl"], r["status"]) for r in table.rows]
 
 
 def test_an_export_mixing_two_budgets_is_read_at_the_sweeps_budget(tmp_path):
@@ -136,8 +139,8 @@ def test_an_export_mixing_two_budgets_is_read_at_the_sweeps_budget(tmp_path):
     data = rd.read_export(sweep, tmp_path)
     mixed = rd.build_table(data, bootstrap=False)
     keys = ("dev_ppl", "delta_ppl", "ppl_noise", "ppl_verdict", "ppl_agrees", "train.max_steps", "status")
-    assert [[r[k] for k in keys] for r in mixed["rows"]] == [[r[k] for k in keys] for r in committed["rows"]]
-    c1 = next(r for r in mixed["rows"] if r["variant"] == "C1")
+    assert [[r[k] for k in keys] for r in mixed.rows] == [[r[k] for k in keys] for r in committed.rows]
+    c1 = next(r for r in mixed.rows if r["variant"] == "C1")
     assert c1["dev_bleu"] is None and c1["train.max_steps"] == 600   # BLEU was measured at 1,800 steps only
     assert any("11 run(s) read at this sweep's budget" in n and "dev BLEU unknown at it for 11" in n
                for n in data.notes)
@@ -148,8 +151,8 @@ def test_an_export_mixing_two_budgets_is_read_at_the_sweeps_budget(tmp_path):
     (tmp_path / "table3-cpu.json").write_text(json.dumps(tree))
     unread = rd.build_table(rd.read_export(sweep, tmp_path), bootstrap=False)
     assert any(n.startswith("trained to another budget than the sweep plans beside its base: base (1800 steps, "
-                            "planned 600); C1 (1800 steps, planned 600); C2") for n in unread["notes"]), unread["notes"]
-    assert not any("another budget" in n for n in committed["notes"] + mixed["notes"])
+                            "planned 600); C1 (1800 steps, planned 600); C2") for n in unread.notes), unread.notes
+    assert not any("another budget" in n for n in committed.notes + mixed.notes)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -307,7 +310,7 @@ def test_a_run_whose_dev_ppl_is_no_number_is_diverged_and_never_a_seed_of_the_no
         (d / "summary.json").write_text(json.dumps(summary))
     data = rd.load_report_data(sweep_file, results_dir=results)
     table = rd.build_table(data, bootstrap=False)
-    rows = {r["variant"]: r for r in table["rows"]}
+    rows = {r["variant"]: r for r in table.rows}
     assert rows["base"]["status"] == "2/3 seeds completed; seed 3 diverged: dev PPL nan at the end"
     assert rows["base"]["dev_ppl_std"] == pytest.approx(math.sqrt(0.5))   # seeds 1 and 2 only
     assert rows["A1"]["status"] == "diverged: dev PPL inf at the end"
@@ -321,7 +324,7 @@ def test_a_run_whose_dev_ppl_is_no_number_is_diverged_and_never_a_seed_of_the_no
     records[0].dev_ppl = math.nan
     records[-1].dev_ppl = math.inf
     sweep = load_sweep(write_sweep(tmp_path / "api.yaml", "api", {"base": {"seeds": [1, 2, 3]}, "A1": {}}))
-    api = {r["variant"]: r for r in rd.build_table(rd.ReportData(sweep, records, "api", {}), bootstrap=False)["rows"]}
+    api = {r["variant"]: r for r in rd.build_table(rd.ReportData(sweep, records, "api", {}), bootstrap=False).rows}
     assert api["base"]["seeds_completed"] == 2 and math.isfinite(api["base"]["dev_ppl_std"])
     assert api["A1"]["delta_ppl"] is None and api["A1"]["status"] == "diverged: dev PPL inf at the end"
 
@@ -330,13 +333,13 @@ def test_a_run_whose_dev_ppl_is_no_number_is_diverged_and_never_a_seed_of_the_no
 # A side with no number never transfers (defect: with --against, a NaN side yielded "transfers")
 # ------------------------------------------------------------------------------------------------------------
 def test_a_side_whose_change_is_no_number_is_not_compared(tmp_path):
-    nan_row = {"variant": "A1", "delta_ppl": math.nan, "ppl_verdict": "within noise"}
-    ok_row = {"variant": "A1", "delta_ppl": 0.01, "ppl_verdict": "within noise"}
+    nan_row = Row("A1", delta_ppl=math.nan, ppl_verdict="within noise")
+    ok_row = Row("A1", delta_ppl=0.01, ppl_verdict="within noise")
     assert compare.status(nan_row, ok_row) == compare.ONLY_B and compare.status(ok_row, nan_row) == compare.ONLY_A
-    assert compare.status(nan_row, dict(nan_row, delta_ppl=math.inf)) == compare.UNSETTLED
-    assert stats.noise_verdict(math.nan, 0.1) is None and stats.noise_verdict(0.5, math.nan) == "unknown"
+    assert compare.status(nan_row, dataclasses.replace(nan_row, delta_ppl=math.inf)) == compare.UNSETTLED
+    assert noise.noise_verdict(math.nan, 0.1) is None and noise.noise_verdict(0.5, math.nan) == "unknown"
     assert stats.agrees(math.nan, 0.3) is None and stats.agrees(math.inf, 0.3) is None
-    assert stats.relative(math.nan, 5.0) is None
+    assert noise.relative(math.nan, 5.0) is None
     # whole tables: side A's A1 ended with dev PPL nan (a record built without the readers' checks)
     sweep = load_sweep(write_sweep(tmp_path / "syn.yaml", "syn", {"base": {"seeds": [1, 2, 3]}, "A1": {}}))
     same = {"A1": curve(lambda s: BASE[s] + 0.01)}
@@ -344,8 +347,8 @@ def test_a_side_whose_change_is_no_number_is_not_compared(tmp_path):
     a_records[-1].dev_ppl = math.nan
     a, b = (rd.build_table(rd.ReportData(sweep, recs, "s", {}), bootstrap=False)
             for recs in (a_records, _records(same)))
-    row = rd.compare_tables(a, b)["rows"][0]
-    assert row["status"] == compare.ONLY_B and row["a"].delta_ppl is None
+    row = rd.compare_tables(a, b).rows[0]
+    assert row.status == compare.ONLY_B and row.a.delta_ppl is None
 
 
 def test_the_committed_exports_pass_the_checks_unchanged():

@@ -363,7 +363,7 @@ def test_a_pipeline_checks_report_says_so_in_every_title_headline_and_tag(tmp_pa
     (out / "export").mkdir(parents=True)
     (out / "export" / "table3-cpu.json").write_text(json.dumps(tree))
     table = rebuilt_table(sweep, out)
-    assert table["pipeline_check"] is True
+    assert table.pipeline_check is True
     write_table(table, out)
     md = (out / "table3.md").read_text()
     assert md.startswith("# Pipeline check, not a result: sweep `table3-cpu`\n")
@@ -383,7 +383,7 @@ def test_a_pipeline_checks_report_says_so_in_every_title_headline_and_tag(tmp_pa
     # the W&B report run (offline, read back from its files): its own id, group, name and tag
     results = tmp_path / "results"
     info = wandb_run.log_wandb_report(sweep, out, results, table, {"mode": "offline", "project": "p", "entity": None},
-                                       table["pipeline_check"])
+                                       table.pipeline_check)
     assert info["run_id"] == "report-table3-cpu-pipeline-check-table3"
     (run,) = read_runs(results / wandb_run.WANDB_DIR)
     assert run.name == "table3-cpu table3 (pipeline-check)" and "pipeline-check" in run.tags

@@ -96,16 +96,16 @@ def test_each_finished_row_gets_the_verdict_of_its_predicted_gap(swept):
     verdicts = row_verdicts(sweep, status_rows(study))
     assert set(verdicts) == {"faster", "crossing", "sparse"}  # running: not finished; base: none
     faster, crossing, sparse = verdicts["faster"], verdicts["crossing"], verdicts["sparse"]
-    assert faster["verdict"] == "holds" and faster["gap"]["high"] < 0
-    assert faster["gap"]["at_step"] == faster["gap"]["base_step"] == 1799           # k 3 x 600 updates
-    assert faster["gap"]["low"] < -0.528 < faster["gap"]["high"]                     # the truth at 1,800: -20% of 2.64
-    assert crossing["verdict"] == "may flip" and crossing["gap"]["low"] > 0          # today -18%, above at 3x
+    assert faster.verdict.verdict == "holds" and faster.verdict.gap.high < 0
+    assert faster.verdict.gap.at_step == faster.verdict.gap.base_step == 1799       # k 3 x 600 updates
+    assert faster.verdict.gap.low < -0.528 < faster.verdict.gap.high                 # the truth at 1,800: -20% of 2.64
+    assert crossing.verdict.verdict == "may flip" and crossing.verdict.gap.low > 0   # today -18%, above at 3x
     # the predicted gap at 3x, the one-sided bound the call rests on, then the size's 80% interval
-    assert re.fullmatch(r"holds: -\d+% at 3x, bound -\d+% \(80% \[-\d+, -\d+\]\)", faster["text"]), faster["text"]
-    assert re.fullmatch(r"may flip: \+\d+% at 3x, bound [+-]\d+% \(80% \[\+\d+, \+\d+\]\)", crossing["text"]), \
-        crossing["text"]
-    assert (sparse["verdict"], sparse["gap"]) == ("too few points", None)
-    assert sparse["text"] == "too few points: the row: 2 validation(s) after the warmup (step 200), the fit needs 3"
+    assert re.fullmatch(r"holds: -\d+% at 3x, bound -\d+% \(80% \[-\d+, -\d+\]\)", faster.text), faster.text
+    assert re.fullmatch(r"may flip: \+\d+% at 3x, bound [+-]\d+% \(80% \[\+\d+, \+\d+\]\)", crossing.text), \
+        crossing.text
+    assert (sparse.verdict.verdict, sparse.verdict.gap) == ("too few points", None)
+    assert sparse.text == "too few points: the row: 2 validation(s) after the warmup (step 200), the fit needs 3"
 
 
 def test_the_status_verdict_is_the_reports_prediction(swept):
@@ -116,8 +116,8 @@ def test_the_status_verdict_is_the_reports_prediction(swept):
     base = [CURVES["base", s] for s in (1, 2, 3)]
     for variant in ("faster", "crossing"):
         report = predict([CURVES[variant, 1]], base, sweep.report, warmup=WARMUP, base_warmup=WARMUP)
-        assert {k: report[k] for k in ("point", "low", "high", "at_step")} == \
-            {k: status[variant]["gap"][k] for k in ("point", "low", "high", "at_step")}
+        assert (report.point, report.low, report.high, report.at_step) == \
+            (lambda g: (g.point, g.low, g.high, g.at_step))(status[variant].verdict.gap)
 
 
 def test_status_shows_a_verdict_column_for_finished_rows_only(swept):
@@ -148,7 +148,7 @@ def test_the_launchers_lines_carry_the_verdicts(swept):
     said: list[str] = []
     monitor = _Monitor(sweep, plan, cost={}, open_study_fn=lambda: study, started=0.0, workers=1, say=said.append)
     monitor.finished_rows()
-    by_name = {v: x["text"] for v, x in row_verdicts(sweep, status_rows(study)).items()}
+    by_name = {v: x.text for v, x in row_verdicts(sweep, status_rows(study)).items()}
     line = {ln.split(": ")[1]: ln for ln in said}
     assert set(line) == {"base seed 1", "base seed 2", "base seed 3", "faster seed 1", "crossing seed 1",
                          "sparse seed 1"}
@@ -170,11 +170,11 @@ def test_status_json_gives_each_finished_rows_verdict_as_numbers(swept, tmp_path
     by = {r["variant"]: r for r in json.loads(p.stdout)}
     verdicts = row_verdicts(sweep, status_rows(study))
     for variant in ("faster", "crossing"):
-        gap = verdicts[variant]["gap"]
-        assert by[variant]["verdict"] == verdicts[variant]["text"]
-        assert by[variant]["prediction"] == {"verdict": verdicts[variant]["verdict"], "point": gap["point"],
-                                             "low": gap["low"], "high": gap["high"],
-                                             "bound": gap["point"] - np.sign(gap["now"]) * gap["sign_margin"],
+        gap = verdicts[variant].verdict.gap
+        assert by[variant]["verdict"] == verdicts[variant].text
+        assert by[variant]["prediction"] == {"verdict": verdicts[variant].verdict.verdict, "point": gap.point,
+                                             "low": gap.low, "high": gap.high,
+                                             "bound": gap.point - np.sign(gap.now) * gap.sign_margin,
                                              "at_step": 1799}
     assert by["faster"]["prediction"]["verdict"] == "holds" and by["crossing"]["prediction"]["verdict"] == "may flip"
     assert all(by[v]["verdict"] is None and by[v]["prediction"] is None for v in ("base", "running"))
@@ -206,7 +206,7 @@ def test_status_and_the_report_give_one_verdict_on_the_same_runs(tmp_path, ltfm_
     assert status["verdict"] in table.stdout
 
     report = rd.build_table(rd.load_report_data(sweep.path, results_dir=results, storage=storage), bootstrap=False)
-    row = next(r for r in report["rows"] if r.variant == "slower")
+    row = next(r for r in report.rows if r.variant == "slower")
     assert row.ppl_verdict == kind == status["prediction"]["verdict"]
     assert status["verdict"].startswith(f"{kind}: ")
     assert row.ppl_noise == ("unknown" if len(base_seeds) == 1 else "beyond") and row.delta_ppl > 0

@@ -87,6 +87,22 @@ def test_rnn_flops_per_step_are_the_rnn_classs_own_count():
     assert compute.step_flops(RunRecord("x", config={"model.arch": "rnn"})) == (None, False)
 
 
+def test_a_runs_tokens_a_step_count_its_accumulation_as_the_sweep_plans_them():
+    """A record without the budget its run recorded (an export of an older run, a W&B run) is counted from its
+    config as the sweep plans it (training.config.sections.tokens_per_step): train.accumulate multiplies the
+    tokens a step; batch_tokens_total stands for itself."""
+    from lightning_tfm.training.config.sections import tokens_per_step
+
+    cfg = {"model.arch": "rnn", **RNN_KNOBS, "train.batch_tokens": 400, "train.devices": "1"}
+    once = compute.step_flops(RunRecord("r", config=cfg, **LENGTHS))[0]
+    twice = compute.step_flops(RunRecord("r", config={**cfg, "train.accumulate": 2}, **LENGTHS))[0]
+    recorded = compute.step_flops(RunRecord("r", config=cfg, effective_batch_tokens=800, **LENGTHS))[0]
+    assert twice == pytest.approx(2 * once) == pytest.approx(recorded)
+    total = compute.step_flops(RunRecord("r", config={**cfg, "train.batch_tokens_total": 800}, **LENGTHS))[0]
+    assert total == pytest.approx(recorded)
+    assert tokens_per_step(400, "0,1", 2) == 1600 and tokens_per_step(400, "auto", 1, 1000) == 1000
+
+
 def test_paper_rows_are_loaded():
     rows = paper.load_paper2()
     assert rows["GNMT + RL"]["bleu_en_de"] == 24.6 and rows["GNMT + RL"]["train_flops_en_de"] == 2.3e19
@@ -99,8 +115,8 @@ def test_paper_rows_are_loaded():
 
 def test_table_and_claims_at_equal_flops_from_ppl_curves(sweep, tmp_path):
     table = table2.build_table2(ReportData(sweep, records(tmp_path), "synthetic", {}))
-    by = {r["variant"]: r for r in table["rows"]}
-    assert [r["variant"] for r in table["rows"]] == ["transformer", "rnn", "rnn-big"]
+    by = {r["variant"]: r for r in table.rows}
+    assert [r["variant"] for r in table.rows] == ["transformer", "rnn", "rnn-big"]
     t, r, big = by["transformer"], by["rnn"], by["rnn-big"]
     assert (t["arch"], r["arch"], big["arch"]) == ("transformer", "rnn", "rnn")
     assert t["test_bleu"] == pytest.approx(30.5) and t["test_bleu_std"] == pytest.approx(math.sqrt(0.5))
@@ -111,8 +127,8 @@ def test_table_and_claims_at_equal_flops_from_ppl_curves(sweep, tmp_path):
     # the row never run keeps its row, without numbers
     assert big["status"].startswith("missing") and big["test_bleu"] is None and big["seeds_completed"] == 0
 
-    assert table["metric"] == "ppl"
-    a, b, a_big, b_big = table["claims"]
+    assert table.metric == "ppl"
+    a, b, a_big, b_big = table.claims
     assert a.startswith("(a) BLEU at equal training FLOPs: transformer 30.50 ± 0.71 against rnn 25.50 ± 0.71 "
                         "test BLEU")
     assert "the same budget within 5%" in a and "transformer higher by 5.00 BLEU, beyond seed noise (Welch's 90% " \
@@ -131,9 +147,9 @@ def test_table_and_claims_at_equal_flops_from_ppl_curves(sweep, tmp_path):
 def test_claims_from_bleu_curves_and_unequal_budgets(sweep, tmp_path):
     recs = records(tmp_path, bleu_curves=True, rnn_tokens=2 * rnn_tokens_for_equal_flops())
     table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
-    by = {r["variant"]: r for r in table["rows"]}
-    assert table["metric"] == "bleu"
-    a, b = table["claims"][:2]
+    by = {r["variant"]: r for r in table.rows}
+    assert table.metric == "bleu"
+    a, b = table.claims[:2]
     assert "NOT at equal training FLOPs" in a and "2.00x" in a
     # the rnn's final dev BLEU 15 is the transformer's at step 300: half the steps at half the rnn's step cost
     assert "(b) To reach rnn's final dev BLEU (15.00), on the dev-BLEU curves" in b
@@ -141,8 +157,8 @@ def test_claims_from_bleu_curves_and_unequal_budgets(sweep, tmp_path):
     assert "4.00x fewer FLOPs and 4.00x less wall time" in b
     # one seed each: the noise is unknown; a sweep of one architecture has no claim
     one = table2.build_table2(ReportData(sweep, recs[::2], "synthetic", {}))
-    assert "seed noise unknown" in one["claims"][0]
-    assert table2.claim_lines([r for r in one["rows"] if r["arch"] == "rnn"], "ppl")[0].startswith("The claim is not")
+    assert "seed noise unknown" in one.claims[0]
+    assert table2.claim_lines([r for r in one.rows if r["arch"] == "rnn"], "ppl")[0].startswith("The claim is not")
 
 
 def test_each_pair_reads_the_bleu_curves_when_both_rows_logged_one(sweep, tmp_path):
@@ -155,12 +171,12 @@ def test_each_pair_reads_the_bleu_curves_when_both_rows_logged_one(sweep, tmp_pa
         r.config.update({"decode.dev_bleu_every_steps": 0 if r.variant == "rnn-big" else 100,
                          "decode.dev_bleu_subset": 200})
     table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
-    assert table["metric"] == "ppl"  # not every row has a BLEU curve (the figure's second panel row still drawn)
-    _, b, _, b_big = table["claims"]
+    assert table.metric == "ppl"  # not every row has a BLEU curve (the figure's second panel row still drawn)
+    _, b, _, b_big = table.claims
     assert "(b) To reach rnn's final dev BLEU (15.00), on the dev-BLEU curves" in b
     assert ("(b) To reach rnn-big's final dev PPL (11.67), on the dev-PPL curves (no dev-BLEU curve of rnn-big: its "
             "runs logged dev BLEU at fewer than two validations" in b_big), b_big
-    note = table2.bleu_curves_note(table["rows"])
+    note = table2.bleu_curves_note(table.rows)
     assert note.startswith("Dev BLEU curves (claim (b), the figure): beam search BLEU along training, transformer "
                            "every 100 steps on the first 200 dev sentences; rnn every 100 steps") and \
         note.endswith("; none for rnn-big. The table's dev BLEU: the whole dev set at the end."), note
@@ -168,9 +184,9 @@ def test_each_pair_reads_the_bleu_curves_when_both_rows_logged_one(sweep, tmp_pa
     for r in recs:
         r.history = [{k: v for k, v in h.items() if k != "dev/bleu"} for h in r.history]
     table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
-    assert table2.bleu_curves_note(table["rows"]).startswith("Dev BLEU curves: none")
+    assert table2.bleu_curves_note(table.rows).startswith("Dev BLEU curves: none")
     assert all("on the dev-PPL curves (no dev-BLEU curve of transformer or rnn" in line
-               for line in table["claims"][1::2] if "not checked" not in line)
+               for line in table.claims[1::2] if "not checked" not in line)
 
 
 def test_written_files_and_figure(sweep, tmp_path):
@@ -184,7 +200,7 @@ def test_written_files_and_figure(sweep, tmp_path):
                                                               ("ours", "rnn-big")]
     assert [r["variant"] for r in rows if r["source"] == "paper"] == [p["model"] for p in table2.paper_rows()]
     assert float(rows[0]["test_bleu"]) == 30.5 and rows[2]["test_bleu"] == ""
-    assert table2.read_claims(md_path) == table["claims"] + [table["paper_claim"]]
+    assert table2.read_claims(md_path) == table.claims + [table.paper_claim]
     png = table2.plot_curves(table, tmp_path / "out" / "table2_curves.png")
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -306,8 +322,8 @@ def test_a_sweep_of_recurrent_rows_alone_is_reported_as_table2_not_table3(tmp_pa
     recs = [record(tmp_path, "base", 1, config, lambda s: 3000.0 / s),
             record(tmp_path, "wide", 1, {**config, "rnn.enc_hidden": 64}, lambda s: 2500.0 / s)]
     table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
-    assert [(r["variant"], r["arch"]) for r in table["rows"]] == [("base", "rnn"), ("wide", "rnn")]
-    assert table["claims"] == ["The claim is not checked: the sweep has no transformer row beside a row of another "
+    assert [(r["variant"], r["arch"]) for r in table.rows] == [("base", "rnn"), ("wide", "rnn")]
+    assert table.claims == ["The claim is not checked: the sweep has no transformer row beside a row of another "
                                "architecture."]
     md = table2.table2_markdown(table)
     assert "| wide | rnn |" in md and "Table 3" not in md and "d_model" not in md
@@ -371,7 +387,7 @@ def test_a_side_at_the_target_by_its_first_validation_has_an_upper_bound_not_a_r
     recs = [record(tmp_path, "transformer", s, TRANSFORMER, lambda x: 3600 / x, t_bleu, 30.0) for s in (1, 2)]
     recs += [record(tmp_path, "rnn", s, rnn, lambda x: 6000 / x, r_bleu, 25.0, wall=120.0,
                     tokens=rnn_tokens_for_equal_flops()) for s in (1, 2)]
-    b = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))["claims"][1]
+    b = table2.build_table2(ReportData(sweep, recs, "synthetic", {})).claims[1]
     assert "on the dev-BLEU curves" in b and said in b, b
     assert unsaid not in b, b
     assert "(by step 100, its first validation: an upper bound)" in b and "needs at most " in b, b

@@ -1,4 +1,4 @@
-"""Table 2's within-noise pair and when it would settle (report/table2/claims.py, stats.seeds_to_settle): in seeds,
+"""Table 2's within-noise pair and when it would settle (report/table2/claims.py, noise.seeds_to_settle): in seeds,
 the least seeds a row at which Welch's 90% interval of the BLEU difference would exclude zero, checked against
 scipy's own Welch test on samples of exactly the measured means and sds; in steps, Table 3's verdict on the pair's
 dev-PPL curves; on synthetic rows and on the committed reference's numbers (reports/reference/table2-cpu/)."""
@@ -12,11 +12,11 @@ import pytest
 import yaml
 from scipy import stats as sps
 
+from lightning_tfm.findings.noise import SEEDS_MOST, seeds_to_settle
 from lightning_tfm.report.inputs.records import ReportData
 from lightning_tfm.report.table2 import table as table2
 from lightning_tfm.report.table2.columns import Row
 from lightning_tfm.report.table3 import verdict
-from lightning_tfm.report.table3.stats import SEEDS_MOST, seeds_to_settle
 
 from conftest import ROOT
 from test_table2_report import RNN_KNOBS, TRANSFORMER, record, rnn_tokens_for_equal_flops
@@ -74,19 +74,19 @@ def test_a_pair_within_noise_says_when_it_would_settle(sweep, tmp_path):
     """The claim's (a) line, table2.csv and the notes: in seeds, where Welch's interval first excludes zero (scipy's
     test at n and n - 1); in steps, Table 3's verdict of the rnn's dev-PPL curves against the transformer's."""
     table = table2.build_table2(ReportData(sweep, within_noise(tmp_path), "synthetic", {}))
-    t, o = table["rows"]
+    t, o = table.rows
     d, sds = t.test_bleu - o.test_bleu, (t.test_bleu_std, o.test_bleu_std)
     n = next(k for k in range(2, SEEDS_MOST + 1) if welch_excludes_zero(d, *sds, k))
     assert n > 3  # not yet at today's 3 seeds
-    a = table["claims"][0]
+    a = table.claims[0]
     assert "within seed noise (Welch's 90% t interval of the difference at 3 seeds a row, ±" in a, a
     assert "includes zero); predicted to settle" in a, a
     assert f"in seeds, at {n} seeds a row (3 now), where Welch's 90% t interval of the difference would exclude " \
            "zero; in steps, BLEU's curves are not fitted, and the dev-PPL gap of rnn to transformer is" in a, a
     v = verdict.curve_verdict(o.runs, t.runs, o.dev_ppl - t.dev_ppl, "within", sweep.report)
     # a gap within noise gets no settle budget in steps (Table 3's rule since #51), and says why
-    assert v["verdict"] == verdict.WITHIN and v["settle"] is None
-    assert f"is within noise ({v['why']}): not predicted in steps (back-tested" in a, a
+    assert v.verdict == verdict.WITHIN and v.settle is None
+    assert f"is within noise ({v.why}): not predicted in steps (back-tested" in a, a
     rows = list(csv.DictReader(io.StringIO(table2.table2_csv(table))))
     assert (rows[1]["against"], rows[1]["bleu_noise"]) == ("transformer", "within")
     assert rows[1]["bleu_settle_seeds"].startswith(f"at {n} seeds a row") and rows[1]["bleu_settle_steps"] in a
@@ -97,12 +97,12 @@ def test_a_pair_within_noise_says_when_it_would_settle(sweep, tmp_path):
 
 def test_a_dev_ppl_gap_beyond_noise_holds_and_a_pair_beyond_noise_gets_no_prediction(sweep, tmp_path):
     table = table2.build_table2(ReportData(sweep, within_noise(tmp_path, (7000, 7100, 6900)), "synthetic", {}))
-    a = table["claims"][0]
+    a = table.claims[0]
     assert "the dev-PPL gap of rnn to transformer holds its direction (" in a and "nothing to settle in steps" in a, a
-    for r in table["rows"]:
+    for r in table.rows:
         r.test_bleu_std = 0.1  # now beyond noise: no prediction
-    assert "beyond seed noise" in table2.claim_lines(table["rows"])[0]
-    assert "predicted to settle" not in table2.claim_lines(table["rows"])[0]
+    assert "beyond seed noise" in table2.claim_lines(table.rows)[0]
+    assert "predicted to settle" not in table2.claim_lines(table.rows)[0]
 
 
 def reference_rows() -> dict[str, Row]:
@@ -143,9 +143,9 @@ def test_one_rule_decides_a_pair_and_its_line_says_one_thing(sweep, tmp_path, sd
             + [record(tmp_path, "rnn", s, rnn, lambda x: 3700 / x, None, 11.1 + sds[1] * z[s - 1], wall=120.0,
                       tokens=rnn_tokens_for_equal_flops()) for s in (1, 2, 3)])
     table = table2.build_table2(ReportData(sweep, recs, "synthetic", {}))
-    a = table["claims"][0]
+    a = table.claims[0]
     beyond = welch_excludes_zero(0.9, *sds, 3)
-    noise = table2.pair_settle(*table["rows"])[0]
+    noise = table2.pair_settle(*table.rows)[0]
     assert noise == ("beyond" if beyond else "within"), a
     assert ("beyond seed noise" in a) == beyond and ("within seed noise" in a) == (not beyond), a
     assert "already" not in a and "2 x the larger" not in a

@@ -15,7 +15,7 @@ from lightning_tfm import report as rd
 from lightning_tfm.base.errors import UserError
 from lightning_tfm.bench.speed import DEFAULTS
 from lightning_tfm.model import ModelConfig, train_flops_per_step
-from lightning_tfm.report.table3 import columns, compare, compute, stats, verdict
+from lightning_tfm.report.table3 import columns, compare, compute, verdict
 from lightning_tfm.report.views import render
 from lightning_tfm.sweep import REPORT_DEFAULTS, load_sweep
 
@@ -63,16 +63,16 @@ ROWS = {"A1": law(1.5, 30.0, 0.5, 0.5),   # worse by 0.5 nats to the asymptote: 
 def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path / "v.yaml", "v", {"base": {"seeds": [1, 2, 3]}, **{v: {} for v in ROWS}}))
     table = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "synthetic", {}), bootstrap=False)
-    by = {r["variant"]: r for r in table["rows"]}
+    by = {r["variant"]: r for r in table.rows}
     assert {v: by[v]["ppl_verdict"] for v in ROWS} == {"A1": "holds", "A2": "may flip", "A3": "within noise",
                                                        "C3": "holds"}
-    assert by["base"]["ppl_verdict"] is None and set(table["outlook"]) == set(ROWS)
-    gap = table["outlook"]["A1"]["gap"]
-    assert by["A1"]["ppl_verdict_why"] == verdict.gap_text(gap) and gap["low"] > 0 and gap["at_step"] == 1799
+    assert by["base"]["ppl_verdict"] is None and set(table.outlook) == set(ROWS)
+    gap = table.outlook["A1"].gap
+    assert by["A1"]["ppl_verdict_why"] == verdict.gap_text(gap) and gap.low > 0 and gap.at_step == 1799
     assert re.fullmatch(r"predicted [-+]\d+\.\d% \[[-+]\d+\.\d, [-+]\d+\.\d\] at 1800 steps; direction bound "
                         r"[-+]\d+\.\d%",
                         by["A3"]["ppl_verdict_why"])
-    s = table["summary"]
+    s = table.summary
     assert s["verdicts"] == {"holds": 2, "may flip": 1, "within noise": 1, "too few points": 0}
     assert s["ppl_findings"] == (2, 2) and s["may_flip"] == ["A2"] and s["ppl"] == (3, 4)
     md = rd.table_markdown(table)
@@ -92,16 +92,16 @@ def test_the_table_gives_each_row_its_verdict_and_the_headline_counts_them(tmp_p
     # the settle budget: rows that may flip, in the table and the CSV (a row within noise gets none)
     assert by["A1"]["ppl_settle"] is None and csv_rows["A1"]["ppl_settle"] == ""
     assert csv_rows["A2"]["ppl_settle"] == by["A2"]["ppl_settle"] == verdict.settle_text(
-        table["outlook"]["A2"]["settle"], by["A2"]["flops_per_step"])  # the records have no wall time: no hours
+        table.outlook["A2"], by["A2"]["flops_per_step"])  # the records have no wall time: no hours
     assert cells["A2"][title["ppl_settle"]] == by["A2"]["ppl_settle"] and by["A3"]["ppl_settle"] is None
     # the sweep file's settings: 2 x the budget, another seed
     sweep.report = {**sweep.report, "k": 2.0, "seed": 5}
     other = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "s", {}), bootstrap=False)
-    again = {r["variant"]: r for r in other["rows"]}
+    again = {r["variant"]: r for r in other.rows}
     assert "at 1200 steps; direction" in again["A1"]["ppl_verdict_why"] and "2 × the budget" in rd.table_markdown(other)
     sweep.report = dict(REPORT_DEFAULTS)
     same = rd.build_table(rd.ReportData(sweep, _records(ROWS, base=LBASE), "s", {}), bootstrap=False)
-    assert [r["ppl_verdict_why"] for r in same["rows"]] == [r["ppl_verdict_why"] for r in table["rows"]]  # seeded
+    assert [r["ppl_verdict_why"] for r in same.rows] == [r["ppl_verdict_why"] for r in table.rows]  # seeded
 
 
 def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
@@ -110,15 +110,16 @@ def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
     kind and side, and quotes each kind's back-tested record; the record line, how many rows beyond noise hold and
     how often such calls kept their sign, with the size interval's coverage (counted here from the committed
     back-tests); the terminal's headline has both."""
-    from lightning_tfm.findings import curves
+    from lightning_tfm.findings import calibrate, curves
+    from lightning_tfm.findings.noise import share
     from lightning_tfm.report import calibration
     from lightning_tfm.report.views.render import headline_lines, headline_text
 
     table = rd.build_table(rd.load_report_data(ROOT / "sweeps" / "table3-cpu.yaml",
                                                export_dir=ROOT / "reports" / "reference" / "table3-cpu" / "export"))
-    unsettled = [r.ppl_settle for r in table["rows"] if r.ppl_verdict == "may flip"]
+    unsettled = [r.ppl_settle for r in table.rows if r.ppl_verdict == "may flip"]
     assert unsettled and all(unsettled)
-    assert all(r.ppl_settle is None for r in table["rows"] if r.ppl_verdict in ("within noise", "holds"))
+    assert all(r.ppl_settle is None for r in table.rows if r.ppl_verdict in ("within noise", "holds"))
     ks = [float(m.group(1)) for t in unsettled if (m := re.search(r" at ([\d.]+)x: ", t))]
     not_within = sum(t == "not within 10x" for t in unsettled)
     assert len(ks) + not_within == len(unsettled)
@@ -143,24 +144,24 @@ def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
                          "within noise get none: theirs came true no more often than saying nothing).")
     # the record line: the counts and their confidence intervals, as the committed back-tests give them
     folder = ROOT / "reports" / "reference" / "backtest"
-    rec = calibration.record(calibration.load(folder, tuple(calibration.CHOSEN_ON)), calibration.load(folder))
+    rec = calibrate.record(calibration.load(folder, calibration.CHOSEN_ON), calibration.load(folder))
     (_, called, kept), (inside, n) = rec["holds"], rec["size"]
-    held = calibration.heldout_record(calibration.heldout_rows(folder))
-    holds = sum(r.ppl_verdict == "holds" for r in table["rows"])
-    flip = sum(r.ppl_verdict == "may flip" for r in table["rows"])
+    held = calibrate.heldout_record(calibration.heldout_rows(folder))
+    holds = sum(r.ppl_verdict == "holds" for r in table.rows)
+    flip = sum(r.ppl_verdict == "may flip" for r in table.rows)
     (record,) = [ln for ln in lines if "hold their direction" in ln]
     assert record.startswith(f"{holds} of the {holds + flip} rows beyond noise hold their direction at 3x (80% "
                              "one-sided bound")
-    assert f"kept their sign in {stats.share(kept, called)} back-tested rows" in record
-    assert f"each export left out, and in {stats.share(held['holds'][2], held['holds'][1])} held out" in record
-    assert f"its 80% interval that held {stats.share(inside, n)} measured gaps" in record
-    assert f"where the interval before held {stats.share(*held['size'])}" in record
+    assert f"kept their sign in {share(kept, called)} back-tested rows" in record
+    assert f"each export left out, and in {share(held['holds'][2], held['holds'][1])} held out" in record
+    assert f"its 80% interval that held {share(inside, n)} measured gaps" in record
+    assert f"where the interval before held {share(*held['size'])}" in record
     assert f"\n{line}\n" in headline_text(table) and f"\n- {record}\n" in rd.table_markdown(table)
     # none of the rows unsettled: no line; none settled by 10x: says so
-    assert not verdict.settle_summary({"A1": {"verdict": "holds", "settle": None}})["unsettled"]
-    table["summary"]["settle"] = verdict.settle_summary(
-        {"A1": {"verdict": "may flip", "settle": dict.fromkeys(("kind", "k", "step", "base_step", "sign"))}})
-    (line,) = [ln for ln in headline_lines(table) if "settle" in ln]
+    gap = table.outlook["A1"].gap
+    assert not verdict.settle_summary({"A1": verdict.Verdict("holds", "", gap)})["unsettled"]
+    table.summary["settle"] = verdict.settle_summary({"A1": verdict.Verdict("may flip", "", gap)})
+    (line,) = [ln for ln in headline_lines(table) if "to settle" in ln or "would settle" in ln]  # not "unsettled"
     assert line.startswith("No run up to 10x as long is predicted to settle any of the 1 row that may flip; 1 not "
                            "within 10x. These are predictions") or line.startswith(
         "No run up to 10x as long is predicted to settle any of the 1 row that may flip. These are predictions")
@@ -240,8 +241,8 @@ def test_equal_compute_delta_reads_the_rows_curve_at_the_bases_budget(tmp_path):
     recs[3].config = {**CFG, "train.batch_tokens": 1000}  # C7: the base's shapes, twice its tokens a step
     recs[4].config = {**CFG, "train.batch_tokens": 250}   # C6: half of them
     table = rd.build_table(rd.ReportData(sweep, recs, "synthetic", {}), bootstrap=False)
-    by = {r["variant"]: r for r in table["rows"]}
-    assert table["compute"]["base_flops"] == pytest.approx(600 * base_f)
+    by = {r["variant"]: r for r in table.rows}
+    assert table.compute["base_flops"] == pytest.approx(600 * base_f)
     assert by["C7"]["flops_per_step"] == pytest.approx(2 * base_f)
     # C7 at 300 of its steps: 2000 / 300 = 6.667, against the base's 5.0 at 600
     assert by["C7"]["dev_ppl_equal_flops"] == pytest.approx(2000 / 300)
@@ -279,11 +280,11 @@ def test_comparison_status_of_each_row(tmp_path):
     a, b = (rd.build_table(rd.ReportData(sweep, _records(r, base=LBASE), "synthetic", {}), bootstrap=False)
             for r in (short, long))
     cmp = rd.compare_tables(a, b)
-    by = {r["variant"]: r for r in cmp["rows"]}
-    assert {v: r["status"] for v, r in by.items()} == {"A1": "transfers", "A2": "flips", "A3": "transfers",
+    by = {r.variant: r for r in cmp.rows}
+    assert {v: r.status for v, r in by.items()} == {"A1": "transfers", "A2": "flips", "A3": "transfers",
                                                        "A4": "unsettled"}
-    assert cmp["summary"]["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1}
-    assert cmp["summary"]["flips"] == ["A2"]
+    assert cmp.summary["counts"] == {"transfers": 2, "flips": 1, "unsettled": 1}
+    assert cmp.summary["flips"] == ["A2"]
     md = rd.comparison_markdown(cmp)
     assert "- Rows: 2 transfer, 1 flip (A2), 1 unsettled (of 4, the base left out)." in md
     assert "may flip: A4." in md and "*flips*: both sides hold with opposite signs" in md
@@ -293,10 +294,10 @@ def test_comparison_status_of_each_row(tmp_path):
     part = rd.build_table(rd.ReportData(sweep, _records({v: long[v] for v in ("A1", "A2")}, base=LBASE), "synthetic",
                                         {}), bootstrap=False)
     cmp = rd.compare_tables(part, a)
-    assert compare.status(None, a["rows"][1]) == "only in B" and compare.status(a["rows"][1], None) == "only in A"
-    assert {r["variant"]: r["status"] for r in cmp["rows"]} == {"A1": "transfers", "A2": "flips", "A3": "only in B",
+    assert compare.status(None, a.rows[1]) == "only in B" and compare.status(a.rows[1], None) == "only in A"
+    assert {r.variant: r.status for r in cmp.rows} == {"A1": "transfers", "A2": "flips", "A3": "only in B",
                                                                 "A4": "only in B"}
-    assert cmp["summary"]["counts"] == {"transfers": 1, "flips": 1, "unsettled": 0}
+    assert cmp.summary["counts"] == {"transfers": 1, "flips": 1, "unsettled": 0}
     md = rd.comparison_markdown(cmp)
     assert "- Rows: 1 transfer, 1 flip (A2), 0 unsettled (of 2, the base left out)." in md
     assert "- Not compared, only in B (2): A3, A4." in md
@@ -306,7 +307,7 @@ def test_comparison_status_of_each_row(tmp_path):
 
 
 def test_perplexities_near_a_floats_range_give_numbers_and_verdicts_not_overflow(tmp_path):
-    from lightning_tfm.report.table3.stats import mean_std
+    from lightning_tfm.findings.noise import mean_std
 
     assert mean_std([1.7e308] * 3) == (1.7e308, 0.0)  # the sum overflowed, not the values
     mean, sd = mean_std([1.7e308, 1.0, 1.0])         # the spread's squares overflowed
@@ -316,12 +317,12 @@ def test_perplexities_near_a_floats_range_give_numbers_and_verdicts_not_overflow
     recs = _records(ROWS, base=LBASE)
     recs[0].history[-1]["dev/ppl"] = recs[0].dev_ppl = 1.7e308
     table = rd.build_table(rd.ReportData(sweep, recs, "synthetic", {}), bootstrap=False)
-    by = {r["variant"]: r for r in table["rows"]}
+    by = {r["variant"]: r for r in table.rows}
     assert by["base"]["dev_ppl"] == pytest.approx(1.7e308 / 3) and by["A1"]["ppl_noise"] == "within"
     assert by["A1"]["ppl_verdict"] == "within noise" and "| A1 |" in rd.table_markdown(table)
     # a row whose curve climbs to e^700: the predicted gap at 3 x the budget is beyond a float's exp()
     climbing = {s: math.exp(100 + (s + 1)) for s in LSTEPS}
     v = verdict.curve_verdict([climbing], [LBASE, law(1.5, 30.0, 0.5, 0.01)], 1e300, "beyond")
-    assert v["gap"]["point"] > 710 and v["verdict"] == "holds"
-    assert v["why"] == "+inf% [+inf, +inf] at 1800 steps; direction bound +inf%"
-    assert verdict.pct(v["gap"]["point"]) == "+inf%"
+    assert v.gap.point > 710 and v.verdict == "holds"
+    assert v.why == "+inf% [+inf, +inf] at 1800 steps; direction bound +inf%"
+    assert verdict.pct(v.gap.point) == "+inf%"

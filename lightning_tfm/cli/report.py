@@ -102,9 +102,8 @@ def report_cli(args) -> int:
     name = notebook_name(sweep)
     kind = KINDS.get(name)  # what the report gives the outside (None: a search report, its notebook alone)
     if args.from_export and not (kind and kind.exported):
-        what = ("a Table 2 report (rows of another architecture than the Transformer)" if name == "table2"
-                else "a search report")
-        raise UserError(f"--from-export rebuilds a Table 3 report (a sweep with variants), not {what}: drop "
+        rebuilt = " or ".join(k.what for k in KINDS.values() if k.exported)
+        raise UserError(f"--from-export rebuilds {rebuilt}, not {kind.what if kind else 'a search report'}: drop "
                         "--from-export and read the runs")
     out = Path(args.out or Path("reports") / "build" / sweep.name)
     check_outputs(folders=[out], reads=report_reads(args))

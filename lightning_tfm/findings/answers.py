@@ -25,7 +25,7 @@ The other candidate was the unpaired difference of means with Welch's standard e
 - *unsettled*: neither (the loop goes on, or the row is at its cap).
 
 **A row with one seed** has no noise of its own: it is *unsettled (one seed)*, its verdict (the 2 x base-sd rule,
-:func:`.verdict.noise_verdict`) stays beside it, and that rule is no controlled answer: under a true difference of
+:func:`.noise.noise_verdict`) stays beside it, and that rule is no controlled answer: under a true difference of
 0 a single row seed ``x`` against ``m`` base seeds is called beyond noise when ``|x - mean| > 2 s``, and ``(x -
 mean) / (s sqrt(1 + 1/m))`` is t with ``m - 1`` df, so the rule's false-answer rate is ``P(|t_{m-1}| > 2 /
 sqrt(1 + 1/m))``: 22.5% with 3 base seeds (:func:`one_seed_false_rate`). A row of two seeds is not looked at
@@ -63,8 +63,8 @@ from dataclasses import dataclass
 
 from scipy import stats
 
+from .noise import NOISE_K, end_change, mean_std
 from .settings import SettleSpec
-from .verdict import NOISE_K, end_change, mean_std
 
 BETTER, WORSE, SAME, UNSETTLED = "better", "worse", "the same", "unsettled"
 ANSWERS = (BETTER, WORSE, SAME, UNSETTLED)

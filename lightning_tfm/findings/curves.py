@@ -1,6 +1,6 @@
 """Learning curves fitted and extrapolated: a run's dev log-perplexity against the step, and the predicted gap
 between two rows at a later budget with its interval. Pure numerics (numpy, scipy's least squares); the verdict
-(:mod:`.verdict`: the report's and ``--status``'s) and its back-test (:mod:`lightning_tfm.report.backtest`) read them.
+(:mod:`.verdict`: the report's and ``--status``'s) and its back-test (:mod:`.backtest`) read them.
 
 **The fit** (:func:`fit_curve`): the points are a run's validations, ``y`` = dev log-PPL (the dev loss in nats)
 at ``t`` = updates done (Lightning's step + 1). Before the learning-rate warmup ends the curve is in another regime,
@@ -15,31 +15,12 @@ least, for the bootstrap); with fewer, no fit (None). The families (:data:`FAMIL
 - ``exponential``: ``y = L_inf + A * exp(-t / tau)``, the same way over a grid of ``tau`` (3 parameters).
 
 **Why power** (:data:`FAMILY`, the verdict's default; the sweep file's ``report.family`` chooses another): it
-back-tests best on the committed CPU reference (``reports/reference/backtest/README.md``; the verdict's other
-defaults; measured with :func:`lightning_tfm.report.backtest.backtest` and each family). (a): the 600-step export's
-curves cut to steps <= 399 predict step 599 (20 rows, 18 beyond noise at step 399); (b): the 600-step curves
-predict the 1,800-step continuation (8 rows, 6 beyond noise at 600). Per family: the mean absolute error of the
-predicted log-PPL gap to the base, the rows called *holds* (of those beyond noise) and how many kept their sign,
-the share of measured gaps inside their 90% interval:
-
-===========================  ======================================  ======================================
-family (min_points)          (a) steps <= 399 predict 599             (b) 600 steps predict 1,800
-===========================  ======================================  ======================================
-power (3)                    0.033; holds 12/18, 12 kept; 95%        0.212; holds 6/6, 6 kept; 38%
-power (4)                    too few points (3 after the warmup)     as power (3)
-saturating (4)               too few points                          0.213; holds 3/6, 3 kept; 100%
-exponential (4)              too few points                          0.486; holds 0/6; 88%
-===========================  ======================================  ======================================
-
-Three parameters need four points, and (a) has three after the warmup rule (steps 199-399), so only the power law
-(two parameters, ``min_points`` 3) predicts there. In (b) the saturating fits put ``L_inf`` at 0, the bound, and
-reduce to the power law's prediction with wider intervals (one residual degree of freedom against two); the
-exponential saturates too early and predicts the curves flat where they still fall. Every family overstates the
-gaps of (b): the base fell faster after step 600 than its fit, the rows that start fast (fewer layers, no
-dropout) slower, so the gaps shrank (C1 predicted -44%, measured -16%) though none changed its sign; the power
-law's intervals, from two residual degrees of freedom, cover 3 of 8. A longer curve (a validation every 50 steps
-or denser, a longer budget) may identify ``L_inf``: ``report.family: saturating`` is then worth a back-test of its
-own. Nothing else was chosen on these exports.
+back-tests best on the committed CPU reference (``reports/reference/backtest/README.md``: each family's error, calls
+and coverage). Three parameters need four points after the warmup, which the 600-step export's curves cut to step
+399 do not have, so only the power law (``min_points`` 3) predicts there; at 600 steps predicting 1,800 the
+saturating fits put ``L_inf`` at its bound 0 and reduce to the power law with wider intervals, and the exponential
+saturates too early. A longer curve may identify ``L_inf``: ``report.family: saturating`` is then worth a back-test
+of its own.
 
 **The bootstrap** (:meth:`CurveFit.bootstrap`): residual bootstrap in the fitted space (log-log for ``power``):
 the residuals, centred and inflated by ``sqrt(n / (n - p))``, resampled onto the fitted values and the fit
@@ -49,7 +30,7 @@ repeated, with a seeded :class:`numpy.random.Generator`: the same seed gives the
 (each side at its own step: a row trained ``b`` times the base's budget is compared at ``b`` times the base's
 step, as the table compares it). Two answers are read from it, each calibrated on its own question on the
 committed back-tests at k = 3, each export left out in turn (``reports/reference/backtest/calibration.md``;
-:mod:`lightning_tfm.report.calibration` computes the constants below and ``tests/test_calibration.py`` checks them):
+:mod:`.calibrate` computes the constants below from them into ``calibration.json``):
 
 - **the direction** (:func:`keeps_side`, the verdict's *holds*): a one-sided bound, the predicted gap moved toward
   zero by :func:`direction_margin` (``SIGN_QUANTILE`` x the base's seed noise and today's gap in quadrature, in
@@ -70,58 +51,64 @@ The pruner that reads the same fits is :class:`lightning_tfm.sweep.curve_pruner.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
 
 from ..base.errors import UserError
-from .settings import CURVE_FAMILIES
+from .settings import CURVE_FAMILIES, REPORT_DEFAULTS
 
 #: The curve families a fit can take (the module docstring), and their parameter counts.
 FAMILIES = dict(zip(CURVE_FAMILIES, (2, 3, 3)))
 #: The family the verdict fits unless the sweep file's ``report.family`` says otherwise (the module docstring).
-FAMILY = "power"
+FAMILY = REPORT_DEFAULTS["family"]
 
-#: The size of the gap at 3x: the level of its interval (:data:`EXTRAPOLATION_LEVEL`, the report's default
-#: ``level``) and the extrapolation's own error at that level (:func:`extrapolation_margin`), the split-conformal
-#: quantile, in nats of the log-PPL gap at 3 x the budget, of every committed k = 3 back-test's scores
-#: (:func:`extrapolation_score`). 80%, not 90%: each export left out, both hold their level on the 88 rows of six
-#: exports, and the 80% interval is the one narrow enough to say something
-#: (reports/reference/backtest/calibration.md: the levels compared, each export left out in turn;
-#: :mod:`lightning_tfm.report.calibration` recomputes both numbers from the committed back-tests and
-#: ``tests/test_calibration.py`` checks them).
-EXTRAPOLATION_ERROR = 0.2879
+# The method's choices: the budget multiple and level the size is calibrated at (the report's default ``level``),
+# the direction's levels and its target, how far a settle budget is looked for.
+#: The size of the gap at 3x: its interval's level (:func:`extrapolation_margin`). 80%, not 90%: each export left
+#: out, both hold their level on the committed back-tests, and the 80% interval is the one narrow enough to say
+#: something (reports/reference/backtest/calibration.md: the levels compared).
 EXTRAPOLATION_K, EXTRAPOLATION_LEVEL = 3.0, 0.8
-#: The direction at 3x (:func:`keeps_side`, the verdict's *holds*): a one-sided bound on the gap at ``k`` x the
-#: budget, ``sign * point - SIGN_QUANTILE * hypot(noise_sd, |now|)`` (:func:`direction_margin`), must stay on
-#: today's side of zero. ``SIGN_QUANTILE`` is the one-sided split-conformal ``SIGN_LEVEL`` quantile of the rows'
-#: :func:`sign_score` (how much further toward zero, or past it, their gap went than the curves said, in units of
-#: the base's seed noise and today's gap in quadrature) in the back-tests it was chosen on before the held-out
-#: exports (b, c, d, d200); ``SIGN_LEVEL`` is the lowest level of :data:`SIGN_LEVELS` at which the rows called
-#: *holds* with each export left out kept their sign at least :data:`SIGN_TARGET` of the time (the level chosen on
-#: the sign, the question *holds* answers).
+#: The direction's levels (:func:`keeps_side`): the lowest at which the rows called *holds*, each export left out,
+#: kept their sign at least ``SIGN_TARGET`` of the time is ``SIGN_LEVEL`` (the level chosen on the sign, the
+#: question *holds* answers).
 SIGN_LEVELS = (0.8, 0.85, 0.9, 0.95)
 SIGN_TARGET = 0.95
-SIGN_LEVEL, SIGN_QUANTILE = 0.8, 0.6809
-#: What the headline quotes of both (each export left out, on the back-tests each constant is calibrated on;
-#: ``tests/test_calibration.py`` recounts them): the direction, (rows beyond noise at the cut, called *holds*, of
-#: those kept their sign at 3x); the size, (measured gaps inside their interval, rows predicted).
-#: ``HELDOUT_RECORD``: the same, reported once, of the constants as first chosen on the exports before
-#: (SIGN_QUANTILE as above, EXTRAPOLATION_ERROR 0.1707) on the three exports trained after that choice
-#: (sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml). The direction met its targets there and is kept; the size missed
-#: (25 of 48), so ``EXTRAPOLATION_ERROR`` is recalibrated on those exports too, and the protocol's rows at seed 2,
-#: kept untrained, are its held-out check to come.
-DIRECTION_RECORD, SIZE_RECORD = (24, 21, 21), (70, 88)
-HELDOUT_RECORD = {"holds": (33, 32, 31), "size": (25, 48)}
+#: The furthest multiple of the budget a settle budget is looked for at (:func:`settle_budget`).
+SETTLE_MOST = 10.0
+
+#: The verdict's calibrated constants and records, computed from the committed back-tests
+#: (:func:`lightning_tfm.findings.calibrate.calibration`) and written here by
+#: ``python -m lightning_tfm.report.calibration reports/reference/backtest --page`` (make rerender);
+#: ``tests/test_calibration.py`` checks that the file is what the command computes.
+CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+_CALIBRATION = json.loads(CALIBRATION_FILE.read_text(encoding="utf-8"))
+#: The extrapolation's own error at 3x and :data:`EXTRAPOLATION_LEVEL` (:func:`extrapolation_margin`), in nats of
+#: the log-PPL gap: the split-conformal quantile of every committed 3x back-test's
+#: :func:`~lightning_tfm.findings.backtest.extrapolation_score`.
+EXTRAPOLATION_ERROR: float = _CALIBRATION["EXTRAPOLATION_ERROR"]
+#: The direction at 3x (:func:`keeps_side`): the one-sided bound ``sign * point - SIGN_QUANTILE * hypot(noise_sd,
+#: |now|)`` (:func:`direction_margin`) must stay on today's side of zero. ``SIGN_QUANTILE``: the one-sided
+#: split-conformal ``SIGN_LEVEL`` quantile of the rows' :func:`~lightning_tfm.findings.backtest.sign_score` in the
+#: back-tests it was chosen on before the held-out exports.
+SIGN_LEVEL: float = _CALIBRATION["SIGN_LEVEL"]
+SIGN_QUANTILE: float = _CALIBRATION["SIGN_QUANTILE"]
+#: What the headline quotes, each export left out, on the back-tests each constant is calibrated on: the direction,
+#: (rows beyond noise at the cut, called *holds*, of those kept their sign at 3x); the size, (measured gaps inside
+#: their interval, rows predicted). ``HELDOUT_RECORD``: the same, reported once, of the constants as first chosen,
+#: on the three exports trained after that choice (sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml).
+DIRECTION_RECORD: tuple[int, int, int] = tuple(_CALIBRATION["DIRECTION_RECORD"])
+SIZE_RECORD: tuple[int, int] = tuple(_CALIBRATION["SIZE_RECORD"])
+HELDOUT_RECORD: dict[str, tuple] = {k: tuple(v) for k, v in _CALIBRATION["HELDOUT_RECORD"].items()}
 #: The settle budgets' record (:func:`settle_budget`, rows that may flip): of each kind predicted by 3x in the
 #: committed back-tests, (came true: beyond noise at 3x on the side it named, predicted). Rows within noise get
 #: none: predicted the same way they came true 1 of 5 times in these back-tests, no better than saying nothing.
-SETTLE_RECORD = {"holds": (1, 1), "flips": (0, 0)}
-#: The furthest multiple of the budget a settle budget is looked for at (:func:`settle_budget`).
-SETTLE_MOST = 10.0
+SETTLE_RECORD: dict[str, tuple] = {k: tuple(v) for k, v in _CALIBRATION["SETTLE_RECORD"].items()}
 
 _ALPHAS = np.geomspace(0.02, 5.0, 40)   # the saturating family's start grid
 _TAUS = np.geomspace(0.05, 50.0, 40)     # the exponential family's, in units of the last fitted t
@@ -325,38 +312,49 @@ def widen(point, low, high, margin):
     return point - np.hypot(point - low, margin), point + np.hypot(high - point, margin)
 
 
-def extrapolation_score(point: float, low: float, high: float, measured: float, k: float) -> float:
-    """A back-test row's score (the module docstring): the margin the bootstrap interval (``low``, ``high``) needed,
-    in quadrature, to hold the ``measured`` gap, scaled to 3x the budget (``* log 3 / log k``): a row inside it
-    scores 0; :func:`widen` with a margin of at least the score (at that ``k``) holds it."""
-    miss = measured - point
-    half = high - point if miss > 0 else point - low
-    return math.sqrt(max(miss * miss - half * half, 0.0)) * math.log(EXTRAPOLATION_K) / math.log(k)
-
-
-def conformal_quantile(scores: Sequence[float], level: float = EXTRAPOLATION_LEVEL) -> float:
-    """The split-conformal quantile: the ``ceil((n + 1) * level)``-th smallest of ``n`` scores (inf when that is
-    beyond ``n``): a new row's score is at most it with probability ``level`` when the rows are exchangeable."""
-    ordered = sorted(scores)
-    j = math.ceil((len(ordered) + 1) * level)
-    return math.inf if j > len(ordered) else float(ordered[j - 1])
-
-
 def _budget_multiple(fits: list[CurveFit], at_step: int) -> float:
     """The multiple of a side's budget (its fits' last point) a step is: step 1799 of 600 updates is 3."""
     return (at_step + 1) / (min(f.steps[-1] for f in fits) + 1)
 
 
+@dataclass(frozen=True)
+class PredictedGap:
+    """The predicted gap of a row to the base (:func:`predicted_gap`): log-PPL gaps in nats, mean log PPL(row) - mean
+    log PPL(base) over each side's seeds; ``exp(gap) - 1`` is the relative change of PPL."""
+    point: float                 # the gap of the fitted curves at at_step (the base at base_step)
+    low: float                   # the size's interval: the bootstrap's widened by ``margin`` (:func:`widen`)
+    high: float
+    boot_low: float              # the central ``level`` share of the bootstrap draws, before widening
+    boot_high: float
+    margin: float                # the extrapolation's own error at ``k`` x the budget (:func:`extrapolation_margin`)
+    k: float                     # the multiple of the budget ``at_step`` is (the larger of the two sides')
+    at_step: int                 # the row's step the gap is predicted at (Lightning's, from 0)
+    base_step: int               # the base's (a row trained b times the base's budget: b times its step)
+    row: list[CurveFit]          # the row's fitted runs (seeds with enough points)
+    base: list[CurveFit]         # the base's
+    now: float                   # today's gap at each side's budget (:func:`today_gap`; nan without one)
+    noise_sd: float              # the base's seed sd of log PPL at its budget (0 with one seed)
+    sign_margin: float           # the direction's margin toward zero (:func:`direction_margin`, *holds*)
+
+
+@dataclass(frozen=True)
+class SettleBudget:
+    """When a row that may flip is predicted to settle (:func:`settle_budget`)."""
+    kind: str                    # "holds": on the side of today's change; "flips": on the other
+    k: float                     # the multiple of each side's budget it settles at
+    step: int                    # the row's step there
+    base_step: int               # the base's step there
+    sign: int                    # +1: the row settles worse than the base, -1: better
+
+
 def predicted_gap(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], at_step: int,
                   n_boot: int = 200, seed: int = 0, level: float = EXTRAPOLATION_LEVEL, *, base_step: int | None = None,
                   warmup: int = 0, base_warmup: int | None = None, min_points: int = 3,
-                  family: str = FAMILY) -> dict | None:
+                  family: str = FAMILY) -> PredictedGap | None:
     """The predicted gap mean log PPL(row) - mean log PPL(base) at ``at_step`` (the base at ``base_step``,
     default the same), from each run's fitted curve (``runs``: one ``{step: dev PPL}`` a seed), with its ``level``
-    interval (the module docstring): the central share of ``n_boot`` bootstrap draws (``boot_low``, ``boot_high``)
-    widened by the extrapolation's error at ``k`` x the budget (``margin``, :func:`extrapolation_margin`):
-    ``{"point", "low", "high", "boot_low", "boot_high", "margin", "k", "at_step", "base_step", "row", "base"}``
-    (``row``, ``base``: the sides' :class:`CurveFit` lists), or None when a side has no run with enough points."""
+    interval (the module docstring): the central share of ``n_boot`` bootstrap draws widened by the extrapolation's
+    error at ``k`` x the budget; None when a side has no run with enough points."""
     fit = dict(min_points=min_points, family=family)
     row = [f for f in (fit_run(r, warmup=warmup, **fit) for r in row_runs) if f is not None]
     base = [f for f in (fit_run(r, warmup=warmup if base_warmup is None else base_warmup, **fit)
@@ -373,9 +371,9 @@ def predicted_gap(row_runs: list[dict[int, float]], base_runs: list[dict[int, fl
     margin = extrapolation_margin(k, level)
     low, high = (float(x) for x in widen(point, boot_low, boot_high, margin))
     now, noise_sd = today_gap(row_runs, base_runs)
-    return {"point": point, "low": low, "high": high, "boot_low": boot_low, "boot_high": boot_high,
-            "margin": margin, "k": k, "at_step": at_step, "base_step": base_step, "row": row, "base": base,
-            "now": now, "noise_sd": noise_sd, "sign_margin": direction_margin(now, noise_sd, k)}
+    return PredictedGap(point=point, low=low, high=high, boot_low=boot_low, boot_high=boot_high, margin=margin, k=k,
+                        at_step=at_step, base_step=base_step, row=row, base=base, now=now, noise_sd=noise_sd,
+                        sign_margin=direction_margin(now, noise_sd, k))
 
 
 def _end_logs(runs: list[dict[int, float]]) -> list[float]:
@@ -410,29 +408,18 @@ def direction_margin(now: float, noise_sd: float, k: float, quantile: float | No
         EXTRAPOLATION_K)
 
 
-def sign_score(now: float, noise_sd: float, point: float, measured: float, k: float) -> float:
-    """A back-test row's direction score: how much further toward zero (or past it) the measured gap went than the
-    predicted ``point``, on today's side of zero, in units of :func:`direction_margin`'s scale at that ``k`` (a row
-    whose gap grew more than predicted scores below 0). :func:`keeps_side` with a quantile of at least the score
-    keeps its measured side."""
-    sign = (now > 0) - (now < 0)
-    unit = direction_margin(now, noise_sd, k, quantile=1.0)
-    return sign * (point - measured) / unit if unit > 0 else math.nan
-
-
-def settle_budget(gap: dict, today: float, most: float = SETTLE_MOST, *, noise_k: float = 2.0) -> dict | None:
+def settle_budget(gap: PredictedGap, today: float, most: float = SETTLE_MOST, *,
+                  noise_k: float = 2.0) -> SettleBudget | None:
     """When the verdict of a row that may flip is predicted to settle (the module docstring), from the gap
     :func:`predicted_gap` gave at ``k`` x the budget: the least multiple ``m`` of each side's budget, up to
     ``most``, at which the fitted curves put the row beyond seed noise (its predicted gap then more than
     ``noise_k`` times the base's seed noise of today, in log PPL) and a verdict taken then holds
     (:func:`keeps_side`'s bound at ``k`` x that budget, with the margin of that gap, on its side).
-    ``{"kind", "k": m, "step", "base_step", "sign"}``: ``sign`` +1 when the row settles worse than the base, -1
-    better; ``kind`` ``"holds"`` on the side of today's change ``today``, ``"flips"`` on the other (the fitted
-    curves cross, and the other side holds). None when none by ``most`` x. No draws: the same fits, the same
-    answer."""
-    row, base = gap["row"], gap["base"]
+    ``kind`` ``"holds"`` on the side of today's change ``today``, ``"flips"`` on the other (the fitted curves cross,
+    and the other side holds). None when none by ``most`` x. No draws: the same fits, the same answer."""
+    row, base = gap.row, gap.base
     row_end, base_end = (min(f.steps[-1] for f in fits) for fits in (row, base))
-    k = (gap["at_step"] + 1) / (row_end + 1)
+    k = (gap.at_step + 1) / (row_end + 1)
     mults = np.unique(np.geomspace(1.0, most, 81).round(3))[1:]  # past today: m = 1 is the verdict now
 
     def at(m):  # the predicted gap at m x each side's budget
@@ -442,7 +429,7 @@ def settle_budget(gap: dict, today: float, most: float = SETTLE_MOST, *, noise_k
 
     then, row_steps, base_steps = at(mults)
     ahead, _, _ = at(mults * k)
-    noise = gap["noise_sd"] if math.isfinite(gap["noise_sd"]) else 0.0
+    noise = gap.noise_sd if math.isfinite(gap.noise_sd) else 0.0
     sign_today = (today > 0) - (today < 0)
     for i, m in enumerate(mults):
         side = int(np.sign(then[i]))
@@ -451,8 +438,7 @@ def settle_budget(gap: dict, today: float, most: float = SETTLE_MOST, *, noise_k
         if side * ahead[i] - direction_margin(float(then[i]), noise, k) <= 0:
             continue
         kind = "holds" if side == sign_today else "flips"
-        return {"kind": kind, "k": float(m), "step": int(row_steps[i]), "base_step": int(base_steps[i]),
-                "sign": side}
+        return SettleBudget(kind=kind, k=float(m), step=int(row_steps[i]), base_step=int(base_steps[i]), sign=side)
     return None
 
 
@@ -473,9 +459,9 @@ def band(fits: list[CurveFit], steps, n_boot: int = 200, seed: int = 0, level: f
     return mean, lo, hi
 
 
-def keeps_side(gap: dict, today: float) -> bool:
+def keeps_side(gap: PredictedGap, today: float) -> bool:
     """The verdict's *holds* test, in one place: the one-sided bound of the predicted gap at ``k`` x the budget,
-    ``gap["point"]`` moved toward zero by ``gap["sign_margin"]`` (:func:`direction_margin`), lies on the side of
-    today's change ``today`` (0: no side, never holds)."""
+    ``gap.point`` moved toward zero by ``gap.sign_margin`` (:func:`direction_margin`), lies on the side of today's
+    change ``today`` (0: no side, never holds)."""
     sign = (today > 0) - (today < 0)
-    return bool(sign) and sign * gap["point"] - gap["sign_margin"] > 0
+    return bool(sign) and sign * gap.point - gap.sign_margin > 0

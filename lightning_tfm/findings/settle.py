@@ -41,8 +41,9 @@ import numpy as np
 
 from .answers import FIRST_LOOK, Answer, answer_row, levels, look_level, paired_half_width, same_bound
 from .curves import fit_curve
+from .noise import mean_std
 from .settings import SettleSpec
-from .verdict import later_step, mean_std
+from .verdict import later_step
 
 
 @dataclass(frozen=True)

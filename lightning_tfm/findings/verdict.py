@@ -16,7 +16,7 @@ family, its fit, the bootstrap) and the gap to the base predicted at ``k`` times
   (:func:`.curves.predicted_gap`), with the central ``level`` interval of ``bootstraps`` draws widened by the
   extrapolation's own error: the gap's size; it reads as a relative change of PPL, ``exp(gap) - 1``;
 - **within noise**: the row's change at the end, Δ = mean dev PPL(row) - mean dev PPL(base) over the seeds, is
-  within seed noise (:func:`noise_verdict`: ``|Δ| <= NOISE_K`` x the base's seed sd);
+  within seed noise (:func:`.noise.noise_verdict`: ``|Δ| <= NOISE_K`` x the base's seed sd);
 - **too few points**: the seed noise is unknown (fewer than two completed base seeds), or a side has no run with
   ``min_points`` validations after the warmup (:func:`.curves.fit_points`);
 - **holds**: beyond noise at the end, and the one-sided bound of the predicted gap (the gap moved toward zero by
@@ -33,66 +33,17 @@ verdict: the report's ``why`` (:func:`gap_text`, its table's and pages') and ``-
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from .noise import NOISE_K
 from .settings import REPORT_DEFAULTS
+
+if TYPE_CHECKING:  # the fits import numpy: only when a verdict is asked for
+    from .curves import PredictedGap, SettleBudget
 
 HOLDS, MAY_FLIP, WITHIN, TOO_FEW = "holds", "may flip", "within noise", "too few points"
 VERDICTS = (HOLDS, MAY_FLIP, WITHIN, TOO_FEW)
-
-# ------------------------------------------------------------------------------------------------- seed noise
-NOISE_K = 2.0
-
-NOISE_RULE = (f"a row's change is beyond seed noise when |Δ| > {NOISE_K:g} × the sample standard deviation of "
-              "the base row over its seeds (the spread that retraining the same configuration with another "
-              "seed gives); with fewer than 2 completed base seeds the noise is unknown")
-
-
-def finite(x) -> bool:
-    """A number that can be compared: not None, not a bool, not nan or ±inf."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    """The mean and the sample standard deviation (None with one value); values near a float's range (a PPL of
-    1e308) give their mean and spread, not an OverflowError or an infinite mean."""
-    if not values:
-        return None, None
-    n = len(values)
-    mean = sum(values) / n
-    if math.isinf(mean) and all(map(math.isfinite, values)):  # the sum overflowed, not the values
-        mean = sum(v / n for v in values)
-    if n < 2:
-        return mean, None
-    try:
-        return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    except OverflowError:  # a square beyond a float's range: the deviations scaled by the largest
-        dev = [v - mean for v in values]
-        top = max(map(abs, dev))
-        return mean, top * math.sqrt(sum((d / top) ** 2 for d in dev) / (n - 1))
-
-
-def noise_verdict(delta: float | None, base_std: float | None, k: float = NOISE_K) -> str | None:
-    """The one noise rule (:data:`NOISE_RULE`): ``"beyond"`` when ``|delta| > k * base_std``, ``"within"``
-    otherwise, ``"unknown"`` when the base's seed spread is unknown (one seed); None without a change (or a change
-    that is no number: nan is within nothing). A zero spread (every seed gave the same number) makes any nonzero
-    change beyond noise; a spread that is no number is unknown."""
-    if not finite(delta):
-        return None
-    if not finite(base_std):
-        return "unknown"
-    return "beyond" if abs(delta) > k * base_std else "within"
-
-
-def end_change(row_ppls: list[float], base_ppls: list[float]) -> tuple[float | None, str | None]:
-    """The row's change at the end as the report's table reads it, from each side's seeds' dev PPL at its budget:
-    Δ = mean(row) - mean(base) and its :func:`noise_verdict` by the base's seed sd; (None, None) without a
-    number on a side."""
-    row, _ = mean_std([p for p in row_ppls if finite(p)])
-    base, base_sd = mean_std([p for p in base_ppls if finite(p)])
-    if row is None or base is None:
-        return None, None
-    return row - base, noise_verdict(row - base, base_sd)
-
 
 # -------------------------------------------------------------------------------------------------- the gap
 def settings_of(settings: dict | None) -> dict:
@@ -130,26 +81,25 @@ def pct(gap: float, digits: int = 1) -> str:
     return f"{100 * change(gap):+.{digits}f}%"
 
 
-def direction_bound(gap: dict) -> float | None:
+def direction_bound(gap: PredictedGap) -> float | None:
     """The one-sided bound the *holds* test reads (:func:`.curves.keeps_side`): the predicted gap moved toward zero
-    by its ``sign_margin``, on the side of today's gap (``gap["now"]``); None without a side today."""
-    now = gap.get("now", math.nan)
-    side = sign(now) if math.isfinite(now) else 0
-    return gap["point"] - side * gap["sign_margin"] if side else None
+    by its ``sign_margin``, on the side of today's gap (``gap.now``); None without a side today."""
+    side = sign(gap.now) if math.isfinite(gap.now) else 0
+    return gap.point - side * gap.sign_margin if side else None
 
 
-def gap_text(gap: dict) -> str:
+def gap_text(gap: PredictedGap) -> str:
     """``-4.1% [-6.0, -2.2] at 1800 steps`` (the base at its own step when it differs), then the direction's
     one-sided bound (:func:`direction_bound`): ``; direction bound -1.0%`` (the report's ``why``)."""
-    lo, hi = (f"{100 * change(gap[k]):+.1f}" for k in ("low", "high"))
-    base = f" (base {gap['base_step'] + 1})" if gap["base_step"] != gap["at_step"] else ""
+    lo, hi = (f"{100 * change(x):+.1f}" for x in (gap.low, gap.high))
+    base = f" (base {gap.base_step + 1})" if gap.base_step != gap.at_step else ""
     bound = direction_bound(gap)
-    return (f"{pct(gap['point'])} [{lo}, {hi}] at {gap['at_step'] + 1} steps{base}"
+    return (f"{pct(gap.point)} [{lo}, {hi}] at {gap.at_step + 1} steps{base}"
             + (f"; direction bound {pct(bound)}" if bound is not None else ""))
 
 
 def predict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], settings: dict | None = None, *,
-            at: tuple[int, int] | None = None, warmup: int = 0, base_warmup: int | None = None) -> dict | None:
+            at: tuple[int, int] | None = None, warmup: int = 0, base_warmup: int | None = None) -> PredictedGap | None:
     """The predicted gap of the row to the base (:func:`.curves.predicted_gap`) at ``at`` = (the row's step, the
     base's step), by default ``k`` x each side's budget; None when a side cannot be fitted."""
     from .curves import predicted_gap
@@ -178,50 +128,54 @@ def _too_few(row_runs, base_runs, settings: dict, warmup: int, base_warmup: int 
 
 
 # ----------------------------------------------------------------------------------------------- the verdict
+@dataclass(frozen=True)
+class Verdict:
+    """A row's verdict (:func:`curve_verdict`, the module docstring's rule)."""
+    verdict: str                       # one of VERDICTS: holds, may flip, within noise, too few points
+    why: str                           # the report's text of it: the predicted gap (:func:`gap_text`), or why none
+    gap: PredictedGap | None = None    # the prediction (:func:`predict`); None without one
+    settle: SettleBudget | None = None  # a row that may flip: when it settles (None: not by SETTLE_MOST x); else None
+
+
 def curve_verdict(row_runs: list[dict[int, float]], base_runs: list[dict[int, float]], delta: float | None,
                   noise: str | None, settings: dict | None = None, *, at: tuple[int, int] | None = None,
-                  warmup: int = 0, base_warmup: int | None = None) -> dict | None:
-    """The verdict of one row (the module docstring's rule): ``{"verdict", "why", "gap", "settle"}`` (``gap``: the
-    prediction of :func:`predict`, None without one; ``settle``: a row that may flip's
-    :func:`.curves.settle_budget` with :data:`NOISE_K`, its ``"kind"`` None when none by
-    :data:`.curves.SETTLE_MOST` x; else None), or
-    None for a row without a change. ``row_runs``, ``base_runs``: one ``{step: dev PPL}`` per completed seed;
-    ``delta``, ``noise``: the row's change at the end and its seed-noise verdict (:func:`end_change`; Table 2 its
-    own); ``at``, ``warmup``: as :func:`predict`."""
+                  warmup: int = 0, base_warmup: int | None = None) -> Verdict | None:
+    """The verdict of one row (the module docstring's rule; a row that may flip gets its
+    :func:`.curves.settle_budget` with :data:`NOISE_K`), or None for a row without a change. ``row_runs``,
+    ``base_runs``: one ``{step: dev PPL}`` per completed seed; ``delta``, ``noise``: the row's change at the end and
+    its seed-noise verdict (:func:`.noise.end_change`; Table 2 its own); ``at``, ``warmup``: as :func:`predict`."""
     s = settings_of(settings)
     if delta is None or noise is None:
         return None
     gap = predict(row_runs, base_runs, s, at=at, warmup=warmup, base_warmup=base_warmup)
     if noise == "within":
-        return {"verdict": WITHIN, "why": f"predicted {gap_text(gap)}" if gap else "no prediction: "
-                + _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": gap, "settle": None}
+        return Verdict(WITHIN, f"predicted {gap_text(gap)}" if gap else "no prediction: "
+                       + _too_few(row_runs, base_runs, s, warmup, base_warmup), gap)
     if noise != "beyond":
-        return {"verdict": TOO_FEW, "why": "seed noise unknown: one base seed", "gap": gap, "settle": None}
+        return Verdict(TOO_FEW, "seed noise unknown: one base seed", gap)
     if gap is None:
-        return {"verdict": TOO_FEW, "why": _too_few(row_runs, base_runs, s, warmup, base_warmup), "gap": None,
-                "settle": None}
+        return Verdict(TOO_FEW, _too_few(row_runs, base_runs, s, warmup, base_warmup))
     from .curves import keeps_side, settle_budget
 
     if keeps_side(gap, sign(delta)):
-        return {"verdict": HOLDS, "why": gap_text(gap), "gap": gap, "settle": None}
-    settle = settle_budget(gap, delta, noise_k=NOISE_K) or dict.fromkeys(("kind", "k", "step", "base_step", "sign"))
-    return {"verdict": MAY_FLIP, "why": gap_text(gap), "gap": gap, "settle": settle}
+        return Verdict(HOLDS, gap_text(gap), gap)
+    return Verdict(MAY_FLIP, gap_text(gap), gap, settle_budget(gap, delta, noise_k=NOISE_K))
 
 
-def verdict_text(verdict: dict, settings: dict | None = None) -> str:
+def verdict_text(verdict: Verdict, settings: dict | None = None) -> str:
     """A verdict of :func:`curve_verdict` in a few words, for ``--status`` and the launcher's lines: the predicted
     gap at ``k`` x the budget and the one-sided bound the call rests on, then the size's ``level`` interval, e.g.
     ``holds: -12% at 3x, bound -9% (80% [-15, -9])``; ``within noise: predicted +2% at 3x``; ``too few points:
     seed noise unknown: one base seed``."""
-    s, kind, gap = settings_of(settings), verdict["verdict"], verdict["gap"]
+    s, kind, gap = settings_of(settings), verdict.verdict, verdict.gap
     if kind == TOO_FEW:
-        return f"{kind}: {verdict['why']}"
+        return f"{kind}: {verdict.why}"
     if gap is None:
         return kind
-    at = f"{pct(gap['point'], 0)} at {s['k']:g}x"
+    at = f"{pct(gap.point, 0)} at {s['k']:g}x"
     if kind == WITHIN:
         return f"{kind}: predicted {at}"
     bound = direction_bound(gap)
-    lo, hi = (f"{100 * change(gap[x]):+.0f}" for x in ("low", "high"))
+    lo, hi = (f"{100 * change(x):+.0f}" for x in (gap.low, gap.high))
     return (f"{kind}: {at}" + (f", bound {pct(bound, 0)}" if bound is not None else "")
             + f" ({100 * s['level']:g}% [{lo}, {hi}])")

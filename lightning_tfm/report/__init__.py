@@ -22,8 +22,8 @@ own rooms, one concern each, bottom to top:
   :func:`~.publish.published.publish`, which sends it to both and says where it was published;
 - at the top, :mod:`.backtest`
   (``ltfm report --backtest``: a short sweep's verdicts against a later export's curves; it builds tables and draws
-  the outlook figure, so it sits above both), and :mod:`.calibration` (the verdict's constants computed from the
-  back-tests, each export left out in turn).
+  the outlook figure, so it sits above both), and :mod:`.calibration` (the committed back-tests' calibration page,
+  and the command that writes the verdict's constants, :mod:`lightning_tfm.findings.calibrate`).
 
 A room imports only from the rooms below it (tests/test_layers.py: ``REPORT_ROOMS``). The notebooks stay thin:
 ``from lightning_tfm import report as rd`` and the names below, beside the modules they import by name.
@@ -51,7 +51,7 @@ _HOMES = {
                      "search_markdown", "search_rows", "search_study", "write_search"),
     "views.render": ("bleu_markdown", "config_markdown", "curves_markdown", "headline_markdown", "notes_markdown",
                      "ppl_markdown", "table_markdown", "write_table"),
-    "table3.stats": ("NOISE_RULE", "bleu_significant", "dev_references", "noise_verdict", "paired_test"),
+    "table3.stats": ("bleu_significant", "dev_references", "paired_test"),
     "table3.table": ("build_table", "learning_curves"),
     "table3.verdict": ("curve_verdict", "verdict_rule"),
 }

@@ -1,196 +1,71 @@
-"""The verdict's two answers calibrated on the committed back-tests, each on its own question, with every export
-left out in turn (issue #51):
+"""The verdict's calibration on the committed back-tests, as a page and as the file the verdict reads: which
+back-tests (:data:`CHOSEN_ON`, :data:`HELDOUT_BACKTESTS`, each the export ``backtests.txt`` names for it), their rows
+read (:func:`load`), the tables of ``reports/reference/backtest/calibration.md`` (:func:`page_text`) and the held-out
+record as it was reported once (:func:`heldout_text`). The maths (each export left out in turn, the constants, the
+records) is the findings' (:mod:`lightning_tfm.findings.calibrate`).
 
-- **the direction** (*holds*, :func:`lightning_tfm.findings.curves.keeps_side`): the one-sided bound's quantile
-  (``SIGN_QUANTILE``) at the level ``SIGN_LEVEL``, the lowest of ``SIGN_LEVELS`` at which the rows called *holds*
-  with their export left out kept their sign at least ``SIGN_TARGET`` of the time, chosen on the back-tests of
-  :data:`CHOSEN_ON` and kept, since its calls met their targets on the held-out exports (:data:`HELDOUT_BACKTESTS`);
-- **the size** (the interval of the gap at 3x): the extrapolation's error (``EXTRAPOLATION_ERROR``) at
-  ``EXTRAPOLATION_LEVEL``, with the coverage each level gets with its export left out, on every back-test: first
-  chosen on :data:`CHOSEN_ON`, its intervals missed on the held-out exports, so it is recalibrated on them too.
-
-Its input is the back-tests' JSON (``ltfm report ... --backtest ... --out F.json``; their per-row ``log`` numbers,
-``score`` and ``sign_score``), grouped by the export they come from (:data:`BACKTESTS`): rows of one export share
-its base seeds and its stage of training, so an export, not a row, is what is left out. Conformal quantiles as
-:func:`lightning_tfm.findings.curves.conformal_quantile`. ``python -m lightning_tfm.report.calibration DIR`` prints
-the tables (``reports/reference/backtest/calibration.md``); ``tests/test_calibration.py`` checks that the
-constants of ``findings/curves.py`` and the records the headline quotes are what this computes.
+``python -m lightning_tfm.report.calibration DIR`` prints the tables; ``--page`` (make rerender) rewrites the
+generated part of ``DIR/calibration.md`` and writes the constants and records to
+:data:`lightning_tfm.findings.curves.CALIBRATION_FILE`, which the verdict reads; ``tests/test_calibration.py``
+checks that the committed file and page are what this computes.
 """
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
-from statistics import NormalDist
 
-from ..findings import curves
-from ..findings.verdict import sign
-from .table3.stats import share
+from ..findings import calibrate, curves
+from ..findings.calibrate import (
+    as_chosen,
+    constants,
+    direction_by_export,
+    directional,
+    heldout_record,
+    sign_level,
+    size_by_export,
+    sized,
+    targets,
+    todays_constants,
+)
+from ..findings.noise import share
 
+#: The back-tests the constants were first chosen on, before the held-out exports were trained.
+CHOSEN_ON = ("b", "c-every50", "d-heldout", "d200-heldout")
 #: The held-out back-tests of issue #51: the exports of sweeps/table3-cpu-heldout-{fr,s3,s4}.yaml, trained after
 #: the constants were first chosen on :data:`CHOSEN_ON`, each read as (d) and (d200) are (``e-``: steps <= 600
 #: predict 1,800; ``e200-``: steps <= 200 predict 600). Reported once with those first constants
-#: (:func:`heldout_rows`); the size's error of today is calibrated on them too (:func:`todays_constants`).
-HELDOUT = ("fr", "s3", "s4")
-HELDOUT_BACKTESTS = {f"{stage}-heldout-{x}": f"table3-cpu-heldout-{x}" for x in HELDOUT for stage in ("e", "e200")}
-#: The back-tests the constants were first chosen on, before the held-out exports were trained.
-CHOSEN_ON = {"b": "table3-cpu-2026-11-25", "c-every50": "table3-cpu", "d-heldout": "table3-cpu-heldout",
-             "d200-heldout": "table3-cpu-heldout"}
-#: The committed 3x back-tests the constants of findings/curves.py are calibrated on
-#: (reports/reference/backtest/backtest-<name>.json) and the export each reads: two stages of one export (cut at
-#: 200 and at 600 steps) are one export, left out together.
-BACKTESTS = {**CHOSEN_ON, **HELDOUT_BACKTESTS}
+#: (:func:`heldout_rows`); the size's error of today is calibrated on them too
+#: (:func:`lightning_tfm.findings.calibrate.todays_constants`).
+HELDOUT_BACKTESTS = tuple(f"{stage}-heldout-{x}" for x in ("fr", "s3", "s4") for stage in ("e", "e200"))
+#: The committed 3x back-tests the constants are calibrated on (reports/reference/backtest/backtest-<name>.json):
+#: two stages of one export (cut at 200 and at 600 steps) are one export, left out together.
+BACKTESTS = CHOSEN_ON + HELDOUT_BACKTESTS
 #: The size levels compared.
 SIZE_LEVELS = (0.8, 0.9)
 
-def load(folder: str | Path, names=tuple(BACKTESTS)) -> list[dict]:
-    """Every row of the named back-tests in ``folder``, each with its ``export`` and ``backtest``."""
+
+def exports(folder: str | Path) -> dict[str, str]:
+    """Each back-test ``folder``'s ``backtests.txt`` lists and the export it reads (its report folder's name, e.g.
+    ``table3-cpu-heldout``)."""
+    out = {}
+    for line in (Path(folder) / "backtests.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _sweep, export, *_ = line.split()
+            out[name] = Path(export).parent.name
+    return out
+
+
+def load(folder: str | Path, names=BACKTESTS) -> list[dict]:
+    """Every row of the named back-tests in ``folder``, each with its ``export``, ``backtest`` and the ``level``
+    of its back-test (the rows :mod:`lightning_tfm.findings.calibrate` reads)."""
+    export_of = exports(folder)
     out = []
     for name in names:
         tree = json.loads((Path(folder) / f"backtest-{name}.json").read_text(encoding="utf-8"))
         for r in tree["rows"]:
-            out.append({**r, "level": tree["level"], "backtest": name,
-                        "export": {**BACKTESTS, **HELDOUT_BACKTESTS}.get(name, name)})
+            out.append({**r, "level": tree["level"], "backtest": name, "export": export_of.get(name, name)})
     return out
-
-
-def directional(rows: list[dict]) -> list[dict]:
-    """The rows the direction is judged on: beyond seed noise at the cut, with a prediction and a measured gap."""
-    return [r for r in rows if r["noise"] == "beyond" and r.get("sign_score") is not None]
-
-
-def sized(rows: list[dict]) -> list[dict]:
-    """The rows the size is judged on: every row with a prediction and a measured gap."""
-    return [r for r in rows if r.get("score") is not None and r.get("log")]
-
-
-def calls(row: dict, quantile: float) -> bool:
-    """Whether ``row`` is called *holds* with ``quantile`` (:func:`lightning_tfm.findings.curves.keeps_side`)."""
-    g = row["log"]
-    side = sign(g["now"])
-    return bool(side) and side * g["point"] - curves.direction_margin(g["now"], g["noise_sd"], g["k"], quantile) > 0
-
-
-def kept(row: dict) -> bool:
-    return sign(row["log"]["measured"]) == sign(row["log"]["now"])
-
-
-def direction_by_export(rows: list[dict], level: float) -> dict:
-    """Each export left out in turn: the quantile from the others' rows, the rows of this one it calls *holds* and
-    how many of those kept their sign. ``{export: (quantile, beyond noise, called, kept)}``."""
-    rows = directional(rows)
-    out = {}
-    for e in dict.fromkeys(r["export"] for r in rows):
-        q = curves.conformal_quantile([r["sign_score"] for r in rows if r["export"] != e], level)
-        mine = [r for r in rows if r["export"] == e]
-        called = [r for r in mine if calls(r, q)]
-        out[e] = (q, len(mine), len(called), sum(map(kept, called)))
-    return out
-
-
-def sign_level(rows: list[dict]) -> float:
-    """The lowest of ``SIGN_LEVELS`` whose rows called *holds*, each export left out, kept their sign at least
-    ``SIGN_TARGET`` of the time (the highest level when none does)."""
-    for level in curves.SIGN_LEVELS:
-        _, called, kept_ = totals(direction_by_export(rows, level))
-        if called and kept_ >= curves.SIGN_TARGET * called:
-            return level
-    return curves.SIGN_LEVELS[-1]
-
-
-def totals(by_export: dict) -> tuple[int, int, int]:
-    """The sums over exports of :func:`direction_by_export`'s (beyond noise, called, kept)."""
-    return tuple(sum(v[i] for v in by_export.values()) for i in (1, 2, 3))
-
-
-def interval_at(row: dict, error: float, level: float) -> tuple[float, float]:
-    """The row's interval of the gap at ``level`` with the extrapolation ``error`` (at 3x): its bootstrap interval
-    (recorded at the back-test's level, rescaled to ``level`` by the normal quantiles) widened in quadrature."""
-    g = row["log"]
-    z = NormalDist().inv_cdf
-    scale = z((1 + level) / 2) / z((1 + row["level"]) / 2)
-    margin = error * math.log(g["k"]) / math.log(curves.EXTRAPOLATION_K)
-    return (g["point"] - math.hypot((g["point"] - g["boot_low"]) * scale, margin),
-            g["point"] + math.hypot((g["boot_high"] - g["point"]) * scale, margin))
-
-
-def size_by_export(rows: list[dict], level: float) -> dict:
-    """Each export left out in turn: the extrapolation's error from the others' scores (rescaled to ``level``),
-    and how many of this one's measured gaps fell inside. ``{export: (error, inside, rows, mean width)}``."""
-    rows = sized(rows)
-    out = {}
-    for e in dict.fromkeys(r["export"] for r in rows):
-        others = [r for r in rows if r["export"] != e]
-        error = curves.conformal_quantile([_score_at(r, level) for r in others], level)
-        mine = [r for r in rows if r["export"] == e]
-        spans = [interval_at(r, error, level) for r in mine]
-        inside = sum(lo <= r["log"]["measured"] <= hi for r, (lo, hi) in zip(mine, spans))
-        out[e] = (error, inside, len(mine), sum(hi - lo for lo, hi in spans) / len(mine))
-    return out
-
-
-def _score_at(row: dict, level: float) -> float:
-    """The row's score (:func:`lightning_tfm.findings.curves.extrapolation_score`) with its bootstrap interval at
-    ``level``."""
-    g = row["log"]
-    z = NormalDist().inv_cdf
-    scale = z((1 + level) / 2) / z((1 + row["level"]) / 2)
-    return curves.extrapolation_score(g["point"], g["point"] - (g["point"] - g["boot_low"]) * scale,
-                                      g["point"] + (g["boot_high"] - g["point"]) * scale, g["measured"], g["k"])
-
-
-def constants(rows: list[dict]) -> dict:
-    """What findings/curves.py holds, computed from every row: ``SIGN_LEVEL``, ``SIGN_QUANTILE``,
-    ``EXTRAPOLATION_ERROR`` (at ``EXTRAPOLATION_LEVEL``), rounded as the code keeps them."""
-    level = sign_level(rows)
-    return {"SIGN_LEVEL": level,
-            "SIGN_QUANTILE": round(curves.conformal_quantile([r["sign_score"] for r in directional(rows)], level), 4),
-            "EXTRAPOLATION_ERROR": round(curves.conformal_quantile(
-                [_score_at(r, curves.EXTRAPOLATION_LEVEL) for r in sized(rows)], curves.EXTRAPOLATION_LEVEL), 4)}
-
-
-def todays_constants(first: list[dict], every: list[dict]) -> dict:
-    """What findings/curves.py holds: the direction's ``SIGN_LEVEL`` and ``SIGN_QUANTILE`` as first chosen, on the rows
-    of :data:`CHOSEN_ON` (``first``; held out, their calls met the targets, so they were kept), and the size's
-    ``EXTRAPOLATION_ERROR`` from the rows of every back-test (``every``; held out, the first error's intervals
-    missed, so it is recalibrated on them too)."""
-    return {**{k: v for k, v in constants(first).items() if k != "EXTRAPOLATION_ERROR"},
-            "EXTRAPOLATION_ERROR": constants(every)["EXTRAPOLATION_ERROR"]}
-
-
-def record(first: list[dict], every: list[dict]) -> dict:
-    """The cross-validated record the headline quotes (:data:`lightning_tfm.findings.curves.DIRECTION_RECORD` and
-    ``SIZE_RECORD``), at the chosen levels, on the rows each constant is calibrated on
-    (:func:`todays_constants`): ``{"holds": (beyond noise, called, kept), "size": (inside, rows)}``."""
-    by = size_by_export(every, curves.EXTRAPOLATION_LEVEL)
-    return {"holds": totals(direction_by_export(first, sign_level(first))),
-            "size": (sum(v[1] for v in by.values()), sum(v[2] for v in by.values()))}
-
-
-def heldout_record(rows: list[dict]) -> dict:
-    """The verdict's record on back-tests as the report printed them (each row's ``verdict``, ``sign_kept`` and
-    ``inside``; with other constants, as :func:`as_chosen` restates them): ``{"holds": (beyond noise, called,
-    kept), "size": (inside, rows predicted)}``; of :func:`heldout_rows`, what
-    :data:`lightning_tfm.findings.curves.HELDOUT_RECORD` holds."""
-    beyond = [r for r in rows if r["noise"] == "beyond"]
-    called = [r for r in beyond if r["verdict"] == "holds"]
-    predicted = [r for r in rows if r["inside"] is not None]
-    return {"holds": (len(beyond), len(called), sum(bool(r["sign_kept"]) for r in called)),
-            "size": (sum(bool(r["inside"]) for r in predicted), len(predicted))}
-
-
-def targets(rec: dict) -> list[tuple[str, str, str, bool]]:
-    """The issue's targets for a record (:func:`record`, :func:`heldout_record`): (what, measured, target, met)."""
-    beyond, called, kept_ = rec["holds"]
-    inside, n = rec["size"]
-    level = curves.EXTRAPOLATION_LEVEL
-    return [("rows beyond noise called *holds*", share(called, beyond), "at least 2/3",
-             bool(beyond) and called >= 2 / 3 * beyond),
-            ("*holds* that kept their sign at 3x", share(kept_, called), f"at least {100 * curves.SIGN_TARGET:g}%",
-             bool(called) and kept_ >= curves.SIGN_TARGET * called),
-            (f"measured gaps inside their {100 * level:g}% interval", share(inside, n),
-             f"{100 * level - 10:g}-{100 * level + 10:g}%", bool(n) and abs(inside / n - level) <= 0.10 + 1e-12)]
 
 
 def misses(rows: list[dict]) -> list[str]:
@@ -210,33 +85,12 @@ def _pct(x: float | None) -> str:
     return "?" if x is None else f"{100 * x:+.1f}%"
 
 
-def as_chosen(rows: list[dict], chosen: dict) -> list[dict]:
-    """The rows as their back-tests would have printed them with the constants ``chosen`` (:func:`constants`'
-    keys): each verdict of a row beyond noise (*holds* or *may flip*), each interval (``low``, ``high``) and whether
-    it held the measured gap (``inside``), recomputed from the row's log numbers, which no constant changes."""
-    out = []
-    for r in rows:
-        g = r.get("log")
-        if not g:
-            out.append(r)
-            continue
-        r = dict(r)
-        if r["noise"] == "beyond":
-            r["verdict"] = "holds" if calls(r, chosen["SIGN_QUANTILE"]) else "may flip"
-        lo, hi = interval_at(r, chosen["EXTRAPOLATION_ERROR"], curves.EXTRAPOLATION_LEVEL)
-        r["low"], r["high"] = round(math.expm1(lo), 4), round(math.expm1(hi), 4)
-        if r["inside"] is not None:
-            r["inside"] = lo <= g["measured"] <= hi
-        out.append(r)
-    return out
-
-
 def heldout_rows(folder: str | Path, first: dict | None = None) -> list[dict]:
     """The held-out back-tests' rows as they were reported, once: with the constants chosen on :data:`CHOSEN_ON`
-    (``first``, computed when not given; :func:`as_chosen`), whatever findings/curves.py holds today. Their
+    (``first``, computed when not given; :func:`as_chosen`), whatever the verdict reads today. Their
     :func:`heldout_record` is :data:`lightning_tfm.findings.curves.HELDOUT_RECORD`."""
-    first = first or constants(load(folder, tuple(CHOSEN_ON)))
-    return as_chosen(load(folder, tuple(HELDOUT_BACKTESTS)), first)
+    first = first or constants(load(folder, CHOSEN_ON))
+    return as_chosen(load(folder, HELDOUT_BACKTESTS), first)
 
 
 def heldout_text(rows: list[dict], first: dict) -> str:
@@ -266,18 +120,6 @@ def heldout_text(rows: list[dict], first: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def settle_record(rows: list[dict]) -> dict:
-    """Of each kind of settle budget predicted by 3x (``settle["k"] <= 3``), (came true, predicted): beyond seed
-    noise at 3x on the side it named (:data:`lightning_tfm.findings.curves.SETTLE_RECORD`)."""
-    out = {kind: [0, 0] for kind in curves.SETTLE_RECORD}
-    for r in rows:
-        st = r.get("settle") or {}
-        if st.get("kind") in out and st["k"] <= curves.EXTRAPOLATION_K and r.get("log"):
-            out[st["kind"]][1] += 1
-            out[st["kind"]][0] += r["noise_later"] == "beyond" and sign(r["log"]["measured"]) == st["sign"]
-    return {k: tuple(v) for k, v in out.items()}
-
-
 def text(first: list[dict], every: list[dict]) -> str:
     """The tables of ``calibration.md``, each export left out: the direction's levels on the rows it was chosen on
     (``first``), the size's on every row (``every``), and the constants (:func:`todays_constants`)."""
@@ -303,7 +145,7 @@ def text(first: list[dict], every: list[dict]) -> str:
         cells = " | ".join(f"{v[1]}/{v[2]} (error {v[0]:.2f})" for v in by.values())
         lines.append(f"| {100 * level:g}% | {cells} | {share(inside, n)} | {width:.2f} |")
     c = todays_constants(first, every)
-    lines += ["", "Constants (findings/curves.py; the direction's from the rows of " + ", ".join(CHOSEN_ON)
+    lines += ["", "Constants (findings/calibration.json; the direction's from the rows of " + ", ".join(CHOSEN_ON)
               + ", the size's from every row): " + ", ".join(f"{k} {v:g}" for k, v in c.items()) + "."]
     return "\n".join(lines) + "\n"
 
@@ -311,9 +153,16 @@ def text(first: list[dict], every: list[dict]) -> str:
 def page_text(folder: str | Path) -> str:
     """What ``calibration.md`` holds below its introduction: :func:`text` on the committed back-tests, then
     :func:`heldout_text`, the held-out record as it was reported."""
-    first = load(folder, tuple(CHOSEN_ON))
+    first = load(folder, CHOSEN_ON)
     chosen = constants(first)
     return text(first, load(folder)) + "\n" + heldout_text(heldout_rows(folder, chosen), chosen)
+
+
+def computed(folder: str | Path) -> dict:
+    """What :data:`lightning_tfm.findings.curves.CALIBRATION_FILE` holds, from the back-tests in ``folder``
+    (:func:`lightning_tfm.findings.calibrate.calibration`)."""
+    first = load(folder, CHOSEN_ON)
+    return calibrate.calibration(first, load(folder), heldout_rows(folder, constants(first)))
 
 
 #: Where the generated part of ``calibration.md`` starts and where the hand-written part below it starts.
@@ -336,5 +185,6 @@ if __name__ == "__main__":  # python -m lightning_tfm.report.calibration reports
     folder = next((a for a in sys.argv[1:] if a != "--page"), "reports/reference/backtest")
     if "--page" in sys.argv[1:]:
         print(f"calibration: {write_page(folder)}")
+        print(f"calibration: {calibrate.write_calibration(computed(folder))}")
     else:
         print(page_text(folder), end="")

@@ -11,7 +11,8 @@ seed 2 is the exports' seed 3); a run continued to ``L`` x the budget is the com
 (T + 1) - 1``. A trial the exports lack (a seed they do not hold, a curve that stops short) stops its row *at the
 cap of the data*, said as such. A run in two exports (the same row and seed) is read from the first export given.
 
-Each export is read with its own sweep file from beside ``SWEEP`` (as ``--backtest-to`` reads it); the dev
+Each export is read with its own sweep file from beside ``SWEEP`` (:func:`.inputs.export.read_export_beside`, as
+``--backtest-to`` reads it); the dev
 log-PPL is each record's ``dev/loss`` at the step. The compute of a run: its row's training FLOPs per step
 (:func:`.table3.compute.flops_per_step`) x the steps it trained.
 
@@ -353,7 +354,7 @@ def _row_runs(o: Observed) -> RowRuns:
 # ------------------------------------------------------------------------------------------------ the command
 def settle_replay_cli(args, sweep) -> int:
     """``ltfm report SWEEP --settle-replay EXPORT_DIR [EXPORT_DIR ...] [--out FILE.md] [--settle-grid]``."""
-    from .backtest import _later_export
+    from .inputs.export import read_export_beside
 
     settle = getattr(sweep, "settle", None)
     spec = SettleSpec(**{**SETTLE_DEFAULTS, **(dataclasses.asdict(settle) if dataclasses.is_dataclass(settle)
@@ -366,7 +367,7 @@ def settle_replay_cli(args, sweep) -> int:
         from ..base.outputs import check_outputs
         check_outputs([out], reads=[("the sweep file", sweep.path)] + [("--settle-replay", p)
                                                                        for p in args.settle_replay])
-    datas = [_later_export(sweep, p, "--settle-replay") for p in args.settle_replay]
+    datas = [read_export_beside(sweep, p, "--settle-replay") for p in args.settle_replay]
     obs, absent = observe(sweep, datas)
     result = replay(obs, spec, absent)
     text = replay_text(result, obs, sweep.name, [str(p) for p in args.settle_replay],

@@ -305,7 +305,7 @@ class _Monitor:
                 return {}
         return self._answers[1]
 
-    def verdicts(self, trials) -> dict[str, dict]:
+    def verdicts(self, trials) -> dict:
         """Each finished row's verdict against the base (:func:`~.status.row_verdicts`); {} when none can be said
         (or the run folders cannot be read now: the next poll tries again)."""
         if self.sweep.mode != "variants":
@@ -340,7 +340,7 @@ class _Monitor:
             name = a.get("variant") or f"trial {t.number}"
             verdict = self.verdicts(trials).get(name) if state == "complete" else None
             answer = self.answers(trials).get(name) if state == "complete" else None
-            said = [*([verdict["text"]] if verdict else []), *([f"answer: {answer['answer']}"] if answer else [])]
+            said = [*([verdict.text] if verdict else []), *([f"answer: {answer['answer']}"] if answer else [])]
             if said:
                 what += f" ({'; '.join(said)})"
             self.say(f"[{self.sweep.name}] {'finished' if state == 'complete' else state}: {name} "
@@ -353,7 +353,7 @@ class _Monitor:
         elapsed = time.time() - self.started
         if self.sweep.mode == "variants":
             p = progress(self.sweep, self.plan, trials, self.cost, workers=alive)
-            said = [v["verdict"] for v in self.verdicts(trials).values()]
+            said = [v.verdict.verdict for v in self.verdicts(trials).values()]
             p["verdicts"] = {v: said.count(v) for v in ("holds", "may flip") if v in said}
             usage = read_gpu_usage() if self.gpus else {}
             self.say(format_progress(self.sweep.name, p, elapsed, self.gpus, usage))

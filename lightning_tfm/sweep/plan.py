@@ -79,23 +79,16 @@ def sentence_lengths(sweep: Sweep) -> tuple[float, float]:
             sweep.budget.get("tgt_len") or float(DEFAULTS["tgt_len"]))
 
 
-def tokens_per_step(cfg: config.Config) -> float:
-    """Target tokens of one optimizer step: train.batch_tokens_total, else train.batch_tokens x devices (a count
-    or a list; auto: 1) x train.accumulate."""
-    t = cfg.train
-    if t.batch_tokens_total:
-        return float(t.batch_tokens_total)
-    devices = str(t.devices)
-    n = int(devices) if devices.isdigit() else len(devices.split(",")) if "," in devices else 1
-    return float(t.batch_tokens * max(n, 1) * t.accumulate)
-
-
 def flops_per_step(cfg: config.Config, lengths: tuple[float, float]) -> float:
     """Training FLOPs of one optimizer step of a config: :func:`lightning_tfm.model.registry.train_flops_per_step`
-    at its model section, its data.vocab_size, ``lengths`` and :func:`tokens_per_step`."""
+    at its model section, its data.vocab_size, ``lengths`` and its target tokens a step
+    (:func:`lightning_tfm.training.config.sections.tokens_per_step`)."""
     from ..model import registry
+    from ..training.config.sections import tokens_per_step
 
-    return registry.train_flops_per_step(cfg.model, cfg.data.vocab_size, lengths, tokens_per_step(cfg))
+    t = cfg.train
+    tokens = tokens_per_step(t.batch_tokens, t.devices, t.accumulate, t.batch_tokens_total)
+    return registry.train_flops_per_step(cfg.model, cfg.data.vocab_size, lengths, tokens)
 
 
 def step_flops(sweep: Sweep, entry: Entry, base: dict) -> tuple[float, float]:

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from dataclasses import dataclass
 
-from ..findings.verdict import curve_verdict, direction_bound, end_change, verdict_text
+from ..findings.noise import end_change
+from ..findings.verdict import Verdict, curve_verdict, direction_bound, verdict_text
 from ..training.runs.results import DEV_PPL, in_results, read_metrics, read_summary, storage_in_results
 from ..training.runs.run_folder import existing_run_id
 from .budget import CONTINUED, at_budget, folder_at_budget, is_budget
@@ -236,20 +238,26 @@ def run_curve(run_dir, budget: int | None = None) -> tuple[dict[int, float], int
     return curve, warmup if isinstance(warmup, int) and not isinstance(warmup, bool) else 0, float(ppl) if ok else None
 
 
-def _verdict(row: list[tuple[dict, int, float]], base: list[tuple[dict, int, float]], s: dict) -> dict | None:
-    """A row's verdict from its runs' and the base's (curve, warmup, dev PPL at the end) (the module docstring):
-    :func:`~lightning_tfm.findings.verdict.curve_verdict`'s with its ``text``, or None without a change."""
+@dataclass(frozen=True)
+class RowVerdict:
+    """A finished row's verdict as ``--status`` and the launcher's lines say it."""
+    verdict: Verdict   # the rule's (:func:`~lightning_tfm.findings.verdict.curve_verdict`)
+    text: str          # in a few words (:func:`~lightning_tfm.findings.verdict.verdict_text`)
+
+
+def _verdict(row: list[tuple[dict, int, float]], base: list[tuple[dict, int, float]], s: dict) -> RowVerdict | None:
+    """A row's verdict from its runs' and the base's (curve, warmup, dev PPL at the end) (the module docstring),
+    or None without a change."""
     delta, noise = end_change([p for _, _, p in row], [p for _, _, p in base])
     v = curve_verdict([c for c, _, _ in row], [c for c, _, _ in base], delta, noise,
                       {**s, "bootstraps": min(int(s["bootstraps"]), MAX_DRAWS)}, warmup=row[0][1],
                       base_warmup=base[0][1])
-    return {**v, "text": verdict_text(v, s)} if v else None
+    return RowVerdict(v, verdict_text(v, s)) if v else None
 
 
-def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, dict]:
-    """Each variant's verdict against the base, from the completed rows of ``rows`` (:func:`trial_rows`):
-    ``{variant: {"verdict", "why", "gap", "settle", "text"}}`` (the module docstring; ``gap`` None without a
-    prediction); a variant without one is absent, and a search has none. ``curves``: :func:`run_curve`'s reads
+def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, RowVerdict]:
+    """Each variant's verdict against the base, from the completed rows of ``rows`` (:func:`trial_rows`; the module
+    docstring); a variant without one is absent, and a search has none. ``curves``: :func:`run_curve`'s reads
     kept by a caller that asks again (a finished run does not change), keyed by (run folder, budget)."""
     if sweep.mode != "variants":
         return {}
@@ -271,7 +279,7 @@ def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> 
     return {v: x for v, x in out.items() if x}
 
 
-def add_status_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, dict]:
+def add_status_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> dict[str, RowVerdict]:
     """Each completed row's ``verdict`` (the text, e.g. ``holds: -12% at 3x, bound -9% (80% [-15, -9])``; None
     without one) and ``prediction`` (the same as numbers, for ``--status --json``: ``verdict``, the predicted
     log-PPL gap's ``point``, ``low``, ``high``, the one-sided ``bound`` the verdict reads (None without a side
@@ -280,8 +288,9 @@ def add_status_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = No
     verdicts = row_verdicts(sweep, rows, curves)
     for r in rows:
         v = verdicts.get(r.get("variant")) if r.get("state") == "complete" else None
-        gap = v["gap"] if v else None
-        r["verdict"] = v["text"] if v else None
-        r["prediction"] = ({"verdict": v["verdict"], **{k: float(gap[k]) for k in ("point", "low", "high")},
-                            "bound": direction_bound(gap), "at_step": int(gap["at_step"])} if gap else None)
+        gap = v.verdict.gap if v else None
+        r["verdict"] = v.text if v else None
+        r["prediction"] = ({"verdict": v.verdict.verdict, "point": float(gap.point), "low": float(gap.low),
+                            "high": float(gap.high), "bound": direction_bound(gap), "at_step": int(gap.at_step)}
+                           if gap else None)
     return verdicts

@@ -27,6 +27,7 @@ import torch
 from ..base import atomic
 from ..base.errors import UserError
 from .config import config
+from .config.sections import tokens_per_step
 from .data.corpus import Corpus
 from .precision import resolve_precision
 from .runs import results, run_folder
@@ -214,7 +215,7 @@ class Run:
                             "make them agree with the launcher (torchrun/srun)")
         self.summary.update(precision=trainer_kwargs["precision"])  # what train.precision (e.g. auto) resolved to
         self.summary.update(world_size=world, accumulate=accumulate,
-                            effective_batch_tokens=t.batch_tokens * world * accumulate)
+                            effective_batch_tokens=int(tokens_per_step(t.batch_tokens, world, accumulate)))
         if self.is_zero:
             print(f"ltfm: run {self.rid}: {world} process(es) x {t.batch_tokens} tokens x accumulation {accumulate} "
                   f"= {self.summary['effective_batch_tokens']} tokens per side per optimizer step", file=sys.stderr)

@@ -100,7 +100,7 @@ class Kind:
     What ``ltfm report`` does with it: ``exported``, whether the notebook writes the sweep's export and builds its
     table from it (``--from-export`` rebuilds such a report; ``build(None, sweep, out)`` rebuilds its table from the
     report folder), ``headline(table)``, the text it prints first, and ``claims(markdown)``, the lines it prints of
-    the written markdown."""
+    the written markdown; ``what``, the report in a few words for a message."""
     name: str
     columns: Callable[[str], list[Column]]
     files: tuple[str, ...]
@@ -108,12 +108,13 @@ class Kind:
     summary: Callable[[dict], dict]
     note: Callable[[dict], list[str]]
     build: Callable[[Any, Any, Any], dict]
-    rows: Callable[[dict], list] = lambda table: table["rows"]
+    rows: Callable[[Any], list] = lambda table: table.rows
     digits: int | None = 6
     plots: bool = False
     exported: bool = False
     headline: Callable[[dict], str] | None = None
     claims: Callable[[Any], list[str]] | None = None
+    what: str = ""   # the report in a few words, as a message names it ("a Table 2 report (...)")
 
     def wandb_tables(self, table: dict) -> dict[str, tuple[list[str], list[list]]]:
         """Each W&B table as (its columns' keys, a list of cells per row)."""

@@ -51,9 +51,9 @@ def _record(rec: RunRecord) -> dict:
 
 def export_data(data: ReportData, table: dict) -> dict:
     """The export of a report (see the module docstring) as a JSON-ready dict."""
-    tests, notes, signature = table["bootstrap"]
+    tests, notes, signature = table.bootstrap
     return {"format": FORMAT, "version": VERSION, "sweep": data.sweep.name, "sweep_file": data.sweep.path.name,
-            "source": data.source, "notes": list(data.notes), "run_info": table["run_info"],
+            "source": data.source, "notes": list(data.notes), "run_info": table.run_info,
             "bootstrap": {"tests": tests, "notes": list(notes), "signature": signature},
             "planned": data.planned, "records": [_record(r) for r in data.records]}
 
@@ -164,6 +164,37 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")   # a variant name, as a swee
 STATUS = re.compile(r"^[a-z][a-z0-9 _-]{0,39}$")
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_.]*$")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")   # every control character but tab and newline
+
+
+def read_export_beside(sweep, path: str, option: str) -> ReportData:
+    """The ReportData of the export ``path`` (a folder holding one export, or its JSON file) of another sweep, read
+    with its own sweep file from beside ``sweep``'s (``--backtest-to``, ``--settle-replay``: ``option``, the option
+    that named it, for the errors)."""
+    from ...sweep import load_sweep
+
+    p = Path(path)
+    files = sorted(p.glob("*.json")) if p.is_dir() else [p] if p.is_file() else []
+    if len(files) != 1:
+        what = "several JSON files" if files else "no export"
+        raise UserError(f"{option} {path!r}: {what} there; give the export/ folder of a sweep's report "
+                        "(one JSON file), or its JSON file")
+    try:
+        tree = json.loads(files[0].read_text(encoding="utf-8"))
+        name, sweep_file = tree["sweep"], tree["sweep_file"]
+        if not isinstance(name, str) or not isinstance(sweep_file, str):
+            raise TypeError
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
+        raise UserError(f"{option} {str(files[0])!r} is not a report export: give the export/ folder an "
+                        "`ltfm report` wrote") from None
+    beside = sweep.path.parent / Path(sweep_file).name
+    if not beside.is_file():
+        raise UserError(f"{option} {path!r}: the export is of sweep {name!r}, whose file {beside.name} is not "
+                        f"beside {sweep.path.name}: put it there")
+    other = load_sweep(beside)
+    if other.name != name:
+        raise UserError(f"{option} {path!r}: the export is of sweep {name!r}, but {beside} names sweep "
+                        f"{other.name!r}: give the sweep file the export was written for")
+    return read_export(other, files[0], option)
 
 
 class Refused(Exception):

@@ -34,13 +34,15 @@ WANDB_TABLES = {"table3/dev_ppl": table3_columns.WANDB_PPL,   # W&B table -> its
 KINDS = {k.name: k for k in (
     Kind("table3", table3_columns.columns,
          ("table3.md", "table3.csv", "table3.html", "table3.tex", "table3-standalone.tex"),
-         WANDB_TABLES, lambda t: headline_numbers(t["rows"], t["run_info"]),
+         WANDB_TABLES, lambda t: headline_numbers(t.rows, t.run_info),
          lambda t: [headline_markdown(t), ppl_markdown(t, table3_columns.NOTE)],
-         lambda data, sweep, out: rebuilt_table(sweep, out), plots=True, exported=True, headline=headline_text),
+         lambda data, sweep, out: rebuilt_table(sweep, out), plots=True, exported=True, headline=headline_text,
+         what="a Table 3 report (a sweep with variants)"),
     Kind("table2", table2_columns.columns, ("table2.md", "table2.csv", "table2.html"),
          {"table2/rows": table2_columns.CSV}, table2_table.summary_numbers, table2_table.note_parts,
          lambda data, sweep, out: table2_table.build_table2(data), rows=table2_table.csv_rows, digits=None,
-         claims=table2_table.read_claims))}
+         claims=table2_table.read_claims,
+         what="a Table 2 report (rows of another architecture than the Transformer)"))}
 
 
 def wandb_tables(table: dict) -> dict[str, tuple[list[str], list[list]]]:
@@ -48,11 +50,11 @@ def wandb_tables(table: dict) -> dict[str, tuple[list[str], list[list]]]:
     return KINDS[KIND].wandb_tables(table)
 
 
-def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
+def headline_numbers(rows: list, run_info: dict | None = None) -> dict:
     """The headline as numbers for a W&B summary: per metric (``dev_ppl``, ``dev_bleu``) the rows whose
     direction agrees with the paper and the rows compared, over all rows and over the rows beyond seed noise
     (with the fractions), the rows beyond/within noise or unknown; dev PPL's agreement over the rows that hold and the
-    rows of each budget verdict; the sweep's wall time. ``rows``: the table's; the counting is the
+    rows of each budget verdict and of each answer; the sweep's wall time. ``rows``: the table's; the counting is the
     report's own (:func:`~.stats.agreement_summary`, :func:`~.verdict.verdict_summary`)."""
     from ..table3.stats import agreement_summary
 
@@ -74,7 +76,7 @@ def headline_numbers(rows: list[dict], run_info: dict | None = None) -> dict:
     for verdict, count in v["verdicts"].items():
         out[f"dev_ppl/verdict_{verdict.replace(' ', '_')}"] = count
     from ...findings.answers import ANSWERS
-    answered = [r.get("answer") for r in rows if r.get("answer")]  # each row's answer (..table3.answers)
+    answered = [r.answer for r in rows if r.answer]  # each row's answer (..table3.answers)
     for answer in ANSWERS if answered else ():
         out[f"dev_ppl/answer_{answer.replace(' ', '_')}"] = answered.count(answer)
     info = run_info or {}

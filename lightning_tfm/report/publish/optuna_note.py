@@ -137,7 +137,7 @@ def plotly_learning_curves(data):
     curves = learning_curves(data, ordered_variants(data.sweep, data.records))
     fig = go.Figure()
     ys_all: list[float] = []
-    for j, (v, series) in enumerate(curves["rows"].items()):
+    for j, (v, series) in enumerate(curves.rows.items()):
         steps = sorted(series)
         fig.add_scatter(x=steps, y=[series[s] for s in steps], mode="lines+markers", name=html_text(v),
                         line={"color": "black" if v == "base" else _TAB10[j % 10]})

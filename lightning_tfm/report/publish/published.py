@@ -134,7 +134,7 @@ def _publish(sweep, parameters: dict, out: Path, data, results: Path, lines: lis
         return lines
     try:
         target = wandb_target(sweep, parameters.get("wandb_path"))
-        info = log_wandb_report(sweep, out, results, table, target, table["pipeline_check"], kind)
+        info = log_wandb_report(sweep, out, results, table, target, table.pipeline_check, kind)
         if info is not None:
             where = (f"offline in {info['folder']} (upload: wandb sync {info['folder']})"
                      if info["mode"] == "offline" else f"project {info['project']}")

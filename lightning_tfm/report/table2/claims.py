@@ -2,24 +2,24 @@
 another architecture) of its rows (:class:`~.table2.columns.Row`): (a) BLEU at equal training FLOPs, (b) what each
 needs to reach the other's final dev BLEU or PPL (:mod:`.table2`'s docstring says how).
 
-A pair's seed noise has one rule, one function (:func:`pair_noise`): the difference of the two rows' means is
-beyond seed noise when Welch's 90% t interval of it at the seeds done (the fewer of the two rows', a row) excludes
-zero (:func:`.stats.welch_half_width`), within when it includes zero, unknown with a row of one seed. A pair within
-seed noise in (a) gets its prediction of when it would settle (:func:`pair_settle`), as Table 3's rows get theirs
-(:func:`.verdict.settle_text`): in seeds, the least seeds a row (up to :data:`~.stats.SEEDS_MOST`) at which that
-interval would exclude zero, the measured difference and seed sds taken as they are (:func:`.stats.seeds_to_settle`:
-a plug-in power calculation under normal seed noise, not back-tested; always more seeds than done, the interval
-narrowing with seeds); in steps, Table 3's verdict and settle budget
-(:func:`.verdict.curve_verdict`) on the pair's dev-PPL curves, the transformer row as the base (the curve fits are
-of dev log-PPL, falling curves whose extrapolation error was measured on log-PPL gaps: BLEU's curves are not
-fitted). The row, its columns and their views: :mod:`.table2.columns`.
+A pair's seed noise has one rule, one function (:func:`pair_noise`): the difference of the two rows' means is beyond
+seed noise when Welch's 90% t interval of it at the seeds done (the fewer of the two rows', a row) excludes zero
+(:func:`lightning_tfm.findings.noise.welch_half_width`), within when it includes zero, unknown with a row of one
+seed. A pair within seed noise in (a) gets its prediction of when it would settle (:func:`pair_settle`), as Table
+3's rows get theirs (:func:`.verdict.settle_text`): in seeds, the least seeds a row (up to
+:data:`~lightning_tfm.findings.noise.SEEDS_MOST`) at which that interval would exclude zero, the measured difference
+and seed sds taken as they are (:func:`lightning_tfm.findings.noise.seeds_to_settle`: a plug-in power calculation
+under normal seed noise, not back-tested; always more seeds than done, the interval narrowing with seeds); in steps,
+Table 3's verdict and settle budget (:func:`.verdict.curve_verdict`) on the pair's dev-PPL curves, the transformer
+row as the base (the curve fits are of dev log-PPL, falling curves whose extrapolation error was measured on log-PPL
+gaps: BLEU's curves are not fitted). The row, its columns and their views: :mod:`.table2.columns`.
 """
 from __future__ import annotations
 
 import math
 
+from ...findings.noise import SEEDS_LEVEL, SEEDS_MOST, finite, seeds_to_settle, welch_half_width
 from ..core.text import md_text
-from ..table3.stats import SEEDS_LEVEL, SEEDS_MOST, finite, seeds_to_settle, welch_half_width
 from .columns import Row
 from .columns import pm as _pm
 from .columns import seconds as _seconds
@@ -36,31 +36,31 @@ SETTLE_NOTE = (
     "are not fitted, the fits are of falling dev log-PPL).")
 
 
-def has_bleu_curve(row: dict) -> bool:
+def has_bleu_curve(row: Row) -> bool:
     """The row's mean dev-BLEU curve has at least two validations (``decode.dev_bleu_every_steps`` logged it)."""
-    return len(row["curves"]["bleu"]) >= 2
+    return len(row.curves["bleu"]) >= 2
 
 
 def any_bleu_curves(rows: list[dict]) -> bool:
     """Every row with a completed run has a dev-BLEU curve of at least two validations."""
-    done = [r for r in rows if r["seeds_completed"]]
+    done = [r for r in rows if r.seeds_completed]
     return bool(done) and all(has_bleu_curve(r) for r in done)
 
 
-def pair_metric(t: dict, o: dict) -> str:
+def pair_metric(t: Row, o: Row) -> str:
     """The curves claim (b) of a pair is read on: ``bleu`` when both rows have a dev-BLEU curve, else ``ppl``."""
     return "bleu" if has_bleu_curve(t) and has_bleu_curve(o) else "ppl"
 
 
 def pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
     """(transformer row, row of another architecture), each such pair in table order."""
-    return [(t, o) for t in rows if t["arch"] == DEFAULT_ARCH for o in rows if o["arch"] != DEFAULT_ARCH]
+    return [(t, o) for t in rows if t.arch == DEFAULT_ARCH for o in rows if o.arch != DEFAULT_ARCH]
 
 
-def reach(row: dict, metric: str, target: float) -> float | None:
+def reach(row: Row, metric: str, target: float) -> float | None:
     """The step at which ``row``'s mean ``metric`` curve first reaches ``target`` (BLEU at or above, PPL at or
     below), linear between validations (log PPL for PPL); None when it never does."""
-    curve = sorted((s, m) for s, (m, _, _) in row["curves"][metric].items())
+    curve = sorted((s, m) for s, (m, _, _) in row.curves[metric].items())
     better = (lambda x: x >= target) if metric == "bleu" else (lambda x: x <= target)
     scale = (lambda x: x) if metric == "bleu" else (lambda x: math.log(max(x, 1e-12)))
     for i, (s, m) in enumerate(curve):
@@ -90,8 +90,8 @@ def pair_noise(delta: float | None, sd_a: float | None, sd_b: float | None,
                seeds: int) -> tuple[str | None, float | None]:
     """The one noise rule of a Table 2 pair (:data:`PAIR_NOISE_RULE`): (``"beyond"``, ``"within"`` or
     ``"unknown"``, the half-width of the interval at ``seeds`` seeds a row); (None, None) without a difference.
-    Its prediction of when a pair within noise settles (:func:`.stats.seeds_to_settle`) is the same interval at
-    more seeds, so a pair within noise is always predicted to settle at more seeds than done."""
+    Its prediction of when a pair within noise settles (:func:`lightning_tfm.findings.noise.seeds_to_settle`) is
+    the same interval at more seeds, so a pair within noise is always predicted to settle at more seeds than done."""
     if not finite(delta):
         return None, None
     if not (finite(sd_a) and finite(sd_b)) or seeds < 2:
@@ -113,9 +113,10 @@ def pair_settle(t: Row, o: Row, settings: dict | None = None) -> tuple[str | Non
     """(the noise verdict of claim (a)'s BLEU difference (:func:`pair_noise`), and for a pair within noise its
     prediction in seeds and in steps: the module docstring), each None where there is none."""
     key = bleu_key(t, o)
-    if not t.seeds_completed or not o.seeds_completed or t[key] is None or o[key] is None:
+    if not t.seeds_completed or not o.seeds_completed or getattr(t, key) is None or getattr(o, key) is None:
         return None, None, None
-    d, sds, have = t[key] - o[key], (t[f"{key}_std"], o[f"{key}_std"]), min(t.seeds_completed, o.seeds_completed)
+    d, have = getattr(t, key) - getattr(o, key), min(t.seeds_completed, o.seeds_completed)
+    sds = (getattr(t, f"{key}_std"), getattr(o, f"{key}_std"))
     noise, _ = pair_noise(d, *sds, have)
     if noise != "within":
         return noise, None, None
@@ -136,28 +137,28 @@ def settle_steps(t: Row, o: Row, settings: dict | None = None) -> str:
     d, sds = o.dev_ppl - t.dev_ppl, (o.dev_ppl_std, t.dev_ppl_std)
     noise, _ = pair_noise(d, *sds, min(t.seeds_completed, o.seeds_completed))
     v = curve_verdict(o.runs, t.runs, d, noise, settings, warmup=o.warmup, base_warmup=t.warmup)
-    if v["verdict"] == HOLDS:
-        return f"{gap} holds its direction ({v['why']}): nothing to settle in steps"
-    if v["verdict"] == WITHIN:  # Table 3's rule: no settle budget for a gap within noise (1 of 5 came true)
-        return (f"{gap} is within noise ({v['why']}): not predicted in steps (back-tested, such predictions came "
+    if v.verdict == HOLDS:
+        return f"{gap} holds its direction ({v.why}): nothing to settle in steps"
+    if v.verdict == WITHIN:  # Table 3's rule: no settle budget for a gap within noise (1 of 5 came true)
+        return (f"{gap} is within noise ({v.why}): not predicted in steps (back-tested, such predictions came "
                 "true no more often than saying nothing)")
-    settle = settle_text(v.get("settle"), o.flops_per_step, o.s_per_step)
-    if v["verdict"] == TOO_FEW or settle is None:
-        return f"{gap}: not predicted ({v['why']})"
-    return f"{gap} may flip ({v['why']}); it settles: {settle} ({md_text(t.variant)} as the base)"
+    settle = settle_text(v, o.flops_per_step, o.s_per_step)
+    if v.verdict == TOO_FEW or settle is None:
+        return f"{gap}: not predicted ({v.why})"
+    return f"{gap} may flip ({v.why}); it settles: {settle} ({md_text(t.variant)} as the base)"
 
 
 def equal_flops_line(t: Row, o: Row, settings: dict | None = None) -> str:
     """Claim (a) for the pair (``t``, ``o``); a pair within seed noise with its prediction (:func:`pair_settle`)."""
-    names = f"{md_text(t['variant'])} against {md_text(o['variant'])}"
-    missing = [r["variant"] for r in (t, o) if not r["seeds_completed"]]
+    names = f"{md_text(t.variant)} against {md_text(o.variant)}"
+    missing = [r.variant for r in (t, o) if not r.seeds_completed]
     if missing:
         return f"(a) BLEU at equal training FLOPs, {names}: not checked, no completed run of {md_text(missing[0])}."
     key = bleu_key(t, o)
     what = "test BLEU" if key == "test_bleu" else "dev BLEU (no test BLEU recorded)"
-    if t[key] is None or o[key] is None:
+    if getattr(t, key) is None or getattr(o, key) is None:
         return f"(a) BLEU at equal training FLOPs, {names}: not checked, no BLEU recorded."
-    ft, fo = t["train_flops"], o["train_flops"]
+    ft, fo = t.train_flops, o.train_flops
     if ft and fo:
         gap = abs(ft - fo) / max(ft, fo)
         budget = (f"at {ft:.3g} and {fo:.3g} training FLOPs, the same budget within {100 * EQUAL_TOLERANCE:.0f}%"
@@ -165,54 +166,55 @@ def equal_flops_line(t: Row, o: Row, settings: dict | None = None) -> str:
                   f"NOT at equal training FLOPs ({ft:.3g} against {fo:.3g}, {max(ft, fo) / min(ft, fo):.2f}x)")
     else:
         budget = "training FLOPs unknown"
-    d, have = t[key] - o[key], min(t.seeds_completed, o.seeds_completed)
+    d, have = getattr(t, key) - getattr(o, key), min(t.seeds_completed, o.seeds_completed)
     noise, seeds, steps = pair_settle(t, o, settings)
-    said = noise_text(noise, pair_noise(d, t[f"{key}_std"], o[f"{key}_std"], have)[1], have)
+    said = noise_text(noise, pair_noise(d, getattr(t, f"{key}_std"), getattr(o, f"{key}_std"), have)[1], have)
     winner = t if d > 0 else o
-    lead = (f"{md_text(winner['variant'])} higher by {abs(d):.2f} BLEU" if d else "the same BLEU")
+    lead = (f"{md_text(winner.variant)} higher by {abs(d):.2f} BLEU" if d else "the same BLEU")
     settle = (f"; predicted to settle (a prediction: the notes say how made): in seeds, {seeds}; in steps, {steps}"
               if seeds else "")
-    return (f"(a) BLEU at equal training FLOPs: {md_text(t['variant'])} {_pm(t[key], t[key + '_std'])} against "
-            f"{md_text(o['variant'])} {_pm(o[key], o[key + '_std'])} {what}, {budget}: {lead}, {said}{settle}.")
+    ours, theirs = (_pm(getattr(r, key), getattr(r, f"{key}_std")) for r in (t, o))
+    return (f"(a) BLEU at equal training FLOPs: {md_text(t.variant)} {ours} against {md_text(o.variant)} {theirs} "
+            f"{what}, {budget}: {lead}, {said}{settle}.")
 
 
-def reach_line(t: dict, o: dict, metric: str) -> str:
+def reach_line(t: Row, o: Row, metric: str) -> str:
     """Claim (b) for the pair (``t``, ``o``): what each needs to reach ``o``'s final dev BLEU (or PPL)."""
     what = "dev BLEU" if metric == "bleu" else "dev PPL"
-    curve = o["curves"][metric]
-    if not curve or not t["curves"][metric]:
-        return (f"(b) {md_text(t['variant'])} to reach {md_text(o['variant'])}'s final {what}: not checked, no "
-                f"{what} curve of {md_text(o['variant'] if not curve else t['variant'])}.")
+    curve = o.curves[metric]
+    if not curve or not t.curves[metric]:
+        return (f"(b) {md_text(t.variant)} to reach {md_text(o.variant)}'s final {what}: not checked, no "
+                f"{what} curve of {md_text(o.variant if not curve else t.variant)}.")
     target = curve[max(curve)][0]
     if metric == "bleu":
         source = "on the dev-BLEU curves (decode.dev_bleu_every_steps; the first decode.dev_bleu_subset dev sentences)"
     else:
-        lacking = " or ".join(md_text(r["variant"]) for r in (t, o) if not has_bleu_curve(r))
+        lacking = " or ".join(md_text(r.variant) for r in (t, o) if not has_bleu_curve(r))
         source = (f"on the dev-PPL curves (no dev-BLEU curve of {lacking}: its runs logged dev BLEU at fewer than "
                   "two validations; decode.dev_bleu_every_steps sets how often)" if lacking else
                   "on the dev-PPL curves")
     parts, cost, bound = [], {}, {}
     for r in (t, o):
         step = reach(r, metric, target)
-        f, w = r["flops_per_step"], r["s_per_step"]
+        f, w = r.flops_per_step, r.s_per_step
         if step is None:
-            best = (max if metric == "bleu" else min)(m for m, _, _ in r["curves"][metric].values())
-            parts.append(f"{md_text(r['variant'])} does not reach it within its budget (its best {best:.2f})")
+            best = (max if metric == "bleu" else min)(m for m, _, _ in r.curves[metric].values())
+            parts.append(f"{md_text(r.variant)} does not reach it within its budget (its best {best:.2f})")
             continue
-        cost[r["variant"]] = (step * f if f else None, step * w if w else None)
-        bound[r["variant"]] = step == min(r["curves"][metric])
-        at_most = "at most " if bound[r["variant"]] else ""
-        parts.append(f"{md_text(r['variant'])} needs {at_most}{cost[r['variant']][0] or 0:.3g} FLOPs and {at_most}"
-                     f"{_seconds(cost[r['variant']][1])} "
+        cost[r.variant] = (step * f if f else None, step * w if w else None)
+        bound[r.variant] = step == min(r.curves[metric])
+        at_most = "at most " if bound[r.variant] else ""
+        parts.append(f"{md_text(r.variant)} needs {at_most}{cost[r.variant][0] or 0:.3g} FLOPs and {at_most}"
+                     f"{_seconds(cost[r.variant][1])} "
                      + (f"(by step {step:.0f}, its first validation: an upper bound)" if at_most else
                         f"(step {step:.0f})"))
     ratio = ""
-    if t["variant"] in cost and o["variant"] in cost:
-        (ft, wt), (fo, wo) = cost[t["variant"]], cost[o["variant"]]
+    if t.variant in cost and o.variant in cost:
+        (ft, wt), (fo, wo) = cost[t.variant], cost[o.variant]
         if ft and fo and wt and wo:
-            ratio = ": " + fewer(t["variant"], o["variant"], (ft, wt), (fo, wo), bound[t["variant"]],
-                                 bound[o["variant"]])
-    return (f"(b) To reach {md_text(o['variant'])}'s final {what} ({target:.2f}), {source}: "
+            ratio = ": " + fewer(t.variant, o.variant, (ft, wt), (fo, wo), bound[t.variant],
+                                 bound[o.variant])
+    return (f"(b) To reach {md_text(o.variant)}'s final {what} ({target:.2f}), {source}: "
             + "; ".join(parts) + ratio + ".")
 
 

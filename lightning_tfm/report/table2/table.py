@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...base.atomic import write_text
+from ...findings.noise import finite, mean_std
 from ...training.runs import results
 from ..core.columns import CSV
 from ..core.text import md_code, md_text
 from ..inputs.records import ReportData, RunRecord, is_pipeline_check
 from ..table3.compute import step_flops
 from ..table3.paper import PAPER2_SHOWN, load_paper2
-from ..table3.stats import finite, mean_std
 from ..table3.table import as_shown, learning_curves, ordered_variants, row_status
 from .claims import (
     DEFAULT_ARCH,
@@ -133,8 +134,23 @@ def _curve(rec: RunRecord, key: str) -> dict[int, float]:
 
 
 # ------------------------------------------------------------------------------------------ the table
-def build_table2(data: ReportData) -> dict:
-    """``{"sweep", "rows": [dict], "paper": [dict], "claims": [str], "metric": "bleu" | "ppl", "notes", ...}``."""
+@dataclass
+class Table2:
+    """Table 2 at small scale (:func:`build_table2`); a table built by hand may leave out what it does not show."""
+    sweep: str = ""                                       # the sweep's name
+    rows: list[Row] = field(default_factory=list)          # ours, one a variant, in the sweep's order
+    paper: list[dict] = field(default_factory=list)        # the paper's rows (:func:`paper_rows`)
+    claims: list[str] = field(default_factory=list)        # the claim checked, a line a pair (:func:`.claims`)
+    paper_claim: str = ""                                  # the paper's claim (:func:`paper_claim`)
+    metric: str = "ppl"                                    # the curves the claims read: "bleu" or "ppl"
+    notes: list[str] = field(default_factory=list)         # what building the table and reading the runs noted
+    source: str = ""                                       # where the runs were read from
+    bleu_signatures: list[str] = field(default_factory=list)   # the sacreBLEU signatures of the runs' BLEU
+    pipeline_check: bool = False                           # the runs are a pipeline check: numbers say nothing
+
+
+def build_table2(data: ReportData) -> Table2:
+    """Table 2 of the sweep's runs (the module docstring)."""
     sweep = data.sweep
     archs = planned_archs(sweep)
     by_variant: dict[str, list[RunRecord]] = {}
@@ -151,7 +167,7 @@ def build_table2(data: ReportData) -> dict:
                   status=row_status(v, recs, seeds), seeds_completed=len(done), seeds_total=max(len(seeds), len(recs)),
                   params=next((r.params for r in recs if r.params is not None), None),
                   beam_size=next((r.config.get("decode.beam_size") for r in done if r.config), None),
-                  runs=fits["runs"].get(v, []), warmup=fits["warmup"].get(v, 0))
+                  runs=fits.runs.get(v, []), warmup=fits.warmup.get(v, 0))
         values = {"test_bleu": [run_value(r, "test_bleu", data.study) for r in done],
                   "dev_bleu": [r.dev_bleu for r in done], "dev_ppl": [r.dev_ppl for r in done],
                   "train_flops": [run_flops(r) for r in done],
@@ -160,15 +176,17 @@ def build_table2(data: ReportData) -> dict:
                                    or (r.train_tokens / t if r.train_tokens and (t := train_seconds(r)) else None)
                                    for r in done]}
         for key, vals in values.items():
-            row[key], row[f"{key}_std"] = mean_std([x for x in vals if finite(x)])
+            mean, sd = mean_std([x for x in vals if finite(x)])
+            setattr(row, key, mean)
+            setattr(row, f"{key}_std", sd)
         per_step = [step_flops(r) for r in done]
         fs = [f for f, _ in per_step if f]
         measured = measured and all(m for f, m in per_step if f)
-        row["flops_per_step"] = sum(fs) / len(fs) if fs else None
+        row.flops_per_step = sum(fs) / len(fs) if fs else None
         rates = [t / r.steps for r in done if (t := train_seconds(r, data.study)) and r.steps]
-        row["s_per_step"] = sum(rates) / len(rates) if rates else None
-        row["curves"] = {m: _mean_curve([_curve(r, key) for r in done]) for m, key in CURVES.items()}
-        row["bleu_every"], row["bleu_subset"] = next(((r.config.get("decode.dev_bleu_every_steps"),
+        row.s_per_step = sum(rates) / len(rates) if rates else None
+        row.curves = {m: _mean_curve([_curve(r, key) for r in done]) for m, key in CURVES.items()}
+        row.bleu_every, row.bleu_subset = next(((r.config.get("decode.dev_bleu_every_steps"),
                                                        r.config.get("decode.dev_bleu_subset"))
                                                       for r in done if r.config), (None, None))
         rows.append(row)
@@ -183,9 +201,9 @@ def build_table2(data: ReportData) -> dict:
         notes.append("Some runs' prepared corpus was not readable here: their FLOPs per step use `ltfm bench`'s "
                      "default sentence lengths.")
     signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
-    return {"sweep": sweep.name, "rows": rows, "paper": paper_rows(), "claims": claims, "metric": metric,
-            "paper_claim": paper_claim(), "notes": notes + list(data.notes), "source": data.source,
-            "bleu_signatures": signatures, "pipeline_check": is_pipeline_check(data.records)}
+    return Table2(sweep=sweep.name, rows=rows, paper=paper_rows(), claims=claims, metric=metric,
+                  paper_claim=paper_claim(), notes=notes + list(data.notes), source=data.source,
+                  bleu_signatures=signatures, pipeline_check=is_pipeline_check(data.records))
 
 
 def _mean_curve(curves: list[dict[int, float]]) -> dict[int, tuple[float, float, float]]:
@@ -218,38 +236,38 @@ def paper_claim() -> str:
 
 
 # ------------------------------------------------------------------------------------------ the views
-def title(table: dict) -> str:
-    head = "Pipeline check, not a result: " if table.get("pipeline_check") else ""
-    return f"# {head}Table 2 at small scale: sweep {md_text(table['sweep'])}"
+def title(table: Table2) -> str:
+    head = "Pipeline check, not a result: " if table.pipeline_check else ""
+    return f"# {head}Table 2 at small scale: sweep {md_text(table.sweep)}"
 
 
-def claims_markdown(table: dict) -> str:
-    lines = ["## The claim checked", ""] + [f"- {ln}" for ln in table["claims"] + [table["paper_claim"]]]
+def claims_markdown(table: Table2) -> str:
+    lines = ["## The claim checked", ""] + [f"- {ln}" for ln in table.claims + [table.paper_claim]]
     return "\n".join(lines) + "\n"
 
 
-def rows_markdown(table: dict) -> str:
-    beams = sorted({r["beam_size"] for r in table["rows"] if r["beam_size"] is not None})
+def rows_markdown(table: Table2) -> str:
+    beams = sorted({r.beam_size for r in table.rows if r.beam_size is not None})
     beam = f" (beam {', '.join(map(str, beams))})" if beams else ""
     shown = [c.shown[ROWS] for c in columns(ROWS)]
     lines = ["## Ours", "", f"Each row: mean ± sample sd over its completed seeds; test BLEU: the runs' closing beam "
              f"search{beam}; training FLOPs = steps x the architecture's FLOPs per step.", "",
              "| " + " | ".join(s.title for s in shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(s.cell(r, table) for s in shown) + " |" for r in table["rows"]]
+    lines += ["| " + " | ".join(s.cell(r, table) for s in shown) + " |" for r in table.rows]
     return "\n".join(lines) + "\n"
 
 
-def paper_markdown(table: dict) -> str:
+def paper_markdown(table: Table2) -> str:
     lines = ["## The paper's Table 2 (not comparable to ours)", "",
              "WMT 2014 English-German (newstest2014), trained on GPUs at the paper's scale: other data, other "
              "sizes, other budgets. Beside ours for the direction of the claim only.", "",
              "| model | family | BLEU EN-DE | training FLOPs EN-DE |", "|---|---|---|---|"]
     lines += [f"| {p['model']} | {p['family']} | {p['bleu_en_de']:g} | {p['train_flops_en_de']:.2g} |"
-              for p in table["paper"]]
+              for p in table.paper]
     return "\n".join(lines) + "\n"
 
 
-def notes_markdown(table: dict) -> str:
+def notes_markdown(table: Table2) -> str:
     lines = ["Training FLOPs per step: each architecture's own count (`train_flops_per_token` of its class, "
              "`ltfm bench`'s) at the run's vocabulary, token budget a step and the prepared corpus's mean sentence "
              "lengths; a row's training FLOPs: its steps x that.",
@@ -258,11 +276,11 @@ def notes_markdown(table: dict) -> str:
              "steps (a constant rate). Train tokens/s: target tokens over that time.",
              f"The claim's seed noise: {PAIR_NOISE_RULE}; equal budgets: within {100 * EQUAL_TOLERANCE:.0f}% of the "
              "larger."]
-    if any(r.bleu_settle_seeds for r in table["rows"]):
+    if any(r.bleu_settle_seeds for r in table.rows):
         lines.append(SETTLE_NOTE)
-    lines += [bleu_curves_note(table["rows"])]
-    lines += [f"BLEU: sacreBLEU {md_code(s)}." for s in table["bleu_signatures"]]
-    lines += [f"Source: {md_text(table['source'])}."] + [md_text(n) for n in table["notes"]]
+    lines += [bleu_curves_note(table.rows)]
+    lines += [f"BLEU: sacreBLEU {md_code(s)}." for s in table.bleu_signatures]
+    lines += [f"Source: {md_text(table.source)}."] + [md_text(n) for n in table.notes]
     return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"
 
 
@@ -273,30 +291,30 @@ def bleu_curves_note(rows: list[dict]) -> str:
     if not have:
         return ("Dev BLEU curves: none (decode.dev_bleu_every_steps is 0, or fewer than two validations logged "
                 "one): claim (b) reads the dev-PPL curves. The table's dev BLEU: the whole dev set at the end.")
-    parts = [f"{md_text(r['variant'])} every {r['bleu_every']} steps on the first {r['bleu_subset'] or 'all'} "
+    parts = [f"{md_text(r.variant)} every {r.bleu_every} steps on the first {r.bleu_subset or 'all'} "
              f"dev sentences" for r in have]
-    missing = [md_text(r["variant"]) for r in rows if r["seeds_completed"] and not has_bleu_curve(r)]
+    missing = [md_text(r.variant) for r in rows if r.seeds_completed and not has_bleu_curve(r)]
     return ("Dev BLEU curves (claim (b), the figure): beam search BLEU along training, " + "; ".join(parts)
             + (f"; none for {', '.join(missing)}" if missing else "")
             + ". The table's dev BLEU: the whole dev set at the end.")
 
 
-def table2_markdown(table: dict) -> str:
+def table2_markdown(table: Table2) -> str:
     return "\n".join([title(table) + "\n", claims_markdown(table), rows_markdown(table), paper_markdown(table),
                       "![Dev curves against training FLOPs and wall time](table2_curves.png)\n",
                       "![Cross-attention of the first dev sentences, each architecture's](table2_alignment.png)\n",
                       notes_markdown(table)])
 
 
-def csv_rows(table: dict) -> list[Row]:
+def csv_rows(table: Table2) -> list[Row]:
     """The rows of table2.csv, ours then the paper's: also the W&B table of the report's run
     (:mod:`.publish.wandb_run`)."""
-    return table["rows"] + [Row(p["model"], "paper", p["family"], test_bleu=p["bleu_en_de"],
+    return table.rows + [Row(p["model"], "paper", p["family"], test_bleu=p["bleu_en_de"],
                                 train_flops=p["train_flops_en_de"], status="paper: WMT 2014 EN-DE, not comparable")
-                            for p in table["paper"]]
+                            for p in table.paper]
 
 
-def table2_csv(table: dict) -> str:
+def table2_csv(table: Table2) -> str:
     """table2.csv: the columns of :data:`~.columns.CSV`, floats as Python prints them."""
     cols = columns(CSV)
     buf = io.StringIO()
@@ -306,16 +324,16 @@ def table2_csv(table: dict) -> str:
     return buf.getvalue()
 
 
-def summary_numbers(table: dict) -> dict:
+def summary_numbers(table: Table2) -> dict:
     """The W&B summary of the report's run: ``<row>/<key>`` for each of our rows' columns of :data:`SUMMARY`
     (where known), the claim's lines (``claims``) and whether every row logged a dev-BLEU curve
     (``bleu_curves``: claim (b) read on them)."""
-    out = {f"{r.variant}/{c.key}": c.of(r) for r in table["rows"] for c in columns(SUMMARY)
+    out = {f"{r.variant}/{c.key}": c.of(r) for r in table.rows for c in columns(SUMMARY)
            if c.of(r) is not None}
-    return {**out, "claims": "\n".join(table["claims"]), "bleu_curves": table["metric"] == "bleu"}
+    return {**out, "claims": "\n".join(table.claims), "bleu_curves": table.metric == "bleu"}
 
 
-def note_parts(table: dict) -> list[str]:
+def note_parts(table: Table2) -> list[str]:
     """The optuna-dashboard note's markdown (:mod:`.publish.optuna_note`): the title, the claim and our rows, as
     table2.md has them."""
     return [title(table), claims_markdown(table), rows_markdown(table)]
@@ -327,33 +345,33 @@ def read_claims(markdown: str | Path) -> list[str]:
     return [ln[2:] for ln in lines if ln.startswith("- ")] if lines and lines[0] == "The claim checked" else []
 
 
-def write_table2(table: dict, out_dir: str | Path) -> tuple[Path, Path]:
+def write_table2(table: Table2, out_dir: str | Path) -> tuple[Path, Path]:
     """table2.md and table2.csv."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return write_text(out / "table2.md", table2_markdown(table)), write_text(out / "table2.csv", table2_csv(table))
 
 
-def plot_curves(table: dict, path: str | Path, formats=("png",)) -> str:
+def plot_curves(table: Table2, path: str | Path, formats=("png",)) -> str:
     """Dev PPL (and dev BLEU when logged) against training FLOPs and against wall time: one line per row (the
     mean over its seeds), the seeds' range shaded."""
     from ..core.plots import mark_pipeline_check, new_figure, save_figure
 
-    metrics = ["ppl"] + (["bleu"] if any(len(r["curves"]["bleu"]) >= 2 for r in table["rows"]) else [])
+    metrics = ["ppl"] + (["bleu"] if any(len(r.curves["bleu"]) >= 2 for r in table.rows) else [])
     fig, axes = new_figure(len(metrics), 2, 11, 4.2 * len(metrics))
     for i, metric in enumerate(metrics):
         for j, (xkey, xlabel) in enumerate((("flops_per_step", "training FLOPs"),
                                             ("s_per_step", "training wall time (s)"))):
             ax = axes[i][j]
-            for k, r in enumerate(table["rows"]):
-                curve, scale = r["curves"][metric], r[xkey]
+            for k, r in enumerate(table.rows):
+                curve, scale = r.curves[metric], getattr(r, xkey)
                 if not curve or not scale:
                     continue
                 steps = sorted(curve)
                 xs = [s * scale for s in steps]
                 ax.plot(xs, [curve[s][0] for s in steps], marker=".", color=f"C{k % 10}",
-                        label=f"{r['variant']} ({r['arch']})")
-                if r["seeds_completed"] > 1:
+                        label=f"{r.variant} ({r.arch})")
+                if r.seeds_completed > 1:
                     ax.fill_between(xs, [curve[s][1] for s in steps], [curve[s][2] for s in steps],
                                     color=f"C{k % 10}", alpha=0.2, linewidth=0)
             if ax.lines:
@@ -363,6 +381,6 @@ def plot_curves(table: dict, path: str | Path, formats=("png",)) -> str:
             ax.set_xlabel(xlabel)
             ax.set_ylabel("dev BLEU (higher is better)" if metric == "bleu" else "dev perplexity (log scale)")
             ax.grid(True, alpha=0.3)
-    fig.suptitle(f"Dev curves against training compute and wall time; sweep {table['sweep']}", fontsize=10)
-    mark_pipeline_check(fig, bool(table.get("pipeline_check")))
+    fig.suptitle(f"Dev curves against training compute and wall time; sweep {table.sweep}", fontsize=10)
+    mark_pipeline_check(fig, bool(table.pipeline_check))
     return save_figure(fig, path, formats)

@@ -14,12 +14,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass, field
 
-from ...findings.answers import ANSWERS, FIRST_LOOK, UNSETTLED, look_level, looks, one_seed_false_rate, table_rate
+from ...findings.answers import ANSWERS, FIRST_LOOK, look_level, looks, one_seed_false_rate
 from ...findings.settings import SETTLE_DEFAULTS, SettleSpec
 from ...findings.settle import RowRuns, judge
 from ..inputs.records import RunRecord
 from .compute import step_flops
+
+
+@dataclass
+class AnswerSummary:
+    """The headline's numbers of the answers (:func:`add_answers`)."""
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANSWERS, 0))  # rows of each answer
+    rows: int = 0                   # rows with an answer (every row but the base with a completed run)
+    alpha: float = 0.1              # each row's false-answer rate at most (the settle: section's)
+    delta: float = 0.05             # 'the same within ±delta'
+    seeds: int = 3                  # a row's seeds at the cap
+    spent: float | None = None      # training FLOPs of every completed run, the base's too (None: one unknown)
+    at_cap: float | None = None     # every row and the base at the caps
+    rule: str = ""                  # the rule in one paragraph (:func:`answer_rule`), for the notes
 
 
 def settle_spec(sweep) -> SettleSpec:
@@ -59,11 +73,8 @@ def row_runs(variant: str, recs: list[RunRecord]) -> RowRuns:
     return RowRuns(variant, {1.0: values} if values else {})
 
 
-def add_answers(rows: list, by_variant: dict[str, list[RunRecord]], sweep) -> dict:
-    """Each row's ``answer`` and its columns (the module docstring); returns the headline's numbers: ``answers``
-    (count of each), ``rows``, ``alpha``, ``delta``, ``expected_false`` (at most, over these rows), ``spent`` (the
-    training FLOPs of every completed run, the base's too) and ``at_cap`` (every row and the base at the caps),
-    None where a run's FLOPs are unknown."""
+def add_answers(rows: list, by_variant: dict[str, list[RunRecord]], sweep) -> AnswerSummary:
+    """Each row's ``answer`` and its columns (the module docstring); returns the headline's numbers."""
     spec = settle_spec(sweep)
     base = row_runs("base", by_variant.get("base", []))
     counts = dict.fromkeys(ANSWERS, 0)
@@ -86,8 +97,5 @@ def add_answers(rows: list, by_variant: dict[str, list[RunRecord]], sweep) -> di
         row.answer_seeds = a.row_seeds
         row.answer_flops = sum(flops) if None not in flops else None
         counts[a.answer] += 1
-    answered = sum(counts.values())
-    return {"answers": counts, "rows": answered, "alpha": spec.alpha, "delta": spec.delta, "rule": answer_rule(spec),
-            "expected_false": table_rate(answered, spec.alpha)[0], "seeds": spec.seeds,
-            "spent": spent if known else None, "at_cap": at_cap if known else None,
-            "unsettled": counts[UNSETTLED]}
+    return AnswerSummary(counts, sum(counts.values()), spec.alpha, spec.delta, spec.seeds,
+                         spent if known else None, at_cap if known else None, answer_rule(spec))

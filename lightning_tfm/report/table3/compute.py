@@ -33,19 +33,24 @@ SHAPE_KEYS = {"layers": "model.layers", "d_model": "model.d_model", "d_ff": "mod
               "d_k": "model.d_k", "d_v": "model.d_v"}
 
 
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+
 def _tokens_per_step(rec: RunRecord) -> float | None:
     """Target tokens of one optimizer step: the run's token budget a step (``effective_batch_tokens``, else its
-    config's ``train.batch_tokens_total`` or ``train.batch_tokens`` x ``train.devices``), else what it trained
+    config's, :func:`lightning_tfm.training.config.sections.tokens_per_step`), else what it trained
     (``train_tokens / steps``). The budget first: two rows of the same shapes and batch then count the same
     FLOPs a step, whatever the sampling of sentence lengths put into their batches."""
+    from ...training.config.sections import tokens_per_step
+
     if rec.effective_batch_tokens:
         return float(rec.effective_batch_tokens)
     c = rec.config
-    total, per, devices = c.get("train.batch_tokens_total"), c.get("train.batch_tokens"), c.get("train.devices")
-    if isinstance(total, (int, float)) and total > 0:
-        return float(total)
-    if isinstance(per, (int, float)) and per > 0:
-        return float(per) * (devices if isinstance(devices, int) and devices > 0 else 1)
+    total, per, accumulate = c.get("train.batch_tokens_total"), c.get("train.batch_tokens"), c.get("train.accumulate")
+    if _positive(total) or _positive(per):
+        return tokens_per_step(per if _positive(per) else 0, c.get("train.devices", "1"),
+                               accumulate if _positive(accumulate) else 1, total if _positive(total) else None)
     if rec.train_tokens and rec.steps:
         return rec.train_tokens / rec.steps
     return None
@@ -154,38 +159,39 @@ def interpolate(points: list[tuple[float, float]], flops: float) -> tuple[float 
     return pts[-1][1], None  # a single point, at the base's compute (within the tolerance)
 
 
-def add_equal_compute(rows: list[dict], curves: dict, by_variant: dict[str, list[RunRecord]]) -> dict:
+def add_equal_compute(rows: list, curves, by_variant: dict[str, list[RunRecord]]) -> dict:
     """Each row's ``flops_per_step``, ``train_flops`` (at its last validation), ``dev_ppl_equal_flops`` (at the
     base's budget), ``delta_ppl_equal_flops`` (+ ``_rel``) and ``equal_flops_note``; returns ``{"base_flops",
-    "lengths_measured"}``. ``curves``: the table's learning curves ({variant: {step: dev PPL}})."""
+    "lengths_measured"}``. ``rows``: the table's :class:`~.columns.Row`; ``curves``: its learning curves
+    (:class:`~.table.LearningCurves`)."""
     per_step = {}
     measured = True
     for row in rows:
-        f, m = flops_per_step(by_variant.get(row["variant"], []))
-        per_step[row["variant"]] = f
+        f, m = flops_per_step(by_variant.get(row.variant, []))
+        per_step[row.variant] = f
         measured = measured and (m or f is None)
-    base_curve = curves["rows"].get("base") or {}
+    base_curve = curves.rows.get("base") or {}
     base_f = per_step.get("base")
     base_flops = max(base_curve) * base_f if base_curve and base_f else None
     base_ppl = base_curve[max(base_curve)] if base_curve else None
     for row in rows:
-        v = row["variant"]
-        f, curve = per_step.get(v), curves["rows"].get(v) or {}
-        row["flops_per_step"] = f
-        row["train_flops"] = max(curve) * f if curve and f else None
-        row["dev_ppl_equal_flops"] = row["delta_ppl_equal_flops"] = row["delta_ppl_equal_flops_rel"] = None
-        row["equal_flops_note"] = None
-        if v == "base" or base_flops is None or row["delta_ppl"] is None:
+        v = row.variant
+        f, curve = per_step.get(v), curves.rows.get(v) or {}
+        row.flops_per_step = f
+        row.train_flops = max(curve) * f if curve and f else None
+        row.dev_ppl_equal_flops = row.delta_ppl_equal_flops = row.delta_ppl_equal_flops_rel = None
+        row.equal_flops_note = None
+        if v == "base" or base_flops is None or row.delta_ppl is None:
             continue
         if f is None or not curve:
-            row["equal_flops_note"] = "no training compute (shapes or tokens unknown)" if curve else "no curve"
+            row.equal_flops_note = "no training compute (shapes or tokens unknown)" if curve else "no curve"
             continue
         ppl, why = interpolate([(st * f, p) for st, p in curve.items()], base_flops)
-        row["equal_flops_note"] = why
+        row.equal_flops_note = why
         if ppl is not None:
-            row["dev_ppl_equal_flops"] = ppl
-            row["delta_ppl_equal_flops"] = ppl - base_ppl
-            row["delta_ppl_equal_flops_rel"] = (ppl - base_ppl) / base_ppl
+            row.dev_ppl_equal_flops = ppl
+            row.delta_ppl_equal_flops = ppl - base_ppl
+            row.delta_ppl_equal_flops_rel = (ppl - base_ppl) / base_ppl
     return {"base_flops": base_flops, "lengths_measured": measured}
 
 

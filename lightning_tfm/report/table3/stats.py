@@ -1,14 +1,6 @@
-"""The statistics of the Table 3 replica: means and seed spreads, the seed-noise rule, direction agreement with
-the paper, and sacreBLEU's paired bootstrap on the dev hypotheses.
-
-Seed noise (:func:`noise_verdict`, the one rule, written in :mod:`lightning_tfm.findings.verdict` beside the verdict
-that reads it, for ``ltfm sweep --status`` too): a row's change is beyond noise when |Δ| > NOISE_K (2) × the
-sample standard deviation of the base row over its seeds; with one base seed the noise is "unknown", never
-guessed.
-
-Seeds to settle (:func:`seeds_to_settle`): for two rows whose difference is within that noise, the seeds a row at
-which the central 90% Welch t interval of the difference of their means would exclude zero, were the measured
-difference and seed sds the truth (normal seed noise; a plug-in calculation, not back-tested).
+"""The statistics of the Table 3 replica that are about the paper and BLEU: direction agreement with the paper, and
+sacreBLEU's paired bootstrap on the dev hypotheses. Seed noise, its rule and intervals are the findings'
+(:mod:`lightning_tfm.findings.noise`).
 
 Agreement (:func:`agrees`, :func:`agreement_summary`): "agrees" = our change against our base and the paper's
 against the paper's base have the same sign (rows where the paper's change is 0 are not compared); the
@@ -27,13 +19,11 @@ with several seeds the seeds both rows completed are pooled (:func:`paired_boots
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ...base.errors import UserError
-
-# the seed-noise rule and its parts: one home, beside the verdict that reads them (lightning_tfm.findings.verdict)
-from ...findings.verdict import NOISE_K, NOISE_RULE, finite, mean_std, noise_verdict, sign  # noqa: F401
+from ...findings.noise import finite
+from ...findings.verdict import sign
 from ..core.text import first_line
 from ..inputs.records import RunRecord
 
@@ -55,56 +45,23 @@ def agrees(ours: float | None, paper: float | None) -> bool | None:
     return sign(ours) == sign(paper)
 
 
-def relative(delta: float | None, base: float | None) -> float | None:
-    """A change as a fraction of its base: the paper's and our absolute values are on different scales
-    (corpus, model size, BLEU tokenization), their relative changes can be set side by side."""
-    if not finite(delta) or not finite(base) or base == 0:
-        return None
-    return delta / abs(base)
-
-
-SEEDS_MOST = 30  # the most seeds a row :func:`seeds_to_settle` looks at
-SEEDS_LEVEL = 0.9
-
-
-def welch_half_width(sd_a: float, sd_b: float, n: int, level: float = SEEDS_LEVEL) -> float:
-    """The half-width of the central ``level`` Welch t interval of the difference of two means of ``n`` seeds
-    each, of sample sds ``sd_a`` and ``sd_b`` (Welch-Satterthwaite's degrees of freedom; scipy's t)."""
-    from scipy import stats
-
-    va, vb = sd_a ** 2 / n, sd_b ** 2 / n
-    if va + vb == 0:
-        return 0.0
-    df = (va + vb) ** 2 / ((va ** 2 + vb ** 2) / (n - 1))
-    return float(stats.t.ppf((1 + level) / 2, df)) * math.sqrt(va + vb)
-
-
-def seeds_to_settle(delta: float | None, sd_a: float | None, sd_b: float | None, level: float = SEEDS_LEVEL,
-                    most: int = SEEDS_MOST) -> int | None:
-    """The least seeds a row ``n`` (2 to ``most``) at which the central ``level`` Welch t interval of the
-    difference of two rows' means (:func:`welch_half_width`) excludes zero, the measured difference ``delta`` and
-    seed sds taken as they are (the module docstring); None by ``most``, or without a difference or both sds."""
-    if not (finite(delta) and finite(sd_a) and finite(sd_b)) or delta == 0:
-        return None
-    return next((n for n in range(2, most + 1) if abs(delta) > welch_half_width(sd_a, sd_b, n, level)), None)
-
-
-def agreement_summary(rows: list[dict]) -> dict:
+def agreement_summary(rows: list) -> dict:
     """Direction agreement with the paper over all compared rows and over the rows whose change is beyond
-    seed noise, per metric; and how many rows are beyond noise."""
+    seed noise, per metric; and how many rows are beyond noise (``rows``: the table's :class:`~.columns.Row`)."""
     out: dict[str, Any] = {}
     for metric in ("ppl", "bleu"):
-        judged = [r for r in rows if r[f"{metric}_agrees"] is not None]
-        out[metric] = (sum(1 for r in judged if r[f"{metric}_agrees"]), len(judged))
-        beyond = [r for r in judged if r[f"{metric}_noise"] == "beyond"]
-        out[f"{metric}_beyond"] = (sum(1 for r in beyond if r[f"{metric}_agrees"]), len(beyond))
-        changed = [r for r in rows if r[f"{metric}_noise"] is not None]
-        out[f"{metric}_noise"] = {v: sum(1 for r in changed if r[f"{metric}_noise"] == v)
+        agree, noise = f"{metric}_agrees", f"{metric}_noise"   # the row's fields of the metric
+        judged = [r for r in rows if getattr(r, agree) is not None]
+        out[metric] = (sum(1 for r in judged if getattr(r, agree)), len(judged))
+        beyond = [r for r in judged if getattr(r, noise) == "beyond"]
+        out[f"{metric}_beyond"] = (sum(1 for r in beyond if getattr(r, agree)), len(beyond))
+        changed = [r for r in rows if getattr(r, noise) is not None]
+        out[f"{metric}_noise"] = {v: sum(1 for r in changed if getattr(r, noise) == v)
                                   for v in ("beyond", "within", "unknown")}
-    both = [r for r in rows if r["ppl_agrees"] is not None and r["bleu_agrees"] is not None]
-    out["both"] = (sum(1 for r in both if r["ppl_agrees"] and r["bleu_agrees"]), len(both))
-    out["not_compared"] = [(r["variant"], r["status"]) for r in rows
-                           if r["variant"] != "base" and r["in_paper"] and r["seeds_completed"] == 0]
+    both = [r for r in rows if r.ppl_agrees is not None and r.bleu_agrees is not None]
+    out["both"] = (sum(1 for r in both if r.ppl_agrees and r.bleu_agrees), len(both))
+    out["not_compared"] = [(r.variant, r.status) for r in rows
+                           if r.variant != "base" and r.in_paper and r.seeds_completed == 0]
     return out
 
 
@@ -163,7 +120,8 @@ def paired_test(base_hyps: list[str], hyps: list[str], refs: list[str], tgt: str
 def bleu_significant(test: dict, delta: float | None, noise: str | None) -> bool:
     """A row's ΔBLEU is marked significant when sacreBLEU's paired bootstrap gives p < SIGNIFICANCE on outputs
     that differ, the change shows at the table's precision, and -- with several seeds -- it is beyond seed
-    noise (:func:`noise_verdict`): test-set sampling noise alone does not make a change real."""
+    noise (:func:`lightning_tfm.findings.noise.noise_verdict`): test-set sampling noise alone does not make a change
+    real."""
     return bool(test["tested"] and test["p_value"] < SIGNIFICANCE and test["differing"] > 0
                 and delta is not None and round(delta, 2) != 0 and noise != "within")
 
@@ -212,19 +170,3 @@ def paired_bootstrap(by_variant: dict[str, list[RunRecord]], variants: list[str]
         except Exception as e:  # noqa: BLE001 - e.g. Hub references offline: the table stands without the test
             notes.append(f"paired bootstrap for {v} not computed: {first_line(e, 200) or e.__class__.__name__}")
     return out, notes, signature
-
-
-def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) interval of a share ``k`` of ``n`` (scipy's)."""
-    from scipy.stats import binomtest
-
-    ci = binomtest(k, n).proportion_ci(confidence, method="exact")
-    return float(ci.low), float(ci.high)
-
-
-def share(k: int, n: int) -> str:
-    """A back-tested record with its confidence interval: ``26 of 30 (95% CI 70-96%)``."""
-    if not n:
-        return "0 of 0"
-    lo, hi = clopper_pearson(k, n)
-    return f"{k} of {n} (95% CI {100 * lo:.0f}-{100 * hi:.0f}%)"

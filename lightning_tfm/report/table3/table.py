@@ -20,29 +20,84 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...findings.noise import finite, mean_std, noise_verdict, relative
+from ...findings.verdict import Verdict
 from ...training.config.config import SCHEMA, TABLE3_KNOBS
 from ...training.config.run_id import KEYS_V1, was_saved
 from ...training.runs import results
 from ..inputs.export import read_export
 from ..inputs.records import DONE, ReportData, RunRecord, is_pipeline_check, mark_diverged, nonfinite
-from .answers import add_answers
+from .answers import AnswerSummary, add_answers
 from .columns import Row
 from .compute import add_equal_compute
 from .paper import PAPER_ORDER, load_paper
-from .stats import (
-    BLEU_FLOOR,
-    agreement_summary,
-    agrees,
-    bleu_significant,
-    finite,
-    mean_std,
-    noise_verdict,
-    paired_bootstrap,
-    relative,
-)
+from .stats import BLEU_FLOOR, agreement_summary, agrees, bleu_significant, paired_bootstrap
 from .verdict import add_table_verdicts, seconds_per_step, settle_summary, verdict_summary
+
+
+@dataclass
+class LearningCurves:
+    """Each row's dev perplexity at each validation step (:func:`learning_curves`)."""
+    steps: list[int] = field(default_factory=list)   # the base's validation steps (else every row's)
+    rows: dict[str, dict[int, float]] = field(default_factory=dict)   # variant -> {step: mean PPL over its seeds}
+    runs: dict[str, list[dict[int, float]]] = field(default_factory=dict)   # variant -> [{step: PPL} a seed]
+    warmup: dict[str, int] = field(default_factory=dict)   # variant -> its train.warmup (what the verdict fits)
+
+
+def _no_base_std() -> dict[str, float | None]:
+    return {"ppl": None, "bleu": None}
+
+
+@dataclass
+class Table3:
+    """The Table 3 replica (:func:`build_table`; the module docstring); a table built by hand (a test, a figure of a
+    few rows) may leave out what it does not show."""
+    #: the sweep's name, its experiment's name
+    sweep: str = ""
+    experiment: str = ""
+    #: every seed a row has or plans (the sweep file's and the rows' own); the sweep file's; a row's own, by variant
+    seeds: list[int] = field(default_factory=list)
+    sweep_seeds: list[int] = field(default_factory=list)
+    own_seeds: dict[str, list[int]] = field(default_factory=dict)
+    #: one row a variant, in :func:`ordered_variants`' order
+    rows: list[Row] = field(default_factory=list)
+    #: each row's dev PPL at each validation (:func:`learning_curves`)
+    curves: LearningCurves = field(default_factory=LearningCurves)
+    #: the headline's counts: direction agreement (:func:`.stats.agreement_summary`), the verdicts
+    #: (:func:`.verdict.verdict_summary`) and their settle budgets under ``"settle"`` (:func:`.verdict.settle_summary`)
+    summary: dict = field(default_factory=dict)
+    #: the paired bootstrap's notes and the runs read off their planned budget (:func:`off_budget`); what reading the
+    #: runs noted
+    notes: list[str] = field(default_factory=list)
+    data_notes: list[str] = field(default_factory=list)
+    #: the sacreBLEU signatures of the runs' dev BLEU; the paired bootstrap's (None: not run)
+    bleu_signatures: list[str] = field(default_factory=list)
+    test_signature: str | None = None
+    #: the base row has a completed seed; how many; its seed sd of dev PPL and BLEU (``"ppl"``, ``"bleu"``; None: one
+    #: seed)
+    has_base: bool = False
+    base_seeds: int = 0
+    base_std: dict[str, float | None] = field(default_factory=_no_base_std)
+    #: how the sweep ran (:func:`sweep_run_info`, or the export's); where the runs were read from
+    run_info: dict = field(default_factory=dict)
+    source: str = ""
+    #: the comparison at the base's compute: ``base_flops``, ``lengths_measured`` (:func:`.compute.add_equal_compute`)
+    compute: dict = field(default_factory=dict)
+    #: the sweep file's ``report:`` settings (the verdict's); each row's verdict, by variant (the figures read its gap)
+    report_settings: dict = field(default_factory=dict)
+    outlook: dict[str, Verdict] = field(default_factory=dict)
+    #: the answers in all: each answer's count, the compute spent, every row at the cap (:mod:`.answers`; None: a
+    #: table built without them)
+    answers: AnswerSummary | None = None
+    #: the paired bootstrap's (tests, notes, signature), as the export keeps them
+    bootstrap: tuple = ({}, [], None)
+    #: the runs are a pipeline check (``make ablation QUICK=1``): its numbers say nothing
+    pipeline_check: bool = False
+    #: where the report is published (W&B, optuna-dashboard): the notebook's lines (:func:`.published.where_published`)
+    published: list[str] = field(default_factory=list)
 
 
 def knob_value(cfg: dict, key: str):
@@ -113,9 +168,8 @@ def _change(mean, base_mean, base_sd, p: dict | None, pbase: dict, key: str, is_
             noise_verdict(d, base_sd) if d is not None else None)
 
 
-def build_table(data: ReportData, bootstrap: bool = True) -> dict:
-    """The Table 3 replica as ``{"rows": [Row, ...], "summary": {...}, "notes": [...], "run_info": {...}}`` (see the
-    module docstring)."""
+def build_table(data: ReportData, bootstrap: bool = True) -> Table3:
+    """The Table 3 replica (see the module docstring)."""
     paper = load_paper()
     pbase = paper["base"]
     sweep = data.sweep
@@ -169,21 +223,19 @@ def build_table(data: ReportData, bootstrap: bool = True) -> dict:
     curves = learning_curves(data, variants, by_variant)
     compute = add_equal_compute(rows, curves, by_variant)
     outlook = add_table_verdicts(rows, curves, sweep.report, seconds_per_step(by_variant))
-    summary = {**agreement_summary(rows), **verdict_summary(rows), "settle": settle_summary(outlook),
-               "answers": add_answers(rows, by_variant, sweep)}
+    summary = {**agreement_summary(rows), **verdict_summary(rows), "settle": settle_summary(outlook)}
+    answers = add_answers(rows, by_variant, sweep)
     notes = list(test_notes) + off_budget(by_variant, data.planned)
     signatures = sorted({r.bleu_signature for r in data.records if r.bleu_signature})
     all_seeds = sorted(set(seeds).union(*own_seeds.values()))
-    return {"sweep": sweep.name, "experiment": sweep.experiment.name, "seeds": all_seeds, "rows": rows,
-            "sweep_seeds": seeds, "own_seeds": own_seeds, "curves": curves,
-            "summary": summary, "notes": notes, "bleu_signatures": signatures, "test_signature": test_signature,
-            "has_base": base is not None and base["n_done"] > 0,
-            "run_info": data.run_info if data.run_info is not None else sweep_run_info(data),
-            "source": data.source, "data_notes": list(data.notes),
-            "base_std": {m: (base[f"{m}_sd"] if base else None) for m in ("ppl", "bleu")},
-            "base_seeds": base["n_done"] if base else 0, "compute": compute, "report_settings": dict(sweep.report),
-            "outlook": outlook,
-            "bootstrap": (tests, test_notes, test_signature)}
+    return Table3(sweep=sweep.name, experiment=sweep.experiment.name, seeds=all_seeds, rows=rows, sweep_seeds=seeds,
+                  own_seeds=own_seeds, curves=curves, summary=summary, notes=notes, bleu_signatures=signatures,
+                  test_signature=test_signature, has_base=base is not None and base["n_done"] > 0,
+                  run_info=data.run_info if data.run_info is not None else sweep_run_info(data),
+                  source=data.source, data_notes=list(data.notes),
+                  base_std={m: (base[f"{m}_sd"] if base else None) for m in ("ppl", "bleu")},
+                  base_seeds=base["n_done"] if base else 0, compute=compute, report_settings=dict(sweep.report),
+                  outlook=outlook, answers=answers, bootstrap=(tests, test_notes, test_signature))
 
 
 def off_budget(by_variant: dict[str, list[RunRecord]], planned: dict[str, dict]) -> list[str]:
@@ -234,12 +286,10 @@ def sweep_run_info(data: ReportData) -> dict:
             "runs": sum(1 for r in data.records if r.completed), "records": len(data.records)}
 
 
-def learning_curves(data: ReportData, variants: list[str], by_variant: dict | None = None) -> dict:
+def learning_curves(data: ReportData, variants: list[str], by_variant: dict | None = None) -> LearningCurves:
     """Each row's dev perplexity at each validation step, the mean over its completed seeds (a step every seed
-    logged): ``{"steps": [...], "rows": {variant: {step: ppl}}, "runs": {variant: [{step: ppl} a seed]},
-    "warmup": {variant: train.warmup}}`` (``runs`` and ``warmup``: what the verdict fits, :mod:`.verdict`). At a
-    short budget, whether the rows are still converging (and whether their order holds) is part of what the table
-    says."""
+    logged), each seed's own and each row's warmup (what the verdict fits, :mod:`.verdict`). At a short budget,
+    whether the rows are still converging (and whether their order holds) is part of what the table says."""
     rows: dict[str, dict[int, float]] = {}
     runs: dict[str, list[dict[int, float]]] = {}
     warmup: dict[str, int] = {}
@@ -260,14 +310,14 @@ def learning_curves(data: ReportData, variants: list[str], by_variant: dict | No
         warmup[v] = next((x for x in w if isinstance(x, int) and not isinstance(x, bool)), 0)
     base_steps = sorted(rows.get("base", {}))
     steps = base_steps or sorted(set().union(*(set(r) for r in rows.values()))) if rows else []
-    return {"steps": steps, "rows": rows, "runs": runs, "warmup": warmup}
+    return LearningCurves(steps=steps, rows=rows, runs=runs, warmup=warmup)
 
 
-def rebuilt_table(sweep, report_dir: str | Path) -> dict:
+def rebuilt_table(sweep, report_dir: str | Path) -> Table3:
     """The table of the report folder ``report_dir`` rebuilt from the export it holds (``export/<sweep>.json``):
     the rows the notebook wrote ``table3.md`` and ``table3.csv`` from, for what ``ltfm report`` does after it (the
     terminal's headline, W&B, optuna-dashboard)."""
     data = read_export(sweep, Path(report_dir) / "export")
     table = build_table(data)
-    table["pipeline_check"] = is_pipeline_check(data.records)
+    table.pipeline_check = is_pipeline_check(data.records)
     return table

@@ -25,6 +25,7 @@ from ...findings.verdict import (  # noqa: F401 - the report's names of the one 
     TOO_FEW,
     VERDICTS,
     WITHIN,
+    Verdict,
     change,
     curve_verdict,
     gap_text,
@@ -73,21 +74,23 @@ def seconds_per_step(by_variant: dict) -> dict[str, float]:
 SETTLE_WORDS = {"holds": "holds, {side},", "flips": "flips to {side}"}
 
 
-def settle_text(settle: dict | None, flops_per_step: float | None = None, seconds: float | None = None) -> str | None:
-    """A settle budget as the table prints it, naming the side: ``holds, worse than the base, at 4.2x: 2520 steps,
-    3.1e+15 FLOPs, 1.3 h`` (FLOPs and hours where the row's cost is known), ``flips to better than the base at
-    ...``, ``not within 10x``; None without one (a row that holds or is within noise, or without a prediction)."""
+def settle_text(verdict: Verdict | None, flops_per_step: float | None = None,
+                seconds: float | None = None) -> str | None:
+    """A verdict's settle budget as the table prints it, naming the side: ``holds, worse than the base, at 4.2x:
+    2520 steps, 3.1e+15 FLOPs, 1.3 h`` (FLOPs and hours where the row's cost is known), ``flips to better than the
+    base at ...``, ``not within 10x`` (a row that may flip without one); None for a row that does not may flip."""
     from ...findings.curves import SETTLE_MOST
 
-    if not settle:
+    if verdict is None or verdict.verdict != MAY_FLIP:
         return None
-    if settle["kind"] is None:
+    settle = verdict.settle
+    if settle is None:
         return f"not within {SETTLE_MOST:g}x"
-    steps = settle["step"] + 1
+    steps = settle.step + 1
     cost = [f"{steps} steps"] + ([f"{flops_per_step * steps:.2g} FLOPs"] if flops_per_step else []) + (
         [f"{seconds * steps / 3600:.2g} h"] if seconds else [])
-    side = "worse than the base" if settle["sign"] > 0 else "better than the base"
-    return f"{SETTLE_WORDS[settle['kind']].format(side=side)} at {settle['k']:.3g}x: {', '.join(cost)}"
+    side = "worse than the base" if settle.sign > 0 else "better than the base"
+    return f"{SETTLE_WORDS[settle.kind].format(side=side)} at {settle.k:.3g}x: {', '.join(cost)}"
 
 
 #: The multiples of the budget the headline counts the settled rows at (:func:`settle_summary`), up to
@@ -95,46 +98,44 @@ def settle_text(settle: dict | None, flops_per_step: float | None = None, second
 SETTLE_AT = (1.5, 2.0, 3.0, 5.0, 10.0)
 
 
-def settle_summary(outlook: dict) -> dict:
+def settle_summary(outlook: dict[str, Verdict]) -> dict:
     """The settle budgets in all, from the verdicts :func:`add_table_verdicts` returns: ``unsettled``, the rows that may
     flip; ``settled``, ``[(m, rows whose settle budget is at most m x the budget)]`` for each ``m`` of
     :data:`SETTLE_AT`; ``kinds``, how many of them settle by each kind (``holds`` on today's side, ``flips`` to the
     other); ``not_within``, rows with no settle budget by :data:`~lightning_tfm.findings.curves.SETTLE_MOST` x;
     ``no_prediction``, rows without a predicted gap (no fit)."""
-    unsettled = [v for v in outlook.values() if v["verdict"] == MAY_FLIP]
-    found = [v["settle"] for v in unsettled if v.get("settle") and v["settle"]["kind"]]
-    return {"unsettled": len(unsettled), "settled": [(m, sum(1 for s in found if s["k"] <= m)) for m in SETTLE_AT],
-            "kinds": {kind: sum(1 for s in found if s["kind"] == kind) for kind in SETTLE_WORDS},
-            "not_within": sum(1 for v in unsettled if v.get("settle") and not v["settle"]["kind"]),
-            "no_prediction": sum(1 for v in unsettled if not v.get("settle"))}
+    unsettled = [v for v in outlook.values() if v.verdict == MAY_FLIP]
+    found = [v.settle for v in unsettled if v.settle is not None]
+    return {"unsettled": len(unsettled), "settled": [(m, sum(1 for s in found if s.k <= m)) for m in SETTLE_AT],
+            "kinds": {kind: sum(1 for s in found if s.kind == kind) for kind in SETTLE_WORDS},
+            "not_within": sum(1 for v in unsettled if v.settle is None and v.gap is not None),
+            "no_prediction": sum(1 for v in unsettled if v.gap is None)}
 
 
-def add_table_verdicts(rows: list, curves: dict, settings: dict | None = None, seconds: dict | None = None) -> dict:
+def add_table_verdicts(rows: list, curves, settings: dict | None = None,
+                       seconds: dict | None = None) -> dict[str, Verdict]:
     """Each row's ``ppl_verdict``, ``ppl_verdict_why`` and ``ppl_settle`` (:func:`settle_text`, with the row's
     ``flops_per_step`` and ``seconds`` per step: {variant: :func:`seconds_per_step`}) from the table's learning
-    curves (``curves["runs"]``: {variant: [{step: dev PPL} a seed]}, ``curves["warmup"]``: {variant:
-    train.warmup}), its ``delta_ppl`` and ``ppl_noise``. Returns {variant: the verdict (with its ``gap``)} for the
-    figures."""
-    runs, warmups = curves.get("runs") or {}, curves.get("warmup") or {}
+    curves (:class:`~.table.LearningCurves`: its ``runs`` and ``warmup``), its ``delta_ppl`` and ``ppl_noise``.
+    Returns {variant: its :class:`~lightning_tfm.findings.verdict.Verdict`} for the figures."""
+    runs, warmups = curves.runs, curves.warmup
     base = runs.get("base", [])
     out = {}
     for row in rows:
-        v = curve_verdict(runs.get(row["variant"], []), base, row["delta_ppl"], row["ppl_noise"], settings,
-                          warmup=warmups.get(row["variant"]) or 0, base_warmup=warmups.get("base") or 0)
-        row["ppl_verdict"] = v["verdict"] if v else None
-        row["ppl_verdict_why"] = v["why"] if v else None
-        row["ppl_settle"] = settle_text(v.get("settle") if v else None, row.get("flops_per_step"),
-                                        (seconds or {}).get(row["variant"]))
+        v = curve_verdict(runs.get(row.variant, []), base, row.delta_ppl, row.ppl_noise, settings,
+                          warmup=warmups.get(row.variant) or 0, base_warmup=warmups.get("base") or 0)
+        row.ppl_verdict = v.verdict if v else None
+        row.ppl_verdict_why = v.why if v else None
+        row.ppl_settle = settle_text(v, row.flops_per_step, (seconds or {}).get(row.variant))
         if v:
-            out[row["variant"]] = v
+            out[row.variant] = v
     return out
 
 
 def verdict_summary(rows: list) -> dict:
     """Counts of each verdict, the rows that may flip by name, and direction agreement with the paper over the
-    findings, the rows that hold (``ppl_findings``: ``(agree, compared)``); rows read from a CSV may lack the
-    columns."""
-    counts = {v: sum(1 for r in rows if r.get("ppl_verdict") == v) for v in VERDICTS}
-    holds = [r for r in rows if r.get("ppl_verdict") == HOLDS and r.get("ppl_agrees") is not None]
-    return {"verdicts": counts, "may_flip": [r["variant"] for r in rows if r.get("ppl_verdict") == MAY_FLIP],
-            "ppl_findings": (sum(1 for r in holds if r["ppl_agrees"]), len(holds))}
+    findings, the rows that hold (``ppl_findings``: ``(agree, compared)``)."""
+    counts = {v: sum(1 for r in rows if r.ppl_verdict == v) for v in VERDICTS}
+    holds = [r for r in rows if r.ppl_verdict == HOLDS and r.ppl_agrees is not None]
+    return {"verdicts": counts, "may_flip": [r.variant for r in rows if r.ppl_verdict == MAY_FLIP],
+            "ppl_findings": (sum(1 for r in holds if r.ppl_agrees), len(holds))}

@@ -211,22 +211,23 @@ def heads_path(path: str | Path) -> Path:
     return path.with_name(f"{path.stem}_heads.png")
 
 
-def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("png",),
+def report_alignment_figure(data, rows: list, path: str | Path, formats=("png",),
                             sentences: int = SENTENCES) -> tuple[str, str]:
     """A Table 2 report's alignment figure and its caption (markdown): for each architecture of ``rows`` (the
-    table's rows in order, ``{"variant", "arch"}``) the first row whose run folder loads, the cross-attention of its
-    first ``sentences`` dev sentences (:func:`alignments`: the mean over heads for the Transformer), a column per
-    architecture and a row per sentence; a row that cannot be drawn is a panel saying why
+    table's rows in order, :class:`~lightning_tfm.report.table2.columns.Row`: its ``variant`` and ``arch``) the
+    first row whose run folder loads, the cross-attention of its first ``sentences`` dev sentences
+    (:func:`alignments`: the mean over heads for the Transformer), a column per architecture and a row per sentence;
+    a row that cannot be drawn is a panel saying why
     (:func:`checkpoint_run`). The Transformer's heads of the first sentence go to ``<path stem>_heads.png``
     (:func:`plot_heads`) when it has more than one. Never raises for a run."""
-    by_arch: dict[str, list[dict]] = {}
+    by_arch: dict[str, list] = {}
     for row in rows:
-        by_arch.setdefault(row["arch"], []).append(row)
+        by_arch.setdefault(row.arch, []).append(row)
     panels = []  # (row, [Alignment] | None, meta | None, why)
     for arch_rows in by_arch.values():
         first = None
         for row in arch_rows:
-            run, why = checkpoint_run(data, [r for r in data.records if r.variant == row["variant"]])
+            run, why = checkpoint_run(data, [r for r in data.records if r.variant == row.variant])
             if run is not None:
                 try:
                     aligns, meta = alignments(run, sentences)
@@ -249,7 +250,7 @@ def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("
             if aligns is None or k >= len(aligns):
                 ax.axis("off")
                 if k == 0:
-                    ax.text(0.5, 0.5, f"{row['variant']} ({row['arch']}): not drawn:\n{why}", ha="center",
+                    ax.text(0.5, 0.5, f"{row.variant} ({row.arch}): not drawn:\n{why}", ha="center",
                             va="center", wrap=True, fontsize=8, transform=ax.transAxes)
                 continue
             a = aligns[k]
@@ -257,7 +258,7 @@ def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("
             if k == 0:
                 # wrapped to the panel (~11 characters an inch at 8 pt, the colour bar beside): a run name and its
                 # decoding do not fit on one line of a narrow panel, and a longer line is cut at the figure's edge
-                title = f"row {row['variant']}: {_title(meta)}".split("\n")
+                title = f"row {row.variant}: {_title(meta)}".split("\n")
                 ax.set_title("\n".join(w for line in title for w in textwrap.wrap(line, int(panel_width * 11))),
                              fontsize=8)
             ax.set_xlabel(f"dev sentence {k + 1}: source", fontsize=8)
@@ -270,12 +271,12 @@ def report_alignment_figure(data, rows: list[dict], path: str | Path, formats=("
     heads = [(row, a[0], meta) for row, a, meta, _ in panels if a and meta["heads"] and len(a[0].weights) > 1]
     if heads:
         row, a, meta = heads[0]
-        title = f"row {row['variant']}, run {meta['run']}: each head of the last decoder layer's encoder-decoder " \
+        title = f"row {row.variant}, run {meta['run']}: each head of the last decoder layer's encoder-decoder " \
                 "attention, dev sentence 1"
         save_figure(plot_heads(a, title), heads_path(path), formats)
-    drawn = [f"{row['variant']} ({meta['arch']}, run {meta['run']}, {meta['decode']})"
+    drawn = [f"{row.variant} ({meta['arch']}, run {meta['run']}, {meta['decode']})"
              for row, a, meta, _ in panels if a is not None]
-    missing = [f"{row['variant']} ({row['arch']}) not drawn: {why}" for row, a, _, why in panels if a is None]
+    missing = [f"{row.variant} ({row.arch}) not drawn: {why}" for row, a, _, why in panels if a is None]
     reasons = {why for _, a, _, why in panels if a is None}
     if not drawn and len(reasons) == 1:  # one line: the report read no run folder (W&B), or none is here
         return png, f"Cross-attention of the first dev sentences per architecture: not drawn, {reasons.pop()}."

@@ -15,7 +15,7 @@ from ...training.runs import results
 from ..core.plots import LeftOut, mark_pipeline_check, new_figure, save_figure
 from ..inputs.records import ReportData, RunRecord, is_pipeline_check
 from ..table3.paper import load_paper
-from ..table3.table import ordered_variants
+from ..table3.table import Table3, ordered_variants
 
 
 def metric_series(rec: RunRecord, key: str) -> tuple[list[int], list[float]]:
@@ -171,25 +171,25 @@ def plot_dev_ppl_by_family(data: ReportData, path: str | Path, formats=("png",))
     return save_figure(fig, path, formats, empty="no row has a dev-perplexity curve (no validation logged)")
 
 
-def plot_bleu_vs_params(table: dict, path: str | Path, formats=("png",)) -> str:
+def plot_bleu_vs_params(table: Table3, path: str | Path, formats=("png",)) -> str:
     """Dev BLEU against parameter count, ours and the paper's (rows of this sweep)."""
     fig, axes = new_figure(1, 2, 10, 4)
     ours, paper = axes[0]
     pbase = load_paper()["base"]
-    for row in table["rows"]:
-        if row["dev_bleu"] is not None and row["params"] is not None:
-            x = row["params"] / 1e6
-            ours.errorbar([x], [row["dev_bleu"]], yerr=[row["dev_bleu_std"]] if row["dev_bleu_std"] else None,
-                          fmt="o", color="black" if row["variant"] == "base" else "C0", capsize=3)
-            ours.annotate(row["variant"], (x, row["dev_bleu"]), textcoords="offset points", xytext=(4, 3), fontsize=7)
-        if row["paper_dev_bleu"] is not None:
-            given = row["paper_params_m"] is not None
-            x = row["paper_params_m"] if given else pbase["params_m"]  # blank in the paper: the base's size
-            paper.plot([x], [row["paper_dev_bleu"]], "o", color="black" if row["variant"] == "base" else "C1",
+    for row in table.rows:
+        if row.dev_bleu is not None and row.params is not None:
+            x = row.params / 1e6
+            ours.errorbar([x], [row.dev_bleu], yerr=[row.dev_bleu_std] if row.dev_bleu_std else None,
+                          fmt="o", color="black" if row.variant == "base" else "C0", capsize=3)
+            ours.annotate(row.variant, (x, row.dev_bleu), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        if row.paper_dev_bleu is not None:
+            given = row.paper_params_m is not None
+            x = row.paper_params_m if given else pbase["params_m"]  # blank in the paper: the base's size
+            paper.plot([x], [row.paper_dev_bleu], "o", color="black" if row.variant == "base" else "C1",
                        fillstyle="full" if given else "none")
-            paper.annotate(row["variant"], (x, row["paper_dev_bleu"]), textcoords="offset points", xytext=(4, 3),
+            paper.annotate(row.variant, (x, row.paper_dev_bleu), textcoords="offset points", xytext=(4, 3),
                            fontsize=7)
-    ours.set_title(f"ours (sweep {table['sweep']}, Multi30k-scale models)", fontsize=9)
+    ours.set_title(f"ours (sweep {table.sweep}, Multi30k-scale models)", fontsize=9)
     paper.set_title("paper, Table 3 (hollow: size not given, drawn at the base's)", fontsize=9)
     fig.suptitle("Dev BLEU against model size (higher is better; black = base row)", fontsize=10)
     for ax in (ours, paper):
@@ -200,7 +200,7 @@ def plot_bleu_vs_params(table: dict, path: str | Path, formats=("png",)) -> str:
         ours.text(0.5, 0.5, "no completed run", ha="center", va="center", transform=ours.transAxes)
     if not paper.lines:
         paper.text(0.5, 0.5, "no row of the paper in this sweep", ha="center", va="center", transform=paper.transAxes)
-    mark_pipeline_check(fig, bool(table.get("pipeline_check")))
+    mark_pipeline_check(fig, bool(table.pipeline_check))
     return save_figure(fig, path, formats, empty="no completed run with a dev BLEU and no row of the paper")
 
 
@@ -260,17 +260,17 @@ def plot_norm_curves(data: ReportData, path: str | Path, formats=("png",)) -> st
     return save_figure(fig, path, formats, empty="neither the base nor a pre-norm row has a training curve")
 
 
-def plot_ppl_vs_flops(table: dict, path: str | Path, formats=("png",)) -> str:
+def plot_ppl_vs_flops(table: Table3, path: str | Path, formats=("png",)) -> str:
     """Each row's dev perplexity (mean over its seeds) against its training compute (validation step x its
     FLOPs per step, :mod:`.compute`), log-log, the base in black with its budget marked: where a row's curve
     crosses that line is its dev PPL at equal compute."""
     fig, axes = new_figure(1, 1, 9, 5.5)
     ax = axes[0][0]
-    rows = {r["variant"]: r for r in table["rows"]}
-    curves = (table.get("curves") or {}).get("rows") or {}
+    rows = {r.variant: r for r in table.rows}
+    curves = table.curves.rows
     missing = []
     for j, (v, curve) in enumerate(curves.items()):
-        f = (rows.get(v) or {}).get("flops_per_step")
+        f = rows[v].flops_per_step if v in rows else None
         if not f or not curve:
             missing.append(v)
             continue
@@ -282,7 +282,7 @@ def plot_ppl_vs_flops(table: dict, path: str | Path, formats=("png",)) -> str:
     if drawn:
         ax.set_xscale("log")
         _set_yscale(ax)  # from the curves alone, before the budget's line
-    budget = (table.get("compute") or {}).get("base_flops")
+    budget = table.compute.get("base_flops")
     if budget and drawn:
         ax.axvline(budget, color="black", linestyle="--", linewidth=0.8, label=f"base budget ({budget:.3g} FLOPs)")
     if drawn:
@@ -291,10 +291,10 @@ def plot_ppl_vs_flops(table: dict, path: str | Path, formats=("png",)) -> str:
         ax.text(0.5, 0.5, "no row with a curve and a FLOP count", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("training compute (FLOPs, log scale)")
     ax.set_ylabel("dev perplexity (lower is better)" + (", log scale" if ax.get_yscale() == "log" else ""))
-    ax.set_title(f"Dev perplexity against training compute; sweep {table['sweep']}"
+    ax.set_title(f"Dev perplexity against training compute; sweep {table.sweep}"
                  + (f" (no FLOP count: {', '.join(missing)})" if missing else ""), fontsize=9)
     ax.grid(True, alpha=0.3)
-    mark_pipeline_check(fig, bool(table.get("pipeline_check")))
+    mark_pipeline_check(fig, bool(table.pipeline_check))
     return save_figure(fig, path, formats, empty="no row has a dev-perplexity curve and a FLOP count")
 
 
@@ -308,22 +308,29 @@ def _side_points(runs: list[dict[int, float]], log: bool = False) -> tuple[list[
     return steps, [sum(f(r[s]) for r in runs) / len(runs) for s in steps]
 
 
-def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | None = None,
-                 title: str | None = None) -> str:
-    """A panel per row with a verdict (:mod:`.verdict`): the row's and the base's dev PPL at each validation
+def plot_outlook(table, path: str | Path, formats=("png",), later=None, title: str | None = None) -> str:
+    """The figure of a table's verdicts (:func:`verdicts_figure` of its ``outlook``, ``curves``, ``report_settings``,
+    ``sweep`` and ``pipeline_check``; ``table``: :func:`~.table.build_table`'s)."""
+    return verdicts_figure(table.outlook, table.curves, table.report_settings, table.sweep, path, formats, later,
+                           title, pipeline_check=table.pipeline_check)
+
+
+def verdicts_figure(outlook: dict, curves, settings: dict | None, sweep: str, path: str | Path, formats=("png",),
+                    later=None, title: str | None = None, *, pipeline_check: bool = False) -> str:
+    """A panel per row with a verdict (``outlook``: {variant: :class:`~lightning_tfm.findings.verdict.Verdict`}, of
+    the learning ``curves``, :class:`~.table.LearningCurves`): the row's and the base's dev PPL at each validation
     (mean over seeds; hollow: before the warmup, left out of the fit), their fitted curves extended to the step the
-    verdict predicts at, each with its bootstrap band, the budget dashed and, with ``later`` (``{"runs": {variant:
-    [{step: dev PPL} a seed]}}``: a later export's curves, as the back-test gives them), the measured later points
-    (crosses). ``table``: :func:`~.table.build_table`'s (``outlook``, ``curves``, ``report_settings``)."""
+    verdict predicts at, each with its bootstrap band, the budget dashed and, with ``later`` (a later export's
+    curves, as the back-test gives them), the measured later points (crosses)."""
     import numpy as np
 
     from ...findings.curves import band
     from ..table3.verdict import settings_of
 
-    s = settings_of(table.get("report_settings"))
-    runs = (table.get("curves") or {}).get("runs") or {}
-    later_runs = (later or {}).get("runs") or {}
-    outlook = {v: o for v, o in (table.get("outlook") or {}).items() if o.get("gap")}
+    s = settings_of(settings)
+    runs = curves.runs
+    later_runs = later.runs if later is not None else {}
+    outlook = {v: o for v, o in outlook.items() if o.gap}
     if not outlook:  # nothing fitted: no figure, the reason instead
         from ...findings.curves import points_needed
         n = max((len(r) for r in runs.get("base") or []), default=0)
@@ -354,9 +361,8 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
         ax.fill_between(grid, lo, hi, color=color, alpha=0.18, linewidth=0)
 
     for ax, (v, o) in zip([a for row in axes for a in row], outlook.items()):
-        gap = o["gap"]
-        for side, color, fits, at in (("base", "black", gap["base"], gap["base_step"]),
-                                      (v, "C0", gap["row"], gap["at_step"])):
+        gap = o.gap
+        for side, color, fits, at in (("base", "black", gap.base, gap.base_step), (v, "C0", gap.row, gap.at_step)):
             steps, ppl = _side_points(runs.get(side, []), log=True)
             name = "base" if side == "base" else "the row"
             fitted = set(fits[0].steps)
@@ -371,9 +377,9 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
                 ax.plot(*zip(*measured), "x", markersize=4, color=color, zorder=3, label=f"{name}: measured later")
             if side == v and steps:
                 ax.axvline(steps[-1], color="gray", linestyle="--", linewidth=0.7)
-        parts = o["why"].split("; ")  # a line a clause, wrapped to a panel's width
+        parts = o.why.split("; ")  # a line a clause, wrapped to a panel's width
         why = [w for i, part in enumerate(parts) for w in textwrap.wrap(part + ";" * (i < len(parts) - 1), 56)]
-        ax.set_title("\n".join([f"{v}: {o['verdict']}", *why]), fontsize=8)
+        ax.set_title("\n".join([f"{v}: {o.verdict}", *why]), fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.3)
     fig.legend(*axes[0][0].get_legend_handles_labels()[:2], loc="lower center", ncol=6, fontsize=7, frameon=False)
@@ -381,8 +387,8 @@ def plot_outlook(table: dict, path: str | Path, formats=("png",), later: dict | 
         ax.set_axis_off()
     fig.supylabel("dev log-PPL (nats; the fitted quantity)", fontsize=8, x=0.005)
     fig.suptitle((title or f"Each row's dev log-PPL against the base's, fitted ({s['family']} law) and extrapolated to "
-                  f"{s['k']:g} × the budget; sweep {table.get('sweep')}")
+                  f"{s['k']:g} × the budget; sweep {sweep}")
                  + "\nx: training step, dashed: the budget; hollow: before the warmup (not fitted)", fontsize=9,
                  y=1 - 0.12 / height)  # inches from the top, as the margin is, whatever the number of rows
-    mark_pipeline_check(fig, bool(table.get("pipeline_check")))
+    mark_pipeline_check(fig, pipeline_check)
     return save_figure(fig, path, formats)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ...base.atomic import write_text
 from ..table3.columns import LATEX, columns
+from ..table3.table import Table3
 
 TEX_FILE, STANDALONE_FILE = "table3.tex", "table3-standalone.tex"
 
@@ -93,40 +94,40 @@ def _header(shown) -> list[str]:
     return [" & ".join(cells) + r" \\", rules, " & ".join(s.title for s in shown) + r" \\"]
 
 
-def _caption(table: dict) -> str:
-    several = any((r.seeds_total or 0) > 1 for r in table["rows"])
+def _caption(table: Table3) -> str:
+    several = any((r.seeds_total or 0) > 1 for r in table.rows)
     parts = []
-    if table.get("pipeline_check"):
+    if table.pipeline_check:
         parts.append("Pipeline check, not a result (runs tagged pipeline-check): its numbers say nothing about the "
                      "paper's claims.")
-    parts.append(rf"Table~3 replica, sweep \texttt{{{tex_text(table['sweep'])}}} (base experiment "
-                 rf"\texttt{{{tex_text(table['experiment'])}}}), ours beside Vaswani et al.\ (2017), Table~3 "
+    parts.append(rf"Table~3 replica, sweep \texttt{{{tex_text(table.sweep)}}} (base experiment "
+                 rf"\texttt{{{tex_text(table.experiment)}}}), ours beside Vaswani et al.\ (2017), Table~3 "
                  "(newstest2013). Dev perplexity and BLEU"
                  + (r", ours the mean $\pm$ standard deviation over the completed seeds" if several else "")
                  + "; a blank knob is the base row's. Absolute values are not comparable across corpora, model "
                  "sizes and BLEU tokenizations: compare the directions of change and their relative sizes.")
-    missing = [r for r in table["rows"] if not r.seeds_completed]
+    missing = [r for r in table.rows if not r.seeds_completed]
     if missing:
         what = [(r.variant, (r.status.split() or ["unknown"])[0].rstrip(":;")) for r in missing]
         parts.append("No completed run: " + ", ".join(f"{tex_text(v)} ({tex_text(s)})" for v, s in what) + ".")
     return " ".join(parts)
 
 
-def table_latex(table: dict) -> str:
+def table_latex(table: Table3) -> str:
     """table3.tex of ``table`` (:func:`~lightning_tfm.report.table3.table.build_table`)."""
     cols = columns(LATEX)
     shown = [c.latex for c in cols]
-    lines = [f"% {TEX_FILE}: the Table 3 replica of sweep {' '.join(str(table['sweep']).split())}, written by "
+    lines = [f"% {TEX_FILE}: the Table 3 replica of sweep {' '.join(str(table.sweep).split())}, written by "
              "`ltfm report` (booktabs).",
              rf"% In a paper: \usepackage{{booktabs}} in the preamble, then \input{{{Path(TEX_FILE).stem}}} "
              f"({len(shown)} columns: a full-width table* or a landscape page).",
              f"% On its own: pdflatex {STANDALONE_FILE} (in this folder).",
              r"\begin{table}[htbp]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
-             rf"\caption{{{_caption(table)}}}", rf"\label{{{_label(table['sweep'])}}}",
+             rf"\caption{{{_caption(table)}}}", rf"\label{{{_label(table.sweep)}}}",
              r"\begin{tabular}{" + "".join("l" if s.left else "r" for s in shown) + "}", r"\toprule",
              *_header(shown), r"\midrule"]
     previous = None
-    for i, row in enumerate(table["rows"]):
+    for i, row in enumerate(table.rows):
         if i and row.family != previous:
             lines.append(r"\midrule")
         previous = row.family
@@ -144,7 +145,7 @@ def standalone_latex() -> str:
         rf"\input{{{Path(TEX_FILE).stem}}}", r"\end{document}"]) + "\n"
 
 
-def write_latex(table: dict, out_dir: str | Path) -> tuple[Path, Path]:
+def write_latex(table: Table3, out_dir: str | Path) -> tuple[Path, Path]:
     """``table3.tex`` and ``table3-standalone.tex`` into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -26,10 +26,12 @@ import textwrap
 from pathlib import Path
 
 from ...findings.answers import BETTER, SAME, UNSETTLED, WORSE
+from ...findings.noise import NOISE_K
 from ...training.config.config import TABLE3_KNOBS
 from ..core.plots import mark_pipeline_check, save_figure
 from ..core.text import fmt_knob
-from ..table3.stats import BLEU_FLOOR, NOISE_K
+from ..table3.stats import BLEU_FLOOR
+from ..table3.table import Table3
 from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN
 from .figures import FAMILY_TITLES, OTHER
 
@@ -45,34 +47,30 @@ ANSWER_STYLE = {BETTER: {"color": "#2ca02c", "fontweight": "bold"}, WORSE: {"col
 _BAR, _GAP = 0.36, 0.19   # a bar's height; each bar's offset from its row's line (ours above, the paper's below)
 
 
-def _get(row, key: str):
-    return row.get(key) if hasattr(row, "get") else getattr(row, key, None)
-
-
 def row_label(row, base) -> str:
     """The row's name and the Table 3 knobs it sets apart from the base's (``A1: h 1, d_k 128, d_v 128``)."""
-    knobs, base_knobs = _get(row, "knobs") or {}, (_get(base, "knobs") or {}) if base is not None else {}
+    knobs, base_knobs = row.knobs or {}, (base.knobs or {}) if base is not None else {}
     parts = []
     for k in TABLE3_KNOBS:  # each as its Table 3 column labels it ("h 1", "learned positions")
         v = knobs.get(k.key)
         if v is None or v == base_knobs.get(k.key) or not base_knobs:
             continue
         parts.append(k.label.format(fmt_knob(v)))
-    name = str(_get(row, "variant"))
+    name = str(row.variant)
     return textwrap.fill(name + (": " + ", ".join(parts) if parts else ""), 46, subsequent_indent="  ")
 
 
 def _family(row) -> str:
-    return _get(row, "family") or OTHER
+    return row.family or OTHER
 
 
-def lines(table: dict) -> list[tuple[str, object]]:
+def lines(table: Table3) -> list[tuple[str, object]]:
     """The figure's lines top to bottom: ``("family", title)`` before each family's first row, then
     ``("row", row)`` for each row but the base, in the table's order."""
     out: list[tuple[str, object]] = []
     last = None
-    for row in table["rows"]:
-        if _get(row, "variant") == "base":
+    for row in table.rows:
+        if row.variant == "base":
             continue
         fam = _family(row)
         if fam != last:
@@ -82,23 +80,23 @@ def lines(table: dict) -> list[tuple[str, object]]:
     return out
 
 
-def _base(table: dict):
-    return next((r for r in table["rows"] if _get(r, "variant") == "base"), None)
+def _base(table: Table3):
+    return next((r for r in table.rows if r.variant == "base"), None)
 
 
-def noise_band(table: dict, metric: str) -> float | None:
+def noise_band(table: Table3, metric: str) -> float | None:
     """Seed noise as a share of our base's value: ``NOISE_K`` × the base's std over its seeds / the base's mean
     (None: fewer than two base seeds, or no base)."""
-    base, sd = _base(table), (table.get("base_std") or {}).get(metric)
-    value = _get(base, f"dev_{metric}") if base is not None else None
+    base, sd = _base(table), table.base_std.get(metric)
+    value = getattr(base, f"dev_{metric}") if base is not None else None
     if sd is None or not value:
         return None
     return NOISE_K * sd / abs(value)
 
 
-def shown_metrics(table: dict) -> list[tuple[str, str, str]]:
+def shown_metrics(table: Table3) -> list[tuple[str, str, str]]:
     """dev perplexity, and dev BLEU when one of our rows has a BLEU."""
-    return [m for m in METRICS if m[0] == "ppl" or any(_get(r, "dev_bleu") is not None for r in table["rows"])]
+    return [m for m in METRICS if m[0] == "ppl" or any(r.dev_bleu is not None for r in table.rows)]
 
 
 _STATUS = re.compile(r"\b(missing|waiting|running|failed|stopped|skipped|pruned|diverged|continued)\b")
@@ -106,32 +104,32 @@ _STATUS = re.compile(r"\b(missing|waiting|running|failed|stopped|skipped|pruned|
 
 def _no_data(row) -> str:
     """"no data", with why in a word when the row's status says it (missing, failed, ...)."""
-    why = _STATUS.search(str(_get(row, "status") or ""))
+    why = _STATUS.search(str(row.status or ""))
     return "no data" + (f" ({why.group(1)})" if why else "")
 
 
-def relative_shown(table: dict, metric: str) -> bool:
+def relative_shown(table: Table3, metric: str) -> bool:
     """Whether our changes of ``metric`` are shown as a share of our base: its value shows as nonzero at the
     figure's precision and, for BLEU, is at least :data:`~.stats.BLEU_FLOOR` (a share of about nothing is no
     number: a pipeline check's +0.22 BLEU over a base of 0.004 is "+5525%")."""
     base = _base(table)
-    value = _get(base, f"dev_{metric}") if base is not None else None
+    value = getattr(base, f"dev_{metric}") if base is not None else None
     if value is None:
         return True  # no base: every row says "no data" anyway
     return round(abs(value), 2 if metric == "ppl" else 1) > 0 and (metric != "bleu" or abs(value) >= BLEU_FLOOR)
 
 
-def _base_text(table: dict, metric: str) -> str:
+def _base_text(table: Table3, metric: str) -> str:
     base = _base(table)
-    ours, sd = (_get(base, f"dev_{metric}"), _get(base, f"dev_{metric}_std")) if base is not None else (None, None)
-    paper = _get(base, f"paper_dev_{metric}") if base is not None else None
+    ours, sd, paper = ((getattr(base, f"dev_{metric}"), getattr(base, f"dev_{metric}_std"),
+                        getattr(base, f"paper_dev_{metric}")) if base is not None else (None, None, None))
     digits = 2 if metric == "ppl" else 1
     side = "no completed base run" if ours is None else f"ours {ours:.{digits}f}" + (
-        f" ± {sd:.{digits}f} ({table.get('base_seeds', 0)} seeds)" if sd is not None else " (1 seed)")
+        f" ± {sd:.{digits}f} ({table.base_seeds} seeds)" if sd is not None else " (1 seed)")
     return f"base: {side}" + (f"; paper {paper:g}" if paper is not None else "")
 
 
-def _draw_metric(ax, table: dict, metric: str, label: str, better: str, items) -> None:
+def _draw_metric(ax, table: Table3, metric: str, label: str, better: str, items) -> None:
     relative = relative_shown(table, metric)
     band = noise_band(table, metric) if relative else None  # a share of about nothing: no band either
     if band is not None:
@@ -142,8 +140,8 @@ def _draw_metric(ax, table: dict, metric: str, label: str, better: str, items) -
         if kind != "row":
             ax.axhline(y - 0.5, color="black", linewidth=0.4, alpha=0.4)
             continue
-        ours, paper = _get(row, f"delta_{metric}_rel"), _get(row, f"paper_delta_{metric}_rel")
-        absolute = _get(row, f"delta_{metric}")
+        ours, paper = getattr(row, f"delta_{metric}_rel"), getattr(row, f"paper_delta_{metric}_rel")
+        absolute = getattr(row, f"delta_{metric}")
         if not relative and absolute is not None:
             ax.annotate(f"n/a: our base is about 0 (change {absolute:+.2f})", (0, y - _GAP), xytext=(4, 0),
                         textcoords="offset points", va="center", fontsize=7, fontstyle="italic", color="dimgray")
@@ -151,9 +149,9 @@ def _draw_metric(ax, table: dict, metric: str, label: str, better: str, items) -
             ax.annotate(_no_data(row), (0, y - _GAP), xytext=(4, 0), textcoords="offset points", va="center",
                         fontsize=7, fontstyle="italic", color="dimgray")
         else:
-            agrees = _get(row, f"{metric}_agrees")
+            agrees = getattr(row, f"{metric}_agrees")
             color = AGREES if agrees else OPPOSITE if agrees is False else NO_SIGN
-            pale = _get(row, f"{metric}_noise") != "beyond"
+            pale = getattr(row, f"{metric}_noise") != "beyond"
             ax.barh(y - _GAP, 100 * ours, height=_BAR, color=color, alpha=PALE if pale else 1.0,
                     edgecolor=color, linewidth=0.8, zorder=2)
             values.append(100 * ours)
@@ -162,7 +160,7 @@ def _draw_metric(ax, table: dict, metric: str, label: str, better: str, items) -
             ax.barh(y + _GAP, 100 * paper, height=_BAR, color=PAPER, zorder=2)
             values.append(100 * paper)
             _value(ax, 100 * paper, y + _GAP)
-        elif not _get(row, "in_paper"):
+        elif not row.in_paper:
             ax.annotate("not in the paper", (0, y + _GAP), xytext=(4, 0), textcoords="offset points",
                         va="center", fontsize=7, fontstyle="italic", color="dimgray")
     edge = 100 * band if band else 5.0
@@ -185,18 +183,17 @@ def _draw_verdicts(ax, items) -> None:
     ax.set_title("verdict · answer\n(dev PPL)", fontsize=9)
     for y, (kind, row) in enumerate(items):
         if kind == "row":
-            verdict = _get(row, "ppl_verdict")
+            verdict = row.ppl_verdict
             if verdict:
                 ax.text(0.04, y - _GAP, verdict, va="center", fontsize=7.5, **VERDICT_STYLE.get(verdict, {}))
-            answer = _get(row, "answer")
+            answer = row.answer
             if answer:
-                seeds = _get(row, "answer_seeds")
-                word = f"{answer} (one seed)" if seeds == 1 else answer
+                word = f"{answer} (one seed)" if row.answer_seeds == 1 else answer
                 ax.text(0.04, y + _GAP, word, va="center", fontsize=7.5, **ANSWER_STYLE.get(answer, {}))
     ax.set_axis_off()  # a column of words: no frame, no ticks (nor a "no data" mark when no row has a verdict)
 
 
-def _legend(fig, table: dict) -> None:
+def _legend(fig, table: Table3) -> None:
     from matplotlib.patches import Patch
 
     band = noise_band(table, "ppl")
@@ -211,7 +208,7 @@ def _legend(fig, table: dict) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
 
 
-def plot_changes(table: dict, path: str | Path, formats=("png",)) -> str:
+def plot_changes(table: Table3, path: str | Path, formats=("png",)) -> str:
     """``changes.png`` of ``table`` (see the module docstring); with ``formats``, also its SVG/PDF beside it."""
     from matplotlib.figure import Figure
 
@@ -234,24 +231,24 @@ def plot_changes(table: dict, path: str | Path, formats=("png",)) -> str:
     if not items:
         first.text(0.5, 0.5, "no data: the sweep has no row beside the base", ha="center", va="center",
                    transform=first.transAxes, color="dimgray")
-    check = bool(table.get("pipeline_check"))
+    check = bool(table.pipeline_check)
     fig.suptitle(("PIPELINE CHECK (runs tagged pipeline-check), not a result: numbers say nothing\n" if check else "")
-                 + f"{TITLE} (sweep {table['sweep']})\nEach side's change as a share of its own base; "
+                 + f"{TITLE} (sweep {table.sweep})\nEach side's change as a share of its own base; "
                  "the tables below give every number", fontsize=10, color="red" if check else "black")
     _legend(fig, table)
     mark_pipeline_check(fig, check)
     return save_figure(fig, path, formats)
 
 
-def changes_caption(table: dict) -> str:
+def changes_caption(table: Table3) -> str:
     """The lead figure's section heading and caption (markdown)."""
     band = noise_band(table, "ppl")
     noise = (f"the shaded band is our seed noise ({NOISE_K:g} × the base's standard deviation over its "
-             f"{table.get('base_seeds', 0)} seeds, ±{100 * band:.0f}% of its dev PPL)" if band is not None else
+             f"{table.base_seeds} seeds, ±{100 * band:.0f}% of its dev PPL)" if band is not None else
              "our seed noise is unknown (one base seed): no band")
     zero = [label for metric, label, _ in shown_metrics(table) if not relative_shown(table, metric)]
     return ("## " + TITLE + "\n\n"
-            + ("**Pipeline check (runs tagged pipeline-check): numbers say nothing.** " if table.get("pipeline_check")
+            + ("**Pipeline check (runs tagged pipeline-check): numbers say nothing.** " if table.pipeline_check
                else "")
             + "Each row's change of dev perplexity"
             + (" and dev BLEU" if len(shown_metrics(table)) > 1 else "")
@@ -266,7 +263,7 @@ def changes_caption(table: dict) -> str:
                "absolute change is given instead." if zero else "") + "\n")
 
 
-def changes_markdown(table: dict) -> str:
+def changes_markdown(table: Table3) -> str:
     """The lead figure's section of ``table3.md``: heading, ``changes.png``, caption."""
     head, caption = changes_caption(table).split("\n\n", 1)
     return f"{head}\n\n![{TITLE}]({NAME})\n\n{caption}"

@@ -22,21 +22,23 @@ import io
 from pathlib import Path
 
 from ...base.atomic import write_text
+from ...findings.noise import NOISE_K, NOISE_RULE, share
 from ...training.runs import results
 from ..core.columns import CSV
 from ..core.text import fmt, md_cell, md_code, md_text
 from ..table3.columns import BLEU, CONFIG, PPL, columns, shown
 from ..table3.compute import COMPUTE_RULE
-from ..table3.stats import BLEU_FLOOR, NOISE_K, NOISE_RULE, SIGNIFICANCE, share
+from ..table3.stats import BLEU_FLOOR, SIGNIFICANCE
+from ..table3.table import Table3
 from ..table3.verdict import HOLDS, MAY_FLIP, TOO_FEW, WITHIN, settings_of, verdict_rule
 
 
-def _md_table(table: dict, view: str) -> list[str]:
+def _md_table(table: Table3, view: str) -> list[str]:
     """The markdown table of ``view`` (:mod:`.table3.columns`): a header, the alignments, a line per row."""
     cols = shown(view)
     lines = ["| " + " | ".join(c.title for c in cols) + " |",
              "|" + "|".join("---" if i == 0 or c.left else "--:" for i, c in enumerate(cols)) + "|"]
-    for row in table["rows"]:
+    for row in table.rows:
         lines.append("| " + " | ".join(md_cell(c.cell(row, table)) for c in cols) + " |")
     return lines
 
@@ -46,32 +48,32 @@ def _fraction(pair: tuple[int, int]) -> str:
     return f"{k}/{n} rows ({100 * k / n:.0f}%)" if n else "no rows"
 
 
-def agreement_line(table: dict) -> str:
-    s = table["summary"]
+def agreement_line(table: Table3) -> str:
+    s = table.summary
     return (f"Direction agrees with the paper: dev PPL {_fraction(s['ppl'])}, dev BLEU {_fraction(s['bleu'])}, "
             f"both {_fraction(s['both'])}.")
 
 
-def verdict_line(table: dict) -> str:
+def verdict_line(table: Table3) -> str:
     """The verdicts in one line: how many rows of each, the rows that may flip by name, the budget multiple they
     predict at, and direction agreement with the paper over the rows that hold (beside the agreement over all
     rows, the first line)."""
-    s = table["summary"]
+    s = table.summary
     n = s["verdicts"]
     flip = s["may_flip"]
-    k = settings_of(table.get("report_settings"))["k"]
+    k = settings_of(table.report_settings)["k"]
     return (f"Verdicts (dev PPL learning curves extrapolated to {k:g} × the budget): {n[HOLDS]} hold, {n[MAY_FLIP]} "
             f"may flip{' (' + ', '.join(map(md_text, flip)) + ')' if flip else ''}, {n[WITHIN]} within noise, "
             f"{n[TOO_FEW]} too few points; direction agrees with the paper on the rows that hold: dev PPL "
             f"{_fraction(s['ppl_findings'])}.")
 
 
-def record_line(table: dict) -> str | None:
+def record_line(table: Table3) -> str | None:
     """How many rows beyond noise hold their direction at k x and how often such calls kept their sign in the
     back-tests, then the size interval's coverage, each with its count and confidence interval (the records of
     :mod:`lightning_tfm.findings.curves`: each export left out, and the first constants' held-out record); None
     without a row beyond noise."""
-    n = table["summary"]["verdicts"]
+    n = table.summary["verdicts"]
     beyond = n[HOLDS] + n[MAY_FLIP]
     if not beyond:
         return None
@@ -84,7 +86,7 @@ def record_line(table: dict) -> str | None:
         SIZE_RECORD,
     )
 
-    k = settings_of(table.get("report_settings"))["k"]
+    k = settings_of(table.report_settings)["k"]
     _, called, kept = DIRECTION_RECORD
     inside, rows = SIZE_RECORD
     held, held_size = HELDOUT_RECORD["holds"], HELDOUT_RECORD["size"]
@@ -97,12 +99,12 @@ def record_line(table: dict) -> str | None:
             f"{share(*held_size)} (reports/reference/backtest/).")
 
 
-def settle_line(table: dict) -> str | None:
+def settle_line(table: Table3) -> str | None:
     """How much longer a run would settle how many of the rows that may flip (their settle budgets counted at the
     multiples of :data:`~.verdict.SETTLE_AT` that change the count, :func:`~.verdict.settle_summary`), on which side,
     said to be predictions, with each kind's back-tested record
     (:data:`~lightning_tfm.findings.curves.SETTLE_RECORD`); None without such rows."""
-    s = table["summary"].get("settle")
+    s = table.summary.get("settle")
     if not s or not s["unsettled"]:
         return None
     from ...findings.curves import SETTLE_MOST, SETTLE_RECORD
@@ -127,23 +129,23 @@ def settle_line(table: dict) -> str | None:
             f"{record} (rows within noise get none: theirs came true no more often than saying nothing).")
 
 
-def answer_line(table: dict) -> str | None:
+def answer_line(table: Table3) -> str | None:
     """The answers in all (:mod:`..table3.answers`): the count of each, the rows of one seed among the unsettled,
     the error rate they hold, the compute spent beside every row at the cap; None without answers."""
-    a = table["summary"].get("answers")
-    if not a or not a["rows"]:
+    a = table.answers
+    if a is None or not a.rows:
         return None
-    c = a["answers"]
-    one = sum(1 for r in table["rows"] if r.get("answer_seeds") == 1)
+    c = a.counts
+    one = sum(1 for r in table.rows if r.answer_seeds == 1)
     text = (f"Answers from each row's own seeds paired with the base's: {c['better']} better, {c['worse']} worse, "
-            f"{c['the same']} the same within ±{100 * a['delta']:g}%, {c['unsettled']} unsettled"
+            f"{c['the same']} the same within ±{100 * a.delta:g}%, {c['unsettled']} unsettled"
             + (f" ({one} of one seed: no controlled answer, their verdict beside)" if one else "")
-            + f"; each row's chance of a false answer at most {a['alpha']:g} over every look of the settle loop"
-            + (f" (at most {a['expected_false']:.1f} false answers expected among these {a['rows']} rows)."
-               if a["rows"] > c["unsettled"] else "."))
-    if a.get("spent") and a.get("at_cap"):
-        text += (f" Training compute spent: {a['spent']:.3g} FLOPs; every row at {a['seeds']} seeds and the base "
-                 f"at the caps: {a['at_cap']:.3g} ({a['at_cap'] / a['spent']:.2f}x).")
+            + f"; each row's chance of a false answer at most {a.alpha:g} over all its looks"
+            + (f" (at most {a.alpha * a.rows:.1f} false answers expected among these {a.rows} rows)."
+               if a.rows > c["unsettled"] else "."))
+    if a.spent and a.at_cap:
+        text += (f" Training compute spent: {a.spent:.3g} FLOPs; every row at {a.seeds} seeds and the base at the "
+                 f"caps: {a.at_cap:.3g} ({a.at_cap / a.spent:.2f}x).")
     return text
 
 
@@ -182,13 +184,13 @@ def precision_names(precisions) -> list[str]:
     return list(dict.fromkeys(precision_name(p) for p in precisions))
 
 
-def headline_lines(table: dict) -> list[str]:
+def headline_lines(table: Table3) -> list[str]:
     """The facts a reader wants first, one per line (``ltfm report`` prints them too)."""
-    s, info, std = table["summary"], table["run_info"], table["base_std"]
-    lines = [PIPELINE_CHECK_LINE] if table.get("pipeline_check") else []
+    s, info, std = table.summary, table.run_info, table.base_std
+    lines = [PIPELINE_CHECK_LINE] if table.pipeline_check else []
     lines.append(agreement_line(table))
     if std["ppl"] is None and std["bleu"] is None:
-        lines.append(f"Beyond seed noise: unknown, the base row has {table['base_seeds']} completed seed(s); "
+        lines.append(f"Beyond seed noise: unknown, the base row has {table.base_seeds} completed seed(s); "
                      "seed noise needs at least 2 (in the sweep file: `base: {seeds: [1, 2, 3]}`).")
     else:
         beyond = {m: s[f"{m}_noise"]["beyond"] for m in ("ppl", "bleu")}
@@ -196,7 +198,7 @@ def headline_lines(table: dict) -> list[str]:
         lines.append(f"Rows beyond seed noise: dev PPL {beyond['ppl']}/{compared['ppl']}, dev BLEU "
                      f"{beyond['bleu']}/{compared['bleu']} (|Δ| > {NOISE_K:g} × the base's seed std: PPL "
                      f"{fmt(std['ppl'], 2) or '?'}, BLEU {fmt(std['bleu'], 2) or '?'}, "
-                     f"over {table['base_seeds']} seeds).")
+                     f"over {table.base_seeds} seeds).")
         lines.append(f"Direction agrees with the paper on the rows beyond noise: dev PPL {_fraction(s['ppl_beyond'])}, "
                      f"dev BLEU {_fraction(s['bleu_beyond'])}.")
     lines.append(verdict_line(table))
@@ -219,22 +221,21 @@ def headline_lines(table: dict) -> list[str]:
     return lines
 
 
-def headline_markdown(table: dict) -> str:
-    seeds = table["seeds"]
-    own = table.get("own_seeds") or {}
-    sweep_seeds = table.get("sweep_seeds", seeds)
+def headline_markdown(table: Table3) -> str:
+    own = table.own_seeds
+    sweep_seeds = table.sweep_seeds
     seed_text = (f"seed{'s' if len(sweep_seeds) > 1 else ''} {', '.join(map(str, sweep_seeds))}"
                  + "".join(f"; {md_text(v)} at seeds {', '.join(map(str, s))}" for v, s in own.items()))
-    title = "Pipeline check, not a result" if table.get("pipeline_check") else "Table 3 replica"
-    head = [f"# {title}: sweep {md_code(table['sweep'])}", "",
-            f"Base experiment {md_code(table['experiment'])}; {seed_text}. "
+    title = "Pipeline check, not a result" if table.pipeline_check else "Table 3 replica"
+    head = [f"# {title}: sweep {md_code(table.sweep)}", "",
+            f"Base experiment {md_code(table.experiment)}; {seed_text}. "
             "Paper = Vaswani et al. (2017), Table 3 (newstest2013). Absolute values "
             "are not comparable across corpora, model sizes and BLEU tokenizations: compare the directions of "
             "change and their relative sizes.", ""]
     return "\n".join(head + [f"- {ln}" for ln in headline_lines(table)]) + "\n"
 
 
-def ppl_markdown(table: dict, view: str = PPL) -> str:
+def ppl_markdown(table: Table3, view: str = PPL) -> str:
     """The dev-perplexity section; ``view``: :data:`~.columns.NOTE` gives the optuna-dashboard note's table."""
     lines = ["## Dev perplexity", "",
              "Ours " + ("(mean ± std over the completed seeds) " if _several_seeds(table) else "")
@@ -247,7 +248,7 @@ def ppl_markdown(table: dict, view: str = PPL) -> str:
     return "\n".join(lines + _md_table(table, view)) + "\n"
 
 
-def bleu_markdown(table: dict) -> str:
+def bleu_markdown(table: Table3) -> str:
     lines = ["## Dev BLEU", "",
              "As the perplexity table. \"paired bootstrap\": sacreBLEU's paired bootstrap resampling of the row's dev "
              "hypotheses against the base's (p-value, and how many sentences the two outputs differ in); it "
@@ -260,15 +261,14 @@ def bleu_markdown(table: dict) -> str:
     return "\n".join(lines + _md_table(table, BLEU)) + "\n"
 
 
-def _several_seeds(table: dict) -> bool:
-    return any((r["seeds_total"] or 0) > 1 for r in table["rows"])
+def _several_seeds(table: Table3) -> bool:
+    return any((r.seeds_total or 0) > 1 for r in table.rows)
 
 
-def curves_markdown(table: dict) -> str:
+def curves_markdown(table: Table3) -> str:
     """Dev perplexity at each of the base's validation steps, per row (rows with more steps, such as big's
     3x budget, add their final value in the last column)."""
-    curves = table.get("curves") or {"steps": [], "rows": {}}
-    steps, rows = curves["steps"], curves["rows"]
+    steps, rows = table.curves.steps, table.curves.rows
     lines = ["## Learning curves", "",
              "Dev perplexity at each validation (mean over the completed seeds), the base's steps as columns; "
              "\"final\" is the row's last validation (big trains 3x the steps).", ""]
@@ -284,50 +284,50 @@ def curves_markdown(table: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def config_markdown(table: dict) -> str:
+def config_markdown(table: Table3) -> str:
     lines = ["## Configuration", "", "Each row's Table 3 knobs (ours), its parameter count beside the paper's, and "
              "its status; missing, failed, skipped and pruned rows keep their row.", ""]
     return "\n".join(lines + _md_table(table, CONFIG)) + "\n"
 
 
-def notes_markdown(table: dict) -> str:
-    s = table["summary"]
+def notes_markdown(table: Table3) -> str:
+    s = table.summary
     lines = []
-    if not table["has_base"]:
+    if not table.has_base:
         lines.append("No completed base row: no change against the base can be computed.")
     if s["not_compared"]:
         lines.append("Not compared (no completed run): "
                      + ", ".join(f"{md_text(v)} ({md_text(st.split()[0].rstrip(':;'))})" for v, st in s["not_compared"])
                      + ".")
-    if table["test_signature"]:
-        lines.append(f"Paired bootstrap: sacreBLEU {md_code(table['test_signature'])}.")
-    for sig in table["bleu_signatures"]:
+    if table.test_signature:
+        lines.append(f"Paired bootstrap: sacreBLEU {md_code(table.test_signature)}.")
+    for sig in table.bleu_signatures:
         lines.append(f"Our dev BLEU: sacreBLEU {md_code(sig)}.")
-    lines.append(verdict_rule(table.get("report_settings")))
-    if (s.get("answers") or {}).get("rule"):
-        lines.append(s["answers"]["rule"])
+    lines.append(verdict_rule(table.report_settings))
+    if table.answers is not None:
+        lines.append(table.answers.rule)
     lines.append(COMPUTE_RULE + ".")
-    compute = table.get("compute") or {}
+    compute = table.compute
     if compute.get("base_flops") and not compute.get("lengths_measured"):
         lines.append("FLOPs per step: some runs' prepared corpus was not readable here, so their sentence lengths "
                      "are `ltfm bench`'s default sentence lengths (bench.src_len, bench.tgt_len); "
                      "their attention FLOPs are estimates.")
-    lines.append(f"Source: {md_text(table['source'])}.")
-    lines += [md_text(n) for n in table["notes"] + table["data_notes"]]
+    lines.append(f"Source: {md_text(table.source)}.")
+    lines += [md_text(n) for n in table.notes + table.data_notes]
     return "\n".join(["## Notes", "", *[f"- {ln}" for ln in lines]]) + "\n"
 
 
 PUBLISHED_TITLE = "## W&B and optuna-dashboard"
 
 
-def published_markdown(table: dict) -> str:
+def published_markdown(table: Table3) -> str:
     """The section of the report's W&B run and optuna-dashboard (:func:`.published.where_published`, in
-    ``table["published"]``); empty when the table has none."""
-    lines = table.get("published") or []
+    ``table.published``); empty when the table has none."""
+    lines = table.published or []
     return "\n".join([PUBLISHED_TITLE, "", *[f"- {ln}" for ln in lines]]) + "\n" if lines else ""
 
 
-def table_markdown(table: dict) -> str:
+def table_markdown(table: Table3) -> str:
     """table3.md: the headline, the lead figure, the PPL table, the BLEU table, the learning curves, the
     configuration table, notes, where the report is published (W&B, optuna-dashboard) (what the HTML shows, in the
     same order); one fact per line, so it diffs well in the repository."""
@@ -338,22 +338,22 @@ def table_markdown(table: dict) -> str:
     return "\n".join(text for text in (part(table) for part in parts) if text)
 
 
-def table_csv(table: dict) -> str:
+def table_csv(table: Table3) -> str:
     cols = columns(CSV)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([c.key for c in cols])
-    for row in table["rows"]:
+    for row in table.rows:
         w.writerow([c.csv_text(row) for c in cols])
     return buf.getvalue()
 
 
-def headline_text(table: dict) -> str:
+def headline_text(table: Table3) -> str:
     """The headline for the terminal (``ltfm report`` prints it), a line per fact."""
     return "".join(f"{ln}\n" for ln in headline_lines(table))
 
 
-def write_table(table: dict, out_dir: str | Path) -> tuple[Path, Path]:
+def write_table(table: Table3, out_dir: str | Path) -> tuple[Path, Path]:
     """table3.md and table3.csv (returned), and table3.tex with table3-standalone.tex (:mod:`.latex`)."""
     from .latex import write_latex
 

@@ -209,6 +209,19 @@ class TrainConfig(Section):
         return super().problem()
 
 
+def tokens_per_step(batch_tokens: int, devices: str | int = "1", accumulate: int = 1,
+                    batch_tokens_total: int | None = None) -> float:
+    """Target tokens per side of one optimizer step, the one count (a sweep's plan, the report's equal compute, a
+    run's own record): ``train.batch_tokens_total`` when set (the accumulation is derived from it), else
+    ``train.batch_tokens`` x the processes ``devices`` names (a count, or a list's length; 'auto' and -1: 1, no
+    machine asked) x ``train.accumulate``."""
+    if batch_tokens_total:
+        return float(batch_tokens_total)
+    d = str(devices).strip()
+    n = int(d) if d.isdigit() else len(d.split(",")) if "," in d else 1
+    return float(batch_tokens * max(n, 1) * accumulate)
+
+
 @dataclass
 class DecodeConfig(Section):
     SECTION: ClassVar[str] = "decode"
