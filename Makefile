@@ -3,7 +3,14 @@
 #                 3 seeds, a worker per core: its time on 2 cores is in reports/reference/README.md); with a
 #                 CUDA GPU the GPU protocol, sweeps/table3-gpu.yaml (d_model 256, 4 workers on each GPU). One
 #                 progress line every 30 s.
-#   QUICK=1     : a pipeline check in a few minutes (every row of the protocol, QUICK_STEPS steps, 100 dev pairs)
+#                 Then it settles the rows (ltfm sweep --settle): another seed of a row, more of the base or a longer
+#                 budget until each row is better, worse or the same as the base within ±delta, or at the cap the
+#                 sweep file's settle: section sets (sweeps/table3-cpu.yaml: at most 3 seeds a row; replayed on the
+#                 committed exports, 1.77x the first pass's training FLOPs); a sweep file without settle: runs its
+#                 first pass alone.
+#   SETTLE=0    : the first pass alone (no settling)
+#   QUICK=1     : a pipeline check in a few minutes (every row of the protocol, QUICK_STEPS steps, 100 dev pairs;
+#                 it settles too, at QUICK_SETTLE's cap: 2 seeds a row)
 #   WORKERS=K   : K workers instead of one per core (or GPU)
 #   SWEEP=sweeps/table3.yaml ARGS="train.devices=8 train.strategy=ddp" WORKERS=1 : the paper's scale on a GPU node
 # make reference: make ablation, then its report with provenance in reports/reference/<sweep name>/
@@ -45,6 +52,11 @@ QUICK_STEPS ?= 20
 QUICK_ARGS := train.max_steps=$(QUICK_STEPS) train.warmup=$(QUICK_STEPS) train.val_every_steps=$(QUICK_STEPS) \
 	train.checkpoint_every_steps=$(QUICK_STEPS) data.max_dev_pairs=100 decode.max_len_b=10 'wandb.tags=[pipeline-check]'
 BUDGET = $(if $(QUICK),$(QUICK_ARGS),)
+# The settle loop: on when the sweep file has a settle: section (SETTLE=0: off); QUICK=1 settles at a cap of its own
+# (2 seeds a row, the base's three: the path exercised, its answers say nothing)
+SETTLE ?= $(if $(shell grep -qs '^settle:' $(SWEEP) && echo 1),1,0)
+QUICK_SETTLE := settle.seeds=2 settle.base_seeds=3 settle.budget=1
+SETTLE_ARGS = $(if $(filter 1,$(SETTLE)),--settle $(if $(QUICK),$(QUICK_SETTLE),),)
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
@@ -77,10 +89,10 @@ $(VENV)/.bench: $(VENV)/.installed
 
 # the sweep's exit 130 is Ctrl-C (its stopped trials resume first when this runs again); another non-zero, a failed trial
 ablation: setup
-	$(VENV)/bin/ltfm sweep $(SWEEP) --workers $(WORKERS) $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS); rc=$$?; \
+	$(VENV)/bin/ltfm sweep $(SWEEP) --workers $(WORKERS) $(SETTLE_ARGS) $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS); rc=$$?; \
 	if [ $$rc -eq 130 ]; then echo "ltfm: the sweep was stopped; make ablation$(if $(QUICK), QUICK=1,) again resumes it"; exit 130; fi; \
 	if [ $$rc -ne 0 ]; then echo "ltfm: some trials failed ($(VENV)/bin/ltfm sweep $(SWEEP) --status $(RESULTS_ARGS)); $(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results) shows them"; fi
-	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS)
+	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(if $(QUICK),$(QUICK_SETTLE),) $(ARGS)
 	$(VENV)/bin/ltfm runs $(if $(QUICK),results-quick,results)
 	$(VENV)/bin/ltfm report $(SWEEP) $(if $(QUICK),--results results-quick --out reports/build/quick-$(notdir $(basename $(SWEEP))),$(if $(REPORT_RESULTS),--results $(REPORT_RESULTS),))
 
@@ -98,7 +110,7 @@ reference: setup
 	build=reports/build/$(if $(QUICK),quick-,)$(REF_NAME); rm -rf $$out; mkdir -p $$out; \
 	cp $$build/*.md $$build/*.csv $$build/*.html $$build/*.png $$out/; cp $$build/*.tex $$out/ 2>/dev/null || true; \
 	if [ -d $$build/export ]; then cp -r $$build/export $$out/; fi; \
-	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(ARGS) > $$out/status.txt; \
+	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(if $(QUICK),$(QUICK_SETTLE),) $(ARGS) > $$out/status.txt; \
 	w=$$((t1 - t0)); { echo "command: make reference$(if $(QUICK), QUICK=1,)$(if $(filter-out auto,$(WORKERS)), WORKERS=$(WORKERS),)$(if $(ARGS), ARGS='$(ARGS)',)"; \
 	  echo "sweep: $(SWEEP)"; echo "commit: $$commit$${dirty:+ (with uncommitted changes)}"; \
 	  echo "machine: $$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1) (family $$(lscpu | sed -n 's/^CPU family: *//p' | head -1), model $$(lscpu | sed -n 's/^Model: *//p' | head -1); $$(grep -o -w -m1 'avx512_bf16' /proc/cpuinfo || echo 'no avx512_bf16'), $$(grep -o -w -m1 'avx2' /proc/cpuinfo || echo 'no avx2')), $$(nproc) cores, $$(free -g | awk '/Mem:/{print $$2}') GiB, torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \

@@ -35,9 +35,14 @@ def _sweep_arguments(s: argparse.ArgumentParser) -> None:
                    "workers sharing each GPU (default 4: a Table 3 row leaves most of a large GPU idle)")
     s.add_argument("--every", type=float, default=None, metavar="SECONDS", help="with --workers: seconds between "
                    "progress lines (default 30)")
+    s.add_argument("--settle", action="store_true", help="after the rows, settle each against the base: queue "
+                   "another seed of a row, more of the base or a longer budget, whichever answers it (better, worse, "
+                   "the same within ±delta) at the least compute, until every row is answered or at the file's "
+                   "settle: caps (settle.KEY=VALUE on the command line overrides one)")
     s.add_argument("--storage-from-env", action="store_true", help=argparse.SUPPRESS)
     cluster_arguments(s)
-    s.add_argument("overrides", nargs="*", help="dotted.key=value applied to every trial's base experiment")
+    s.add_argument("overrides", nargs="*", help="dotted.key=value applied to every trial's base experiment "
+                   "(settle.KEY=VALUE: the sweep file's settle: section)")
 
 
 def _check_local_data(cfg: Config) -> None:
@@ -150,12 +155,38 @@ def _check_options(args) -> None:
                             f"{'it' if len(given) == 1 else 'them'} out (or drop {looks[0]} to run the sweep)")
     if args.every is not None and getattr(args, "workers", None) is None:
         raise UserError("--every sets the progress lines of --workers: add --workers auto (or K), or leave --every out")
+    if getattr(args, "settle", False):
+        if looks:
+            raise UserError(f"--settle trains the trials that answer the rows; {looks[0]} trains nothing: give one "
+                            f"(--status shows each row's answer and what it waits for)")
+        if args.n_trials is not None:
+            raise UserError("--settle runs until every row is answered or at its cap, so --n-trials would stop it "
+                            "midway: leave --n-trials out (the sweep file's settle: section sets the caps)")
+
+
+def _settle_overrides(overrides: list[str]) -> tuple[list[str], list[str], dict]:
+    """The command line's overrides split: the trials' dotted config keys, and ``settle.KEY=VALUE`` (the sweep
+    file's settle: section) as given and as {KEY: value}."""
+    from ..training.config.config import parse_override
+
+    rest, texts, settle = [], [], {}
+    for text in overrides or []:
+        if text.split("=", 1)[0].strip().startswith("settle."):
+            key, value = parse_override(text)
+            settle[key[len("settle."):]] = value
+            texts.append(text)
+        else:
+            rest.append(text)
+    return rest, texts, settle
 
 
 def sweep_cli(args) -> int:
     """``ltfm sweep SWEEP.yaml [--storage URL] [--n-trials N] [--dry-run] [--json] [--status] [k=v ...]``;
     ``ltfm sweep --keys [PREFIX]``."""
     if args.keys is not None:
+        if getattr(args, "settle", False):
+            raise UserError("--keys lists the sweep file's keys (ltfm sweep --keys settle. lists --settle's): leave "
+                            "--settle out")
         return _keys(args)
     check_cluster_options(args)
     if args.serve_storage:
@@ -167,13 +198,21 @@ def sweep_cli(args) -> int:
     _check_options(args)
     from ..base.redact import mask_url
     from ..sweep.plan import Plan
-    from ..sweep.spec import load_sweep
+    from ..sweep.spec import load_sweep, with_settle
     from ..sweep.status import format_status, status_rows
     from ..sweep.storage import STORAGE_ENV, default_storage, open_storage, open_study, quiet_optuna, retry
 
     sweep = load_sweep(args.sweep_file)
-    args.overrides = with_default_data(sweep, args.overrides)
-    plan = Plan(sweep, args.overrides, data=not (args.dry_run or args.status))  # neither reads the data
+    trial_overrides, settle_texts, settle_given = _settle_overrides(args.overrides)
+    sweep = with_settle(sweep, settle_given)
+    settle = getattr(args, "settle", False)
+    if settle:
+        from ..sweep.settle import refusal
+        if (why := refusal(sweep)) is not None:
+            raise UserError(why)
+    trial_overrides = with_default_data(sweep, trial_overrides)
+    args.overrides = trial_overrides + settle_texts  # what the launcher hands its workers
+    plan = Plan(sweep, trial_overrides, data=not (args.dry_run or args.status))  # neither reads the data
     if args.dry_run:
         return _dry_run(args, sweep, plan)
     quiet_optuna()
@@ -196,8 +235,9 @@ def sweep_cli(args) -> int:
         storage = open_storage(url, create=False)
         study = open_study(sweep, storage, create=False)
         rows = status_rows(study, sweep)  # with each finished row's verdict
+        answers = _status_answers(sweep, plan, study, rows)
         print(json.dumps(rows, indent=1, default=str) if args.json
-              else format_status(sweep, rows, url, plan.results_dir))
+              else "\n".join([format_status(sweep, rows, url, plan.results_dir), *answers]))
         return 0
     if args.launcher == "slurm":
         from ..sweep.slurm import check_shareable
@@ -215,18 +255,50 @@ def sweep_cli(args) -> int:
         from ..sweep.queue import enqueue_missing
         if sweep.mode == "variants":
             retry(enqueue_missing, study, plan)
-        return _said_done(args, sweep, plan, url, launch(
-            args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers,
-            args.every if args.every is not None else 30.0,
-            per_gpu=per_gpu or WORKERS_PER_GPU, status_hint=status_command(args)))
+        code = launch(args.sweep_file, sweep, plan, args.overrides, url, lambda: study, workers,
+                      args.every if args.every is not None else 30.0, per_gpu=per_gpu or WORKERS_PER_GPU,
+                      status_hint=status_command(args), settle=settle)
+        return _said_done(args, sweep, plan, url, _settled(sweep, plan, study, code) if settle else code)
     from ..sweep.process import stop_on_sigterm
     from ..sweep.worker import Worker
     retry(study.set_user_attr, "ltfm.pruner", sweep.pruner)
     retry(study.set_user_attr, "ltfm.metric", sweep.metric)
     stop_on_sigterm()
-    worker = Worker(sweep, plan, url, storage, study)
+    worker = Worker(sweep, plan, url, storage, study, settle=settle)
     worker.say(f"study {sweep.name} in {mask_url(url)}; results in {plan.results_dir}")
-    return _said_done(args, sweep, plan, url, worker.run(args.n_trials))
+    code = worker.run(args.n_trials)
+    return _said_done(args, sweep, plan, url, _settled(sweep, plan, study, code) if settle else code)
+
+
+def _settled(sweep, plan: Plan, study, code: int) -> int:
+    """The settle loop's closing lines (one a row: its answer and what it took; the counts and the compute against
+    every row at the cap); ``code`` returned."""
+    from ..sweep.settle import read, summary_lines
+    from ..sweep.storage import retry
+
+    for line in summary_lines(sweep, read(plan, retry(study.get_trials, deepcopy=False))):
+        print(line, flush=True)
+    return code
+
+
+def _status_answers(sweep, plan: Plan, study, rows: list[dict]) -> list[str]:
+    """For a settling sweep (a settle: section, or trials the settle loop queued): each row's answer and what it
+    waits for, as lines after the status table, and in each trial's row (``answer``, ``waiting``) for --json."""
+    from ..sweep.settle import MULTIPLE, read, row_answers
+
+    trials = study.get_trials(deepcopy=False)
+    if not (sweep.settles or any(MULTIPLE in t.user_attrs for t in trials)):
+        return []
+    answers = row_answers(read(plan, trials))
+    for r in rows:
+        a = answers.get(r.get("variant"))
+        r["answer"], r["waiting"] = (a["answer"], a["waiting"]) if a else (None, None)
+    if not answers:
+        return ["settle: no answers yet (they need a completed run of the base and of the row)"]
+    width = max(map(len, answers))
+    return ["settle: each row's answer against the base, and what it waits for:",
+            *(f"  {v:<{width}}  {a['why']}" + (f"; waits for {a['waiting']}" if a["waiting"] else "")
+              for v, a in answers.items())]
 
 
 def report_command(args) -> str:

@@ -90,7 +90,9 @@ def submit_slurm(args, sweep, plan, url: str, status_hint: str) -> int:
     from ..base.redact import mask_url
 
     logs = plan.results_dir / "sweep-logs" / sweep.name / "slurm"
-    ids = submit(args.sweep_file, sweep.name, args.overrides, url, logs, opts)
+    # each job is the same worker as --workers starts here: with --settle, it settles the rows too
+    worker_args = [*(["--settle"] if getattr(args, "settle", False) else []), *args.overrides]
+    ids = submit(args.sweep_file, sweep.name, worker_args, url, logs, opts)
     say_done(f"{logs}/ (the jobs' logs; their trials' logs beside it; the study: {mask_url(url)})",
              f"{status_hint}   (which job holds which trial; squeue -j {ids[0].split('_')[0]}: the jobs)")
     return 0

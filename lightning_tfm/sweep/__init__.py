@@ -15,9 +15,12 @@ How to run a sweep is in the README ("Sweep"); the sweep file's keys: ``ltfm swe
 - :mod:`.launch`: ``--workers K|auto`` and the progress line;
 - :mod:`.slurm`: ``--launcher slurm``, the workers as a Slurm job array (submitit), stopped and requeued;
 - :mod:`.proxy`: Optuna's gRPC storage proxy (``--serve-storage``, ``--storage grpc://``), its heartbeat;
-- :mod:`.status`: the dry run and the status table.
+- :mod:`.status`: the dry run and the status table;
+- :mod:`.settle`: ``--settle``, the loop that queues and runs the trials the planner asks for until every row is
+  answered or at its cap.
 
-What a row's runs say (its curves, its verdict) is computed in :mod:`lightning_tfm.findings`, below this layer.
+What a row's runs say (its curves, its verdict, its answer and the settle planner) is computed in
+:mod:`lightning_tfm.findings`, below this layer.
 
 The commands (``ltfm sweep``, ``ltfm prepare``, and ``ltfm train``, a sweep's trial) are in :mod:`lightning_tfm.cli`.
 """

@@ -39,6 +39,7 @@ from .budget import PAST_BUDGET, cut_history
 from .plan import Plan, check_buildable
 from .process import shielded
 from .queue import STOPPED
+from .settle import settle_entries
 from .spec import Sweep
 from .status import row_verdicts, trial_rows
 from .storage import STORAGE_ENV
@@ -159,11 +160,14 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
         by_key.setdefault(t.user_attrs.get("grid_key"), []).append(t)
     done = failed = stopped = 0
     running, left_work, finished_work, finished_s = [], 0.0, 0.0, 0.0
-    for entry in sweep.entries():
+    # the file's rows, then the trials the settle loop queued (a row's work times their budget multiple)
+    entries = sweep.entries() + settle_entries(plan, trials)
+    per_row = {e.name: cost.get(plan.grid_key(e), 0.0) for e in sweep.entries()}
+    for entry in entries:
         key = plan.grid_key(entry)
         ts = by_key.get(key, [])
         states = {t.state.name.lower() for t in ts}
-        work = cost.get(key, 0.0)
+        work = cost.get(key, per_row.get(entry.name, 0.0) * entry.budget / sweep.variants[entry.name]["budget"])
         steps_planned = plan.max_steps(entry) or 1
         if states & set(DONE):
             done += 1
@@ -187,7 +191,7 @@ def progress(sweep: Sweep, plan: Plan, trials, cost: dict[str, float], now: _dt.
         else:
             left_work += work
             stopped += any(t.state.name == "WAITING" and t.user_attrs.get("status") == STOPPED for t in ts)
-    total = len(sweep.entries())
+    total = len(entries)
     rate = finished_work / finished_s if finished_s > 0 and finished_work > 0 else None  # work per worker-second
     eta = left_work / (rate * max(1, min(workers, total - done - failed))) if rate else None
     return {"total": total, "done": done, "failed": failed, "running": running, "stopped": stopped,
@@ -281,12 +285,25 @@ class _Monitor:
     """What the launcher prints while its workers run: a line per finished trial, and the progress line."""
 
     def __init__(self, sweep: Sweep, plan: Plan, cost: dict, open_study_fn, started: float, workers: int, say,
-                 gpus: list[str] = ()):
+                 gpus: list[str] = (), settle: bool = False):
         self.sweep, self.plan, self.cost, self.open_study_fn = sweep, plan, cost, open_study_fn
         self.started, self.workers, self.say, self.gpus = started, workers, say, list(gpus)
         self.study, self.seen, self.last = None, {}, 0.0
         self.curves: dict = {}  # row_verdicts' cache of finished runs' reads, by (run folder, budget)
         self._verdicts: tuple = (None, {})  # (the completed trials they were fitted on, the verdicts)
+        self.settle, self._answers, self._facts = settle, (None, {}), {}  # --settle: each row's answer, as verdicts
+
+    def answers(self, trials) -> dict[str, dict]:
+        """With --settle, each row's answer (:func:`~.settle.row_answers`), computed again when a trial finished."""
+        from .settle import read, row_answers
+
+        done = frozenset(t.number for t in trials if t.state.name == "COMPLETE")
+        if self.settle and self._answers[0] != done:
+            try:
+                self._answers = (done, row_answers(read(self.plan, trials, self._facts)))
+            except Exception:  # noqa: BLE001 - a progress line never stops the sweep
+                return {}
+        return self._answers[1]
 
     def verdicts(self, trials) -> dict:
         """Each finished row's verdict against the base (:func:`~.status.row_verdicts`); {} when none can be said
@@ -322,8 +339,10 @@ class _Monitor:
                     a.get("reason") or a.get("error") or state)
             name = a.get("variant") or f"trial {t.number}"
             verdict = self.verdicts(trials).get(name) if state == "complete" else None
-            if verdict:
-                what += f" ({verdict.text})"
+            answer = self.answers(trials).get(name) if state == "complete" else None
+            said = [*([verdict.text] if verdict else []), *([f"answer: {answer['answer']}"] if answer else [])]
+            if said:
+                what += f" ({'; '.join(said)})"
             self.say(f"[{self.sweep.name}] {'finished' if state == 'complete' else state}: {name} "
                      f"seed {a.get('seed')}: {what} ({_hms(_duration(t, _dt.datetime.now()))})")
 
@@ -374,9 +393,10 @@ def _say_stopped(sweep: Sweep, open_study_fn, say) -> None:
 
 def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], storage_url: str, open_study_fn,
            workers: int | str, every: float = 30.0, out=None, per_gpu: int = WORKERS_PER_GPU,
-           status_hint: str | None = None) -> int:
+           status_hint: str | None = None, settle: bool = False) -> int:
     """Start the workers, print progress until they have all exited; returns 1 if any worker failed.
-    ``status_hint``: the ``--status`` command printed when a trial failed (the caller's results folder and storage)."""
+    ``status_hint``: the ``--status`` command printed when a trial failed (the caller's results folder and storage);
+    ``settle``: each worker settles the rows (``--settle``, :mod:`.settle`); a finished row's line has its answer."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     gpus = visible_gpus()
     slots = worker_plan(workers, gpus, cores, per_gpu)
@@ -404,12 +424,12 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
             fh = open(logs / f"worker-{i}.log", "ab")
             # the storage URL reaches the worker through the environment (never on a command line `ps` shows)
             cmd = [sys.executable, "-m", "lightning_tfm", "sweep", sweep_file, "--storage-from-env",
-                   *worker_overrides(overrides, slot)]
+                   *(["--settle"] if settle else []), *worker_overrides(overrides, slot)]
             procs.append((subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            env=env), fh))
             if i + 1 < n:
                 time.sleep(2)  # staggered: the workers do not all open the storage and load torch at once
-        monitor = _Monitor(sweep, plan, cost, open_study_fn, started, n, say, gpus)
+        monitor = _Monitor(sweep, plan, cost, open_study_fn, started, n, say, gpus, settle)
         while True:
             alive = [p for p, _ in procs if p.poll() is None]
             monitor.finished_rows()

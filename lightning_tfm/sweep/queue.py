@@ -33,7 +33,7 @@ def enqueue_missing(study, plan: Plan) -> int:
 
 
 def _enqueue_missing(study, plan: Plan) -> int:
-    from optuna.trial import TrialState, create_trial
+    from optuna.trial import TrialState
 
     by_key: dict[str, list] = {}
     for t in retry(study.get_trials, deepcopy=False):
@@ -46,15 +46,28 @@ def _enqueue_missing(study, plan: Plan) -> int:
         trials = by_key.get(plan.grid_key(entry), [])
         if any(t.state != TrialState.FAIL for t in trials):
             continue  # waiting, running, complete or pruned somewhere
-        if any(t.user_attrs.get("skip") in ("unbuildable", PAST_BUDGET) for t in trials):
+        if any(t.user_attrs.get("skip") in NOT_AGAIN for t in trials):
             continue  # will not build now either; a run folder trained past the budget stays so
-        params, dists = dashboard_params(plan, entry, space)
-        # study.enqueue_trial, with the row's knobs as the trial's params (enqueue_trial's own params are
-        # only applied by suggest_* calls, which these trials never make)
-        retry(study.add_trial, create_trial(state=TrialState.WAITING, params=params, distributions=dists,
-                                             user_attrs=plan.attrs(entry)))
+        add_waiting(study, plan, entry, space)
         added += 1
     return added
+
+
+#: The ``skip`` of a closed trial whose row is never queued again: it will not build now either; a run folder trained
+#: past the budget stays so
+NOT_AGAIN = ("unbuildable", PAST_BUDGET)
+
+
+def add_waiting(study, plan: Plan, entry: Entry, space: dict, **attrs) -> None:
+    """Add ``entry`` to the study as a WAITING trial (the caller holds the queue lock and has checked that its
+    row has no live trial), with the row's knobs as its params (``space``: :func:`dashboard_space`), the plan's
+    attributes of it and ``attrs``. This is ``study.enqueue_trial`` with the knobs as the trial's params
+    (enqueue_trial's own params are only applied by suggest_* calls, which these trials never make)."""
+    from optuna.trial import TrialState, create_trial
+
+    params, dists = dashboard_params(plan, entry, space)
+    retry(study.add_trial, create_trial(state=TrialState.WAITING, params=params, distributions=dists,
+                                         user_attrs={**plan.attrs(entry), **attrs}))
 
 
 # The Table 3 knobs each variant trial carries as its Optuna params (flat config keys, as in W&B), so that

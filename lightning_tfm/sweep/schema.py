@@ -1,8 +1,9 @@
 """The sweep file's schema: a dataclass per section, with help beside each field, as the experiment config has.
 
 :class:`SweepFile` (the top level) with :class:`SamplerSpec`, :class:`PrunerSpec`, :class:`HeartbeatSpec`,
-:class:`ReportSpec`, :class:`BudgetSpec` (what every row gets the same of), :class:`VariantSpec` (each row of
-``variants:``) and :class:`DistributionSpec` (each key of ``space:``). Each field is a
+:class:`ReportSpec`, :class:`SettleSpec` (``ltfm sweep --settle``'s settings and caps; both from
+:mod:`lightning_tfm.findings.settings`), :class:`BudgetSpec` (what every row gets the same of), :class:`VariantSpec`
+(each row of ``variants:``) and :class:`DistributionSpec` (each key of ``space:``). Each field is a
 :func:`~lightning_tfm.base.knobs.knob`, as a run config's key is: its annotation is its type, ``metadata["help"]``
 its meaning and ``metadata["check"]`` its range (a :class:`~lightning_tfm.base.knobs.Range` for a number, else a
 check of the same signature); a field holding keys of its own says where (``metadata["section"]``). :func:`parse`
@@ -21,7 +22,17 @@ from typing import Any, Literal
 from ..base.errors import UserError
 from ..base.inputs import shown
 from ..base.knobs import Check, Range, Unfit, coerce, describe, key_rows, knob, type_spec
-from ..findings.settings import CURVE_FAMILIES, DRAWS, MAX_DRAWS, REPORT_DEFAULTS, SEED, SHARE, ReportSpec  # noqa: F401
+from ..findings.settings import (  # noqa: F401
+    CURVE_FAMILIES,
+    DRAWS,
+    MAX_DRAWS,
+    REPORT_DEFAULTS,
+    SEED,
+    SETTLE_DEFAULTS,
+    SHARE,
+    ReportSpec,
+    SettleSpec,
+)
 from ..model.config import MAX_POSITIONS
 from ..training.config.sections import LABEL_CHARS, STEPS
 from ..training.runs.results import OBJECTIVES
@@ -64,8 +75,8 @@ def text_check(words: str, test: typing.Callable[[str], Any] = bool) -> Check:
 
 
 def _section(kind, head: str):
-    """A field holding a section: its help is the section class's docstring."""
-    doc = kind.__doc__.strip().rstrip(".")
+    """A field holding a section: its help is the first paragraph of the section class's docstring, on one line."""
+    doc = " ".join(kind.__doc__.strip().split("\n\n")[0].split()).rstrip(".")
     return knob(None, doc[0].lower() + doc[1:], factory=kind, section=(kind, head))
 
 
@@ -199,6 +210,7 @@ class SweepFile:
     space: dict[str, DistributionSpec] | None = knob(None, "OR Optuna distributions over dotted config keys",
                                                           section=(DistributionSpec, "space.<section.key>."))
     report: ReportSpec = _section(ReportSpec, "report.")
+    settle: SettleSpec = _section(SettleSpec, "settle.")
     budget: BudgetSpec = _section(BudgetSpec, "budget.")
 
 

@@ -40,12 +40,14 @@ from .schema import (
     REPORT_DEFAULTS,
     RESERVED,
     SAMPLERS,
+    SETTLE_DEFAULTS,
     BudgetSpec,
     DistributionSpec,
     HeartbeatSpec,
     PrunerSpec,
     ReportSpec,
     SamplerSpec,
+    SettleSpec,
     SweepFile,
     VariantSpec,
     draws_problem,
@@ -87,6 +89,8 @@ class Sweep:
     space: dict[str, dict] | None = None       # dotted key -> distribution spec
     report: dict = field(default_factory=lambda: dict(REPORT_DEFAULTS))  # the report's verdict settings
     budget: dict = field(default_factory=lambda: dict(BUDGET_DEFAULTS))  # equal steps or FLOPs (BudgetSpec)
+    settle: dict = field(default_factory=lambda: dict(SETTLE_DEFAULTS))  # --settle's settings and caps (SettleSpec)
+    settles: bool = False  # the file has a settle: section (--status shows each row's answer)
     _trees: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -388,15 +392,18 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         if (why := draws_problem(section, spec)) is not None:
             raise err(path, why)
     budget = BudgetSpec(**parse(path, BudgetSpec, tree.get("budget"), "budget", "budget.")[0])
+    settle = SettleSpec(**parse(path, SettleSpec, tree.get("settle"), "settle", "settle.")[0])
     sweep = Sweep(p, top["name"], experiment, metric, direction, sampler, pruner, seeds, overrides,
                   dataclasses.asdict(heartbeat), top.get("n_trials"), report=dataclasses.asdict(report),
-                  budget=dataclasses.asdict(budget))
+                  budget=dataclasses.asdict(budget), settle=dataclasses.asdict(settle), settles="settle" in tree)
     if has_v:
         variants = tree["variants"]
         if not isinstance(variants, dict) or not variants:
             raise err(path, "variants must be a non-empty mapping of name: {dotted.key: value}")
         sweep.variants = {vname: _variant(path, vname, body, budget.equal) for vname, body in variants.items()}
     else:
+        if "settle" in tree:
+            raise err(path, "settle: is for variants sweeps (it settles each row against the base): drop it")
         if budget.equal != "steps":
             raise err(path, f"budget.equal: {budget.equal} is for variants sweeps (a space sweep's points train "
                             "train.max_steps each): drop it")
@@ -408,6 +415,17 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
             raise err(path, "a space sweep takes one seed (each sampled point is one trial)")
         sweep.n_trials = sweep.n_trials or 20
     return sweep
+
+
+def with_settle(sweep: Sweep, given: dict) -> Sweep:
+    """``sweep`` with the command line's ``settle.KEY=VALUE`` (``given``: {KEY: value as YAML reads it}) over its
+    file's ``settle:`` section, checked as the file's are (one line naming the key, exit 2)."""
+    if not given:
+        return sweep
+    if sweep.mode != "variants":
+        raise err(sweep.path, "settle.* is for variants sweeps (it settles each row against the base): drop it")
+    settle = SettleSpec(**{**sweep.settle, **parse(sweep.path, SettleSpec, given, "settle", "settle.")[0]})
+    return dataclasses.replace(sweep, settle=dataclasses.asdict(settle), settles=True)
 
 
 def _variant(path, vname: Any, body: Any, equal: str = "steps") -> dict:

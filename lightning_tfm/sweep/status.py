@@ -30,6 +30,7 @@ from ..training.runs.run_folder import existing_run_id
 from .budget import CONTINUED, at_budget, folder_at_budget, is_budget
 from .plan import Plan, check_buildable, flops_per_step, sentence_lengths
 from .queue import STOPPED
+from .settle import MULTIPLE
 from .spec import REPORT_DEFAULTS, Entry, Sweep, suggest
 from .storage import quiet_optuna
 
@@ -120,8 +121,9 @@ def read_at_budgets(rows: list[dict], metric: str) -> None:
 
 
 def trial_rows(trials) -> list[dict]:
-    """Each trial's number, variant, family, seed, state, value, steps, its budget (``max_steps``), duration, run
-    folder, W&B run and note."""
+    """Each trial's number, variant, family, seed, state, value, steps, its budget (``max_steps``; ``multiple``: of
+    the row's budget, over 1 for a run the settle loop continued, :mod:`.settle`), duration, run folder, W&B run and
+    note."""
     rows = []
     retried_as = _retries(trials)
     for t in trials:
@@ -136,7 +138,7 @@ def trial_rows(trials) -> list[dict]:
             steps = max(t.intermediate_values)
         rows.append({"number": t.number, "variant": a.get("variant"), "family": a.get("family"),
                      "seed": a.get("seed"), "state": state, "value": t.value, "steps": steps,
-                     "max_steps": a.get("max_steps"),
+                     "max_steps": a.get("max_steps"), "multiple": float(a.get(MULTIPLE, 1.0)),
                      "duration_s": _duration(t), "run_dir": a.get("run_dir"), "wandb_run_id": a.get("wandb_run_id"),
                      "note": _note(t, retried_as.get(t.number)), "slurm_job": a.get("slurm_job")})
     return rows
@@ -264,8 +266,8 @@ def row_verdicts(sweep: Sweep, rows: list[dict], curves: dict | None = None) -> 
     curves = {} if curves is None else curves
     runs: dict[str, dict[str, tuple[dict, int, float | None]]] = {}
     for r in rows:
-        if r.get("state") != "complete" or not r.get("variant") or not r.get("run_dir"):
-            continue
+        if r.get("state") != "complete" or not r.get("variant") or not r.get("run_dir") or r.get("multiple", 1) != 1:
+            continue  # (a run the settle loop continued past the sweep's budget: its trial there stands for it)
         key = (r["run_dir"], r.get("max_steps"))
         if key not in curves:
             curves[key] = run_curve(*key)

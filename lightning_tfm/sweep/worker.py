@@ -5,6 +5,8 @@
 - Variants: the rows missing from the study are queued and claimed one at a time (:mod:`.queue`); a row
   enqueued twice is closed as a duplicate.
 - Space: ``study.ask()`` with the sweep file's sampler until ``n_trials`` trials exist.
+- ``--settle``: with nothing left to claim or wait for, a settle pass queues the trials the planner asks for
+  (:class:`~.settle.Settler`), and the worker goes on with them.
 - A run folder another sweep trained past this trial's budget (a continued sweep, two sweep files sharing a
   results folder: ``ltfm train`` finds it completed and returns its summary) is read at the trial's budget
   (:func:`~.budget.at_budget`): the value told to Optuna and the results recorded are of that budget; a folder that
@@ -44,6 +46,7 @@ from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
 from .process import TERMINATED, death_signal, killed_by, log_error_line, shielded, stop_process
 from .queue import STOPPED, SamplerFailed, ask_new, claim_waiting, duplicate_of, enqueue_missing, sampling
+from .settle import Settler
 from .slurm import JOB_ATTR, job_attrs
 from .spec import Entry, Sweep, suggest
 from .storage import RESUME_STEP, STORAGE_ENV, Heartbeat, RetryWhileProgressing, queue_lock, retry
@@ -80,7 +83,7 @@ def write_trial_config(cfg: config.Config, path: Path) -> Path:
 class Worker:
     """One ``ltfm sweep`` process: joins the study, claims trials, runs them, records the results."""
 
-    def __init__(self, sweep: Sweep, plan: Plan, storage_url: str, storage, study, out=None):
+    def __init__(self, sweep: Sweep, plan: Plan, storage_url: str, storage, study, out=None, settle: bool = False):
         self.sweep, self.plan, self.url, self.storage, self.study = sweep, plan, storage_url, storage, study
         self.study_id = storage.get_study_id_from_name(sweep.name)
         self.out = out if out is not None else sys.stdout  # the stream of when it runs, not of the import
@@ -89,6 +92,7 @@ class Worker:
         self.keys = {plan.grid_key(e) for e in sweep.entries()} if sweep.mode == "variants" else None
         self._last_input_error: str | None = None
         self._waiting_on: list[int] = []
+        self.settler = Settler(self) if settle else None  # --settle: its passes when nothing is left (.settle)
         callback = storage.get_heartbeat_stale_trial_callback()
         if isinstance(callback, RetryWhileProgressing):  # say what becomes of the trials this worker fails as stale
             callback.report = self._stale_decision
@@ -114,7 +118,7 @@ class Worker:
                 if self.sweep.mode == "variants":
                     claimed = claim_waiting(self.study, self.storage, self.study_id, self.keys)
                     if claimed is None:
-                        if self._wait_for_running():
+                        if self._wait_for_running() or self.settler is not None and self.settler.next_pass():
                             continue
                         break
                     trial, trial_id = claimed

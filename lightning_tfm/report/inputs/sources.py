@@ -158,13 +158,19 @@ def of_this_file(sweep, trials: list) -> tuple[list, list]:
     """(the trials whose row this sweep file defines as they were trained, the trials of rows trained under
     another definition). A trial's ``grid_key`` ends with the hash of its row's overrides and budget; a study
     name shared by two sweep files (or a file edited since) must not lend one file's row to the other's table.
-    Rows the file does not list pass (the table shows them as rows the file no longer lists)."""
+    Rows the file does not list pass (the table shows them as rows the file no longer lists). A trial the settle
+    loop queued to continue a row's run to a longer budget (:data:`~lightning_tfm.sweep.settle.MULTIPLE` over 1) is
+    in neither: the table is at the sweep's budget, where that seed's own trial stands for it."""
+    from ...sweep.settle import MULTIPLE
+
     if sweep.mode != "variants":
         return trials, []
     defined = {e.name: e.definition_hash() for e in sweep.entries()}
     kept, others = [], []
     for t in trials:
         variant, key = t.user_attrs.get("variant"), t.user_attrs.get("grid_key") or ""
+        if t.user_attrs.get(MULTIPLE, 1.0) != 1.0:
+            continue
         if variant in defined and key and key.rsplit("/", 1)[-1] != defined[variant]:
             others.append(t)
         else:
