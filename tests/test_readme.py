@@ -293,7 +293,7 @@ def test_every_ltfm_command_that_reads_files_works_as_pasted_or_its_block_says_w
             command, words = argv[1], argv[2:]
             if command in ("train", "sweep") and not {"--status", "--keys"} & set(words):
                 run = ["config", *words] if command == "train" else ["sweep", *words, "--dry-run", "--json"]
-                code = cli.main([w for w in run if w not in ("--workers", "auto")])
+                code = cli.main([w for w in run if w not in ("--workers", "auto", "--settle")])
                 assert code == 0, f"{name}: {shlex.join(argv)}: {capfd.readouterr().err.strip()}"
                 checked.append(argv)
             elif command == "report":

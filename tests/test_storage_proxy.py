@@ -47,10 +47,9 @@ def test_a_sweep_through_the_proxy_completes_every_row_once(proxy, data_dir, tmp
 
 def test_a_trial_that_stopped_beating_through_the_proxy_is_failed_and_retried(proxy):
     import optuna
-    from optuna.storages import fail_stale_trials
     from optuna.trial import TrialState
 
-    from lightning_tfm.sweep.proxy import BEAT
+    from lightning_tfm.sweep.proxy import BEAT, fail_stale_trials
     from lightning_tfm.sweep.storage import open_storage
 
     storage = open_storage(proxy, heartbeat={"interval": 1, "grace": 5, "max_retry": 1})

@@ -53,11 +53,11 @@ def parse(url: str) -> tuple[str, int]:
 def _proxy_class():
     import optuna
     from optuna.storages import GrpcStorageProxy
-    from optuna.storages._heartbeat import BaseHeartbeat
     from optuna.trial import TrialState
 
-    class ProxyStorage(GrpcStorageProxy, BaseHeartbeat):
-        """Optuna's gRPC client with the heartbeat kept in a system attribute (this module's docstring)."""
+    class ProxyStorage(GrpcStorageProxy):
+        """Optuna's gRPC client with the heartbeat kept in a system attribute (this module's docstring); its stale
+        trials are failed by :func:`fail_stale_trials` (Optuna's heartbeat base class is not public)."""
 
         def __init__(self, *, host: str, port: int, heartbeat_interval: int | None = None,
                      grace_period: int | None = None, heartbeat_stale_trial_callback=None):
@@ -68,7 +68,7 @@ def _proxy_class():
         def record_heartbeat(self, trial_id: int) -> None:
             self.set_trial_system_attr(trial_id, BEAT, time.time())
 
-        def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        def stale_trial_ids(self, study_id: int) -> list[int]:
             grace = self.grace_period or 2 * (self.heartbeat_interval or 60)
             now = time.time()
             return [t._trial_id for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
@@ -86,6 +86,32 @@ def _proxy_class():
 
     del optuna
     return ProxyStorage
+
+
+def fail_stale_trials(study) -> None:
+    """Fail the study's stale trials and run their retry callback: Optuna's ``fail_stale_trials`` for a database
+    storage; for the proxy, the same steps (the trials whose heartbeat attribute lapsed set FAIL, each one this
+    worker failed handed to the stale-trial callback), since Optuna's proxy has no heartbeat of its own."""
+    import copy
+
+    import optuna
+
+    storage = study._storage
+    if not hasattr(storage, "stale_trial_ids"):
+        return optuna.storages.fail_stale_trials(study)
+    if storage.get_heartbeat_interval() is None:
+        return None
+    failed = []
+    for trial_id in storage.stale_trial_ids(study._study_id):
+        try:
+            if storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL):
+                failed.append(trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it first
+            pass
+    callback = storage.get_heartbeat_stale_trial_callback()
+    for trial_id in failed if callback is not None else ():
+        callback(study, copy.deepcopy(storage.get_trial(trial_id)))
+    return None
 
 
 def open_proxy(url: str, heartbeat: dict | None = None, stale_callback=None, patience: float = 20.0):
@@ -132,13 +158,9 @@ def serve(rdb, shown: str, host: str, port: int, say=None) -> int:
     import signal
 
     import optuna
-    from optuna.storages import run_grpc_proxy_server
+    from optuna.storages import get_storage, run_grpc_proxy_server
 
-    try:
-        from optuna.storages._cached_storage import _CachedStorage
-        storage = _CachedStorage(rdb)  # what optuna.storages.get_storage gives: the proxy's documented setup
-    except ImportError:  # pragma: no cover - a later Optuna without it
-        storage = rdb
+    storage = get_storage(rdb)  # Optuna's cache in front of an RDBStorage: the proxy's documented setup
     say = say or (lambda msg: print(msg, flush=True))  # its first line read through a pipe: at once
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     say(f"ltfm: storage proxy for {shown} on grpc://{host}:{port} (workers: --storage grpc://{host}:{port}); "

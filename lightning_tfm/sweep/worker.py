@@ -103,7 +103,7 @@ class Worker:
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self, n_trials: int | None) -> int:
-        from optuna.storages import fail_stale_trials
+        from .proxy import fail_stale_trials  # Optuna's, or the same steps through the gRPC proxy
 
         if self.sweep.mode == "variants":
             added = enqueue_missing(self.study, self.plan)
