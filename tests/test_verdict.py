@@ -150,8 +150,8 @@ def test_the_headline_says_how_much_longer_a_run_would_settle_how_many_rows():
     holds = sum(r.ppl_verdict == "holds" for r in table.rows)
     flip = sum(r.ppl_verdict == "may flip" for r in table.rows)
     (record,) = [ln for ln in lines if "hold their direction" in ln]
-    assert record.startswith(f"{holds} of the {holds + flip} rows beyond noise hold their direction at 3x (80% "
-                             "one-sided bound")
+    assert record.startswith(f"{holds} of the {holds + flip} rows beyond noise hold their direction at 3x "
+                             f"({100 * curves.SIGN_LEVEL:g}% one-sided bound")  # the level the verdict reads
     assert f"kept their sign in {share(kept, called)} back-tested rows" in record
     assert f"each export left out, and in {share(held['holds'][2], held['holds'][1])} held out" in record
     assert f"its 80% interval that held {share(inside, n)} measured gaps" in record

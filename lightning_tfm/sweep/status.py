@@ -8,7 +8,7 @@ rule, one answer), on the same inputs the report reads:
 the dev-PPL curves of its completed trials' run folders (``metrics.csv``) and the base's, fitted and extrapolated
 to ``k`` x each side's budget, and the change at the end, Δ = the mean dev PPL (each run's summary at the budget)
 of the row's seeds minus the base's, against the base's seed noise
-(:func:`~lightning_tfm.findings.verdict.end_change`); the sweep file's ``report:`` settings, at most
+(:func:`~lightning_tfm.findings.noise.end_change`); the sweep file's ``report:`` settings, at most
 :data:`MAX_DRAWS` bootstrap draws (the size's interval; the verdict does not depend on the draws). Shown as
 :func:`~lightning_tfm.findings.verdict.verdict_text` (``holds: -12% at 3x, bound -9% (80% [-15, -9])``: the one-sided
 bound the call rests on, then the size's interval). Nothing is shown without a completed base or a change.

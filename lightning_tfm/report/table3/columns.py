@@ -27,7 +27,7 @@ mapping), and :class:`~.core.columns.Kind`, a report's table as W&B and optuna-d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ...findings.noise import NOISE_K
 from ...training.config.config import TABLE3_KNOBS, Knob, choices
@@ -35,9 +35,6 @@ from ..core.columns import CSV, Column, Fields, Shown, in_view
 from ..core.text import fmt, fmt_knob, md_text
 from .stats import BLEU_FLOOR
 from .verdict import HOLDS, MAY_FLIP, TOO_FEW
-
-if TYPE_CHECKING:  # the table holds these rows: its module imports this one
-    from .table import Table3
 
 
 @dataclass
@@ -101,7 +98,7 @@ class Row(Fields):
 WANDB_PPL, WANDB_BLEU, NOTE, COMPARE_ROW = "wandb.dev_ppl", "wandb.dev_bleu", "note", "compare.row"
 PPL, BLEU, CONFIG, COMPARE = "md.ppl", "md.bleu", "md.config", "md.compare"
 LATEX = "tex.table3"   # table3.tex: the columns with a ``latex`` view
-Cell = Callable[[Row, "Table3"], str]   # (row, table) -> the markdown cell
+Cell = Callable[[Row, Any], str]   # (row, its table: .table.Table3) -> the markdown cell
 
 
 # ------------------------------------------------------------------------------------------- how cells print
@@ -130,7 +127,7 @@ def delta(d: float | None, rel: float | None, digits: int) -> str:
 
 
 def _noise(metric: str) -> Cell:
-    def cell(row: Row, table: Table3) -> str:
+    def cell(row: Row, table) -> str:
         if row.variant == "base":
             sd = table.base_std[metric]
             return f"noise: {NOISE_K:g}σ = {NOISE_K * sd:.2f}" if sd is not None else "noise unknown (1 seed)"
@@ -138,7 +135,7 @@ def _noise(metric: str) -> Cell:
     return cell
 
 
-def _test(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _test(row: Row, table) -> str:  # noqa: ARG001
     if row.bleu_p_value is None:
         return ""
     n, of = row.bleu_differing, row.bleu_sentences
@@ -152,7 +149,7 @@ def _test(row: Row, table: Table3) -> str:  # noqa: ARG001
     return f"p = {p:.3f}, {n}/{of} sentences differ" if p >= 0.001 else f"p < 0.001, {n}/{of} sentences differ"
 
 
-def _flops(row: Row, table: Table3) -> str:
+def _flops(row: Row, table) -> str:
     """The change at the base's training compute, or why there is none; the base: its compute."""
     if row.variant == "base":
         flops = table.compute.get("base_flops")
@@ -162,54 +159,54 @@ def _flops(row: Row, table: Table3) -> str:
     return row.equal_flops_note or ""
 
 
-def _verdict(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _verdict(row: Row, table) -> str:  # noqa: ARG001
     if not row.ppl_verdict:
         return ""
     return row.ppl_verdict + (f" ({row.ppl_verdict_why})" if row.ppl_verdict in (HOLDS, MAY_FLIP, TOO_FEW) else "")
 
 
-def _answer(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _answer(row: Row, table) -> str:  # noqa: ARG001
     """The answer with its interval; a row of one seed says that the verdict beside is no controlled answer."""
     if row.answer_seeds == 1:
         return "unsettled (one seed: the verdict beside is no controlled answer)"
     return md_text(row.answer_why or "")
 
 
-def _name(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _name(row: Row, table) -> str:  # noqa: ARG001
     return md_text(row.variant)
 
 
-def _ppl_ours(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _ppl_ours(row: Row, table) -> str:  # noqa: ARG001
     return mean_std(row.dev_ppl, row.dev_ppl_std, 2)
 
 
-def _ppl_paper(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _ppl_paper(row: Row, table) -> str:  # noqa: ARG001
     return fmt(row.paper_dev_ppl, 2)
 
 
-def _bleu_ours(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _bleu_ours(row: Row, table) -> str:  # noqa: ARG001
     return mean_std(row.dev_bleu, row.dev_bleu_std, 2)
 
 
-def _bleu_paper(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _bleu_paper(row: Row, table) -> str:  # noqa: ARG001
     return fmt(row.paper_dev_bleu, 1)
 
 
-def _params_ours(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _params_ours(row: Row, table) -> str:  # noqa: ARG001
     return params_m(row.params)
 
 
-def _params_paper(row: Row, table: Table3) -> str:  # noqa: ARG001
+def _params_paper(row: Row, table) -> str:  # noqa: ARG001
     return "" if row.paper_params_m is None else f"{row.paper_params_m:g}"
 
 
-def _base(table: Table3) -> Row | None:
+def _base(table) -> Row | None:
     return next((r for r in table.rows if r.variant == "base"), None)
 
 
 def _tex_knob(key: str) -> Cell:
     """A knob as the paper prints it: the base row's value, and in another row only a value that differs from it."""
-    def cell(row: Row, table: Table3) -> str:
+    def cell(row: Row, table) -> str:
         base = _base(table)
         if base is not None and row is not base and row.knobs.get(key) == base.knobs.get(key):
             return ""
@@ -217,7 +214,7 @@ def _tex_knob(key: str) -> Cell:
     return cell
 
 
-def _tex_name(row: Row, table: Table3) -> str:
+def _tex_name(row: Row, table) -> str:
     """The row's name, with the knobs it changes that are not among the paper's columns (``prenorm (norm pre)``)."""
     base = _base(table)
     changed = [f"{k.title} {fmt_knob(row.knobs.get(k.key))}" for k in TABLE3_KNOBS if not k.tex

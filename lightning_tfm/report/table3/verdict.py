@@ -4,7 +4,7 @@ judged from each run's learning curve extrapolated to ``k`` x the budget) is :mo
 the launcher's lines read too: one rule, one answer), with the settings of the sweep file's ``report:`` section
 (:data:`lightning_tfm.sweep.REPORT_DEFAULTS`). Here: the rule in one paragraph for the report's notes
 (:func:`verdict_rule`), the table's columns (:func:`add_table_verdicts`: the verdict from the table's Δ and its
-seed-noise verdict, :func:`lightning_tfm.findings.verdict.noise_verdict`), and the settle budgets as the table prints
+seed-noise verdict, :func:`lightning_tfm.findings.noise.noise_verdict`), and the settle budgets as the table prints
 them.
 
 A row that may flip gets its **settle budget** (``ppl_settle``, :func:`lightning_tfm.findings.curves.settle_budget`):
