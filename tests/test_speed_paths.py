@@ -344,6 +344,32 @@ def test_fast_dropout_mask_rate_lanes_and_formula():
     assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0) is x
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_dropout_mask_in_the_inputs_dtype_is_the_bool_mask_bit_for_bit(dtype):
+    """The mask drawn as 1 and 0 in x's dtype (keep_mask_as, what training uses) is keep_mask's from the same random
+    state, and dropout through it gives the output and gradient of the bool mask exactly: a product by 1 or 0 is
+    exact, so runs keep their numbers."""
+    from lightning_tfm.model.fast import fast_dropout as dropout
+    from lightning_tfm.model.fast import keep_mask, keep_mask_as
+
+    torch.manual_seed(5)
+    as_bool = keep_mask((13, 7, 9), 0.1)  # 819 elements: not a multiple of 4
+    torch.manual_seed(5)
+    as_dtype = keep_mask_as((13, 7, 9), 0.1, dtype)
+    assert as_dtype.dtype == dtype and as_dtype.shape == (13, 7, 9)
+    assert torch.equal(as_dtype, as_bool.to(dtype))
+    x = torch.randn(13, 7, 9).to(dtype).requires_grad_()
+    grad = torch.randn(13, 7, 9).to(dtype)
+    torch.manual_seed(5)
+    drawn = dropout(x, 0.1)  # the mask drawn inside, in x's dtype
+    (gx,) = torch.autograd.grad(drawn, x, grad)
+    given = dropout(x, 0.1, mask=as_bool)
+    (gb,) = torch.autograd.grad(given, x, grad)
+    scale = 1 / (1 - 6554 / 65536)
+    assert torch.equal(drawn, given) and torch.equal(gx, gb)
+    assert torch.equal(drawn, x.detach().mul(as_bool).mul_(scale))  # what the bool mask computed before
+
+
 def test_fast_dropout_is_inverted_dropout_on_average_and_follows_the_seed():
     from lightning_tfm.model.fast import FastDropout, make_dropout
 

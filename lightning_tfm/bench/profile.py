@@ -314,7 +314,6 @@ def _trial(cfg, profiled: bool):
 def profile_trial(experiment: str, overrides: list[str], log=print) -> TrialProfile:
     """The two runs of the module's docstring, of ``experiment`` with ``overrides``."""
     from ..training.config.config import load_config
-    from ..training.precision import resolve_precision
     from .speed import cpu_name
 
     if not any(o.startswith("train.max_steps=") for o in overrides):

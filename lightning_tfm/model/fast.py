@@ -43,12 +43,16 @@ def use_matmul(kernel: str, q: Tensor, k: Tensor) -> bool:
 
 
 def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0) -> Tensor:
-    """Eq. 1 as two batched matrix products in the inputs' dtype, the softmax in fp32. A fully masked row
-    gives NaN, as in reference_attention. Attention dropout uses the fast mask below."""
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
+    """Eq. 1 as two batched matrix products in the inputs' dtype. A fully masked row gives NaN, as in
+    reference_attention. Attention dropout uses the fast mask below.
+
+    Few passes over the (B, h, T, S) scores, each of which autograd would repeat in the backward: the scale and the
+    mask are applied in place to the product (whose backward needs neither), and the softmax writes the inputs'
+    dtype at once (torch's CPU softmax computes a bf16 row in fp32 and rounds once), not fp32 and then a cast."""
+    scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(scores, -1, dtype=torch.float32).to(v.dtype)
+        scores = scores.masked_fill_(~mask, float("-inf"))
+    p = torch.softmax(scores, -1)
     if dropout > 0.0:
         p = fast_dropout(p, dropout)
     return p @ v
@@ -128,16 +132,33 @@ def rounded_p(p: float) -> float:
     return round(p * LANES) / LANES
 
 
+def _words(n: int, device) -> Tensor:
+    """``n`` uniform int16 lanes, drawn as (n + 3) // 4 random 64-bit words (all 64 bits)."""
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2**63, None)
+    return words.view(torch.int16)[:n]
+
+
+def _threshold(p: float) -> int:
+    return -LANES // 2 + round(p * LANES)  # int16 lanes are uniform on [-32768, 32767]
+
+
 def keep_mask(shape, p: float, device="cpu") -> Tensor:
     """Bool mask, True with probability 1 - rounded_p(p) independently per element."""
     n = math.prod(int(s) for s in shape)
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2**63, None)  # all 64 bits
-    threshold = -LANES // 2 + round(p * LANES)  # int16 lanes are uniform on [-32768, 32767]
-    return (words.view(torch.int16)[:n] >= threshold).view(shape)
+    return (_words(n, device) >= _threshold(p)).view(shape)
+
+
+def keep_mask_as(shape, p: float, dtype: torch.dtype, device="cpu") -> Tensor:
+    """:func:`keep_mask` (the same draws, so the same mask for the same random state) as 1 and 0 in ``dtype``: the
+    comparison writes ``dtype`` at once (``torch.ge(..., out=)``), and a multiplication by it is a vectorised
+    same-dtype product, where a bool mask takes torch's slow mixed-dtype path (~5x the time per element)."""
+    n = math.prod(int(s) for s in shape)
+    return torch.ge(_words(n, device), _threshold(p), out=torch.empty(n, dtype=dtype, device=device)).view(shape)
 
 
 class _MaskedScale(torch.autograd.Function):
-    """y = x * mask * scale; the backward applies the same mask and scale (as torch's native_dropout)."""
+    """y = x * mask * scale; the backward applies the same mask and scale (as torch's native_dropout). ``mask``: 1
+    and 0 in x's dtype (a product by 1 or 0 is exact, so the result is that of a bool mask)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, mask: Tensor, scale: float) -> Tensor:
@@ -155,14 +176,14 @@ def fast_dropout(x: Tensor, p: float, training: bool = True, mask: Tensor | None
     """Inverted dropout of ``x`` with probability ``p`` (identity when not training or p == 0).
 
     ``mask`` (bool, x's shape) fixes which elements are kept (tests); by default it is drawn with
-    :func:`keep_mask` on CPU, and torch's own dropout runs on other devices.
+    :func:`keep_mask_as` on CPU, and torch's own dropout runs on other devices and under torch.compile (which cannot
+    trace the int16 view of the random words: ``train.compile`` with dropout failed before).
     """
     if not training or p == 0.0:
         return x
-    if mask is None and x.device.type != "cpu":
-        return F.dropout(x, p, True)
-    if mask is None:
-        mask = keep_mask(x.shape, p, x.device)
+    if mask is None and (x.device.type != "cpu" or torch.compiler.is_compiling()):
+        return F.dropout(x, p, True)  # torch.compile cannot trace the int16 view of the random words
+    mask = keep_mask_as(x.shape, p, x.dtype, x.device) if mask is None else mask.to(x.dtype)
     return _MaskedScale.apply(x, mask, 1.0 / (1.0 - rounded_p(p)))
 
 
