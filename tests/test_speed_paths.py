@@ -88,6 +88,30 @@ def test_matmul_kernel_gradients_equal_sdpa(dtype, tol):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol * max(1.0, float(b.abs().max())))
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.125, 0.3])
+def test_scaled_softmax_equals_torchs_softmax_with_gradients(scale):
+    """fast.ScaledSoftmax (the matmul kernel's softmax, whole-tensor operations) against torch's softmax of the scaled
+    input: values and gradients in fp32, masked keys 0, a fully masked row NaN as torch gives."""
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(6, 3, 5, 7, generator=g) * 4).requires_grad_()
+    mask = torch.ones(6, 3, 5, 7, dtype=torch.bool)
+    mask[0, :, :, 4:] = False
+    mask[1, 0, 2, :] = False  # a fully masked row
+    grad = torch.randn(6, 3, 5, 7, generator=g)
+    ours = fast.ScaledSoftmax.apply(x.masked_fill(~mask, float("-inf")), scale)
+    theirs = torch.softmax(x.masked_fill(~mask, float("-inf")) * scale, -1)
+    assert torch.isnan(ours[1, 0, 2]).all() and torch.isnan(theirs[1, 0, 2]).all()
+    keep = ~torch.isnan(theirs)
+    torch.testing.assert_close(ours[keep], theirs[keep], rtol=1e-6, atol=1e-7)
+    assert (ours[0, :, :, 4:] == 0).all()
+    rows = ~mask[1, 0, 2]  # a NaN row's gradient is NaN in both: the others compared
+    (ga,) = torch.autograd.grad(ours, x, grad.masked_fill(~keep, 0))
+    (gb,) = torch.autograd.grad(theirs, x, grad.masked_fill(~keep, 0))
+    assert rows.all()
+    ok = ~torch.isnan(gb)
+    torch.testing.assert_close(ga[ok], gb[ok], rtol=1e-5, atol=1e-6)
+
+
 def test_matmul_kernel_applies_attention_dropout():
     q, k, v = qkv(2, 5, 5)
     torch.manual_seed(0)
