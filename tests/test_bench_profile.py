@@ -1,6 +1,6 @@
 """``ltfm bench --config EXPERIMENT --profile`` (bench/profile.py): a real trial of the experiment, its phases timed and
-its training step's operators attributed to the kinds of work the timing page lists. Smoke scale; nothing is timed
-against a limit."""
+its training step's operators attributed to the kinds of work the timing page lists; and ``ltfm bench``'s thread
+counts. Smoke scale; nothing is timed against a limit."""
 from __future__ import annotations
 
 import json
@@ -50,3 +50,19 @@ def test_profile_without_an_experiment_or_with_bench_shapes_is_one_line(args, wo
     with pytest.raises(UserError) as e:
         profile.bench_profile_cli(a)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bench_measures_one_thread_and_every_core_unless_told_a_count():
+    """``ltfm bench`` on a CPU: one thread (a sweep's trial) and then torch's default (here 2), one result each; with
+    ``bench.threads=N`` that count alone, as one result (what ``--json`` always gave)."""
+    small = ["bench.batch=4", "bench.src_len=6", "bench.tgt_len=6", "bench.out_len=6", "bench.reps=1",
+             "bench.train_steps=1", "bench.layers=1", "bench.d_model=16", "bench.d_ff=16", "bench.heads=2",
+             "bench.vocab=100", "--dtypes", "fp32", "--device", "cpu", "--json"]
+    p = ltfm("bench", *small, env={"OMP_NUM_THREADS": "2"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    runs = json.loads(p.stdout)
+    assert [r["threads"] for r in runs] == [1, 2] and all(r["ours"]["fp32"]["train_tokens_per_s"] > 0 for r in runs)
+    p = ltfm("bench", *small, "bench.threads=1", env={"OMP_NUM_THREADS": "2"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    one = json.loads(p.stdout)
+    assert isinstance(one, dict) and one["threads"] == 1
