@@ -5,14 +5,15 @@ tests/test_speed_paths.py (timings: reports/timing.md):
 
 * attention kernel (config ``model.attention_kernel``): Eq. 1 as two
   batched matrix products with the softmax in fp32 (:func:`matmul_attention`) instead of torch's fused
-  SDPA, for short sequences on CPU, where SDPA's per-call overhead and its casts dominate. For long
+  SDPA, for short sequences on CPU, where SDPA's per-call overhead and its casts dominate; its softmax is
+  :class:`ScaledSoftmax` (whole-tensor operations: torch's CPU softmax goes row by row, slow over short rows). For long
   sequences SDPA's fused kernel avoids the (T, S) score matrix, so "auto" keeps it there;
 * SDPA's core in fp32 when training in bf16 on CPU (:func:`sdpa_in_fp32`): torch's CPU flash-attention
   backward is much slower in bf16 than in fp32 while its forward is not;
 * reused key/value buffers for incremental decoding (:class:`BufferedKVCache` instead of the plain
   :class:`~lightning_tfm.model.cache.KVCache`; ``Transformer.init_state``, beam search's state, takes it);
 * a cheaper dropout mask (config ``model.fast_dropout``):
-  :class:`FastDropout` instead of ``nn.Dropout``.
+  :class:`FastDropout` instead of ``nn.Dropout``, the mask written in the activations' dtype (:func:`keep_mask_as`).
 """
 from __future__ import annotations
 
