@@ -88,6 +88,30 @@ def test_matmul_kernel_gradients_equal_sdpa(dtype, tol):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol * max(1.0, float(b.abs().max())))
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.125, 0.3])
+def test_scaled_softmax_equals_torchs_softmax_with_gradients(scale):
+    """fast.ScaledSoftmax (the matmul kernel's softmax, whole-tensor operations) against torch's softmax of the scaled
+    input: values and gradients in fp32, masked keys 0, a fully masked row NaN as torch gives."""
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(6, 3, 5, 7, generator=g) * 4).requires_grad_()
+    mask = torch.ones(6, 3, 5, 7, dtype=torch.bool)
+    mask[0, :, :, 4:] = False
+    mask[1, 0, 2, :] = False  # a fully masked row
+    grad = torch.randn(6, 3, 5, 7, generator=g)
+    ours = fast.ScaledSoftmax.apply(x.masked_fill(~mask, float("-inf")), scale)
+    theirs = torch.softmax(x.masked_fill(~mask, float("-inf")) * scale, -1)
+    assert torch.isnan(ours[1, 0, 2]).all() and torch.isnan(theirs[1, 0, 2]).all()
+    keep = ~torch.isnan(theirs)
+    torch.testing.assert_close(ours[keep], theirs[keep], rtol=1e-6, atol=1e-7)
+    assert (ours[0, :, :, 4:] == 0).all()
+    rows = ~mask[1, 0, 2]  # a NaN row's gradient is NaN in both: the others compared
+    (ga,) = torch.autograd.grad(ours, x, grad.masked_fill(~keep, 0))
+    (gb,) = torch.autograd.grad(theirs, x, grad.masked_fill(~keep, 0))
+    assert rows.all()
+    ok = ~torch.isnan(gb)
+    torch.testing.assert_close(ga[ok], gb[ok], rtol=1e-5, atol=1e-6)
+
+
 def test_matmul_kernel_applies_attention_dropout():
     q, k, v = qkv(2, 5, 5)
     torch.manual_seed(0)
@@ -342,6 +366,32 @@ def test_fast_dropout_mask_rate_lanes_and_formula():
     y.sum().backward()
     torch.testing.assert_close(x.grad, mask.float() * scale)
     assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0) is x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_dropout_mask_in_the_inputs_dtype_is_the_bool_mask_bit_for_bit(dtype):
+    """The mask drawn as 1 and 0 in x's dtype (keep_mask_as, what training uses) is keep_mask's from the same random
+    state, and dropout through it gives the output and gradient of the bool mask exactly: a product by 1 or 0 is
+    exact, so runs keep their numbers."""
+    from lightning_tfm.model.fast import fast_dropout as dropout
+    from lightning_tfm.model.fast import keep_mask, keep_mask_as
+
+    torch.manual_seed(5)
+    as_bool = keep_mask((13, 7, 9), 0.1)  # 819 elements: not a multiple of 4
+    torch.manual_seed(5)
+    as_dtype = keep_mask_as((13, 7, 9), 0.1, dtype)
+    assert as_dtype.dtype == dtype and as_dtype.shape == (13, 7, 9)
+    assert torch.equal(as_dtype, as_bool.to(dtype))
+    x = torch.randn(13, 7, 9).to(dtype).requires_grad_()
+    grad = torch.randn(13, 7, 9).to(dtype)
+    torch.manual_seed(5)
+    drawn = dropout(x, 0.1)  # the mask drawn inside, in x's dtype
+    (gx,) = torch.autograd.grad(drawn, x, grad)
+    given = dropout(x, 0.1, mask=as_bool)
+    (gb,) = torch.autograd.grad(given, x, grad)
+    scale = 1 / (1 - 6554 / 65536)
+    assert torch.equal(drawn, given) and torch.equal(gx, gb)
+    assert torch.equal(drawn, x.detach().mul(as_bool).mul_(scale))  # what the bool mask computed before
 
 
 def test_fast_dropout_is_inverted_dropout_on_average_and_follows_the_seed():

@@ -5,7 +5,9 @@
   a sweep or a report has no measured ones (the sweeps and reports import them from here);
 - :mod:`.layers`: the paper's Table 1, one layer of each type timed over sentence lengths;
 - :mod:`.pipeline`: the data pipeline at scale (``ltfm prepare`` and the first training steps of real ``ltfm``
-  processes on a generated corpus).
+  processes on a generated corpus);
+- :mod:`.profile`: where a real trial of an experiment spends its time (its phases, and its training step by kind of
+  work under torch.profiler).
 
 The ``bench`` command is :mod:`lightning_tfm.cli.bench`.
 

@@ -6,8 +6,9 @@ the recurrent baseline at its ``rnn.*`` shapes, alone).
 Both models are built in one process with the same N, d_model, d_ff, heads, vocabulary, batch and dtype,
 and measured alternately (ours, Marian, ours, Marian, ...) so that a busy machine slows both alike; the
 best repetition of each is reported (with the load average, since other processes slow the absolute
-figures; ``bench.threads=1`` keeps a 2-thread run from stalling on a busy machine). Figures per model
-and dtype:
+figures). On a CPU it measures at one thread (what a sweep's trial trains on) and then at torch's default (every
+core), one table each (``--json``: a list of the two results), unless ``bench.threads=N`` names one count.
+Figures per model and dtype:
 
 * ``train_tokens_per_s``: target tokens per second of forward + label-smoothed loss + backward + Adam step
   (see ``make_train_step``);
@@ -427,8 +428,20 @@ def bench_speed_cli(args) -> int:
         if not dtypes or any(d not in DTYPES for d in dtypes):
             raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of fp32 and bf16")
     device = default_device() if args.device == "auto" else args.device
-    r = run_bench(settings, args.vs, dtypes=dtypes,
-                  log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)),
-                  device=device, model_cfg=model_cfg)
-    print(json.dumps(r, indent=2) if args.json else format_report(r))
+    counts = [settings["threads"]] if "threads" in settings or device != "cpu" else default_threads()
+    runs = []
+    for n in counts:  # one thread first: what a sweep's trial trains on (one worker per core)
+        runs.append(run_bench({**settings, "threads": n}, args.vs, dtypes=dtypes,
+                              log=(lambda *a: None) if args.json else (lambda m: print(m, flush=True)),
+                              device=device, model_cfg=model_cfg))
+        if not args.json:
+            print(format_report(runs[-1]), flush=True)
+    if args.json:
+        print(json.dumps(runs[0] if len(runs) == 1 else runs, indent=2))
     return 0
+
+
+def default_threads() -> list[int]:
+    """The thread counts ``ltfm bench`` measures on a CPU when ``bench.threads`` is not given: 1 (a sweep's trial,
+    one per core) and torch's default (every core), once each."""
+    return sorted({1, torch.get_num_threads()})

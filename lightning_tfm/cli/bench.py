@@ -19,6 +19,9 @@ def _bench_arguments(b: argparse.ArgumentParser) -> None:
                    help="where both models run (auto: cuda when torch sees a GPU, else cpu)")
     b.add_argument("--data", type=int, metavar="N", help="instead: benchmark the data pipeline on a generated "
                    "corpus of N pairs (prepare time, second trial's time to its first step, RSS, cache size)")
+    b.add_argument("--profile", action="store_true", help="instead: where a trial of the --config experiment "
+                   "spends its time (a real run of its steps, 300 unless train.max_steps is given: start-up, steps, "
+                   "validation, the closing BLEU; the step by kind of work under torch.profiler)")
     b.add_argument("--layers", action="store_true", help="instead: the paper's Table 1 measured: one "
                    "self-attention, GRU, LSTM and convolutional layer timed over sentence lengths (forward + "
                    "backward, one decoding step), with fitted slopes, a table and a figure")
@@ -52,6 +55,9 @@ def bench_cli(args) -> int:
         return code
     if layer_options:
         raise UserError(f"{layer_options[0]} goes with --layers: add --layers, or leave it out")
+    if args.profile:
+        from ..bench.profile import bench_profile_cli
+        return bench_profile_cli(args)
     if args.data is not None:
         from ..bench.pipeline import bench_data_cli
         return bench_data_cli(args)

@@ -139,10 +139,7 @@ def attention_with_weights(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
     """Eq. 1 as :func:`~lightning_tfm.model.fast.matmul_attention` computes it (the same products, so the same
     output), and its probabilities softmax(Q K^T / sqrt(d_k)) (B, h, T, S) in fp32, before attention dropout:
     0 where ``mask`` is False, each unmasked row summing to 1."""
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(scores, -1, dtype=torch.float32)
+    p = fast.attention_probs(q, k, mask)
     kept = p.to(v.dtype)
     return (fast.fast_dropout(kept, dropout) if dropout > 0.0 else kept) @ v, p
 

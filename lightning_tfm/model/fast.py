@@ -5,14 +5,15 @@ tests/test_speed_paths.py (timings: reports/timing.md):
 
 * attention kernel (config ``model.attention_kernel``): Eq. 1 as two
   batched matrix products with the softmax in fp32 (:func:`matmul_attention`) instead of torch's fused
-  SDPA, for short sequences on CPU, where SDPA's per-call overhead and its casts dominate. For long
+  SDPA, for short sequences on CPU, where SDPA's per-call overhead and its casts dominate; its softmax is
+  :class:`ScaledSoftmax` (whole-tensor operations: torch's CPU softmax goes row by row, slow over short rows). For long
   sequences SDPA's fused kernel avoids the (T, S) score matrix, so "auto" keeps it there;
 * SDPA's core in fp32 when training in bf16 on CPU (:func:`sdpa_in_fp32`): torch's CPU flash-attention
   backward is much slower in bf16 than in fp32 while its forward is not;
 * reused key/value buffers for incremental decoding (:class:`BufferedKVCache` instead of the plain
   :class:`~lightning_tfm.model.cache.KVCache`; ``Transformer.init_state``, beam search's state, takes it);
 * a cheaper dropout mask (config ``model.fast_dropout``):
-  :class:`FastDropout` instead of ``nn.Dropout``.
+  :class:`FastDropout` instead of ``nn.Dropout``, the mask written in the activations' dtype (:func:`keep_mask_as`).
 """
 from __future__ import annotations
 
@@ -43,15 +44,41 @@ def use_matmul(kernel: str, q: Tensor, k: Tensor) -> bool:
 
 
 def matmul_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0) -> Tensor:
-    """Eq. 1 as two batched matrix products in the inputs' dtype, the softmax in fp32. A fully masked row
-    gives NaN, as in reference_attention. Attention dropout uses the fast mask below."""
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(scores, -1, dtype=torch.float32).to(v.dtype)
+    """Eq. 1 as two batched matrix products in the inputs' dtype, the softmax in fp32 (:func:`attention_probs`). A
+    fully masked row gives NaN, as in reference_attention. Attention dropout uses the fast mask below."""
+    p = attention_probs(q, k, mask).to(v.dtype)
     if dropout > 0.0:
         p = fast_dropout(p, dropout)
     return p @ v
+
+
+def attention_probs(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) in fp32, 0 where ``mask`` is False (a fully masked row: NaN). The product is cast to
+    fp32 and masked in place, and the scale goes inside :class:`ScaledSoftmax`, so that the (B, h, T, S) scores are
+    passed over few times, each of which autograd would repeat in the backward."""
+    scores = (q @ k.transpose(-2, -1)).float()
+    if mask is not None:
+        scores = scores.masked_fill_(~mask, float("-inf"))
+    return ScaledSoftmax.apply(scores, 1.0 / math.sqrt(q.shape[-1]))
+
+
+class ScaledSoftmax(torch.autograd.Function):
+    """softmax(scale * x) over the last dimension (scale > 0), as whole-tensor operations: torch's CPU softmax works
+    row by row, and over rows as short as a sentence's keys its forward and backward took ~4x the time of these
+    (fp32, 400 x 15 x 15: 2.3 ms against 0.57 ms, reports/timing.md). A row of -inf gives NaN, as torch's does."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, scale: float) -> Tensor:
+        e = (x - x.amax(-1, keepdim=True)).mul_(scale).exp_()
+        p = e.div_(e.sum(-1, keepdim=True))
+        ctx.save_for_backward(p)
+        ctx.scale = scale
+        return p
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (p,) = ctx.saved_tensors
+        return (grad - (grad * p).sum(-1, keepdim=True)).mul_(p).mul_(ctx.scale), None  # torch's order of operations
 
 
 def sdpa_in_fp32(q: Tensor) -> bool:
@@ -128,16 +155,33 @@ def rounded_p(p: float) -> float:
     return round(p * LANES) / LANES
 
 
+def _words(n: int, device) -> Tensor:
+    """``n`` uniform int16 lanes, drawn as (n + 3) // 4 random 64-bit words (all 64 bits)."""
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2**63, None)
+    return words.view(torch.int16)[:n]
+
+
+def _threshold(p: float) -> int:
+    return -LANES // 2 + round(p * LANES)  # int16 lanes are uniform on [-32768, 32767]
+
+
 def keep_mask(shape, p: float, device="cpu") -> Tensor:
     """Bool mask, True with probability 1 - rounded_p(p) independently per element."""
     n = math.prod(int(s) for s in shape)
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2**63, None)  # all 64 bits
-    threshold = -LANES // 2 + round(p * LANES)  # int16 lanes are uniform on [-32768, 32767]
-    return (words.view(torch.int16)[:n] >= threshold).view(shape)
+    return (_words(n, device) >= _threshold(p)).view(shape)
+
+
+def keep_mask_as(shape, p: float, dtype: torch.dtype, device="cpu") -> Tensor:
+    """:func:`keep_mask` (the same draws, so the same mask for the same random state) as 1 and 0 in ``dtype``: the
+    comparison writes ``dtype`` at once (``torch.ge(..., out=)``), and a multiplication by it is a vectorised
+    same-dtype product, where a bool mask takes torch's slow mixed-dtype path (~5x the time per element)."""
+    n = math.prod(int(s) for s in shape)
+    return torch.ge(_words(n, device), _threshold(p), out=torch.empty(n, dtype=dtype, device=device)).view(shape)
 
 
 class _MaskedScale(torch.autograd.Function):
-    """y = x * mask * scale; the backward applies the same mask and scale (as torch's native_dropout)."""
+    """y = x * mask * scale; the backward applies the same mask and scale (as torch's native_dropout). ``mask``: 1
+    and 0 in x's dtype (a product by 1 or 0 is exact, so the result is that of a bool mask)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, mask: Tensor, scale: float) -> Tensor:
@@ -155,14 +199,14 @@ def fast_dropout(x: Tensor, p: float, training: bool = True, mask: Tensor | None
     """Inverted dropout of ``x`` with probability ``p`` (identity when not training or p == 0).
 
     ``mask`` (bool, x's shape) fixes which elements are kept (tests); by default it is drawn with
-    :func:`keep_mask` on CPU, and torch's own dropout runs on other devices.
+    :func:`keep_mask_as` on CPU, and torch's own dropout runs on other devices and under torch.compile (which cannot
+    trace the int16 view of the random words: ``train.compile`` with dropout failed before).
     """
     if not training or p == 0.0:
         return x
-    if mask is None and x.device.type != "cpu":
-        return F.dropout(x, p, True)
-    if mask is None:
-        mask = keep_mask(x.shape, p, x.device)
+    if mask is None and (x.device.type != "cpu" or torch.compiler.is_compiling()):
+        return F.dropout(x, p, True)  # torch.compile cannot trace the int16 view of the random words
+    mask = keep_mask_as(x.shape, p, x.dtype, x.device) if mask is None else mask.to(x.dtype)
     return _MaskedScale.apply(x, mask, 1.0 / (1.0 - rounded_p(p)))
 
 
