@@ -314,9 +314,9 @@ SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", 
 # pytest-xdist workers in collection order (--dist loadfile --no-loadscope-reorder), so a long file collected last
 # leaves the other worker idle at the end. The order: each file's summed test times, measured with
 # `make test PYTEST_ARGS=--durations=0` (reports/timing.md, "The test suite").
-LONGEST_FIRST = ("test_sweep.py", "test_report.py", "test_taken_over.py", "test_faults.py", "test_dashboards.py",
-                 "test_report_safety.py", "test_tracking.py", "test_distributed.py", "test_stop_resume.py",
-                 "test_compare.py", "test_figures.py", "test_sweep_ctrl_c.py", "test_prepare.py",
+LONGEST_FIRST = ("test_sweep.py", "test_settle.py", "test_report.py", "test_slurm.py", "test_taken_over.py",
+                 "test_faults.py", "test_dashboards.py", "test_report_safety.py", "test_tracking.py",
+                 "test_distributed.py", "test_stop_resume.py", "test_compare.py", "test_figures.py", "test_sweep_ctrl_c.py", "test_prepare.py",
                  "test_budget_reads.py", "test_checkpoint_links.py")
 
 
