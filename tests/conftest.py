@@ -316,8 +316,8 @@ SLOW_FIXTURES = {"smoke_run", "swept", "ddp_and_single", "run_dir", "postgres", 
 # `make test PYTEST_ARGS=--durations=0` (reports/timing.md, "The test suite").
 LONGEST_FIRST = ("test_sweep.py", "test_settle.py", "test_report.py", "test_slurm.py", "test_taken_over.py",
                  "test_faults.py", "test_dashboards.py", "test_report_safety.py", "test_tracking.py",
-                 "test_distributed.py", "test_stop_resume.py", "test_compare.py", "test_figures.py", "test_sweep_ctrl_c.py", "test_prepare.py",
-                 "test_budget_reads.py", "test_checkpoint_links.py")
+                 "test_distributed.py", "test_stop_resume.py", "test_compare.py", "test_figures.py",
+                 "test_sweep_ctrl_c.py", "test_prepare.py", "test_budget_reads.py", "test_checkpoint_links.py")
 
 
 def _has_cuda() -> bool:
