@@ -197,8 +197,8 @@ def test_two_sweep_files_sharing_a_results_folder_each_record_their_own_budget(t
     assert (rows["fast"]["value"], rows["fast"]["steps"]) == (pytest.approx(math.log(fast[19])), 20)
     assert rows["gap"]["state"] == "past budget" and rows["gap"]["value"] is None
     report = predict([{k: v for k, v in fast.items() if k < 20}], [base], sweep.report, warmup=10, base_warmup=10)
-    assert rows["fast"]["prediction"]["at_step"] == 59 == report["at_step"]     # 3 x 20 steps, either side
-    assert rows["fast"]["prediction"]["point"] == report["point"]
+    assert rows["fast"]["prediction"]["at_step"] == 59 == report.at_step     # 3 x 20 steps, either side
+    assert rows["fast"]["prediction"]["point"] == report.point
 
     data = rd.load_report_data(sweep_file, results_dir=results)
     by = {r.variant: r for r in data.records}

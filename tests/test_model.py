@@ -1,6 +1,7 @@
 """Section 3 of the paper, checked piece by piece on the pure-PyTorch model."""
 import itertools
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -218,8 +219,8 @@ def test_model_activation_is_one_field_that_the_report_the_dashboard_and_the_sea
     assert "model.activation" in [k.key for k in config.TABLE3_KNOBS]
     assert "activation" in [c.key for c in columns.columns(columns.CSV)]
     assert "activation" in [c.shown[columns.CONFIG].title for c in columns.columns(columns.CONFIG)]
-    assert row_label({"variant": "bert", "knobs": {"model.activation": "gelu"}},
-                     {"variant": "base", "knobs": {"model.activation": "relu"}}) == "bert: gelu FFN"
+    assert row_label(SimpleNamespace(variant="bert", knobs={"model.activation": "gelu"}),
+                     SimpleNamespace(variant="base", knobs={"model.activation": "relu"})) == "bert: gelu FFN"
     assert DASHBOARD_CHOICES["model.activation"] == ("relu", "gelu")
     assert load_sweep(ROOT / "sweeps" / "search.yaml").space["model.activation"]["choices"] == ["relu", "gelu"]
     assert "activation" not in load_paper()["base"]

@@ -88,9 +88,12 @@ def test_report_rebuilds_table3_with_figures_html_and_the_same_table_twice(swept
     assert facts[2].startswith("- Verdicts (dev PPL learning curves extrapolated to 3 × the budget): 0 hold, 0 may "
                                "flip, 0 within noise, 2 too few points; direction agrees with the paper on the rows "
                                "that hold")
-    assert re.search(r"^- Sweep: 3 completed run\(s\) of 5; wall time [\d.]+ (s|min) \(first start", facts[3]), facts[3]
-    assert re.search(r"^- Machine: .+, \d+ cores \(", facts[4]), facts[4]  # CPU model, recorded by the sweep
-    assert re.search(r"; trained in (fp32|bf16 \(mixed\))\.$", facts[4]), facts[4]  # what train.precision auto became
+    # each row's own answer: none of one seed is a controlled answer
+    assert facts[3].startswith("- Answers from each row's own seeds paired with the base's: 0 better, 0 worse, 0 the "
+                               "same within ±5%, 2 unsettled (2 of one seed: no controlled answer"), facts[3]
+    assert re.search(r"^- Sweep: 3 completed run\(s\) of 5; wall time [\d.]+ (s|min) \(first start", facts[4]), facts[4]
+    assert re.search(r"^- Machine: .+, \d+ cores \(", facts[5]), facts[5]  # CPU model, recorded by the sweep
+    assert re.search(r"; trained in (fp32|bf16 \(mixed\))\.$", facts[5]), facts[5]  # what train.precision auto became
     assert [ln[2:] for ln in facts] == p.stdout.split("report: ")[0].strip().splitlines()[-len(facts):]
     # three tables that fit a screen: PPL, BLEU, the configuration
     tables = {sec: md_rows(md, sec) for sec in ("Dev perplexity", "Dev BLEU", "Configuration")}

@@ -156,7 +156,8 @@ def _fit(tmp_path, max_steps: int, **train):
 def test_last_ckpt_comes_every_n_seconds_between_the_step_checkpoints(tmp_path):
     """Steps every 4, seconds every 2.5 (a step takes 1 s on the test's clock), whichever first: last.ckpt at
     steps 3 and 7 (resume only), the step checkpoints at 4 and 8 untouched; no last-v1.ckpt."""
-    from lightning_tfm.training.runs.checkpoints import RESUME_ONLY, newest_step
+    from lightning_tfm.training.runs.checkpoint_io import RESUME_ONLY
+    from lightning_tfm.training.runs.resume import newest_step
 
     saves, timed, ckpt_dir = _fit(tmp_path, 10, checkpoint_every_steps=4, checkpoint_every_seconds=2.5)
     assert timed.saved_steps == [3, 7]
@@ -247,7 +248,7 @@ def test_a_run_killed_between_step_checkpoints_resumes_from_the_seconds_checkpoi
     cadence (0: every step) holds step 7, and the same run resumes there, not at step 5."""
     import pytorch_lightning as pl
 
-    from lightning_tfm.training.runs.checkpoints import newest_step
+    from lightning_tfm.training.runs.resume import newest_step
     from lightning_tfm.training.train import train
 
     monkeypatch.setenv("WANDB_MODE", "disabled")

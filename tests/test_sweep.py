@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from lightning_tfm.training.config.config import TABLE3_KNOBS, Config, choices, flatten, load_config
-from lightning_tfm.training.runs.checkpoints import newest_step
+from lightning_tfm.training.runs.resume import newest_step
 
 from conftest import ROOT, SMOKE, ltfm, ltfm_in
 from pg import pg_url, postgres  # noqa: F401  (fixtures)

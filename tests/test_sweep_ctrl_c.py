@@ -24,7 +24,7 @@ import optuna
 import pytest
 
 from lightning_tfm.sweep.storage import RESUME_STEP
-from lightning_tfm.training.runs.checkpoints import newest_step
+from lightning_tfm.training.runs.resume import newest_step
 
 from conftest import ROOT, default_signals, ltfm
 from test_sweep import TINY, _alive, _versions, trials_of, wait_for_line, write_sweep

@@ -428,7 +428,8 @@ def bench_speed_cli(args) -> int:
         if not dtypes or any(d not in DTYPES for d in dtypes):
             raise UserError(f"--dtypes {args.dtypes!r}: give a comma-separated list of fp32 and bf16")
     device = default_device() if args.device == "auto" else args.device
-    counts = [settings["threads"]] if "threads" in settings or device != "cpu" else default_threads()
+    counts = ([settings.get("threads", DEFAULTS["threads"])] if "threads" in settings or device != "cpu"
+              else default_threads())
     runs = []
     for n in counts:  # one thread first: what a sweep's trial trains on (one worker per core)
         runs.append(run_bench({**settings, "threads": n}, args.vs, dtypes=dtypes,
