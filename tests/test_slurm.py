@@ -158,6 +158,49 @@ def test_a_job_told_to_stop_is_requeued_and_its_trial_resumes_from_its_step(clus
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
+def _ckpt_step(path: Path) -> int | None:
+    import torch
+
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True)["global_step"])
+    except (OSError, RuntimeError, KeyError, EOFError):
+        return None
+
+
+@pytest.mark.long  # make test-long
+def test_a_job_at_its_time_limit_is_requeued_and_its_trial_resumes_from_its_step(cluster, pg_url, data_dir,  # noqa: F811
+                                                                                 tmp_path):
+    """``--time 2 --signal-before 30``: Slurm itself tells the job to stop before its limit (no ``scancel``); the
+    trial cannot finish in 2 minutes anywhere (10^6 steps), so it is put back *stopped* at some step k > 0 with its
+    ``last.ckpt`` there, the job is requeued, and the resumed trial trains past k. Counted, never timed."""
+    sweep = write_sweep(tmp_path / "limit.yaml", "limit", {"base": {}})
+    results = tmp_path / "results"
+    (job,) = submit(cluster, sweep, pg_url, results, data_dir, "--time", "2", "--signal-before", "30",
+                    "train.max_steps=1000000", "train.checkpoint_every_steps=5")
+
+    def stopped_at():  # the trial back in the queue, stopped, and the step of its last.ckpt (> 0)
+        for r in status(sweep, pg_url, results):
+            if r["state"] == "stopped" and r["run_dir"]:
+                k = _ckpt_step(Path(r["run_dir"]) / "checkpoints" / "last.ckpt")
+                return (r, k) if k else None
+        return None
+    row, k = wait_for("the trial stopped by the time limit's signal, with a last.ckpt past step 0", stopped_at)
+    assert row["slurm_job"] == job
+    wait_for("the job to be requeued (Restarts=1) and run again", lambda: release_requeued(cluster, job))
+    show = cluster.run("scontrol", "show", "job", job).stdout
+    assert "Restarts=1" in show and "Requeue=1" in show, show
+    run_dir = Path(row["run_dir"])
+    wait_for(f"the resumed trial to train past step {k}", lambda: any(
+        int(p.stem.split("=")[1]) > k for p in run_dir.glob("checkpoints/step=*.ckpt")), every=0.5)
+    said = "\n".join(p.read_text() for p in (results / "sweep-logs" / "limit").glob("trial-*.log"))
+    resumed = [int(m) for m in re.findall(r"training \S+ from step (\d+) to 1000000", said)]
+    assert resumed[:1] == [0] and k in resumed[1:], said[-2000:]  # the second attempt started at k, not at 0
+    cluster.run("scancel", job)
+    wait_for("the job to leave the queue", lambda: not queued(cluster, [job]))
+    (row,) = status(sweep, pg_url, results)
+    assert row["state"] == "stopped", row  # cancelled: stopped again, waiting for the next worker
+
+
 @pytest.mark.long  # make test-long; also exercised by tests/soak/slurm_soak.py (requeues, kills)
 def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url, data_dir, tmp_path):  # noqa: F811
     sweep = write_sweep(tmp_path / "kill.yaml", "kill", {"base": {}, "A1": {"model.heads": 1, "model.d_k": 32,
