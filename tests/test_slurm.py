@@ -223,3 +223,30 @@ def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url
     killed = [r for r in rows if r["number"] == victim["number"]][0]
     assert killed["state"] == "fail" and "retried as trial" in (killed["note"] or "")
     assert len([r for r in rows if r["variant"] == victim["variant"]]) == 2  # run again once
+
+
+@pytest.mark.long  # make test-long: a 2-process trial on 2 CPUs
+def test_a_trial_of_two_devices_runs_as_two_slurm_tasks_with_one_result_and_one_wandb_run(cluster, pg_url,  # noqa: F811
+                                                                                         data_dir, tmp_path):
+    """``train.devices=2`` (CPU, gloo DDP standing in for 2 GPUs): the job asks for 2 tasks on its node, and the
+    trial's ``ltfm train`` runs under ``srun`` as those 2 tasks (Lightning's SLURMEnvironment: its ranks from Slurm);
+    it completes with one result and one W&B run (rank 0's), read back from its files."""
+    from wandb_offline import read_runs
+
+    sweep = write_sweep(tmp_path / "ddp.yaml", "ddp", {"base": {}})
+    results = tmp_path / "results"
+    (job,) = submit(cluster, sweep, pg_url, results, data_dir, "train.devices=2", "train.strategy=ddp",
+                    "train.accelerator=cpu", "train.precision=32", "train.record_batches=true")
+    show = cluster.run("scontrol", "show", "job", job).stdout
+    assert "NumTasks=2 " in show, show  # the job: --ntasks-per-node=2
+    raw = cluster.run("squeue", "-h", "-j", job, "-o", "%A").stdout.split()[0]  # its own job id
+    wait_for("the job to leave the queue", lambda: not queued(cluster, [job]))
+    (row,) = status(sweep, pg_url, results)
+    assert row["state"] == "complete" and row["steps"] == 20 and row["value"] is not None, row
+    run_dir = Path(row["run_dir"])
+    assert sorted(p.name for p in (run_dir / "batches").iterdir()) == ["rank0.jsonl", "rank1.jsonl"]  # two ranks
+    assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
+    slurmd_log = (cluster.root / "log" / "slurmd.log").read_text()
+    assert f"launch task StepId={raw}.1 " in slurmd_log  # the trial: a step of its own (srun), after the worker's
+    (run,) = read_runs(results)  # one W&B run, rank 0's
+    assert run.run_id == row["wandb_run_id"] and run.config["train.devices"] in ("2", 2)
