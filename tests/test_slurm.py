@@ -1,9 +1,10 @@
 """``ltfm sweep --launcher slurm`` on a real one-node Slurm cluster (tests/slurm_cluster.py: Debian's slurm-wlm and
 munge on loopback) and a real PostgreSQL (tests/pg.py), through the commands a user types: the jobs complete every
 row once, as the same sweep run here does; a job told to stop (``scancel --signal=USR1``: Slurm's warning before the
-time limit) is requeued and its trial resumes from its step to the weights an unstopped run ends with; a job killed
-outright (SIGKILL to each of its processes) leaves its trial to the heartbeat, which runs it again once; ``--status``
-names the jobs. Every wait is for a count or a file (a checkpoint step, the jobs gone from ``squeue``), bounded by a
+time limit) is requeued and its trial resumes from its step to the weights an unstopped run ends with; so is a job
+that reaches its time limit (Slurm's own signal); a trial of two devices runs as two Slurm tasks of its job (``srun``
+inside it) with one result and one W&B run; a job killed outright (SIGKILL to each of its processes) leaves its trial
+to the heartbeat, which runs it again once; ``--status`` names the jobs. Every wait is for a count or a file (a checkpoint step, the jobs gone from ``squeue``), bounded by a
 patience that only a broken cluster reaches. The one-line refusals need no cluster: tests/test_cluster_cli.py.
 """
 from __future__ import annotations
