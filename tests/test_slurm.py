@@ -4,8 +4,9 @@ row once, as the same sweep run here does; a job told to stop (``scancel --signa
 time limit) is requeued and its trial resumes from its step to the weights an unstopped run ends with; so is a job
 that reaches its time limit (Slurm's own signal); a trial of two devices runs as two Slurm tasks of its job (``srun``
 inside it) with one result and one W&B run; a job killed outright (SIGKILL to each of its processes) leaves its trial
-to the heartbeat, which runs it again once; ``--status`` names the jobs. Every wait is for a count or a file (a checkpoint step, the jobs gone from ``squeue``), bounded by a
-patience that only a broken cluster reaches. The one-line refusals need no cluster: tests/test_cluster_cli.py.
+to the heartbeat, which runs it again once; ``--status`` names the jobs. Every wait is for a count or a file (a
+checkpoint step, the jobs gone from ``squeue``), bounded by a patience that only a broken cluster reaches. The
+one-line refusals need no cluster: tests/test_cluster_cli.py.
 """
 from __future__ import annotations
 
@@ -169,8 +170,8 @@ def _ckpt_step(path: Path) -> int | None:
 
 
 @pytest.mark.long  # make test-long
-def test_a_job_at_its_time_limit_is_requeued_and_its_trial_resumes_from_its_step(cluster, pg_url, data_dir,  # noqa: F811
-                                                                                 tmp_path):
+def test_a_job_at_its_time_limit_is_requeued_and_its_trial_resumes_from_its_step(
+        cluster, pg_url, data_dir, tmp_path):  # noqa: F811
     """``--time 2 --signal-before 30``: Slurm itself tells the job to stop before its limit (no ``scancel``); the
     trial cannot finish in 2 minutes anywhere (10^6 steps), so it is put back *stopped* at some step k > 0 with its
     ``last.ckpt`` there, the job is requeued, and the resumed trial trains past k. Counted, never timed."""
