@@ -112,8 +112,9 @@ def test_a_trial_on_two_nodes_gets_a_job_of_two_nodes_and_its_ranks_from_srun(tm
         assert line in script, script
     assert "srun --unbuffered" in script and "--nodes=1 --ntasks=1 python" in script  # the worker: one task
     job = {"SLURM_JOB_ID": "42", LAUNCHER_REQUEUES_ENV: "1"}
-    assert srun_prefix(two, job) == ["srun", "--overlap", "--unbuffered", "--kill-on-bad-exit=1", "--nodes=2",
-                                     "--ntasks=8", "--ntasks-per-node=4"]
+    assert srun_prefix(two, job) == ["srun", "--overlap", "--unbuffered", "--disable-status", "--kill-on-bad-exit=1",
+                                     "--nodes=2", "--ntasks=8", "--ntasks-per-node=4"]
+    assert srun_prefix(TrainConfig(devices="auto"), job) == []  # counted on the node: Lightning's own launcher
     assert srun_prefix(two, {"SLURM_JOB_ID": "42"}) == []  # a Slurm job of the user's own: Lightning's choice
     assert srun_prefix(TrainConfig(), job) == []  # one process
     with pytest.raises(UserError, match="train.devices=N"):  # a login node cannot count a compute node's GPUs

@@ -180,13 +180,21 @@ def test_a_job_at_its_time_limit_is_requeued_and_its_trial_resumes_from_its_step
     (job,) = submit(cluster, sweep, pg_url, results, data_dir, "--time", "2", "--signal-before", "30",
                     "train.max_steps=1000000", "train.checkpoint_every_steps=5")
 
+    stopped_requeued_and_resumed(cluster, job, sweep, pg_url, results, 1_000_000)
+
+
+def stopped_requeued_and_resumed(cluster: Cluster, job: str, sweep: Path, storage: str, results: Path,
+                                 max_steps: int) -> None:
+    """Waits (counts, never time) for the one trial of ``sweep`` to be put back *stopped* with its ``last.ckpt`` at
+    a step k > 0, for ``job`` to be requeued and run again, and for the resumed trial (its log: from step k) to
+    write a step checkpoint past k; then cancels the job: the trial is stopped again, for the next worker."""
     def stopped_at():  # the trial back in the queue, stopped, and the step of its last.ckpt (> 0)
-        for r in status(sweep, pg_url, results):
+        for r in status(sweep, storage, results):
             if r["state"] == "stopped" and r["run_dir"]:
                 k = _ckpt_step(Path(r["run_dir"]) / "checkpoints" / "last.ckpt")
                 return (r, k) if k else None
         return None
-    row, k = wait_for("the trial stopped by the time limit's signal, with a last.ckpt past step 0", stopped_at)
+    row, k = wait_for("the trial stopped, with a last.ckpt past step 0", stopped_at)
     assert row["slurm_job"] == job
     wait_for("the job to be requeued (Restarts=1) and run again", lambda: release_requeued(cluster, job))
     show = cluster.run("scontrol", "show", "job", job).stdout
@@ -194,12 +202,12 @@ def test_a_job_at_its_time_limit_is_requeued_and_its_trial_resumes_from_its_step
     run_dir = Path(row["run_dir"])
     wait_for(f"the resumed trial to train past step {k}", lambda: any(
         int(p.stem.split("=")[1]) > k for p in run_dir.glob("checkpoints/step=*.ckpt")), every=0.5)
-    said = "\n".join(p.read_text() for p in (results / "sweep-logs" / "limit").glob("trial-*.log"))
-    resumed = [int(m) for m in re.findall(r"training \S+ from step (\d+) to 1000000", said)]
+    said = "\n".join(p.read_text() for p in (results / "sweep-logs" / sweep.stem).glob("trial-*.log"))
+    resumed = [int(m) for m in re.findall(rf"training \S+ from step (\d+) to {max_steps}", said)]
     assert resumed[:1] == [0] and k in resumed[1:], said[-2000:]  # the second attempt started at k, not at 0
     cluster.run("scancel", job)
     wait_for("the job to leave the queue", lambda: not queued(cluster, [job]))
-    (row,) = status(sweep, pg_url, results)
+    (row,) = status(sweep, storage, results)
     assert row["state"] == "stopped", row  # cancelled: stopped again, waiting for the next worker
 
 
@@ -252,3 +260,19 @@ def test_a_trial_of_two_devices_runs_as_two_slurm_tasks_with_one_result_and_one_
     assert f"launch task StepId={raw}.1 " in slurmd_log  # the trial: a step of its own (srun), after the worker's
     (run,) = read_runs(results)  # one W&B run, rank 0's
     assert run.run_id == row["wandb_run_id"] and run.config["train.devices"] in ("2", 2)
+
+
+@pytest.mark.long  # make test-long
+def test_a_trial_of_two_slurm_tasks_told_to_stop_is_requeued_and_resumes_from_its_step(
+        cluster, pg_url, data_dir, tmp_path):  # noqa: F811
+    """The stop of a trial whose ranks are Slurm tasks (``srun`` inside the job): ``scancel --signal=USR1`` reaches
+    both ranks and the worker; the trial stops at one step with one ``last.ckpt``, the job is requeued and the
+    trial resumes from that step on its two ranks."""
+    sweep = write_sweep(tmp_path / "ddpstop.yaml", "ddpstop", {"base": {}})
+    results = tmp_path / "results"
+    (job,) = submit(cluster, sweep, pg_url, results, data_dir, "train.devices=2", "train.strategy=ddp",
+                    "train.accelerator=cpu", "train.precision=32", "train.max_steps=1000000",
+                    "train.checkpoint_every_steps=10")
+    wait_for("a step checkpoint at step 20", lambda: any(s >= 20 for s in step_checkpoints(results)), every=0.2)
+    cluster.run("scancel", "--signal=USR1", job)
+    stopped_requeued_and_resumed(cluster, job, sweep, pg_url, results, 1_000_000)

@@ -89,14 +89,17 @@ def srun_prefix(train_cfg, environ) -> list[str]:
     processes starts as the tasks of a job step of its own: ``srun --nodes N --ntasks N*D --ntasks-per-node D``
     before its ``ltfm train``, so that Lightning's ``SLURMEnvironment`` takes each rank from Slurm (``SLURM_PROCID``;
     rank 0 alone reports to Optuna, logs to W&B and writes the run's summary, which the worker reads as the trial's
-    one result). ``--overlap``: the step shares the CPUs of the job's first step, where the worker waits. A trial of
-    one process, or outside such a job: [] (Lightning starts any ranks itself, as on a workstation)."""
+    one result). ``--overlap``: the step shares the CPUs of the job's first step, where the worker waits;
+    ``--disable-status``: the worker's SIGINT (a stop at the end of the step) reaches the ranks at once. A trial of
+    one process, of ``devices`` auto or -1 (counted on the node: not what the job was sized by), or outside such a
+    job: [] (Lightning starts any ranks itself, as on a workstation)."""
     from ..training.train import LAUNCHER_REQUEUES_ENV
 
     nodes, per_node = trial_shape(train_cfg)
-    if nodes * per_node <= 1 or not environ.get("SLURM_JOB_ID") or not environ.get(LAUNCHER_REQUEUES_ENV):
+    if nodes * per_node <= 1 or train_cfg.devices.strip() in ("auto", "-1") or not environ.get("SLURM_JOB_ID") \
+            or not environ.get(LAUNCHER_REQUEUES_ENV):
         return []
-    return ["srun", "--overlap", "--unbuffered", "--kill-on-bad-exit=1", f"--nodes={nodes}",
+    return ["srun", "--overlap", "--unbuffered", "--disable-status", "--kill-on-bad-exit=1", f"--nodes={nodes}",
             f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}"]
 
 
