@@ -73,9 +73,8 @@ def test_the_proxy_serves_no_sqlite_and_takes_no_sweep_file(tmp_path, ltfm_here)
 def test_a_trial_in_a_sweeps_slurm_job_never_requeues_the_job_itself(monkeypatch):
     """A sweep's job is requeued by its launcher (submitit), once the trial is back in the queue: the trial gets
     Lightning's SLURM environment without its requeue where Slurm runs its ranks (one task a rank), and Lightning's
-    own where it runs more ranks than the job has tasks (it starts them, as on a workstation: a DDP trial of 2
-    processes in a one-task job ran so on the test cluster, reports/cluster.md); outside such a job, Lightning's
-    choice."""
+    own where it runs more ranks than the job has tasks (it starts them, as on a workstation: a trial of
+    ``train.devices`` auto or -1, which the job's tasks were not sized by); outside such a job, Lightning's choice."""
     from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
 
     from lightning_tfm.training.train import LAUNCHER_REQUEUES_ENV, job_plugins
