@@ -235,7 +235,6 @@ def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url
     assert len([r for r in rows if r["variant"] == victim["variant"]]) == 2  # run again once
 
 
-@pytest.mark.long  # make test-long: a 2-process trial on 2 CPUs
 def test_a_trial_of_two_devices_runs_as_two_slurm_tasks_with_one_result_and_one_wandb_run(cluster, pg_url,  # noqa: F811
                                                                                          data_dir, tmp_path):
     """``train.devices=2`` (CPU, gloo DDP standing in for 2 GPUs): the job asks for 2 tasks on its node, and the
