@@ -76,11 +76,11 @@ def status(sweep: Path, storage: str, results: Path) -> list[dict]:
 
 def release_requeued(cluster: Cluster, job: str) -> bool:
     """A requeued job waits out Slurm's requeue delay (BeginTime, ~2 min): started now, as an admin may. True once
-    the job runs again."""
+    the job runs again (or has run again to its end); not while it is still being requeued (COMPLETING, REQUEUED)."""
     show = cluster.run("scontrol", "show", "job", job, check=False).stdout
     if "JobState=PENDING" in show and "Reason=BeginTime" in show:
         cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
-    return "Restarts=1" in show and "JobState=PENDING" not in show
+    return "Restarts=1" in show and ("JobState=RUNNING" in show or "JobState=COMPLETED" in show)
 
 
 def kill_outright(cluster: Cluster, job: str) -> None:
