@@ -8,7 +8,8 @@ submitit's calls of them) finds the cluster through ``SLURM_CONF``, which :meth:
 
 The node is this machine (its CPUs and memory as ``slurmd -C`` reports them), one partition ``debug``;
 ``proctrack/linuxproc`` (a job's processes are the descendants of its steps: a signal reaches each), no cgroups;
-``KillWait`` long enough for a stopped trial to finish its step and write its checkpoint; jobs may be requeued.
+``KillWait`` long enough for a stopped trial to finish its step and write its checkpoint, and ``OverTimeLimit`` a
+minute past a job's time limit for it to have itself requeued; jobs may be requeued.
 
     python tests/slurm_cluster.py up FOLDER     # prints: export SLURM_CONF=FOLDER/slurm.conf
     python tests/slurm_cluster.py down FOLDER
@@ -28,6 +29,10 @@ from pathlib import Path
 #: Seconds between the SIGTERM of a cancelled, requeued or preempted job and its SIGKILL: a trial stopping at the end
 #: of its step, writing its checkpoint and put back in the queue needs a few (Slurm's default 30 s is enough too)
 KILL_WAIT_S = 60
+#: Minutes a job may run past its time limit before Slurm ends it: the job told to stop before its limit (SIGUSR1
+#: up to 60 s earlier than ``--signal-before`` asks, or later: slurmctld checks its jobs' limits every 30 s or so)
+#: finishes its step, writes its checkpoint and has itself requeued within them, on a loaded machine too
+OVER_TIME_LIMIT_MIN = 1
 #: How long the daemons may take to answer (``sinfo`` shows the node idle)
 START_PATIENCE_S = 60.0
 
@@ -119,6 +124,7 @@ class Cluster:
             "ReturnToService=2",
             "JobRequeue=1",
             f"KillWait={KILL_WAIT_S}",
+            f"OverTimeLimit={OVER_TIME_LIMIT_MIN}",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",
             "InactiveLimit=0",

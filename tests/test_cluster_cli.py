@@ -28,6 +28,15 @@ def test_a_sqlite_storage_is_refused_for_slurm_jobs_and_nothing_is_written(tmp_p
     assert not results.exists()  # no study, no corpus, no job
 
 
+def test_gpus_the_login_node_cannot_count_are_refused_before_anything_is_written(tmp_path, ltfm_here, data_dir):
+    sweep = write_sweep(tmp_path / "s.yaml", "s", {"base": {}})
+    results = tmp_path / "results"
+    p = ltfm_here("sweep", sweep, "--launcher", "slurm", "--slurm-local-storage", "--gpus-per-job", "4",
+                  "train.devices=auto", f"data.path={data_dir}", f"run.results_dir={results}")
+    _one_line(p, "train.devices=auto", "train.devices=N", "--gpus-per-job N")
+    assert not results.exists()  # no study, no corpus, no job
+
+
 @pytest.mark.parametrize("args, named", [
     (["--jobs", "2"], "--jobs"),
     (["--partition", "gpu", "--time", "60"], "--partition, --time"),
@@ -64,9 +73,8 @@ def test_the_proxy_serves_no_sqlite_and_takes_no_sweep_file(tmp_path, ltfm_here)
 def test_a_trial_in_a_sweeps_slurm_job_never_requeues_the_job_itself(monkeypatch):
     """A sweep's job is requeued by its launcher (submitit), once the trial is back in the queue: the trial gets
     Lightning's SLURM environment without its requeue where Slurm runs its ranks (one task a rank), and Lightning's
-    own where it runs more ranks than the job has tasks (it starts them, as on a workstation: a DDP trial of 2
-    processes in a one-task job ran so on the test cluster, reports/cluster.md); outside such a job, Lightning's
-    choice."""
+    own where it runs more ranks than the job has tasks (it starts them, as on a workstation: a trial of
+    ``train.devices`` auto or -1, which the job's tasks were not sized by); outside such a job, Lightning's choice."""
     from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
 
     from lightning_tfm.training.train import LAUNCHER_REQUEUES_ENV, job_plugins
@@ -80,3 +88,35 @@ def test_a_trial_in_a_sweeps_slurm_job_never_requeues_the_job_itself(monkeypatch
     assert isinstance(one, SLURMEnvironment) and one.auto_requeue is False
     (two,) = job_plugins(2)
     assert type(two) is LightningEnvironment
+
+
+def test_a_trial_on_two_nodes_gets_a_job_of_two_nodes_and_its_ranks_from_srun(tmp_path):
+    """train.num_nodes=2 train.devices=4 (no cluster has two nodes here): each job asks for --nodes=2
+    --ntasks-per-node=4 and runs its worker as one task; inside the job the trial's ``ltfm train`` starts under
+    ``srun`` as 8 tasks, 4 a node (Lightning's SLURMEnvironment takes each rank from them); a trial of one process,
+    or outside a sweep's job, starts as it does on a workstation."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    from lightning_tfm.base.errors import UserError
+    from lightning_tfm.sweep.slurm import SlurmOptions, job_parameters, srun_prefix, trial_shape
+    from lightning_tfm.training.config.config import TrainConfig
+    from lightning_tfm.training.train import LAUNCHER_REQUEUES_ENV
+
+    two = TrainConfig(num_nodes=2, devices="4", accelerator="gpu")
+    assert trial_shape(two) == (2, 4)
+    params = job_parameters("t3", SlurmOptions(gpus=4, nodes=2, tasks_per_node=4))
+    script = _make_sbatch_string(command="python -m submitit.core._submit X", folder=str(tmp_path), **params)
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --requeue"):
+        assert line in script, script
+    assert "srun --unbuffered" in script and "--nodes=1 --ntasks=1 python" in script  # the worker: one task
+    job = {"SLURM_JOB_ID": "42", LAUNCHER_REQUEUES_ENV: "1"}
+    assert srun_prefix(two, job) == ["srun", "--overlap", "--unbuffered", "--disable-status", "--kill-on-bad-exit=1",
+                                     "--nodes=2", "--ntasks=8", "--ntasks-per-node=4"]
+    assert srun_prefix(TrainConfig(devices="auto"), job) == []  # counted on the node: Lightning's own launcher
+    assert srun_prefix(two, {"SLURM_JOB_ID": "42"}) == []  # a Slurm job of the user's own: Lightning's choice
+    assert srun_prefix(TrainConfig(), job) == []  # one process
+    with pytest.raises(UserError, match="train.devices=N"):  # a login node cannot count a compute node's GPUs
+        trial_shape(TrainConfig(devices="auto"), gpus=4)
+    one_node = job_parameters("t3", SlurmOptions())
+    assert (one_node["nodes"], one_node["ntasks_per_node"]) == (1, 1) and "srun_args" not in one_node

@@ -1,10 +1,12 @@
 """``ltfm sweep --launcher slurm`` on a real one-node Slurm cluster (tests/slurm_cluster.py: Debian's slurm-wlm and
 munge on loopback) and a real PostgreSQL (tests/pg.py), through the commands a user types: the jobs complete every
 row once, as the same sweep run here does; a job told to stop (``scancel --signal=USR1``: Slurm's warning before the
-time limit) is requeued and its trial resumes from its step to the weights an unstopped run ends with; a job killed
-outright (SIGKILL to each of its processes) leaves its trial to the heartbeat, which runs it again once; ``--status``
-names the jobs. Every wait is for a count or a file (a checkpoint step, the jobs gone from ``squeue``), bounded by a
-patience that only a broken cluster reaches. The one-line refusals need no cluster: tests/test_cluster_cli.py.
+time limit) is requeued and its trial resumes from its step to the weights an unstopped run ends with; so is a job
+that reaches its time limit (Slurm's own signal); a trial of two devices runs as two Slurm tasks of its job (``srun``
+inside it) with one result and one W&B run; a job killed outright (SIGKILL to each of its processes) leaves its trial
+to the heartbeat, which runs it again once; ``--status`` names the jobs. Every wait is for a count or a file (a
+checkpoint step, the jobs gone from ``squeue``), bounded by a patience that only a broken cluster reaches. The
+one-line refusals need no cluster: tests/test_cluster_cli.py.
 """
 from __future__ import annotations
 
@@ -74,11 +76,11 @@ def status(sweep: Path, storage: str, results: Path) -> list[dict]:
 
 def release_requeued(cluster: Cluster, job: str) -> bool:
     """A requeued job waits out Slurm's requeue delay (BeginTime, ~2 min): started now, as an admin may. True once
-    the job runs again."""
+    the job runs again (or has run again to its end); not while it is still being requeued (COMPLETING, REQUEUED)."""
     show = cluster.run("scontrol", "show", "job", job, check=False).stdout
     if "JobState=PENDING" in show and "Reason=BeginTime" in show:
         cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
-    return "Restarts=1" in show and "JobState=PENDING" not in show
+    return "Restarts=1" in show and ("JobState=RUNNING" in show or "JobState=COMPLETED" in show)
 
 
 def kill_outright(cluster: Cluster, job: str) -> None:
@@ -158,6 +160,57 @@ def test_a_job_told_to_stop_is_requeued_and_its_trial_resumes_from_its_step(clus
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
+def _ckpt_step(path: Path) -> int | None:
+    import torch
+
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True)["global_step"])
+    except (OSError, RuntimeError, KeyError, EOFError):
+        return None
+
+
+@pytest.mark.long  # make test-long
+def test_a_job_at_its_time_limit_is_requeued_and_its_trial_resumes_from_its_step(
+        cluster, pg_url, data_dir, tmp_path):  # noqa: F811
+    """``--time 2 --signal-before 30``: Slurm itself tells the job to stop before its limit (no ``scancel``); the
+    trial cannot finish in 2 minutes anywhere (10^6 steps), so it is put back *stopped* at some step k > 0 with its
+    ``last.ckpt`` there, the job is requeued, and the resumed trial trains past k. Counted, never timed."""
+    sweep = write_sweep(tmp_path / "limit.yaml", "limit", {"base": {}})
+    results = tmp_path / "results"
+    (job,) = submit(cluster, sweep, pg_url, results, data_dir, "--time", "2", "--signal-before", "30",
+                    "train.max_steps=1000000", "train.checkpoint_every_steps=5")
+
+    stopped_requeued_and_resumed(cluster, job, sweep, pg_url, results, 1_000_000)
+
+
+def stopped_requeued_and_resumed(cluster: Cluster, job: str, sweep: Path, storage: str, results: Path,
+                                 max_steps: int) -> None:
+    """Waits (counts, never time) for the one trial of ``sweep`` to be put back *stopped* with its ``last.ckpt`` at
+    a step k > 0, for ``job`` to be requeued and run again, and for the resumed trial (its log: from step k) to
+    write a step checkpoint past k; then cancels the job: the trial is stopped again, for the next worker."""
+    def stopped_at():  # the trial back in the queue, stopped, and the step of its last.ckpt (> 0)
+        for r in status(sweep, storage, results):
+            if r["state"] == "stopped" and r["run_dir"]:
+                k = _ckpt_step(Path(r["run_dir"]) / "checkpoints" / "last.ckpt")
+                return (r, k) if k else None
+        return None
+    row, k = wait_for("the trial stopped, with a last.ckpt past step 0", stopped_at)
+    assert row["slurm_job"] == job
+    wait_for("the job to be requeued (Restarts=1) and run again", lambda: release_requeued(cluster, job))
+    show = cluster.run("scontrol", "show", "job", job).stdout
+    assert "Restarts=1" in show and "Requeue=1" in show, show
+    run_dir = Path(row["run_dir"])
+    wait_for(f"the resumed trial to train past step {k}", lambda: any(
+        int(p.stem.split("=")[1]) > k for p in run_dir.glob("checkpoints/step=*.ckpt")), every=0.5)
+    said = "\n".join(p.read_text() for p in (results / "sweep-logs" / sweep.stem).glob("trial-*.log"))
+    resumed = [int(m) for m in re.findall(rf"training \S+ from step (\d+) to {max_steps}", said)]
+    assert resumed[:1] == [0] and k in resumed[1:], said[-2000:]  # the second attempt started at k, not at 0
+    cluster.run("scancel", job)
+    wait_for("the job to leave the queue", lambda: not queued(cluster, [job]))
+    (row,) = status(sweep, storage, results)
+    assert row["state"] == "stopped", row  # cancelled: stopped again, waiting for the next worker
+
+
 @pytest.mark.long  # make test-long; also exercised by tests/soak/slurm_soak.py (requeues, kills)
 def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url, data_dir, tmp_path):  # noqa: F811
     sweep = write_sweep(tmp_path / "kill.yaml", "kill", {"base": {}, "A1": {"model.heads": 1, "model.d_k": 32,
@@ -180,3 +233,45 @@ def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url
     killed = [r for r in rows if r["number"] == victim["number"]][0]
     assert killed["state"] == "fail" and "retried as trial" in (killed["note"] or "")
     assert len([r for r in rows if r["variant"] == victim["variant"]]) == 2  # run again once
+
+
+def test_a_trial_of_two_devices_runs_as_two_slurm_tasks_with_one_result_and_one_wandb_run(cluster, pg_url,  # noqa: F811
+                                                                                         data_dir, tmp_path):
+    """``train.devices=2`` (CPU, gloo DDP standing in for 2 GPUs): the job asks for 2 tasks on its node, and the
+    trial's ``ltfm train`` runs under ``srun`` as those 2 tasks (Lightning's SLURMEnvironment: its ranks from Slurm);
+    it completes with one result and one W&B run (rank 0's), read back from its files."""
+    from wandb_offline import read_runs
+
+    sweep = write_sweep(tmp_path / "ddp.yaml", "ddp", {"base": {}})
+    results = tmp_path / "results"
+    (job,) = submit(cluster, sweep, pg_url, results, data_dir, "train.devices=2", "train.strategy=ddp",
+                    "train.accelerator=cpu", "train.precision=32", "train.record_batches=true")
+    show = cluster.run("scontrol", "show", "job", job).stdout
+    assert "NumTasks=2 " in show, show  # the job: --ntasks-per-node=2
+    raw = cluster.run("squeue", "-h", "-j", job, "-o", "%A").stdout.split()[0]  # its own job id
+    wait_for("the job to leave the queue", lambda: not queued(cluster, [job]))
+    (row,) = status(sweep, pg_url, results)
+    assert row["state"] == "complete" and row["steps"] == 20 and row["value"] is not None, row
+    run_dir = Path(row["run_dir"])
+    assert sorted(p.name for p in (run_dir / "batches").iterdir()) == ["rank0.jsonl", "rank1.jsonl"]  # two ranks
+    assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
+    slurmd_log = (cluster.root / "log" / "slurmd.log").read_text()
+    assert f"launch task StepId={raw}.1 " in slurmd_log  # the trial: a step of its own (srun), after the worker's
+    (run,) = read_runs(results)  # one W&B run, rank 0's
+    assert run.run_id == row["wandb_run_id"] and run.config["train.devices"] in ("2", 2)
+
+
+@pytest.mark.long  # make test-long
+def test_a_trial_of_two_slurm_tasks_told_to_stop_is_requeued_and_resumes_from_its_step(
+        cluster, pg_url, data_dir, tmp_path):  # noqa: F811
+    """The stop of a trial whose ranks are Slurm tasks (``srun`` inside the job): ``scancel --signal=USR1`` reaches
+    both ranks and the worker; the trial stops at one step with one ``last.ckpt``, the job is requeued and the
+    trial resumes from that step on its two ranks."""
+    sweep = write_sweep(tmp_path / "ddpstop.yaml", "ddpstop", {"base": {}})
+    results = tmp_path / "results"
+    (job,) = submit(cluster, sweep, pg_url, results, data_dir, "train.devices=2", "train.strategy=ddp",
+                    "train.accelerator=cpu", "train.precision=32", "train.max_steps=1000000",
+                    "train.checkpoint_every_steps=10")
+    wait_for("a step checkpoint at step 20", lambda: any(s >= 20 for s in step_checkpoints(results)), every=0.2)
+    cluster.run("scancel", "--signal=USR1", job)
+    stopped_requeued_and_resumed(cluster, job, sweep, pg_url, results, 1_000_000)

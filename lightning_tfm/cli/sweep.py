@@ -240,8 +240,9 @@ def sweep_cli(args) -> int:
               else "\n".join([format_status(sweep, rows, url, plan.results_dir), *answers]))
         return 0
     if args.launcher == "slurm":
-        from ..sweep.slurm import check_shareable
+        from ..sweep.slurm import check_shareable, trial_shape
         check_shareable(url, args.slurm_local_storage)  # refused before anything is written
+        trial_shape(plan.base_cfg.train, args.gpus_per_job or 0)  # so is a trial size the jobs cannot be given
     storage, study = _join(sweep, plan, url, given=bool(args.storage))
     if args.launcher == "slurm" and sweep.mode == "variants":
         from ..sweep.queue import enqueue_missing

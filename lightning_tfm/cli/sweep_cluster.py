@@ -78,14 +78,15 @@ def serve_storage_cli(args) -> int:
 
 def submit_slurm(args, sweep, plan, url: str, status_hint: str) -> int:
     """``--launcher slurm``: the storage checked, the rows queued once, the jobs submitted (their ids and logs said)."""
-    from ..sweep.slurm import SlurmOptions, check_shareable, submit
+    from ..sweep.slurm import SlurmOptions, check_shareable, submit, trial_shape
 
     check_shareable(url, args.slurm_local_storage)
     d = SlurmOptions()
+    nodes, per_node = trial_shape(plan.base_cfg.train, args.gpus_per_job or 0)  # num_nodes x devices: the tasks
     opts = SlurmOptions(jobs=args.jobs or d.jobs, partition=args.partition, time_min=args.time or d.time_min,
                         cpus=args.cpus_per_job or d.cpus, gpus=args.gpus_per_job or d.gpus, mem_gb=args.mem,
                         signal_s=args.signal_before if args.signal_before is not None else d.signal_s,
-                        extra=tuple(args.slurm_arg or ()))
+                        extra=tuple(args.slurm_arg or ()), nodes=nodes, tasks_per_node=per_node)
     from ..base.command import say_done
     from ..base.redact import mask_url
 

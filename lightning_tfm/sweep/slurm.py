@@ -21,6 +21,10 @@ the shared folder. Where the worker claims a trial it records the job (:func:`jo
 - A job killed outright (SIGKILL, a node lost): its trial stops beating and another worker of the study re-runs it
   from its checkpoint once the heartbeat's grace has passed, as on one machine.
 
+**A trial of several processes** (``train.devices`` x ``train.num_nodes`` > 1): each job asks for that many Slurm
+tasks (:func:`job_parameters`), runs its worker as one of them, and the worker starts each trial under ``srun``
+(:func:`srun_prefix`): Lightning's ``SLURMEnvironment`` takes the ranks from Slurm, and rank 0 alone reports.
+
 **Storage.** Every job must reach the study: a SQLite file on this machine's disk is refused
 (:func:`check_shareable`) unless ``--slurm-local-storage`` says the cluster is this one machine (a one-node
 cluster, as the tests' is); the way out is PostgreSQL, or Optuna's gRPC proxy in front of it (:mod:`.proxy`). The
@@ -45,6 +49,9 @@ from ..base.redact import mask_url
 SIGNAL_ENV, SIGNAL = "SUBMITIT_PREEMPT_SIGNAL", "USR1"
 #: The user attribute of a trial naming the Slurm job whose worker claimed it (``<array job>_<task>``, or the job id)
 JOB_ATTR = "slurm_job"
+#: How many times a job may reach its time limit and be requeued (submitit's ``max_num_timeout``, 3 by default,
+#: after which it would not requeue: a row longer than three time limits would then wait for another command)
+MAX_TIME_LIMITS = 10_000
 #: How long a stopped worker may take to stop its trial (its step, its checkpoint) and put it back
 STOP_PATIENCE_S = 300.0
 
@@ -61,6 +68,39 @@ class SlurmOptions:
     mem_gb: float | None = None
     signal_s: int = 120  # seconds before the time limit at which the job is told to stop (SIGUSR1) and requeued
     extra: tuple[str, ...] = ()  # other sbatch options, as --key=value
+    nodes: int = 1  # nodes of each job: its trials' train.num_nodes
+    tasks_per_node: int = 1  # Slurm tasks of each job on each node: its trials' processes per node (train.devices)
+
+
+def trial_shape(train_cfg, gpus: int = 0) -> tuple[int, int]:
+    """(nodes, processes per node) a trial of ``train_cfg`` (its ``num_nodes`` and ``devices``) runs on: what each
+    job asks Slurm for (``--nodes``, ``--ntasks-per-node``). ``devices`` auto or -1 with ``gpus`` > 1 or several
+    nodes is refused: the login node cannot count a compute node's GPUs, and the job's tasks must be that count."""
+    from ..training.train import world_size
+
+    if train_cfg.devices.strip() in ("auto", "-1") and (gpus > 1 or train_cfg.num_nodes > 1):
+        raise UserError(f"--launcher slurm: train.devices={train_cfg.devices.strip()} cannot size the jobs' tasks: "
+                        "give the processes per node as a count (train.devices=N, with --gpus-per-job N)")
+    return train_cfg.num_nodes, max(1, world_size(train_cfg) // train_cfg.num_nodes)
+
+
+def srun_prefix(train_cfg, environ) -> list[str]:
+    """In a job of ours (its worker sets :data:`~..training.train.LAUNCHER_REQUEUES_ENV`), a trial of several
+    processes starts as the tasks of a job step of its own: ``srun --nodes N --ntasks N*D --ntasks-per-node D``
+    before its ``ltfm train``, so that Lightning's ``SLURMEnvironment`` takes each rank from Slurm (``SLURM_PROCID``;
+    rank 0 alone reports to Optuna, logs to W&B and writes the run's summary, which the worker reads as the trial's
+    one result). ``--overlap``: the step shares the CPUs of the job's first step, where the worker waits;
+    ``--disable-status``: the worker's SIGINT (a stop at the end of the step) reaches the ranks at once. A trial of
+    one process, of ``devices`` auto or -1 (counted on the node: not what the job was sized by), or outside such a
+    job: [] (Lightning starts any ranks itself, as on a workstation)."""
+    from ..training.train import LAUNCHER_REQUEUES_ENV
+
+    nodes, per_node = trial_shape(train_cfg)
+    if nodes * per_node <= 1 or train_cfg.devices.strip() in ("auto", "-1") or not environ.get("SLURM_JOB_ID") \
+            or not environ.get(LAUNCHER_REQUEUES_ENV):
+        return []
+    return ["srun", "--overlap", "--unbuffered", "--disable-status", "--kill-on-bad-exit=1", f"--nodes={nodes}",
+            f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}"]
 
 
 def job_attrs(environ) -> dict[str, str]:
@@ -142,6 +182,25 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+def job_parameters(sweep_name: str, opts: SlurmOptions) -> dict:
+    """submitit's parameters of each job of the array. A job of several tasks (``opts.nodes`` x
+    ``opts.tasks_per_node``: a trial of several processes, :func:`srun_prefix`) runs its worker as one task
+    (``srun_args``): the trial's own step starts its ranks."""
+    params = {"time": opts.time_min, "cpus_per_task": opts.cpus, "ntasks_per_node": opts.tasks_per_node,
+              "nodes": opts.nodes, "job_name": f"ltfm-{sweep_name}", "signal_delay_s": opts.signal_s,
+              "additional_parameters": {"requeue": True, **sbatch_extra(list(opts.extra))},
+              "array_parallelism": opts.jobs}
+    if opts.nodes * opts.tasks_per_node > 1:
+        params["srun_args"] = ["--nodes=1", "--ntasks=1"]
+    if opts.partition:
+        params["partition"] = opts.partition
+    if opts.gpus:
+        params["gpus_per_node"] = opts.gpus
+    if opts.mem_gb is not None:
+        params["mem"] = f"{int(opts.mem_gb * 1024)}MB"
+    return params
+
+
 def submit(sweep_file: str, sweep_name: str, overrides: list[str], url: str, logs: Path, opts: SlurmOptions,
            say=print) -> list[str]:
     """Submit ``opts.jobs`` workers of the study as one Slurm job array; their job ids. Each job's log:
@@ -157,18 +216,8 @@ def submit(sweep_file: str, sweep_name: str, overrides: list[str], url: str, log
         raise UserError("--launcher slurm needs submitit: pip install 'lightning_tfm[slurm]'") from None
     if not any(o.split("=", 1)[0].strip() == "train.threads" for o in overrides):
         overrides = [*overrides, f"train.threads={opts.cpus}"]
-    executor = submitit.SlurmExecutor(folder=str(logs))
-    params = {"time": opts.time_min, "cpus_per_task": opts.cpus, "ntasks_per_node": 1, "nodes": 1,
-              "job_name": f"ltfm-{sweep_name}", "signal_delay_s": opts.signal_s,
-              "additional_parameters": {"requeue": True, **sbatch_extra(list(opts.extra))},
-              "array_parallelism": opts.jobs}
-    if opts.partition:
-        params["partition"] = opts.partition
-    if opts.gpus:
-        params["gpus_per_node"] = opts.gpus
-    if opts.mem_gb is not None:
-        params["mem"] = f"{int(opts.mem_gb * 1024)}MB"
-    executor.update_parameters(**params)
+    executor = submitit.SlurmExecutor(folder=str(logs), max_num_timeout=MAX_TIME_LIMITS)
+    executor.update_parameters(**job_parameters(sweep_name, opts))
     argv = ["sweep", sweep_file, "--storage-from-env", *overrides]
     try:
         with executor.batch():

@@ -47,7 +47,7 @@ from .plan import Plan, check_buildable
 from .process import TERMINATED, death_signal, killed_by, log_error_line, shielded, stop_process
 from .queue import STOPPED, SamplerFailed, ask_new, claim_waiting, duplicate_of, enqueue_missing, sampling
 from .settle import Settler
-from .slurm import JOB_ATTR, job_attrs
+from .slurm import JOB_ATTR, job_attrs, srun_prefix
 from .spec import Entry, Sweep, suggest
 from .storage import RESUME_STEP, STORAGE_ENV, Heartbeat, RetryWhileProgressing, queue_lock, retry
 
@@ -339,7 +339,7 @@ class Worker:
                 raise
             self._disk_failure(trial, trial_id, label, str(err))
             return 0
-        cmd = [sys.executable, "-m", "lightning_tfm", "train", str(trial_file)]
+        cmd = [*srun_prefix(cfg.train, os.environ), sys.executable, "-m", "lightning_tfm", "train", str(trial_file)]
         env = {**os.environ, STORAGE_ENV: self.url, "PYTHONUNBUFFERED": "1"}
         self.say(f"{label}: training {rid} (log {log})")
         started = time.time()

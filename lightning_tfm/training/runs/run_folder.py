@@ -25,8 +25,10 @@ from . import results, upgrade
 
 
 def rank_zero() -> bool:
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0 and \
-        int(os.environ.get("NODE_RANK", "0")) == 0
+    """Whether this process is a run's global rank 0, before its Trainer exists: torchrun's and Lightning's launcher's
+    ``RANK``/``LOCAL_RANK``/``NODE_RANK``, else Slurm's ``SLURM_PROCID`` (a run whose ranks are a step's tasks)."""
+    rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", os.environ.get("SLURM_PROCID", "0")))
+    return int(rank) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0
 
 
 def check_writable(results_dir: Path) -> None:
