@@ -95,7 +95,7 @@ def test_a_trial_on_two_nodes_gets_a_job_of_two_nodes_and_its_ranks_from_srun(tm
     --ntasks-per-node=4 and runs its worker as one task; inside the job the trial's ``ltfm train`` starts under
     ``srun`` as 8 tasks, 4 a node (Lightning's SLURMEnvironment takes each rank from them); a trial of one process,
     or outside a sweep's job, starts as it does on a workstation."""
-    from submitit.slurm.slurm import _make_sbatch_string
+    import submitit
 
     from lightning_tfm.base.errors import UserError
     from lightning_tfm.sweep.slurm import SlurmOptions, job_parameters, srun_prefix, trial_shape
@@ -105,11 +105,10 @@ def test_a_trial_on_two_nodes_gets_a_job_of_two_nodes_and_its_ranks_from_srun(tm
     two = TrainConfig(num_nodes=2, devices="4", accelerator="gpu")
     assert trial_shape(two) == (2, 4)
     params = job_parameters("t3", SlurmOptions(gpus=4, nodes=2, tasks_per_node=4))
-    script = _make_sbatch_string(command="python -m submitit.core._submit X", folder=str(tmp_path), **params)
-    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
-                 "#SBATCH --requeue"):
-        assert line in script, script
-    assert "srun --unbuffered" in script and "--nodes=1 --ntasks=1 python" in script  # the worker: one task
+    submitit.SlurmExecutor(folder=str(tmp_path)).update_parameters(**params)  # submitit takes each of them
+    assert (params["nodes"], params["ntasks_per_node"], params["gpus_per_node"]) == (2, 4, 4)
+    assert params["additional_parameters"]["requeue"] is True
+    assert params["srun_args"] == ["--nodes=1", "--ntasks=1"]  # the worker: one task of the job
     job = {"SLURM_JOB_ID": "42", LAUNCHER_REQUEUES_ENV: "1"}
     assert srun_prefix(two, job) == ["srun", "--overlap", "--unbuffered", "--disable-status", "--kill-on-bad-exit=1",
                                      "--nodes=2", "--ntasks=8", "--ntasks-per-node=4"]
