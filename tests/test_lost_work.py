@@ -215,7 +215,9 @@ def test_the_readmes_report_commands_read_what_a_fresh_clone_has():
     import shlex
 
     text = (ROOT / "README.md").read_text()
-    commands = [shlex.split(c.replace("\\\n", " ").split("#")[0]) for c in text.split("\nltfm report ")[1:]]
+    # each command to the end of its line (its continuation lines joined), its comment left out
+    commands = [shlex.split(c.replace("\\\n", " ").split("\n")[0].split("#")[0])
+                for c in text.split("\nltfm report ")[1:]]
     exports = [c[c.index(o) + 1] for c in commands for o in ("--from-export", "--against-export") if o in c]
     assert exports and all((ROOT / e).is_dir() and e.startswith("reports/reference/") for e in exports), exports
     against = next(c for c in commands if "--against" in c)
