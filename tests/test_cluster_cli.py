@@ -4,6 +4,8 @@ the proxy's address without ``--serve-storage`` are refused, never ignored; a pr
 proxy answers is one line; the proxy refuses SQLite behind it. The cluster itself: tests/test_slurm.py."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from conftest import write_sweep
@@ -110,8 +112,15 @@ def test_a_trial_on_two_nodes_gets_a_job_of_two_nodes_and_its_ranks_from_srun(tm
     assert params["additional_parameters"]["requeue"] is True
     assert params["srun_args"] == ["--nodes=1", "--ntasks=1"]  # the worker: one task of the job
     job = {"SLURM_JOB_ID": "42", LAUNCHER_REQUEUES_ENV: "1"}
-    assert srun_prefix(two, job) == ["srun", "--overlap", "--unbuffered", "--disable-status", "--kill-on-bad-exit=1",
-                                     "--nodes=2", "--ntasks=8", "--ntasks-per-node=4"]
+    prefix = srun_prefix(two, job)
+    port = prefix.pop(5)  # the ranks' meeting port: free on this node now, not Lightning's 15000 + the job id
+    assert prefix == ["srun", "--overlap", "--unbuffered", "--disable-status", "--kill-on-bad-exit=1",
+                      "--nodes=2", "--ntasks=8", "--ntasks-per-node=4"]
+    assert port.startswith("--export=ALL,MASTER_PORT=") and int(port.rsplit("=", 1)[1]) != 15042
+    with socket.socket() as s:  # free when chosen: it binds
+        s.bind(("127.0.0.1", int(port.rsplit("=", 1)[1])))
+    assert "--export=ALL,MASTER_PORT=29500" not in srun_prefix(two, {**job, "MASTER_PORT": "29500"})  # the user's
+    assert not any(w.startswith("--export") for w in srun_prefix(two, {**job, "MASTER_PORT": "29500"}))
     assert srun_prefix(TrainConfig(devices="auto"), job) == []  # counted on the node: Lightning's own launcher
     assert srun_prefix(two, {"SLURM_JOB_ID": "42"}) == []  # a Slurm job of the user's own: Lightning's choice
     assert srun_prefix(TrainConfig(), job) == []  # one process

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -236,7 +237,7 @@ def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url
 
 
 def test_a_trial_of_two_devices_runs_as_two_slurm_tasks_with_one_result_and_one_wandb_run(cluster, pg_url,  # noqa: F811
-                                                                                         data_dir, tmp_path):
+                                                                                         data_dir, tmp_path, request):
     """``train.devices=2`` (CPU, gloo DDP standing in for 2 GPUs): the job asks for 2 tasks on its node, and the
     trial's ``ltfm train`` runs under ``srun`` as those 2 tasks (Lightning's SLURMEnvironment: its ranks from Slurm);
     it completes with one result and one W&B run (rank 0's), read back from its files."""
@@ -244,6 +245,19 @@ def test_a_trial_of_two_devices_runs_as_two_slurm_tasks_with_one_result_and_one_
 
     sweep = write_sweep(tmp_path / "ddp.yaml", "ddp", {"base": {}})
     results = tmp_path / "results"
+    # The ports Lightning's SLURMEnvironment would give this cluster's jobs (15000 + the job id's last 4 digits),
+    # held as another job's ranks on this node would hold them (two clusters on one machine did): the trial's
+    # ranks meet on a port of their own.
+    held = []
+    for port in range(15001, 15200):
+        s = socket.socket()
+        try:
+            s.bind(("", port))
+            s.listen()
+            held.append(s)
+        except OSError:
+            s.close()
+    request.addfinalizer(lambda: [s.close() for s in held])
     (job,) = submit(cluster, sweep, pg_url, results, data_dir, "train.devices=2", "train.strategy=ddp",
                     "train.accelerator=cpu", "train.precision=32", "train.record_batches=true")
     show = cluster.run("scontrol", "show", "job", job).stdout

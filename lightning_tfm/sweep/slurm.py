@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -92,15 +93,28 @@ def srun_prefix(train_cfg, environ) -> list[str]:
     one result). ``--overlap``: the step shares the CPUs of the job's first step, where the worker waits;
     ``--disable-status``: the worker's SIGINT (a stop at the end of the step) reaches the ranks at once. A trial of
     one process, of ``devices`` auto or -1 (counted on the node: not what the job was sized by), or outside such a
-    job: [] (Lightning starts any ranks itself, as on a workstation)."""
+    job: [] (Lightning starts any ranks itself, as on a workstation).
+
+    The ranks meet on a port free on this node now (``MASTER_PORT``, unless the user set one): Lightning's
+    ``SLURMEnvironment`` would take 15000 + the job id's last 4 digits, which two jobs on one node share when
+    their ids end alike (job 10003 and 20003; or two clusters' job 3 on one machine) and then fail to meet. The
+    worker runs on the job's first node, where rank 0 of the step runs."""
     from ..training.train import LAUNCHER_REQUEUES_ENV
 
     nodes, per_node = trial_shape(train_cfg)
     if nodes * per_node <= 1 or train_cfg.devices.strip() in ("auto", "-1") or not environ.get("SLURM_JOB_ID") \
             or not environ.get(LAUNCHER_REQUEUES_ENV):
         return []
-    return ["srun", "--overlap", "--unbuffered", "--disable-status", "--kill-on-bad-exit=1", f"--nodes={nodes}",
-            f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}"]
+    port = [] if environ.get("MASTER_PORT") else [f"--export=ALL,MASTER_PORT={free_port()}"]
+    return ["srun", "--overlap", "--unbuffered", "--disable-status", "--kill-on-bad-exit=1", *port,
+            f"--nodes={nodes}", f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}"]
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (the kernel's choice), for a trial's ranks to meet on."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
 
 
 def job_attrs(environ) -> dict[str, str]:
