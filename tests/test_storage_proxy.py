@@ -4,6 +4,7 @@
 :mod:`lightning_tfm.sweep.proxy`) fails a trial whose worker stopped beating and queues its retry."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -63,3 +64,40 @@ def test_a_trial_that_stopped_beating_through_the_proxy_is_failed_and_retried(pr
     assert states[dead.number] == TrialState.FAIL
     (retry,) = [t for t in study.get_trials(deepcopy=False) if t.number not in (alive.number, dead.number)]
     assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == dead.number
+
+
+def test_a_worker_on_the_proxy_starts_its_trials_while_its_grpc_threads_are_busy(proxy, tmp_path):
+    """A worker on ``grpc://`` holds grpcio's threads (its heartbeat's calls) when it starts a trial. It starts
+    the trial's process as :func:`lightning_tfm.sweep.process.start` does; a ``preexec_fn`` there made Python fork
+    those threads, and 7 children in 100 aborted in grpcio's fork handling (``epoll_wait error: Bad file
+    descriptor``) before their exec. Here 100 starts beside a thread calling the proxy without pause all exit 0."""
+    import threading
+
+    import optuna
+
+    from lightning_tfm.base.lifeline import tie
+    from lightning_tfm.sweep import process
+    from lightning_tfm.sweep.storage import open_storage
+
+    storage = open_storage(proxy, heartbeat={"interval": 1, "grace": 5, "max_retry": 1})
+    study = optuna.create_study(storage=storage, study_name="busy")
+    done = threading.Event()
+
+    def calls():
+        while not done.is_set():
+            study.tell(study.ask(), 1.0)
+
+    caller = threading.Thread(target=calls, daemon=True)
+    caller.start()
+    try:
+        codes = []
+        for i in range(100):
+            with open(tmp_path / f"{i}.log", "wb") as out:
+                codes.append(process.start([sys.executable, "-c", "pass"], tie(dict(os.environ)),
+                                           out).wait())
+    finally:
+        done.set()
+        caller.join(timeout=60)
+    assert len(study.trials) > 10  # the calls went on meanwhile
+    bad = {i: (tmp_path / f"{i}.log").read_text()[-300:] for i, rc in enumerate(codes) if rc != 0}
+    assert not bad, bad

@@ -20,6 +20,7 @@ import sys
 
 from ..base.command import Command
 from ..base.errors import UserError, closest
+from ..base.lifeline import hold_on
 from . import bench, config, evaluate, report, runs, sweep, train
 
 
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    hold_on()  # a sweep's trial: dies with its worker
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)

@@ -1,30 +1,22 @@
-"""A trial's process as its worker sees it: the trial dies with its worker (``PR_SET_PDEATHSIG``), the worker
-stops like Ctrl-C on SIGTERM, and how a trial that ended badly is told (its log's error line, the signal that
-killed it)."""
+"""A trial's process as its worker sees it: the worker stops like Ctrl-C on SIGTERM, and how a trial that ended
+badly is told (its log's error line, the signal that killed it). The trial dies with its worker:
+:mod:`~lightning_tfm.base.lifeline`."""
 from __future__ import annotations
 
 import contextlib
 import signal
-import sys
+import subprocess
 import threading
 from pathlib import Path
 
-
-def death_signal():
-    """A preexec_fn making the trial process get SIGKILL when its worker dies (Linux ``PR_SET_PDEATHSIG``),
-    so that a killed worker leaves no orphan training that would race the retried trial. ``prctl`` is looked
-    up here, in the parent: between fork and exec the child only calls it (no imports, no locks)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda: prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-
-
 TERMINATED = threading.Event()
+
+
+def start(cmd: list[str], env: dict, out) -> subprocess.Popen:
+    """Start a trial's process, its output to the open file ``out``: no ``preexec_fn``, so that Python starts it by
+    vfork and exec, which run no fork handlers (grpcio's aborted children of a worker on ``grpc://``); the death
+    signal is set by the child itself (:func:`~lightning_tfm.base.lifeline.hold_on`)."""
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
 
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)

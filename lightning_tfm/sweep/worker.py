@@ -13,7 +13,7 @@
   cannot say the metric there (no validation at the budget, BLEU measured at the end only) closes the trial as
   skipped (:data:`~.budget.PAST_BUDGET`) with the reason.
 - The trial process gets the storage URL through :data:`~.storage.STORAGE_ENV`, dies with its worker
-  (``PR_SET_PDEATHSIG``), and is stopped like Ctrl-C when the worker gets SIGTERM.
+  (:mod:`~..base.lifeline`), and is stopped like Ctrl-C when the worker gets SIGTERM.
 - Every write the worker makes for a trial it holds goes through :func:`.held.write`: a trial found finished
   by another worker (failed as stale while this worker could not reach the storage, or was stopped) raises
   :class:`~.held.TakenOver`, and the worker says so in one line, ends the trial's process if one runs, and goes on
@@ -36,15 +36,16 @@ import time
 from pathlib import Path
 
 from ..base.errors import UserError
+from ..base.lifeline import tie
 from ..base.redact import scrub_text
 from ..training.config import config
 from ..training.config.run_id import run_id
 from ..training.runs import run_folder
 from ..training.runs.results import ATTEMPT_ENV, RESULT_FIELDS, RUN_LOCKED, WANDB_FIELDS, read_summary
-from . import held
+from . import held, process
 from .budget import CONTINUED, NO_BLEU, PAST_BUDGET, folder_at_budget
 from .plan import Plan, check_buildable
-from .process import TERMINATED, death_signal, killed_by, log_error_line, shielded, stop_process
+from .process import TERMINATED, killed_by, log_error_line, shielded, stop_process
 from .queue import STOPPED, SamplerFailed, ask_new, claim_waiting, duplicate_of, enqueue_missing, sampling
 from .settle import Settler
 from .slurm import JOB_ATTR, job_attrs, srun_prefix
@@ -339,8 +340,11 @@ class Worker:
                 raise
             self._disk_failure(trial, trial_id, label, str(err))
             return 0
-        cmd = [*srun_prefix(cfg.train, os.environ), sys.executable, "-m", "lightning_tfm", "train", str(trial_file)]
+        srun = srun_prefix(cfg.train, os.environ)
+        cmd = [*srun, sys.executable, "-m", "lightning_tfm", "train", str(trial_file)]
         env = {**os.environ, STORAGE_ENV: self.url, "PYTHONUNBUFFERED": "1"}
+        if not srun:  # under srun the ranks are slurmstepd's children; the job's end ends them with the worker
+            env = tie(env)
         self.say(f"{label}: training {rid} (log {log})")
         started = time.time()
         deadline = None
@@ -438,8 +442,7 @@ class Worker:
         the trial taken over stops the process as Ctrl-C does (its checkpoint saved) and raises
         :class:`~.held.TakenOver`; Ctrl-C or SIGTERM stops it the same way (then :meth:`_stopped`)."""
         with open(log, "ab") as fh:
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    preexec_fn=death_signal())
+            proc = process.start(cmd, env, fh)
             try:
                 while True:
                     with contextlib.suppress(subprocess.TimeoutExpired):
