@@ -8,5 +8,6 @@
 - :mod:`.inputs`: the YAML a user hands over, read safely, and :func:`~.inputs.shown` (a value in an error);
 - :mod:`.knobs`: what a config section is made of (:class:`~.knobs.Section`, :func:`~.knobs.knob`,
   :class:`~.knobs.Range`), for run configs and sweep files alike;
-- :mod:`.command`: what an ``ltfm`` command is (:class:`~.command.Command`) and what every command prints alike.
+- :mod:`.command`: what an ``ltfm`` command is (:class:`~.command.Command`) and what every command prints alike;
+- :mod:`.lifeline`: a sweep's trial process dies with its worker.
 """
