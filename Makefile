@@ -13,7 +13,8 @@
 #                 it settles too, at QUICK_SETTLE's cap: 2 seeds a row)
 #   WORKERS=K   : K workers instead of one per core (or GPU)
 #   SWEEP=sweeps/table3.yaml ARGS="train.devices=8 train.strategy=ddp" WORKERS=1 : the paper's scale on a GPU node
-# make reference: make ablation, then its report with provenance in reports/reference/<sweep name>/
+# make reference: make ablation, then its report with provenance in reports/reference/<sweep name>/; stopped
+#                 (Ctrl-C), it goes on when run again, or on another machine: make reference-carry packs it
 # make test     : set up .venv and run the test suite (what CI runs), make lint first
 # make lint     : ruff's check of lightning_tfm and tests (pyproject.toml's [tool.ruff]: pycodestyle, pyflakes, isort)
 # make test-long: the long end-to-end tests make test leaves out (several sweeps each)
@@ -60,7 +61,7 @@ SETTLE_ARGS = $(if $(filter 1,$(SETTLE)),--settle $(if $(QUICK),$(QUICK_SETTLE),
 # QUICK runs keep their own results (a different corpus and budget): never mixed into the protocol's table
 RESULTS_ARGS = $(if $(QUICK),run.results_dir=results-quick,)
 
-.PHONY: setup ablation reference test test-long test-fast bench train clean gpu-check gpu-prep soak heldout rerender \
+.PHONY: setup ablation reference reference-carry test test-long test-fast bench train clean gpu-check gpu-prep soak heldout rerender \
 	pages slurm-up slurm-down
 
 # A CUDA build of torch (>= 2.4) already in $(PYTHON), as on a GPU box, is used as it is: the venv sees the
@@ -99,23 +100,41 @@ ablation: setup
 # make reference: `make ablation` (same variables), then its report copied to reports/reference/<sweep name>/ with
 # provenance.txt (command, commit, machine, start date, wall time) and status.txt (every row's state and duration)
 REF_NAME = $(notdir $(basename $(SWEEP)))
+REF_RESULTS = $(if $(QUICK),results-quick,results)
+STUDY = $(shell sed -n 's/^name: *\([^ #]*\).*/\1/p' $(SWEEP) | head -1)
+CARRY = reports/reference/$(REF_NAME)$(if $(QUICK),-quick,)-carry.tar.gz
 # not spelled $(MAKE) in the recipe: make runs a recipe line naming it even under `make -n`, and this one
 # replaces reports/reference/<sweep>/
 SUBMAKE = $(MAKE)
 reference: setup
-	@set -e; start=$$(date -u +%Y-%m-%dT%H:%M:%SZ); t0=$$(date +%s); commit=$$(git rev-parse HEAD 2>/dev/null || echo unknown); \
+	@set -e; if [ -f $(CARRY) ] && [ ! -e $(REF_RESULTS)/$(STUDY).db ]; then \
+	  bash reports/reference/carry.sh restore $(CARRY) $(REF_RESULTS) $(STUDY); fi; \
+	t0=$$(date +%s); commit=$$(git rev-parse HEAD 2>/dev/null || echo unknown); \
 	dirty=$$(git status --porcelain --untracked-files=no -- . ':!reports/reference' 2>/dev/null | head -1); \
-	$(SUBMAKE) --no-print-directory ablation SWEEP=$(SWEEP) WORKERS=$(WORKERS) ARGS='$(ARGS)' $(if $(QUICK),QUICK=1,); \
-	t1=$$(date +%s); out=reports/reference/$(REF_NAME)$(if $(QUICK),-quick,); \
+	segment="bash reports/reference/carry.sh segment $(REF_RESULTS) $(STUDY) $$t0"; \
+	trap '$$segment $$(date +%s) $$commit$${dirty:++}' EXIT; \
+	rc=0; $(SUBMAKE) --no-print-directory ablation SWEEP=$(SWEEP) WORKERS=$(WORKERS) ARGS='$(ARGS)' $(if $(QUICK),QUICK=1,) || rc=$$?; \
+	if [ $$rc -ne 0 ]; then echo "ltfm: the reference stopped: make reference$(if $(QUICK), QUICK=1,) goes on here; make reference-carry$(if $(QUICK), QUICK=1,) packs it for another machine"; exit $$rc; fi; \
+	trap - EXIT; $$segment $$(date +%s) $$commit$${dirty:++}; \
+	out=reports/reference/$(REF_NAME)$(if $(QUICK),-quick,); segments=$(REF_RESULTS)/$(STUDY).segments; \
 	build=reports/build/$(if $(QUICK),quick-,)$(REF_NAME); rm -rf $$out; mkdir -p $$out; \
 	cp $$build/*.md $$build/*.csv $$build/*.html $$build/*.png $$out/; cp $$build/*.tex $$out/ 2>/dev/null || true; \
 	if [ -d $$build/export ]; then cp -r $$build/export $$out/; fi; \
 	$(VENV)/bin/ltfm sweep $(SWEEP) --status $(DATA_ARGS) $(RESULTS_ARGS) $(BUDGET) $(if $(QUICK),$(QUICK_SETTLE),) $(ARGS) > $$out/status.txt; \
-	w=$$((t1 - t0)); { echo "command: make reference$(if $(QUICK), QUICK=1,)$(if $(filter-out auto,$(WORKERS)), WORKERS=$(WORKERS),)$(if $(ARGS), ARGS='$(ARGS)',)"; \
-	  echo "sweep: $(SWEEP)"; echo "commit: $$commit$${dirty:+ (with uncommitted changes)}"; \
+	w=$$(bash reports/reference/carry.sh wall $(REF_RESULTS) $(STUDY)); n=$$(wc -l < $$segments); \
+	commits=$$(awk '{ print $$3 }' $$segments | uniq | tr '\n' ' ' | sed 's/ $$//; s/+/ (with uncommitted changes)/g'); \
+	{ echo "command: make reference$(if $(QUICK), QUICK=1,)$(if $(filter-out auto,$(WORKERS)), WORKERS=$(WORKERS),)$(if $(ARGS), ARGS='$(ARGS)',)"; \
+	  echo "sweep: $(SWEEP)"; echo "commit: $$commits"; \
 	  echo "machine: $$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1) (family $$(lscpu | sed -n 's/^CPU family: *//p' | head -1), model $$(lscpu | sed -n 's/^Model: *//p' | head -1); $$(grep -o -w -m1 'avx512_bf16' /proc/cpuinfo || echo 'no avx512_bf16'), $$(grep -o -w -m1 'avx2' /proc/cpuinfo || echo 'no avx2')), $$(nproc) cores, $$(free -g | awk '/Mem:/{print $$2}') GiB, torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
-	  echo "started: $$start"; echo "wall time (setup checked, sweep, report): $$((w / 3600))h $$((w % 3600 / 60))m $$((w % 60))s"; } > $$out/provenance.txt; \
+	  echo "started: $$(date -u -d @$$(head -1 $$segments | cut -d' ' -f1) +%Y-%m-%dT%H:%M:%SZ)"; \
+	  echo "wall time (setup checked, sweep, report): $$((w / 3600))h $$((w % 3600 / 60))m $$((w % 60))s$$( [ $$n -gt 1 ] && echo " in $$n sessions (make reference-carry between them)")"; } > $$out/provenance.txt; \
+	if [ -f $(CARRY) ]; then rm -f $(CARRY); echo "ltfm: the reference is complete: its carry $(CARRY) is removed (commit that)"; fi; \
 	cat $$out/provenance.txt; echo "reference report: $$out/"
+
+# make reference-carry: a stopped make reference packed for another machine (reports/reference/carry.sh), to commit:
+# the study and its completed runs without checkpoints; make reference on a fresh clone goes on from it
+reference-carry: setup
+	@bash reports/reference/carry.sh save $(CARRY) $(REF_RESULTS) $(STUDY)
 
 train: setup
 	$(VENV)/bin/ltfm train $(EXPERIMENT) $(DATA_ARGS) $(ARGS)
