@@ -719,8 +719,9 @@ def test_a_killed_workers_search_point_is_re_run(tmp_path, data_dir):
 def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, data_dir):
     """Ctrl-Z (SIGSTOP) a worker and its trial past the heartbeat grace: another worker's retry finds the run
     folder locked and waits for it (never trains it beside the stopped one); woken (SIGCONT), the old trial
-    learns the study closed it and stops, recorded as failed (never completed short of its budget), its worker
-    going on without a crash; the waiting retry then trains the row to its budget."""
+    stops short of its budget, never completed (failed when the trial finds the study closed it first, stopped when
+    its worker's heartbeat finds it taken over first), its worker going on without a crash; the waiting retry then
+    trains the row to its budget."""
     results = tmp_path / "results"
     sweep = write_sweep(tmp_path, "wake", {"base": {}}, heartbeat={"interval": 1, "grace": 5, "max_retry": 3})
     url = f"sqlite:///{tmp_path / 'wake.db'}"
@@ -748,8 +749,14 @@ def test_a_woken_trial_never_reports_its_unfinished_run_as_completed(tmp_path, d
     assert "Traceback" not in second_out.read_text()
     attempts = json.loads(summary_path.read_text())["attempts"]
     woken = [a for a in attempts if a.get("pid") == trial_pid]
-    assert woken and woken[-1]["status"] == "failed" and "heartbeat lapsed" in woken[-1]["error"]
-    assert woken[-1]["steps"] < LONG_ROW
+    # Which of the two woken processes acts first is the scheduler's choice, and either way the attempt ends short
+    # of its budget, never completed: the trial (its next report finds the study closed it: failed, "heartbeat
+    # lapsed") or its worker (its heartbeat finds the trial taken over and stops it as Ctrl-C does: stopped).
+    assert woken and woken[-1]["steps"] < LONG_ROW, woken
+    if woken[-1]["status"] == "failed":
+        assert "heartbeat lapsed" in woken[-1]["error"], woken[-1]
+    else:
+        assert woken[-1]["status"] == "stopped" and "was taken over by another worker" in out, (woken[-1], out[-2000:])
     done = [t for t in trials_of(url, "wake") if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == 1 and json.loads(summary_path.read_text())["steps"] == LONG_ROW
     assert json.loads(summary_path.read_text())["status"] == "completed"
