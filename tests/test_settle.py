@@ -179,9 +179,10 @@ def test_a_row_at_its_cap_stops_the_loop_unsettled(tmp_path, data_dir, ltfm_here
                                                    ("base", 2, 1.0), ("twin", 2, 1.0)]
     assert "every row answered or at its cap" in p.stdout, p.stdout
     assert "settled 1 of 2 rows (1 the same, 1 unsettled)" in p.stdout, p.stdout
-    assert "wider  unsettled (one seed)" in p.stdout and "waits for at its cap: 0.0001 hours spent" in p.stdout
+    assert "wider  unsettled (one seed)" in p.stdout and "; at its cap: 0.0001 hours spent" in p.stdout
     s = ltfm_here(*sweep_args(path, data_dir, tmp_path), "--status")
-    assert "wider  unsettled" in s.stdout and "waits for at its cap: 0.0001 hours spent" in s.stdout, s.stdout
+    assert "wider  unsettled" in s.stdout and "; at its cap: 0.0001 hours spent" in s.stdout, s.stdout
+    assert "waits for at its cap" not in p.stdout + s.stdout
     again = ltfm(*sweep_args(path, data_dir, tmp_path), "--settle")
     assert again.returncode == 0 and ": training " not in again.stdout, again.stdout[-3000:]
     assert len(trials_of(tmp_path, "cap")) == 5

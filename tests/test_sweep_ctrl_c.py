@@ -214,3 +214,43 @@ def test_a_stopped_trial_is_claimed_before_any_other_and_shown_stopped(data_dir)
     assert storage.get_trial(retry._trial_id).system_attrs.get("failed_trial") == second.number
     assert claim().number == first.number  # then the rows in queue order
     assert trial_rows([storage.get_trial(again._trial_id)])[0]["state"] == "running"
+
+
+def _ignore_sigint() -> None:  # a shell script's background job (`make ablation &`): SIGINT ignored, SIGTERM not
+    default_signals()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.slow
+@pytest.mark.long  # make test-long: a sweep of two rows more
+def test_a_settling_sweep_whose_workers_were_stopped_behind_its_back_exits_as_stopped(tmp_path, data_dir):
+    """``ltfm sweep FILE --workers 2 --settle`` started as a script's background job (SIGINT ignored, which it keeps),
+    SIGINT to its group: the workers stop (they take SIGINT whatever they inherit) and their trials go back to the
+    queue; the launcher says the workers were stopped, which trials, and exits 130, as after its own Ctrl-C, never
+    printing the settle loop's closing lines as if the rows were done (``make ablation``'s recipe then stops, where
+    it went on to the report of a third of the table)."""
+    results = tmp_path / "results"
+    sweep_file = write_sweep(tmp_path, "ctrlc", ROWS)
+    overrides = [f"data.path={data_dir}", f"run.results_dir={results}", *TINY, f"train.max_steps={BUDGET}"]
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    out = tmp_path / "first.out"
+    with out.open("w") as fh:
+        launcher = subprocess.Popen([sys.executable, "-m", "lightning_tfm", "sweep", str(sweep_file), "--workers", "2",
+                                     "--settle", *overrides], stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                    start_new_session=True, preexec_fn=_ignore_sigint)
+    try:
+        held = _hold_after_first_validation(results, launcher, out)
+        os.killpg(launcher.pid, signal.SIGINT)
+        for pid in held.values():
+            os.kill(pid, signal.SIGCONT)  # each trial finds the signal pending: it stops at the end of its step
+        launcher.wait(timeout=600)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    said = out.read_text()
+    assert launcher.returncode == 130, said[-3000:]
+    assert "2 of 2 worker(s) were stopped" in said and re.search(r"\[ctrlc\] stopped: .*at step", said), said[-3000:]
+    assert "Traceback" not in said and "settled" not in said and "not answered" not in said, said[-3000:]
+    trials = trials_of(f"sqlite:///{results / 'ctrlc.db'}", "ctrlc")
+    assert sorted((t.state.name, t.user_attrs["status"]) for t in trials) == [("WAITING", "stopped")] * 2

@@ -273,10 +273,13 @@ def sweep_cli(args) -> int:
 
 def _settled(sweep, plan: Plan, study, code: int) -> int:
     """The settle loop's closing lines (one a row: its answer and what it took; the counts and the compute against
-    every row at the cap); ``code`` returned."""
+    every row at the cap); ``code`` returned. None for a stopped sweep (130): the loop has not ended."""
+    from ..sweep.launch import STOPPED_RC
     from ..sweep.settle import read, summary_lines
     from ..sweep.storage import retry
 
+    if code == STOPPED_RC:
+        return code
     for line in summary_lines(sweep, read(plan, retry(study.get_trials, deepcopy=False))):
         print(line, flush=True)
     return code
@@ -285,7 +288,7 @@ def _settled(sweep, plan: Plan, study, code: int) -> int:
 def _status_answers(sweep, plan: Plan, study, rows: list[dict]) -> list[str]:
     """For a settling sweep (a settle: section, or trials the settle loop queued): each row's answer and what it
     waits for, as lines after the status table, and in each trial's row (``answer``, ``waiting``) for --json."""
-    from ..sweep.settle import MULTIPLE, read, row_answers
+    from ..sweep.settle import MULTIPLE, read, row_answers, waits
 
     trials = study.get_trials(deepcopy=False)
     if not (sweep.settles or any(MULTIPLE in t.user_attrs for t in trials)):
@@ -298,8 +301,7 @@ def _status_answers(sweep, plan: Plan, study, rows: list[dict]) -> list[str]:
         return ["settle: no answers yet (they need a completed run of the base and of the row)"]
     width = max(map(len, answers))
     return ["settle: each row's answer against the base, and what it waits for:",
-            *(f"  {v:<{width}}  {a['why']}" + (f"; waits for {a['waiting']}" if a["waiting"] else "")
-              for v, a in answers.items())]
+            *(f"  {v:<{width}}  {a['why']}{waits(a['waiting'])}" for v, a in answers.items())]
 
 
 def report_command(args) -> str:

@@ -391,10 +391,15 @@ def _say_stopped(sweep: Sweep, open_study_fn, say) -> None:
             say(f"[{sweep.name}] stopped: {rows}; the same command resumes them first")
 
 
+#: A worker's exit code when a signal stopped it (Ctrl-C, SIGTERM, SIGUSR1): its trial went back to the queue.
+STOPPED_RC = 130
+
+
 def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], storage_url: str, open_study_fn,
            workers: int | str, every: float = 30.0, out=None, per_gpu: int = WORKERS_PER_GPU,
            status_hint: str | None = None, settle: bool = False) -> int:
-    """Start the workers, print progress until they have all exited; returns 1 if any worker failed.
+    """Start the workers, print progress until they have all exited; returns :data:`STOPPED_RC` if any worker was
+    stopped (its trials resume when the same command runs again), else 1 if any worker failed.
     ``status_hint``: the ``--status`` command printed when a trial failed (the caller's results folder and storage);
     ``settle``: each worker settles the rows (``--settle``, :mod:`.settle`); a finished row's line has its answer."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -454,6 +459,14 @@ def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], stor
             fh.close()
     rcs = [p.returncode for p, _ in procs]
     took = _hms(time.time() - started)
+    if STOPPED_RC in rcs:
+        # Workers stopped by a signal that this launcher did not get: SIGINT to the process group of a launcher that
+        # ignores it (a shell script's background job, `make ... &`: the workers stop on it all the same), or a
+        # worker's own SIGTERM. A stop, as Ctrl-C is: never read as finished (a --settle closing its rows).
+        say(f"[{sweep.name}] {rcs.count(STOPPED_RC)} of {n} worker(s) were stopped (exit codes {rcs}) after {took}; "
+            "run the same command again to resume")
+        _say_stopped(sweep, open_study_fn, say)
+        return STOPPED_RC
     if any(rcs):
         say(f"[{sweep.name}] workers finished in {took}; some trials failed or a worker stopped (exit codes "
             f"{rcs}): see {logs}/worker-<i>.log and `{status_hint or f'ltfm sweep {sweep_file} --status'}`")

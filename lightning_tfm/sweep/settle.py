@@ -336,7 +336,7 @@ def summary_lines(sweep: Sweep, reading: Reading | None) -> list[str]:
     width = max(map(len, p.answers), default=0)
     for variant, a in p.answers.items():
         seeds, longest, flops = took(reading, variant)
-        wait = f"; waits for {p.waiting[variant]}" if variant in p.waiting and a.answer == UNSETTLED else ""
+        wait = waits(p.waiting.get(variant)) if a.answer == UNSETTLED else ""
         lines.append(f"[{sweep.name}] {variant:<{width}}  {a.why} (took {seeds} seed(s) to {longest:g}x, "
                      f"{flops:.3g} FLOPs{wait})")
     for variant in sweep.variants:
@@ -353,6 +353,14 @@ def summary_lines(sweep: Sweep, reading: Reading | None) -> list[str]:
                  f"{spent / cap:.0%} of every row at the cap ({cap:.3g})" + ("" if p.done else
                                                                            "; not done: run the same command again"))
     return lines
+
+
+def waits(waiting: str | None) -> str:
+    """What an unanswered row waits for, as the end of its line: "; waits for another seed of the row", or
+    "; at its cap: 3 seeds" where the loop has nothing left to try for it; "" for a row that waits for nothing."""
+    if not waiting:
+        return ""
+    return f"; {waiting}" if waiting.startswith("at its cap") else f"; waits for {waiting}"
 
 
 def row_answers(reading: Reading | None) -> dict[str, dict]:
