@@ -54,6 +54,21 @@ def _hold_after_first_validation(results: Path, proc: subprocess.Popen, out: Pat
     return held
 
 
+def _let_go(held: dict[Path, int], launcher: subprocess.Popen) -> None:
+    """Wake each held trial (SIGCONT): it finds its stop signal pending and stops at the end of its step; then
+    wait for the launcher to end."""
+    for pid in held.values():
+        os.kill(pid, signal.SIGCONT)
+    launcher.wait(timeout=600)
+
+
+def _reap(launcher: subprocess.Popen) -> None:
+    """A launcher still running when its test ends (an assertion failed): its whole group killed."""
+    if launcher.poll() is None:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("started_by", ["ltfm", pytest.param("make", marks=pytest.mark.long)])
 def test_ctrl_c_of_a_sweep_stops_its_trials_and_the_next_run_resumes_them(started_by, tmp_path, data_dir, ltfm_here):
@@ -102,13 +117,9 @@ def test_ctrl_c_of_a_sweep_stops_its_trials_and_the_next_run_resumes_them(starte
         os.killpg(launcher.pid, signal.SIGINT)  # Ctrl-C
         wait_for_line(out, "interrupted: stopping the workers", launcher)
         os.killpg(launcher.pid, signal.SIGINT)  # and again, while the workers stop (their trials are still held)
-        for pid in held.values():
-            os.kill(pid, signal.SIGCONT)  # each trial finds its Ctrl-C pending: it stops at the end of its step
-        launcher.wait(timeout=600)
+        _let_go(held, launcher)
     finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait()
+        _reap(launcher)
     said = out.read_text()
     lines = said.splitlines()
     assert "Traceback" not in said and not [ln for ln in lines if ln.startswith("ltfm: some trials failed")], said
@@ -241,13 +252,9 @@ def test_a_settling_sweep_whose_workers_were_stopped_behind_its_back_exits_as_st
     try:
         held = _hold_after_first_validation(results, launcher, out)
         os.killpg(launcher.pid, signal.SIGINT)
-        for pid in held.values():
-            os.kill(pid, signal.SIGCONT)  # each trial finds the signal pending: it stops at the end of its step
-        launcher.wait(timeout=600)
+        _let_go(held, launcher)
     finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait()
+        _reap(launcher)
     said = out.read_text()
     assert launcher.returncode == 130, said[-3000:]
     assert "2 of 2 worker(s) were stopped" in said and re.search(r"\[ctrlc\] stopped: .*at step", said), said[-3000:]
