@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 #: The help of the ``dotted.key=value`` arguments of the commands that read an experiment file.
+#: The exit code of a command stopped by Ctrl-C (or SIGTERM, SIGUSR1: a worker's stop), as a shell reports SIGINT:
+#: a sweep's stopped trials went back to the queue, and the same command resumes them.
+STOPPED_RC = 130
+
 OVERRIDES = "dotted.key=value settings on top of the file (ltfm config --keys lists every key)"
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import os
 import re
 import sys
 
-from ..base.command import Command
+from ..base.command import STOPPED_RC, Command
 from ..base.errors import UserError, closest
 from ..base.lifeline import hold_on
 from . import bench, config, evaluate, report, runs, sweep, train
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("ltfm: interrupted", file=sys.stderr)
-        return 130
+        return STOPPED_RC
 
 
 if __name__ == "__main__":

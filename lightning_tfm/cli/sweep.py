@@ -7,7 +7,7 @@ import os
 import shlex
 from typing import TYPE_CHECKING
 
-from ..base.command import Command, print_keys, say_done
+from ..base.command import STOPPED_RC, Command, print_keys, say_done
 from ..base.errors import UserError
 from .common import with_default_data
 from .sweep_cluster import check_cluster_options, cluster_arguments, serve_storage_cli, submit_slurm
@@ -273,8 +273,7 @@ def sweep_cli(args) -> int:
 
 def _settled(sweep, plan: Plan, study, code: int) -> int:
     """The settle loop's closing lines (one a row: its answer and what it took; the counts and the compute against
-    every row at the cap); ``code`` returned. None for a stopped sweep (130): the loop has not ended."""
-    from ..sweep.launch import STOPPED_RC
+    every row at the cap); ``code`` returned. No lines for a stopped sweep: its loop has not ended."""
     from ..sweep.settle import read, summary_lines
     from ..sweep.storage import retry
 

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 
+from ..base.command import STOPPED_RC
 from ..base.errors import UserError
 from ..training.runs.results import read_metrics
 from .budget import PAST_BUDGET, cut_history
@@ -391,15 +392,11 @@ def _say_stopped(sweep: Sweep, open_study_fn, say) -> None:
             say(f"[{sweep.name}] stopped: {rows}; the same command resumes them first")
 
 
-#: A worker's exit code when a signal stopped it (Ctrl-C, SIGTERM, SIGUSR1): its trial went back to the queue.
-STOPPED_RC = 130
-
-
 def launch(sweep_file: str, sweep: Sweep, plan: Plan, overrides: list[str], storage_url: str, open_study_fn,
            workers: int | str, every: float = 30.0, out=None, per_gpu: int = WORKERS_PER_GPU,
            status_hint: str | None = None, settle: bool = False) -> int:
-    """Start the workers, print progress until they have all exited; returns :data:`STOPPED_RC` if any worker was
-    stopped (its trials resume when the same command runs again), else 1 if any worker failed.
+    """Start the workers, print progress until they have all exited; returns ``STOPPED_RC`` (130) if any worker
+    was stopped (its trials resume when the same command runs again), else 1 if any worker failed.
     ``status_hint``: the ``--status`` command printed when a trial failed (the caller's results folder and storage);
     ``settle``: each worker settles the rows (``--settle``, :mod:`.settle`); a finished row's line has its answer."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
