@@ -56,14 +56,13 @@ or *worse* with chance at most ``alpha`` (each tail ``alpha / 2``).
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scipy import stats
 
-from .noise import NOISE_K, end_change, mean_std
+from .noise import NOISE_K, end_change, half_width, mean_std, t_quantile
 from .settings import SettleSpec
 
 BETTER, WORSE, SAME, UNSETTLED = "better", "worse", "the same", "unsettled"
@@ -92,13 +91,6 @@ class Answer:
         return self.answer != UNSETTLED
 
 
-@functools.lru_cache(maxsize=4096)
-def t_quantile(level: float, df: float) -> float:
-    """The central ``level`` interval's t quantile at ``df`` degrees of freedom (scipy's; cached: the planner asks
-    for the same few many times)."""
-    return float(stats.t.ppf((1 + level) / 2, df))
-
-
 def levels(spec: SettleSpec) -> tuple[float, ...]:
     """The budget multiples a row is judged at: 1, and the cap ``spec.budget`` when it is over 1."""
     return (1.0,) if spec.budget <= 1 else (1.0, float(spec.budget))
@@ -115,22 +107,6 @@ def looks(spec: SettleSpec) -> list[tuple[int, float]]:
 def look_level(spec: SettleSpec) -> float:
     """The level of each look's interval: ``1 - alpha / K`` (Bonferroni over the :func:`looks`)."""
     return 1.0 - spec.alpha / len(looks(spec))
-
-
-def half_width(sd_row: float, n: int, sd_base: float, m: int, level: float, df: str = "hsu") -> tuple[float, float]:
-    """``(half-width, df)`` of the central ``level`` t interval of the difference of the means of ``n`` row seeds
-    and ``m`` base seeds of sample sds ``sd_row`` and ``sd_base``: Welch's standard error, and ``df`` degrees of
-    freedom ``"hsu"``, ``min(n, m) - 1`` (the answers': conservative for every ratio of the sides' variances), or
-    ``"welch"`` (Welch-Satterthwaite's, which errs too often at 2 or 3 seeds: the module docstring). No spread on
-    either side: 0."""
-    vr, vb = sd_row ** 2 / n, sd_base ** 2 / m
-    if vr + vb == 0:
-        return 0.0, math.inf
-    if df == "hsu":
-        dof = float(min(n, m) - 1)
-    else:
-        dof = (vr + vb) ** 2 / (vr ** 2 / (n - 1) + vb ** 2 / (m - 1))
-    return t_quantile(level, dof) * math.sqrt(vr + vb), dof
 
 
 def welch(row: list[float], base: list[float], level: float, df: str = "hsu") -> tuple[float, float, float, float]:

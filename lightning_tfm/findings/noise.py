@@ -7,7 +7,7 @@ tables and Table 2's claims read them.
   is "unknown", never guessed. :func:`end_change`: a row's change at the end of its budget and its noise verdict, as
   the report's table reads it.
 - **Seeds to settle** (:func:`seeds_to_settle`): for two rows whose difference is within that noise, the seeds a row
-  at which the central 90% Welch t interval of the difference of their means (:func:`welch_half_width`) would
+  at which the central 90% Welch t interval of the difference of their means (:func:`half_width`) would
   exclude zero, were the measured difference and seed sds the truth (normal seed noise; a plug-in calculation, not
   back-tested).
 - **A record's interval** (:func:`clopper_pearson`, :func:`share`): how often a back-tested call came true, with its
@@ -15,6 +15,7 @@ tables and Table 2's claims read them.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 NOISE_K = 2.0
@@ -82,26 +83,39 @@ def end_change(row_ppls: list[float], base_ppls: list[float]) -> tuple[float | N
     return row - base, noise_verdict(row - base, base_sd)
 
 
-def welch_half_width(sd_a: float, sd_b: float, n: int, level: float = SEEDS_LEVEL) -> float:
-    """The half-width of the central ``level`` Welch t interval of the difference of two means of ``n`` seeds
-    each, of sample sds ``sd_a`` and ``sd_b`` (Welch-Satterthwaite's degrees of freedom; scipy's t)."""
+@functools.lru_cache(maxsize=4096)
+def t_quantile(level: float, df: float) -> float:
+    """The central ``level`` interval's t quantile at ``df`` degrees of freedom (scipy's; cached: the planner asks
+    for the same few many times)."""
     from scipy import stats
 
-    va, vb = sd_a ** 2 / n, sd_b ** 2 / n
-    if va + vb == 0:
-        return 0.0
-    df = (va + vb) ** 2 / ((va ** 2 + vb ** 2) / (n - 1))
-    return float(stats.t.ppf((1 + level) / 2, df)) * math.sqrt(va + vb)
+    return float(stats.t.ppf((1 + level) / 2, df))
+
+
+def half_width(sd_row: float, n: int, sd_base: float, m: int, level: float, df: str = "hsu") -> tuple[float, float]:
+    """``(half-width, df)`` of the central ``level`` t interval of the difference of the means of ``n`` row seeds
+    and ``m`` base seeds of sample sds ``sd_row`` and ``sd_base``: Welch's standard error, and ``df`` degrees of
+    freedom ``"hsu"``, ``min(n, m) - 1`` (the answers': conservative for every ratio of the sides' variances), or
+    ``"welch"`` (Welch-Satterthwaite's, which errs too often at 2 or 3 seeds: :mod:`.answers`' docstring; Table 2's
+    pairs and :func:`seeds_to_settle` take it). No spread on either side: 0."""
+    vr, vb = sd_row ** 2 / n, sd_base ** 2 / m
+    if vr + vb == 0:
+        return 0.0, math.inf
+    if df == "hsu":
+        dof = float(min(n, m) - 1)
+    else:
+        dof = (vr + vb) ** 2 / (vr ** 2 / (n - 1) + vb ** 2 / (m - 1))
+    return t_quantile(level, dof) * math.sqrt(vr + vb), dof
 
 
 def seeds_to_settle(delta: float | None, sd_a: float | None, sd_b: float | None, level: float = SEEDS_LEVEL,
                     most: int = SEEDS_MOST) -> int | None:
     """The least seeds a row ``n`` (2 to ``most``) at which the central ``level`` Welch t interval of the
-    difference of two rows' means (:func:`welch_half_width`) excludes zero, the measured difference ``delta`` and
+    difference of two rows' means (:func:`half_width`) excludes zero, the measured difference ``delta`` and
     seed sds taken as they are (the module docstring); None by ``most``, or without a difference or both sds."""
     if not (finite(delta) and finite(sd_a) and finite(sd_b)) or delta == 0:
         return None
-    return next((n for n in range(2, most + 1) if abs(delta) > welch_half_width(sd_a, sd_b, n, level)), None)
+    return next((n for n in range(2, most + 1) if abs(delta) > half_width(sd_a, n, sd_b, n, level, "welch")[0]), None)
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -4,7 +4,7 @@ needs to reach the other's final dev BLEU or PPL (:mod:`.table2`'s docstring say
 
 A pair's seed noise has one rule, one function (:func:`pair_noise`): the difference of the two rows' means is beyond
 seed noise when Welch's 90% t interval of it at the seeds done (the fewer of the two rows', a row) excludes zero
-(:func:`lightning_tfm.findings.noise.welch_half_width`), within when it includes zero, unknown with a row of one
+(:func:`lightning_tfm.findings.noise.half_width`), within when it includes zero, unknown with a row of one
 seed. A pair within seed noise in (a) gets its prediction of when it would settle (:func:`pair_settle`), as Table
 3's rows get theirs (:func:`.verdict.settle_text`): in seeds, the least seeds a row (up to
 :data:`~lightning_tfm.findings.noise.SEEDS_MOST`) at which that interval would exclude zero, the measured difference
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ...findings.noise import SEEDS_LEVEL, SEEDS_MOST, finite, seeds_to_settle, welch_half_width
+from ...findings.noise import SEEDS_LEVEL, SEEDS_MOST, finite, half_width, seeds_to_settle
 from ..core.text import md_text
 from .columns import Row
 from .columns import pm as _pm
@@ -96,7 +96,7 @@ def pair_noise(delta: float | None, sd_a: float | None, sd_b: float | None,
         return None, None
     if not (finite(sd_a) and finite(sd_b)) or seeds < 2:
         return "unknown", None
-    half = welch_half_width(sd_a, sd_b, seeds)
+    half = half_width(sd_a, seeds, sd_b, seeds, SEEDS_LEVEL, "welch")[0]
     return ("beyond" if abs(delta) > half else "within"), half
 
 
