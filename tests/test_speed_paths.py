@@ -592,3 +592,37 @@ def test_kv_cache_buffers_equal_concatenation_and_row_selection():
     ks, _ = c.append(a * 2, a * 2)
     ks.sum().backward()
     assert a.grad is not None and torch.equal(a.grad, torch.full_like(a, 3.0))  # d(a + 2a)/da
+
+
+def test_the_fused_losss_kept_gradient_buffer_changes_no_number():
+    """The CPU loss keeps its (tokens x V) d/d(logits) buffer between calls (training/loss.py): batches of other
+    sizes in turn (smaller, then larger than any before: the buffer grows), and two losses whose backward passes
+    interleave, give bit for bit the gradients of a loss with a fresh buffer each time."""
+    from lightning_tfm.training import loss as L
+
+    g = torch.Generator().manual_seed(0)
+    W0 = torch.randn(300, 24, generator=g) * 0.5
+
+    def forward(rows: int, seed: int, fresh: bool = False):
+        gen = torch.Generator().manual_seed(seed)
+        h = torch.randn(rows, 24, generator=gen).requires_grad_()
+        W = W0.clone().requires_grad_()
+        target = torch.randint(1, 300, (rows,), generator=gen)
+        if fresh:
+            L._SCRATCH.clear()
+        return L.fused_label_smoothed_nll_loss(h, W, target, 0.1, PAD, chunk=16)[0], h, W
+
+    def backward(loss, h, W):
+        loss.backward()
+        return loss.detach(), h.grad, W.grad
+
+    batches = ((90, 1), (40, 2), (200, 3))  # smaller, then larger: the buffer is reused, then grown
+    fresh = {b: backward(*forward(*b, fresh=True)) for b in batches}
+    L._SCRATCH.clear()
+    kept = {b: backward(*forward(*b)) for b in batches}
+    a, b = forward(40, 2), forward(90, 1)  # two forwards, then their backwards in the other order
+    kept_b, kept_a = backward(*b), backward(*a)
+    assert L._SCRATCH[torch.float32].numel() == 200 * 300
+    for key, got in [*kept.items(), ((40, 2), kept_a), ((90, 1), kept_b)]:
+        for x, y in zip(got, fresh[key]):
+            assert torch.equal(x, y), key

@@ -59,31 +59,53 @@ def fused_label_smoothed_nll_loss(hidden: Tensor, weight: Tensor, target: Tensor
     return loss, nll, keep.new_tensor(keep.numel())
 
 
+_SCRATCH: dict[torch.dtype, Tensor] = {}
+
+
+def _grad_logits_buffer(rows: int, cols: int, like: Tensor) -> Tensor:
+    """An uninitialised (rows x cols) tensor for the loss's d/d(logits). On CPU one flat buffer per dtype, kept and
+    grown: the (tokens x V) tensor (48 MB at the protocol's 1,500 tokens x 8,000) is above glibc's largest mmap
+    threshold (32 MB), so a fresh one each step came from a fresh mmap and paid its page faults again (writing
+    48 MB: 37 ms fresh against 6 ms kept, one thread, reports/timing.md). Elsewhere torch's caching allocator
+    reuses memory. Nothing keeps the tensor past :func:`_fused_loss_chunks`, so the next call may take it."""
+    if like.device.type != "cpu":
+        return torch.empty(rows, cols, dtype=like.dtype, device=like.device)
+    flat = _SCRATCH.get(like.dtype)
+    if flat is None or flat.numel() < rows * cols:
+        flat = _SCRATCH[like.dtype] = torch.empty(rows * cols, dtype=like.dtype)
+    return flat[:rows * cols].view(rows, cols)
+
+
 def _fused_loss_chunks(h: Tensor, w: Tensor, target: Tensor, epsilon: float, chunk: int, grads: bool):
     """Smoothed loss and NLL sums over the rows of ``h @ w.T``, chunk by chunk; with ``grads``, also
-    d(loss)/d(logits) per chunk, turned into d/dh (per chunk) and d/dw (one product at the end)."""
+    d(loss)/d(logits) per chunk, turned into d/dh (per chunk) and d/dw (one product at the end). Each chunk's
+    logits are one fp32 tensor worked in place (the max taken off, then their exp), and d/d(logits) is written
+    straight into its slot of the kept buffer (:func:`_grad_logits_buffer`): the same operations, the same numbers
+    as with a fresh tensor each (tests/test_speed_paths.py), in fewer passes over memory."""
     V = w.shape[0]
     conf, other = 1.0 - epsilon, epsilon / (V - 1)  # the smoothed target distribution (see above)
     loss = torch.zeros((), dtype=torch.float32, device=h.device)
     nll = torch.zeros((), dtype=torch.float32, device=h.device)
-    grad_logits = torch.empty(h.shape[0], V, dtype=h.dtype, device=h.device) if grads else None
+    grad_logits = _grad_logits_buffer(h.shape[0], V, h) if grads else None
     grad_h = torch.empty_like(h) if grads else None
     for s in range(0, h.shape[0], chunk):
         tc = target[s:s + chunk, None]
-        z = (h[s:s + chunk] @ w.t()).float()
-        z = z - z.amax(1, keepdim=True)
-        e = z.exp()
+        z = (h[s:s + chunk] @ w.t()).float()  # a fresh tensor (the product's, or its fp32 copy)
+        z.sub_(z.amax(1, keepdim=True))
+        z_y, z_sum = z.gather(1, tc), z.sum(1, keepdim=True)
+        e = z.exp_()
         se = e.sum(1, keepdim=True)
         lse = se.log()
-        logp_y = z.gather(1, tc) - lse
-        sum_logp = z.sum(1, keepdim=True) - V * lse
+        logp_y = z_y - lse
+        sum_logp = z_sum - V * lse
         loss -= (conf * logp_y + other * (sum_logp - logp_y)).sum()
         nll -= logp_y.sum()
         if grads:  # softmax(z) - q, q = conf on the target and other elsewhere
-            g = e.div_(se).sub_(other)
-            g.scatter_add_(1, tc, torch.full_like(logp_y, other - conf))
             gc = grad_logits[s:s + chunk]
-            gc.copy_(g)  # cast to the compute dtype while storing
+            g = torch.div(e, se, out=gc) if gc.dtype == e.dtype else e.div_(se)
+            g.sub_(other).scatter_add_(1, tc, torch.full_like(logp_y, other - conf))
+            if g is not gc:
+                gc.copy_(g)  # cast to the compute dtype while storing
             torch.mm(gc, w, out=grad_h[s:s + chunk])
     grad_w = grad_logits.t() @ h if grads else None
     return loss, nll, grad_h, grad_w
