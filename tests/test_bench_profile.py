@@ -34,10 +34,14 @@ def test_profile_of_a_tiny_trial_attributes_the_step_and_times_every_phase(tmp_p
                  "residual add", "embedding gather / scatter", "optimizer step (Adam)"):
         assert ms[kind] > 0, kind
     assert sum(ms.values()) == pytest.approx(st["step_ms"], rel=0.01)  # every microsecond of the step in one row
+    # the products' FLOPs a step (the profiler counts them from their shapes), and the large product the MFU is
+    # measured against, timed in the same run
+    assert st["products_gflop"] > 0 and r["matmul_peak_gflops"] > 0
     assert not list(tmp_path.glob("results*"))  # the trials trained in temporary folders
     table = profile.format_profile(profile.TrialProfile(**{**r, "phases": profile.Phases(**ph),
                                                            "step": profile.StepProfile(**st)}))
     assert "| training steps (6: " in table and "| optimizer step (Adam) |" in table
+    assert "The step's matrix products: " in table and "the MFU a step would reach" in table
 
 
 @pytest.mark.parametrize("args,words", [

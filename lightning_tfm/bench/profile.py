@@ -55,6 +55,7 @@ STEP_KINDS = ("matrix products (model)", "loss: vocabulary projection products",
               "feed-forward activation (ReLU)", "embedding gather / scatter", "embedding scale, positions, masks",
               "optimizer step (Adam)", "zero_grad", "autograd: gradient accumulation", "other operators in the step",
               "outside operators: Python, autograd engine, Lightning")
+PRODUCT_KINDS = ("matrix products (model)", "loss: vocabulary projection products")
 
 
 @dataclass
@@ -83,6 +84,12 @@ class StepProfile:
     steps: int
     step_ms: float  # the profiled step's wall time
     ms_per_step: dict[str, float] = field(default_factory=dict)
+    products_gflop: float = 0.0  # the matrix products' FLOPs a step (the profiler's count from their shapes), GFLOP
+
+    @property
+    def products_ms(self) -> float:
+        """The matrix products' own time a step (the model's and the loss's), ms."""
+        return sum(self.ms_per_step.get(k, 0.0) for k in PRODUCT_KINDS)
 
 
 @dataclass
@@ -97,6 +104,7 @@ class TrialProfile:
     loadavg_after: list[float]
     phases: Phases
     step: StepProfile
+    matmul_peak_gflops: float = 0.0  # a large square product (2048^3) in the trial's dtype and threads, measured here
 
 
 # --------------------------------------------------------------------------------------------- start-up
@@ -270,7 +278,7 @@ def step_profile(events, steps: int) -> StepProfile:
                 p = p.cpu_parent
             forward_kind[e.sequence_nr] = labels
     us: dict[str, float] = defaultdict(float)
-    step_us = 0.0
+    step_us, flops = 0.0, 0
     for e in events:
         if e.name == STEP:
             step_us += e.cpu_time_total
@@ -280,10 +288,13 @@ def step_profile(events, steps: int) -> StepProfile:
         kind = _kind(e, forward_kind)
         if kind is not None:
             us[kind] += e.self_cpu_time_total
+            if kind in PRODUCT_KINDS:
+                flops += getattr(e, "flops", 0) or 0
     us["outside operators: Python, autograd engine, Lightning"] = step_us - sum(us.values())
     n = max(steps, 1)
     return StepProfile(steps=steps, step_ms=round(step_us / 1000 / n, 3),
-                       ms_per_step={k: round(us.get(k, 0.0) / 1000 / n, 3) for k in STEP_KINDS})
+                       ms_per_step={k: round(us.get(k, 0.0) / 1000 / n, 3) for k in STEP_KINDS},
+                       products_gflop=round(flops / 1e9 / n, 4))
 
 
 # ------------------------------------------------------------------------------------------------- a run
@@ -299,7 +310,7 @@ def _trial(cfg, profiled: bool):
         cfg.run.results_dir = tmp
         prof = None
         if profiled:
-            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True)
             prof.__enter__()
         start = time.perf_counter()
         try:
@@ -314,7 +325,7 @@ def _trial(cfg, profiled: bool):
 def profile_trial(experiment: str, overrides: list[str], log=print) -> TrialProfile:
     """The two runs of the module's docstring, of ``experiment`` with ``overrides``."""
     from ..training.config.config import load_config
-    from .speed import cpu_name
+    from .speed import cpu_name, matmul_peak_flops
 
     if not any(o.startswith("train.max_steps=") for o in overrides):
         overrides = [*overrides, f"train.max_steps={DEFAULT_STEPS}"]
@@ -336,10 +347,13 @@ def profile_trial(experiment: str, overrides: list[str], log=print) -> TrialProf
     log("ltfm bench --profile: the trial under torch.profiler")
     clock, _, _, prof, _ = _trial(cfg, profiled=True)
     step = step_profile(prof.events(), clock.n["steps"])
-    return TrialProfile(experiment=experiment, overrides=overrides, precision=str(summary.get("precision")),
+    precision = str(summary.get("precision"))
+    log("ltfm bench --profile: a large matrix product's rate (the peak MFU is measured against)")
+    peak = matmul_peak_flops(torch.bfloat16 if precision.startswith("bf16") else torch.float32)
+    return TrialProfile(experiment=experiment, overrides=overrides, precision=precision,
                         threads=torch.get_num_threads(), cpu=cpu_name(), torch=torch.__version__,
                         loadavg_before=load_before, loadavg_after=[round(x, 2) for x in os.getloadavg()],
-                        phases=phases, step=step)
+                        phases=phases, step=step, matmul_peak_gflops=round(peak / 1e9, 2))
 
 
 # ------------------------------------------------------------------------------------------------ output
@@ -368,6 +382,13 @@ def format_profile(p: TrialProfile) -> str:
     lines += [f"The training step under torch.profiler ({st.steps} steps, {st.step_ms:.1f} ms a profiled step):", "",
               "| kind of work (forward + backward) | ms a step | share |", "| --- | ---: | ---: |"]
     lines += [f"| {k} | {v:.2f} | {v / max(total, 1e-9):.1%} |" for k, v in st.ms_per_step.items()]
+    if p.matmul_peak_gflops > 0 and st.products_gflop > 0 and st.products_ms > 0:
+        peak, rate = p.matmul_peak_gflops, st.products_gflop / st.products_ms * 1000
+        lines += ["", f"The step's matrix products: {st.products_gflop:.2f} GFLOP a step (the profiler's count from "
+                  f"their shapes) in {st.products_ms:.1f} ms of their own, {rate:.1f} GFLOP/s: {rate / peak:.0%} of "
+                  f"a large product's {peak:.1f} GFLOP/s here (2048 x 2048 x 2048, the peak MFU is measured "
+                  "against), the MFU a step would reach were everything but its products free. The step without "
+                  f"the profiler ({ph.step_ms:.1f} ms): MFU {st.products_gflop / ph.step_ms * 1000 / peak:.0%}."]
     return "\n".join(lines)
 
 
