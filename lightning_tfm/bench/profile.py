@@ -15,7 +15,10 @@ A trial of the experiment (``ltfm train``'s own code, the overrides given after 
   residual adds, attention's softmax and masks, the embedding's gather and scatter, the loss, Adam, autograd's
   gradient accumulation, and the step's time outside any operator (Python, autograd's engine, Lightning). The
   profiler costs time of its own (a few microseconds an operator), so this table is read as shares of the
-  profiled step; the phases' seconds are those of the run without it.
+  profiled step; the phases' seconds are those of the run without it;
+* **the products' ceiling**: the step's matrix products' FLOPs (the profiler's count from their shapes) over their own
+  time, against a large square product's rate measured after the trials (the peak MFU is measured against): the
+  MFU a step would reach were everything but its products free, beside the step's own.
 
 Nothing here is imported by a training run.
 """
