@@ -609,7 +609,7 @@ def test_the_fused_losss_kept_gradient_buffer_changes_no_number():
         W = W0.clone().requires_grad_()
         target = torch.randint(1, 300, (rows,), generator=gen)
         if fresh:
-            L._SCRATCH.clear()
+            L._SCRATCH.buffers = {}
         return L.fused_label_smoothed_nll_loss(h, W, target, 0.1, PAD, chunk=16)[0], h, W
 
     def backward(loss, h, W):
@@ -618,11 +618,11 @@ def test_the_fused_losss_kept_gradient_buffer_changes_no_number():
 
     batches = ((90, 1), (40, 2), (200, 3))  # smaller, then larger: the buffer is reused, then grown
     fresh = {b: backward(*forward(*b, fresh=True)) for b in batches}
-    L._SCRATCH.clear()
+    L._SCRATCH.buffers = {}
     kept = {b: backward(*forward(*b)) for b in batches}
     a, b = forward(40, 2), forward(90, 1)  # two forwards, then their backwards in the other order
     kept_b, kept_a = backward(*b), backward(*a)
-    assert L._SCRATCH[torch.float32].numel() == 200 * 300
+    assert L._SCRATCH.buffers[torch.float32].numel() == 200 * 300
     for key, got in [*kept.items(), ((40, 2), kept_a), ((90, 1), kept_b)]:
         for x, y in zip(got, fresh[key]):
             assert torch.equal(x, y), key

@@ -2,6 +2,8 @@
 pre-softmax projection."""
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -59,20 +61,21 @@ def fused_label_smoothed_nll_loss(hidden: Tensor, weight: Tensor, target: Tensor
     return loss, nll, keep.new_tensor(keep.numel())
 
 
-_SCRATCH: dict[torch.dtype, Tensor] = {}
+_SCRATCH = threading.local()  # .buffers: {dtype: flat tensor}, each thread its own
 
 
 def _grad_logits_buffer(rows: int, cols: int, like: Tensor) -> Tensor:
-    """An uninitialised (rows x cols) tensor for the loss's d/d(logits). On CPU one flat buffer per dtype, kept and
-    grown: the (tokens x V) tensor (48 MB at the protocol's 1,500 tokens x 8,000) is above glibc's largest mmap
-    threshold (32 MB), so a fresh one each step came from a fresh mmap and paid its page faults again (writing
+    """An uninitialised (rows x cols) tensor for the loss's d/d(logits). On CPU one flat buffer per dtype and thread,
+    kept and grown: the (tokens x V) tensor (48 MB at the protocol's 1,500 tokens x 8,000) is above glibc's largest
+    mmap threshold (32 MB), so a fresh one each step came from a fresh mmap and paid its page faults again (writing
     48 MB: 37 ms fresh against 6 ms kept, one thread, reports/timing.md). Elsewhere torch's caching allocator
     reuses memory. Nothing keeps the tensor past :func:`_fused_loss_chunks`, so the next call may take it."""
     if like.device.type != "cpu":
         return torch.empty(rows, cols, dtype=like.dtype, device=like.device)
-    flat = _SCRATCH.get(like.dtype)
+    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
+    flat = buffers.get(like.dtype)
     if flat is None or flat.numel() < rows * cols:
-        flat = _SCRATCH[like.dtype] = torch.empty(rows * cols, dtype=like.dtype)
+        flat = buffers[like.dtype] = torch.empty(rows * cols, dtype=like.dtype)
     return flat[:rows * cols].view(rows, cols)
 
 
