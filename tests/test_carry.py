@@ -85,3 +85,21 @@ def test_the_segments_wall_times_sum_across_sessions(tmp_path):
     assert carry("segment", tmp_path, "s", 1000, 1060, "def+").returncode == 0
     assert carry("wall", tmp_path, "s").stdout.split() == ["360"]
     assert (tmp_path / "s.segments").read_text().splitlines() == ["100 400 abc", "1000 1060 def+"]
+
+
+def test_a_stopped_trial_claimed_again_says_the_step_its_run_folder_resumes_from(tmp_path):
+    """A trial stopped at step 1062 and carried without its checkpoints starts again from step 0 elsewhere: its note
+    (``--status``, the report's trial table) says so, not "resumed from step 1062"; with its checkpoints there it
+    resumes where it stopped."""
+    from lightning_tfm.sweep.held import resume_note
+    from lightning_tfm.training.runs.resume import newest_step
+
+    carried = tmp_path / "rep-big-s1-751f8056"
+    (carried / "checkpoints").mkdir(parents=True)
+    assert resume_note(1062, newest_step(carried), carried) == \
+        f"resumed from step 0 after a stop at step 1062: {carried} has no checkpoint past step 0"
+    (carried / "checkpoints" / "step=001000.ckpt").write_bytes(b"")  # named by its step: what a resume reads first
+    note = resume_note(1062, newest_step(carried), carried)
+    assert note.startswith("resumed from step 1000 after a stop at step 1062"), note
+    assert resume_note(1062, 1062, carried) == "resumed from step 1062 after a stop"
+    assert resume_note(None, 0, carried) == "resumed from step 0 after a stop"  # stopped before its first checkpoint

@@ -70,3 +70,13 @@ def put_back(storage, name: str, trial, step: int | None) -> None:
     with queue_lock(storage, name):
         check(storage, trial)
         write(trial.number, storage.set_trial_state_values, trial._trial_id, state=TrialState.WAITING)
+
+
+def resume_note(stopped_at: int | None, step: int, run_dir) -> str:
+    """What a stopped trial claimed again says of its run: where it resumes, which is its run folder's newest
+    checkpoint (``step``), not the step it stopped at, when the folder lacks the checkpoints it had (a study carried
+    to another machine without them, ``make reference-carry``; checkpoints deleted)."""
+    if not stopped_at or step >= stopped_at:
+        return f"resumed from step {step} after a stop"
+    return (f"resumed from step {step} after a stop at step {stopped_at}: {run_dir} has no checkpoint past step "
+            f"{step}")

@@ -320,8 +320,8 @@ class Worker:
         held.set_attrs(trial, {"run_id": rid, "run_dir": str(run_dir), "host": socket.gethostname(), "log": str(log),
                                "planned_params": params, **where})
         if trial.user_attrs.get("status") == STOPPED:  # stopped by Ctrl-C earlier: running again now
-            held.set_attrs(trial, {"status": "resumed",
-                                   "reason": f"resumed from step {trial.user_attrs.get('stopped_at')} after a stop"})
+            held.set_attrs(trial, {"status": "resumed", "reason": held.resume_note(trial.user_attrs.get("stopped_at"),
+                                                                                 newest_step(run_dir), run_dir)})
         problem = run_folder.reuse_problem(cfg, run_dir)  # its folder holds another config: left as it is
         if problem is not None:
             self.say(f"{label}: failed: {problem}")
