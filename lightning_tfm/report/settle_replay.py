@@ -241,7 +241,7 @@ def widths(obs: dict[str, Observed], spec: SettleSpec) -> list[Width]:
     return out
 
 
-GRID = {"delta": (0.02, 0.05, 0.1), "alpha": (0.05, 0.1, 0.2), "seeds": (2, 3), "budget": (1.0, 3.0)}
+GRID = {"delta": (0.02, 0.05, 0.1, 0.2), "alpha": (0.05, 0.1, 0.2), "seeds": (2, 3), "budget": (1.0, 3.0)}
 
 
 def grid(obs: dict[str, Observed], values: dict | None = None) -> list[tuple[SettleSpec, int, int, float]]:
