@@ -69,7 +69,7 @@ class SettleSpec:
     seeds answers 4 at 1.28x (a look at 2 seeds is a t of 1 degree of freedom); delta from 0.02 to 0.2 changes no
     answer at 1x there (the exports hold three seeds only of rows that differ), and 0.05 is the median of the
     paper's Table 3 effects: the default where seeds resolve it. ``sweeps/table3-cpu.yaml`` sets 0.2, what its
-    600 CPU steps resolve (a 3-seed paired interval's median half-width there is 0.10 nats; its comment). Alpha 0.1 a
+    600 CPU steps resolve (its comment gives the measurement). Alpha 0.1 a
     row is a 90% interval (Table 2's level) and at most 2 false answers expected in a table of 20 rows."""
     delta: float = knob(0.05, "'the same within ±delta': a row is the same as the base when the interval of its "
                               "mean dev log-PPL difference lies inside ±log(1 + delta) (0.05: ±5% of dev PPL, the "
