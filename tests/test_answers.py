@@ -23,7 +23,7 @@ from lightning_tfm.findings.answers import (
     welch,
 )
 from lightning_tfm.findings.settings import SETTLE_DEFAULTS, SettleSpec
-from lightning_tfm.findings.settle import RowRuns, plan, seeds_needed
+from lightning_tfm.findings.settle import RowRuns, decide_chance, plan, seeds_needed
 
 from conftest import ROOT
 
@@ -231,6 +231,38 @@ def test_answered_rows_rest_and_the_caps_stop_the_loop():
     assert seeds_needed(close, base, SettleSpec()) is None or seeds_needed(close, base, SettleSpec()) > 3
     out = plan({"base": base, "A": RowRuns("A", {1.0: {1: 3.6}})}, "base", SettleSpec(hours=1.0), hours_spent=1.0)
     assert out.done and not out.actions and out.waiting["A"] == "at its cap: 1 hours spent"
+
+
+@pytest.mark.parametrize("d,sd,delta", [(0.0, 0.06, 0.2), (0.09, 0.06, 0.2), (0.2, 0.06, 0.2), (0.0, 0.06, 0.05),
+                                         (0.04, 0.02, 0.05), (-0.12, 0.1, 0.2)])
+def test_the_chance_a_look_decides_is_what_draws_of_it_show(d, sd, delta):
+    """decide_chance against 100,000 normal draws of a 3-seed look at 90%: the share whose interval decides
+    (excludes zero or lies inside ±log(1 + delta)), within 3 of its binomial standard errors plus the quadrature's
+    0.002."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(d, sd, (100_000, 3))
+    m, s = x.mean(1), x.std(1, ddof=1)
+    h = 2.919986 * s / math.sqrt(3)
+    bound = math.log1p(delta)
+    drawn = float(((m - h > 0) | (m + h < 0) | ((m - h > -bound) & (m + h < bound))).mean())
+    assert abs(decide_chance(d, sd, 3, 0.9, delta) - drawn) <= 3 * math.sqrt(drawn * (1 - drawn) / len(x)) + 0.002
+
+
+def test_a_row_between_the_answers_gets_its_first_look():
+    """At ±20% and a seed-difference sd of 0.06 nats (the committed study's median), 3 seeds decide 73% of the time
+    or more at every true difference, although today's interval at a difference near log(1.2) / 2 decides neither
+    way: the planner brings such a row of one seed to its first look rather than leave it at its cap."""
+    spec = SettleSpec(delta=0.2)
+    chances = [decide_chance(d / 1000, 0.06, 3, look_level(spec), spec.delta) for d in range(0, 400, 5)]
+    assert min(chances) >= 0.73
+    base = RowRuns("base", {1.0: {1: 3.00, 2: 3.05, 3: 2.95}})
+    answered = RowRuns("A", {1.0: {1: 3.60, 2: 3.71, 3: 3.49}})  # its seed differences' sd: 0.06
+    between = RowRuns("C", {1.0: {1: 3.09}})  # +9%: today's 3-seed interval would be +-0.10 around it
+    h = 2.919986 * 0.06 / math.sqrt(3)
+    assert 0.09 < h and 0.09 + h > math.log1p(spec.delta)  # neither answer from today's interval
+    p = plan({"base": base, "A": answered, "C": between}, "base", spec)
+    assert [(a.variant, a.seed) for a in p.actions] == [("C", 2), ("C", 3)]
+    assert p.answers["A"].answer == WORSE and p.waiting["C"] == "2 more seed(s) to 3"
 
 
 def test_paired_is_the_t_interval_of_the_differences():
