@@ -17,7 +17,7 @@ from conftest import ROOT
 
 SWEEP = str(ROOT / "sweeps" / "table3-cpu.yaml")
 EXPORT = str(ROOT / "reports" / "reference" / "table3-cpu-2026-11-25" / "export")   # validated every 100 steps
-EVERY_50 = str(ROOT / "reports" / "reference" / "table3-cpu" / "export")            # the re-run: every 50 steps
+EVERY_50 = str(ROOT / "reports" / "reference" / "table3-cpu-2026-11-26" / "export")   # the re-run: every 50 steps
 LATER = str(ROOT / "reports" / "reference" / "table3-cpu-continued" / "export")
 HELDOUT_SWEEP = str(ROOT / "sweeps" / "table3-cpu-heldout.yaml")   # rows never used to choose the method
 HELDOUT = str(ROOT / "reports" / "reference" / "table3-cpu-heldout" / "export")
@@ -185,7 +185,7 @@ def edited(export: str, tmp_path, name: str, change=None, rows=None) -> str:
 
 def trimmed(tmp_path, name: str, change=None, rows=("base", "A1", "C1", "big")) -> str:
     """The every-50-steps export with ``rows`` only, ``change(records by variant)`` applied; its folder."""
-    return edited("table3-cpu", tmp_path, name, change, rows)
+    return edited("table3-cpu-2026-11-26", tmp_path, name, change, rows)
 
 
 def ppl(recs, value) -> None:

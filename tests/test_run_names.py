@@ -148,8 +148,11 @@ def test_the_reference_exports_run_names_are_reproduced_and_found(tmp_path, expo
         assert run_folder.reuse_problem(cfg, tmp_path / name) is None
         if legacy[name] and run_ids.hashed(cfg).get(run_ids.CORPUS_KEY):  # its id now is another, the folder found
             assert run_ids.run_id(cfg) != name
-    # the references made before the corpus's content identity are legacy-named; the held-out exports' are today's
-    assert all(legacy.values()) != export.parent.parent.name.startswith("table3-cpu-heldout")
+    # the references made before the corpus's content identity are legacy-named; the held-out exports' and the
+    # settled reference's (table3-cpu/, trained from 2026-12-02) are today's
+    name = export.parent.parent.name
+    assert all(legacy.values()) != (name.startswith("table3-cpu-heldout") or name == "table3-cpu")
+    assert any(legacy.values()) == all(legacy.values())
 
 
 def add_field(monkeypatch, kind: type, name: str, default) -> None:
@@ -274,7 +277,7 @@ def test_the_reference_sweeps_dry_run_continues_its_folders_and_starts_changed_r
     """``make reference``'s dry run over folders of the committed reference runs (config.yaml and summary.json
     from the export, the corpus at this checkout's data.path): each row continues its folder under its legacy
     name; a row whose folder holds a really changed config starts afresh under its own id."""
-    export = ROOT / "reports" / "reference" / "table3-cpu" / "export" / "table3-cpu.json"
+    export = ROOT / "reports" / "reference" / "table3-cpu-2026-11-26" / "export" / "table3-cpu.json"
     results, placed = tmp_path / "results", {}
     data_dir = data_dir.resolve()  # as a run's config holds it (config.resolve_paths): ../shared may be a symlink
     for name, cfg, record in reference_runs(export):
