@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special, stats
 
-from .answers import FIRST_LOOK, Answer, answer_row, levels, look_level, same_bound
+from .answers import FIRST_LOOK, Answer, answer_row, levels, look_level, paired_half_width, same_bound
 from .curves import fit_curve
 from .noise import mean_std
 from .settings import SettleSpec
@@ -231,14 +231,13 @@ def decide_chance(d: float, sd: float, n: int, level: float, delta: float) -> fl
     1`` df); given ``s``, the look is undecided when ``max(0, B - h) <= |m| <= h`` (``h`` the half-width, ``B`` the
     same-bound). Averaged over the chi-square's quantiles at ``_QUANTILES`` equal-probability points:
     deterministic, so that two workers planning at once choose alike."""
-    bound = same_bound(delta)
     if sd <= 0:
         return 1.0
     k = n - 1
-    q = stats.chi2.ppf((np.arange(_QUANTILES) + 0.5) / _QUANTILES, k)
+    q = stats.chi2.ppf((np.arange(_QUANTILES) + 0.5) / _QUANTILES, k)  # s = sd * sqrt(q / k)
     se = sd / math.sqrt(n)
-    h = float(stats.t.ppf((1 + level) / 2, k)) * sd * np.sqrt(q / k) / math.sqrt(n)
-    lo = np.maximum(0.0, bound - h)
+    h = paired_half_width(sd, n, level) * np.sqrt(q / k)
+    lo = np.maximum(0.0, same_bound(delta) - h)
 
     def between(a, b):  # P(a <= |m| <= b)
         return (special.ndtr((b - d) / se) - special.ndtr((a - d) / se)
