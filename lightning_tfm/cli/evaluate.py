@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..base.command import Command, say_done
 from ..base.errors import UserError
+from ..base.memory import keep_freed_memory
 from .common import check_outputs
 
 if TYPE_CHECKING:
@@ -146,6 +147,7 @@ def evaluate_cli(args) -> int:
         raise UserError("give either --split NAME or --src FILE --ref FILE, not both")
     if bool(args.src) != bool(args.ref):
         raise UserError("--src and --ref go together: give both line-aligned files")
+    keep_freed_memory()  # decoding's freed buffers kept for its next batch (base/memory.py)
     overrides = check_overrides(args.overrides)
     reads = [("--src", args.src), ("--ref", args.ref)]
     if args.checkpoint not in ("last", "best", "average"):
@@ -207,6 +209,7 @@ def translate_cli(args) -> int:
     from ..training.evaluate import decode_dtype, translate_lines
     from ..training.runs.checkpoints import load_model
 
+    keep_freed_memory()  # decoding's freed buffers kept for its next batch (base/memory.py)
     overrides = check_overrides(args.overrides)
     model, cfg, tokenizer = load_model(args.run_dir, args.checkpoint, overrides.get("decode.average_last") or None)
     cfg = apply_overrides(cfg, overrides)

@@ -26,6 +26,7 @@ import torch
 
 from ..base import atomic
 from ..base.errors import UserError
+from ..base.memory import keep_freed_memory
 from .config import config
 from .config.sections import tokens_per_step
 from .data.corpus import Corpus
@@ -72,6 +73,7 @@ def train(cfg: config.Config, callbacks: Sequence = ()) -> dict:
     run_dir = results_dir / rid
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
+    keep_freed_memory()  # a step's freed tensors kept for the next one, not faulted in again (base/memory.py)
 
     corpus = Corpus(cfg)  # every data error is raised here, before anything is written (builds the cache if needed)
     corpus.use_in_run(run_dir, write=False)  # resuming on another vocabulary stops here
