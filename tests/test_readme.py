@@ -145,7 +145,7 @@ def test_the_first_screen_has_the_commands_the_report_and_its_picture():
     commands = [shlex.join(a) for block in _blocks(screen) for a in _commands(block)]
     for command in ("make ablation", "make test", "make ablation QUICK=1", "source .venv/bin/activate"):
         assert command in commands, f"the README's first {FIRST_SCREEN} lines have no ```bash block with {command}"
-    # the few-minute check leads, before the 43-104 minute run (#52, 20: a new user ran the long one first)
+    # the few-minute check leads, before the 43-88 minute run (#52, 20: a new user ran the long one first)
     assert commands[0] == "make ablation QUICK=1" and commands.index("make ablation") > 0, commands
     pictures = re.findall(r"!\[[^\]]+\]\(([^)]+\.png)\)", screen)
     assert pictures, "the first screen shows a picture of the report"
