@@ -3,6 +3,7 @@ import gzip
 import random
 
 import pytest
+import torch
 
 from lightning_tfm.base.errors import UserError
 from lightning_tfm.model import BOS, EOS, PAD
@@ -13,6 +14,7 @@ from lightning_tfm.training.data.data import (
     decode_ids,
     encode_lines,
     load_split,
+    pad,
     read_lines,
     read_parallel,
     train_tokenizer,
@@ -65,6 +67,19 @@ def test_collate_adds_bos_and_eos_and_pads_right():
     assert b.tgt_in.tolist() == [[BOS, 8, 9, PAD, PAD], [BOS, 8, 9, 10, 11]]
     assert b.tgt_out.tolist() == [[8, 9, EOS, PAD, PAD], [8, 9, 10, 11, EOS]]
     assert widths([[1, 2], [3]]) == [3, 2]
+
+
+def test_pad_writes_each_row_then_padding_for_any_batch():
+    """pad over random batches (sizes 1-64, rows of 0-40 ids, an empty row among them): row i holds its ids, then
+    PAD to the longest row; a long tensor, contiguous, as the model and the loss take it."""
+    rng = random.Random(7)
+    for _ in range(200):
+        seqs = [[rng.randrange(4, 8000) for _ in range(rng.randrange(0, 41))] for _ in range(rng.randrange(1, 65))]
+        seqs[rng.randrange(len(seqs))].append(rng.randrange(4, 8000))  # never all empty
+        out = pad(seqs)
+        width = max(len(s) for s in seqs)
+        assert out.dtype == torch.long and out.is_contiguous() and out.shape == (len(seqs), width)
+        assert out.tolist() == [s + [PAD] * (width - len(s)) for s in seqs]
 
 
 def test_shared_bpe_vocabulary_round_trips(data_dir):

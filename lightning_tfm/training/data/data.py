@@ -260,10 +260,13 @@ class Batch:
 
 
 def pad(seqs: list[list[int]], device=None) -> torch.Tensor:
-    """Right-padded (B, max length) long tensor of token ids."""
-    out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    """Right-padded (B, max length) long tensor of token ids: the rows' ids joined once and written through a mask
+    of the kept positions (a tensor per row cost ~4 ms a step at the protocol's batches, reports/timing.md)."""
+    lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    out = np.full((len(seqs), int(lens.max())), PAD, dtype=np.int64)
+    out[np.arange(out.shape[1]) < lens[:, None]] = np.fromiter(
+        (i for s in seqs for i in s), dtype=np.int64, count=int(lens.sum()))
+    out = torch.from_numpy(out)
     return out if device is None else out.to(device)
 
 

@@ -64,26 +64,84 @@ def atomic_checkpoint_io():
     write is, so a later write of one name (``last.ckpt`` at the next step) replaces that name alone and never
     changes the file the others name; pruning a step checkpoint removes its name only. Where the filesystem has no
     hard links the bytes are written.
+
+    Training does not wait for the disk: the checkpoint is serialized in the caller (the bytes are that step's
+    state), and one writer thread then writes, fsyncs, links and removes in the order asked (the protocol's trial
+    waited ~5 s of its ~330 s on fsync, reports/timing.md). Reading a checkpoint and the Trainer's teardown (the end
+    of ``fit``, a stop by a signal, a failure) first wait for every write asked before; a write's error (a full disk)
+    is raised in the training thread at the next checkpoint call or at teardown, and nothing after it is written.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from pytorch_lightning.plugins.io import TorchCheckpointIO
 
     class AtomicCheckpointIO(TorchCheckpointIO):
         def __init__(self):
             super().__init__()
             self.written: tuple | None = None  # (path, its inode, training_state) of the last file written
+            self._writer: ThreadPoolExecutor | None = None  # one thread: the writes, links and removals in order
+            self._error: BaseException | None = None  # the first error of a queued write (none written after it)
+            self._error_raised = False  # that error raised in the training thread already
 
         def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
             if storage_options is not None:
                 raise TypeError("AtomicCheckpointIO takes no storage_options")
+            self._raise_queued_error()
             path = Path(path)
             path.parent.mkdir(parents=True, exist_ok=True)
             state = training_state(checkpoint)
+            buf = io.BytesIO()
+            torch.save(checkpoint, buf)  # this step's state now; a write error is an OSError of the writer's
+            self._queue(self._store, path, state, buf)
+
+        def _store(self, path: Path, state: tuple, buf: io.BytesIO) -> None:
             if self.link(path, state):
                 return
-            buf = io.BytesIO()
-            torch.save(checkpoint, buf)  # in memory first, as Lightning does: a write error is an OSError here
             atomic.write_bytes(path, buf.getbuffer())
             self.written = (path, path.stat().st_ino, state)
+
+        def remove_checkpoint(self, path) -> None:
+            self._raise_queued_error()
+            self._queue(super().remove_checkpoint, path)
+
+        def load_checkpoint(self, *args, **kwargs):
+            self.wait()
+            return super().load_checkpoint(*args, **kwargs)
+
+        def teardown(self) -> None:
+            try:
+                self.wait()
+            finally:
+                if self._writer is not None:
+                    self._writer.shutdown(wait=True)
+                    self._writer = None
+                if self._error_raised:  # told once; a later fit with this plugin writes again
+                    self._error, self._error_raised = None, False
+            super().teardown()
+
+        def wait(self) -> None:
+            """Return once every write, link and removal asked so far is done; raise the first error of them."""
+            if self._writer is not None:
+                self._writer.submit(lambda: None).result()
+            self._raise_queued_error()
+
+        def _queue(self, fn, *args) -> None:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ltfm-checkpoint")
+
+            def run():
+                if self._error is None:  # after a failed write nothing more is written
+                    try:
+                        fn(*args)
+                    except BaseException as e:  # noqa: BLE001 - raised in the training thread (_raise_queued_error)
+                        self._error = e
+
+            self._writer.submit(run)
+
+        def _raise_queued_error(self) -> None:
+            if self._error is not None and not self._error_raised:
+                self._error_raised = True
+                raise self._error
 
         def link(self, path: Path, state: tuple) -> bool:
             """``path`` made a hard link to the last file written, when that holds the same step and weights."""
