@@ -594,30 +594,6 @@ def test_kv_cache_buffers_equal_concatenation_and_row_selection():
     assert a.grad is not None and torch.equal(a.grad, torch.full_like(a, 3.0))  # d(a + 2a)/da
 
 
-def test_the_fused_losss_logits_in_blocks_change_no_number():
-    """The training loss computes its fp32 logits ``block`` rows at a time into the kept buffer (training/loss.py):
-    at any block (one chunk, several, a ragged last block, all rows at once) the loss, the NLL and both gradients are
-    bit for bit those of one product a chunk wherever the BLAS gives a logit the same whatever the product's rows
-    (MKL on the EPYC AVX2 does), and within fp32 rounding elsewhere; the validation path too."""
-    from lightning_tfm.training import loss as L
-
-    g = torch.Generator().manual_seed(0)
-    W, h = torch.randn(300, 24, generator=g) * 0.5, torch.randn(1000, 24, generator=g)
-    target = torch.randint(1, 300, (1000,), generator=g)
-    rows_agree = all(torch.equal(h[b:b + n] @ W.t(), (h @ W.t())[b:b + n])
-                     for n in (16, 64, 512) for b in range(0, 1000, n))
-    results = {}
-    for block in (16, 64, 100, 512, 4096):
-        got = L._fused_loss_chunks(h, W, target, 0.1, 16, True, block=block)
-        results[block] = (*got, *L._fused_loss_chunks(h, W, target, 0.1, 16, False, block=block)[:2])
-    for block, got in results.items():
-        for x, y in zip(got, results[16]):
-            if rows_agree:
-                assert torch.equal(x, y), block
-            else:
-                torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6 * float(y.abs().max()))
-
-
 def test_the_fused_losss_kept_gradient_buffer_changes_no_number():
     """The CPU loss keeps its (tokens x V) d/d(logits) buffer between calls (training/loss.py): batches of other
     sizes in turn (smaller, then larger than any before: the buffer grows), and two losses whose backward passes

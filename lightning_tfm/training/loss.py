@@ -79,45 +79,37 @@ def _grad_logits_buffer(rows: int, cols: int, like: Tensor) -> Tensor:
     return flat[:rows * cols].view(rows, cols)
 
 
-def _fused_loss_chunks(h: Tensor, w: Tensor, target: Tensor, epsilon: float, chunk: int, grads: bool,
-                       block: int = 512):
+def _fused_loss_chunks(h: Tensor, w: Tensor, target: Tensor, epsilon: float, chunk: int, grads: bool):
     """Smoothed loss and NLL sums over the rows of ``h @ w.T``, chunk by chunk; with ``grads``, also
     d(loss)/d(logits) per chunk, turned into d/dh (per chunk) and d/dw (one product at the end). Each chunk's
-    logits are worked in place (the max taken off, then their exp). With gradients in fp32 the logits are computed
-    ``block`` rows at a time, one product straight into their slot of the kept buffer (:func:`_grad_logits_buffer`),
-    where d/d(logits) then takes their place; otherwise a chunk at a time into a fresh tensor, d/d(logits) copied
-    into the buffer in the compute dtype. A logit is the same whatever the product's rows, and each chunk's sums are
-    taken in the same order, so the numbers are the same at any ``block`` (tests/test_speed_paths.py); the larger
-    product is faster (reports/timing.md)."""
+    logits are one fp32 tensor worked in place (the max taken off, then their exp), and d/d(logits) is written
+    straight into its slot of the kept buffer (:func:`_grad_logits_buffer`): the same operations, the same numbers
+    as with a fresh tensor each (tests/test_speed_paths.py), in fewer passes over memory."""
     V = w.shape[0]
     conf, other = 1.0 - epsilon, epsilon / (V - 1)  # the smoothed target distribution (see above)
     loss = torch.zeros((), dtype=torch.float32, device=h.device)
     nll = torch.zeros((), dtype=torch.float32, device=h.device)
     grad_logits = _grad_logits_buffer(h.shape[0], V, h) if grads else None
     grad_h = torch.empty_like(h) if grads else None
-    in_place = grads and grad_logits.dtype == torch.float32  # the logits written where their gradient goes
-    block = max(block // chunk, 1) * chunk if in_place else chunk  # without the buffer a block's copy was slower
-    for b in range(0, h.shape[0], block):
-        hb = h[b:b + block]
-        zb = torch.mm(hb, w.t(), out=grad_logits[b:b + hb.shape[0]]) if in_place else (hb @ w.t()).float()
-        for s in range(b, b + hb.shape[0], chunk):
-            tc = target[s:s + chunk, None]
-            z = zb[s - b:s - b + chunk]
-            z.sub_(z.amax(1, keepdim=True))
-            z_y, z_sum = z.gather(1, tc), z.sum(1, keepdim=True)
-            e = z.exp_()
-            se = e.sum(1, keepdim=True)
-            lse = se.log()
-            logp_y = z_y - lse
-            sum_logp = z_sum - V * lse
-            loss -= (conf * logp_y + other * (sum_logp - logp_y)).sum()
-            nll -= logp_y.sum()
-            if grads:  # softmax(z) - q, q = conf on the target and other elsewhere
-                g = e.div_(se)
-                g.sub_(other).scatter_add_(1, tc, torch.full_like(logp_y, other - conf))
-                if not in_place:
-                    g = grad_logits[s:s + chunk].copy_(g)  # cast to the compute dtype while storing
-                torch.mm(g, w, out=grad_h[s:s + chunk])
+    for s in range(0, h.shape[0], chunk):
+        tc = target[s:s + chunk, None]
+        z = (h[s:s + chunk] @ w.t()).float()  # a fresh tensor (the product's, or its fp32 copy)
+        z.sub_(z.amax(1, keepdim=True))
+        z_y, z_sum = z.gather(1, tc), z.sum(1, keepdim=True)
+        e = z.exp_()
+        se = e.sum(1, keepdim=True)
+        lse = se.log()
+        logp_y = z_y - lse
+        sum_logp = z_sum - V * lse
+        loss -= (conf * logp_y + other * (sum_logp - logp_y)).sum()
+        nll -= logp_y.sum()
+        if grads:  # softmax(z) - q, q = conf on the target and other elsewhere
+            gc = grad_logits[s:s + chunk]
+            g = torch.div(e, se, out=gc) if gc.dtype == e.dtype else e.div_(se)
+            g.sub_(other).scatter_add_(1, tc, torch.full_like(logp_y, other - conf))
+            if g is not gc:
+                gc.copy_(g)  # cast to the compute dtype while storing
+            torch.mm(gc, w, out=grad_h[s:s + chunk])
     grad_w = grad_logits.t() @ h if grads else None
     return loss, nll, grad_h, grad_w
 
