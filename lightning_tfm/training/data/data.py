@@ -261,7 +261,7 @@ class Batch:
 
 def pad(seqs: list[list[int]], device=None) -> torch.Tensor:
     """Right-padded (B, max length) long tensor of token ids: the rows' ids joined once and written through a mask
-    of the kept positions (a tensor per row cost ~4 ms a step at the protocol's batches, reports/timing.md)."""
+    of the kept positions (not a tensor per row: reports/timing.md)."""
     lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
     out = np.full((len(seqs), int(lens.max())), PAD, dtype=np.int64)
     out[np.arange(out.shape[1]) < lens[:, None]] = np.fromiter(

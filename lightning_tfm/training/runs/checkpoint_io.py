@@ -65,11 +65,13 @@ def atomic_checkpoint_io():
     changes the file the others name; pruning a step checkpoint removes its name only. Where the filesystem has no
     hard links the bytes are written.
 
-    Training does not wait for the disk: the checkpoint is serialized in the caller (the bytes are that step's
-    state), and one writer thread then writes, fsyncs, links and removes in the order asked (the protocol's trial
-    waited ~5 s of its ~330 s on fsync, reports/timing.md). Reading a checkpoint and the Trainer's teardown (the end
-    of ``fit``, a stop by a signal, a failure) first wait for every write asked before; a write's error (a full disk)
-    is raised in the training thread at the next checkpoint call or at teardown, and nothing after it is written.
+    Training does not wait for the disk (its fsync waits: reports/timing.md): the checkpoint is serialized in the
+    caller, at every call, so the bytes are that step's state and a write stays possible wherever a link is not; one
+    writer thread then writes, fsyncs, links and removes in the order asked. Reading a checkpoint and the Trainer's
+    teardown (the end of ``fit``, a stop by a signal, a failure) first wait for every write asked before; a write's
+    error (a full disk) is raised in the training thread at the next checkpoint call or at teardown, once, and
+    nothing after it is written. Not Lightning's ``AsyncCheckpointIO``: it clones the tensors where they are (GPU
+    memory), serializes in its thread, and removes checkpoints at once, out of order with the writes still queued.
     """
     from concurrent.futures import ThreadPoolExecutor
 
