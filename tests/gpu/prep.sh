@@ -5,14 +5,15 @@
 #              wheels no longer listed removed;
 #   multi30k/  a copy of $DATA (../shared/data/multi30k: it does not travel beside the checkout).
 # Then checks the wheels against the image's packages (tests/gpu/device-packages.txt) and the total that travels
-# (tracked and untracked-not-ignored files plus .gpu-carry) against the device call's 64 MiB. Exit 1 on either.
+# (tracked and untracked-not-ignored files plus .gpu-carry) against 60 MiB: the device call takes 64 MiB by its own
+# count, which refused 63.8 MiB by this one. Exit 1 on either.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA=${DATA:-../shared/data/multi30k}
 CARRY=${CARRY:-.gpu-carry}
 PIP_PY=${PIP_PY:-python3}       # any python with pip: the wheels are chosen for the target, not for it
 PY=${PY:-.venv/bin/python}      # one with `packaging` for the check
-LIMIT=$((64 * 1024 * 1024))
+LIMIT=$((60 * 1024 * 1024))
 mkdir -p "$CARRY/wheels"
 plat=()
 for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_26_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
@@ -39,5 +40,5 @@ tree=$(git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null 
 carry=$(find "$CARRY" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
 total=$((tree + carry))
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
-echo "gpu-prep: $(ls "$CARRY"/wheels/*.whl | wc -l) wheels ($(mib "$(find "$CARRY/wheels" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')")), data $(mib "$(du -sb "$CARRY/multi30k" | cut -f1)"); travels: tree $(mib "$tree") + $CARRY $(mib "$carry") = $(mib "$total") of 64 MiB"
-if [ "$total" -gt "$LIMIT" ]; then echo "gpu-prep: over the device call's 64 MiB: carry less (tests/gpu/wheels.txt) or untrack large files" >&2; exit 1; fi
+echo "gpu-prep: $(ls "$CARRY"/wheels/*.whl | wc -l) wheels ($(mib "$(find "$CARRY/wheels" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')")), data $(mib "$(du -sb "$CARRY/multi30k" | cut -f1)"); travels: tree $(mib "$tree") + $CARRY $(mib "$carry") = $(mib "$total") of 60 MiB"
+if [ "$total" -gt "$LIMIT" ]; then echo "gpu-prep: over 60 MiB (the device call takes 64 by its own count): carry less (tests/gpu/wheels.txt) or untrack large files" >&2; exit 1; fi

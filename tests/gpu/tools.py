@@ -35,7 +35,7 @@ BF16_DATASHEET = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 36
 # shows in seconds, not as a failed step minutes later.
 LAZY_MODULES = ("lightning_tfm.cli", "lightning_tfm.training.train", "lightning_tfm.sweep.worker",
                 "lightning_tfm.cli.report", "optuna", "sqlalchemy", "wandb", "sacremoses", "sacrebleu",
-                "papermill", "nbconvert", "ipykernel", "transformers", "pytorch_lightning")
+                "papermill", "nbconvert", "transformers", "pytorch_lightning")
 
 
 def _wheels(folder: str) -> list[Path]:
