@@ -35,14 +35,14 @@ def label_smoothed_nll_loss(logits: Tensor, target: Tensor, epsilon: float, igno
 
 def fused_label_smoothed_nll_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float,
                                   ignore_index: int = 0, chunk: int = 128) -> tuple[Tensor, Tensor, Tensor]:
-    """``label_smoothed_nll_loss(F.linear(hidden, weight), ...)`` without the (tokens x V) logits in memory.
+    """``label_smoothed_nll_loss(F.linear(hidden, weight), ...)`` in one (tokens x V) buffer, the gradient's.
 
     A speed path (tests/test_speed_paths.py checks loss, NLL and both gradients against the plain path):
-    the pre-softmax projection, the smoothed loss and their gradients are computed ``chunk`` target
-    positions at a time while the chunk's logits are still in cache, and the gradients are kept for the
-    backward pass (the "fused linear cross-entropy" of Liger-Kernel / Apple's cut-cross-entropy, done
-    eagerly). Projection + loss + backward take about half the time of the plain path, which matters
-    because they are a large part of a training step at small d_model and a large vocabulary.
+    the smoothed loss and its gradients are computed ``chunk`` target positions at a time while the chunk's
+    logits are in cache, and the gradients are kept for the backward pass (the "fused linear cross-entropy" of
+    Liger-Kernel / Apple's cut-cross-entropy, done eagerly). Projection + loss + backward take about half the time
+    of the plain path, which matters because they are a large part of a training step at small d_model and a large
+    vocabulary.
     Under autocast the matrix products run in the autocast dtype, the softmax and sums in fp32.
     Without gradients (validation) only the losses are computed, chunk by chunk.
     """
@@ -81,19 +81,26 @@ def _grad_logits_buffer(rows: int, cols: int, like: Tensor) -> Tensor:
 
 def _fused_loss_chunks(h: Tensor, w: Tensor, target: Tensor, epsilon: float, chunk: int, grads: bool):
     """Smoothed loss and NLL sums over the rows of ``h @ w.T``, chunk by chunk; with ``grads``, also
-    d(loss)/d(logits) per chunk, turned into d/dh (per chunk) and d/dw (one product at the end). Each chunk's
-    logits are one fp32 tensor worked in place (the max taken off, then their exp), and d/d(logits) is written
-    straight into its slot of the kept buffer (:func:`_grad_logits_buffer`): the same operations, the same numbers
-    as with a fresh tensor each (tests/test_speed_paths.py), in fewer passes over memory."""
+    d(loss)/d(logits), written into the kept buffer (:func:`_grad_logits_buffer`) and turned into d/dh and d/dw.
+    Each chunk's logits are one fp32 tensor worked in place (the max taken off, then their exp, then the gradient).
+    In fp32 with ``grads`` the logits are whole products into that buffer and d/dh whole products out of it
+    (:func:`_whole_chunks`): one product of many rows runs nearer the machine's peak than one per chunk (K is only
+    d_model; reports/timing.md). Otherwise (bf16, or no gradient) each chunk's logits are its own product, cast to
+    fp32, and its d/dh too."""
     V = w.shape[0]
     conf, other = 1.0 - epsilon, epsilon / (V - 1)  # the smoothed target distribution (see above)
     loss = torch.zeros((), dtype=torch.float32, device=h.device)
     nll = torch.zeros((), dtype=torch.float32, device=h.device)
     grad_logits = _grad_logits_buffer(h.shape[0], V, h) if grads else None
+    whole = grads and h.dtype == torch.float32  # the logits in one product, into the buffer of their gradient
+    if whole:
+        for part in _whole_chunks(h.shape[0], chunk):
+            torch.mm(h[part], w.t(), out=grad_logits[part])
     grad_h = torch.empty_like(h) if grads else None
     for s in range(0, h.shape[0], chunk):
         tc = target[s:s + chunk, None]
-        z = (h[s:s + chunk] @ w.t()).float()  # a fresh tensor (the product's, or its fp32 copy)
+        # the chunk's slot of the whole product, or a fresh tensor (the chunk's product, or its fp32 copy)
+        z = grad_logits[s:s + chunk] if whole else (h[s:s + chunk] @ w.t()).float()
         z.sub_(z.amax(1, keepdim=True))
         z_y, z_sum = z.gather(1, tc), z.sum(1, keepdim=True)
         e = z.exp_()
@@ -104,14 +111,23 @@ def _fused_loss_chunks(h: Tensor, w: Tensor, target: Tensor, epsilon: float, chu
         loss -= (conf * logp_y + other * (sum_logp - logp_y)).sum()
         nll -= logp_y.sum()
         if grads:  # softmax(z) - q, q = conf on the target and other elsewhere
-            gc = grad_logits[s:s + chunk]
-            g = torch.div(e, se, out=gc) if gc.dtype == e.dtype else e.div_(se)
-            g.sub_(other).scatter_add_(1, tc, torch.full_like(logp_y, other - conf))
-            if g is not gc:
-                gc.copy_(g)  # cast to the compute dtype while storing
-            torch.mm(gc, w, out=grad_h[s:s + chunk])
+            g = e.div_(se).sub_(other).scatter_add_(1, tc, torch.full_like(logp_y, other - conf))
+            if not whole:  # stored in the compute dtype, then the chunk's rows of d/dh
+                gc = grad_logits[s:s + chunk]
+                gc.copy_(g)
+                torch.mm(gc, w, out=grad_h[s:s + chunk])
+    if whole:
+        for part in _whole_chunks(h.shape[0], chunk):
+            torch.mm(grad_logits[part], w, out=grad_h[part])
     grad_w = grad_logits.t() @ h if grads else None
     return loss, nll, grad_h, grad_w
+
+
+def _whole_chunks(rows: int, chunk: int) -> list[slice]:
+    """The rows of whole chunks as one slice, then the last partial chunk's: a product of few rows takes another
+    kernel, so the last chunk gets its own product, as chunk by chunk (the same numbers, bit for bit)."""
+    full = rows - rows % chunk
+    return [part for part in (slice(0, full), slice(full, rows)) if part.stop > part.start]
 
 
 class _FusedLinearSmoothedLoss(torch.autograd.Function):
