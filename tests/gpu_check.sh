@@ -18,8 +18,8 @@
 # from its checkpoint; ltfm bench --vs marian at the paper's base shapes (experiments/wmt14-base.yaml) and at the CPU
 # protocol's (experiments/table3-cpu-base.yaml): tokens/s, MFU against the measured matmul peak and the card's
 # datasheet bf16 peak; a 1-GPU DDP run (Lightning's ddp strategy, NCCL); the GPU protocol's base row and two others
-# (sweeps/table3-gpu.yaml, one seed, --workers auto as the protocol packs them) for a trial's time; make ablation
-# QUICK=1 with the time left (cut at the deadline: not a failure). A step stopped at its budget still leaves what it
+# (sweeps/table3-gpu.yaml, one seed, 300 steps, --workers auto as the protocol packs them) for a trial's time; make
+# ablation QUICK=1 with the time left (cut at the deadline: not a failure). A step stopped at its budget still leaves what it
 # measured: the Table 3 rows' status gives each trial's steps and time so far.
 # Without CUDA, the rehearsal: the same script runs its CPU-side steps (the install from .gpu-carry/wheels into a
 # temporary target for CPython 3.12, the depcheck against tests/gpu/device-packages.txt, the imports with a Python
@@ -146,9 +146,11 @@ gpu_step "bench vs Marian, the paper's base shapes" 75 "${INTO[@]}" "$WORK/bench
   --device cuda --json --config experiments/wmt14-base.yaml bench.batch=128
 gpu_step "bench vs Marian, the CPU protocol's shapes" 45 "${INTO[@]}" "$WORK/bench-cpu-shapes.json" "${LTFM[@]}" bench \
   --vs marian --device cuda --json --config experiments/table3-cpu-base.yaml bench.batch=128
-gpu_step "1-GPU DDP run (Lightning ddp strategy)" 60 "${LTFM[@]}" train "${smoke[@]}" "run.results_dir=$WORK/ddp" \
+gpu_step "1-GPU DDP run (Lightning ddp strategy)" 90 "${LTFM[@]}" train "${smoke[@]}" "run.results_dir=$WORK/ddp" \
   train.strategy=ddp train.devices=1
-t3=("$WORK/table3-timing.yaml" "data.path=$DATA" "run.results_dir=$WORK/table3")
+# 300 steps a row: on the H200 (2026-12-04) three rows packed on the GPU reached steps 400-1,100 of 2,000 in the
+# step's 150 s (C5, the slowest, 249 in its first 80 s), so none finished and no trial time came out
+t3=("$WORK/table3-timing.yaml" "data.path=$DATA" "run.results_dir=$WORK/table3" train.max_steps=300)
 if [ -z "$NO_GPU" ] && "$PY" tests/gpu/tools.py rows sweeps/table3-gpu.yaml "$WORK/table3-timing.yaml" base C1 C5 >> "$log" 2>&1; then
   step "Table 3 GPU rows base, C1, C5 (one seed, --workers auto)" 150 "${LTFM[@]}" sweep "${t3[@]}" --workers auto --every 20
   step "their status" 30 "${INTO[@]}" "$WORK/table3-status.json" "${LTFM[@]}" sweep "${t3[@]}" --status --json
