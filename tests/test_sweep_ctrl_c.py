@@ -6,8 +6,9 @@ each one's run from its step, one COMPLETE trial per row.
 
 No step races a clock: each trial process is held (SIGSTOP) once it has saved its first step checkpoint and said its
 first validation's progress line, so both rows are training when the signal comes however slow the machine, and
-the signal is pending in each trial when it is let go (SIGCONT). The second Ctrl-C comes once the launcher says it
-is stopping, while the workers still wait for their held trials."""
+the signal is pending in each trial when it is let go (SIGCONT). A trial is held only where it holds no write lock
+of the sweep's SQLite file (a trial stopped inside its write would lock the test out). The second Ctrl-C comes once
+the launcher says it is stopping, while the workers still wait for their held trials."""
 from __future__ import annotations
 
 import csv
@@ -15,6 +16,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -50,8 +52,29 @@ def _hold_after_first_validation(results: Path, proc: subprocess.Popen, out: Pat
                 assert list(run_dir.glob("checkpoints/step=*.ckpt")), text
                 held[run_dir] = json.loads((run_dir / "summary.json").read_text())["pid"]
                 os.kill(held[run_dir], signal.SIGSTOP)
+                for _ in range(200):  # held inside a write of the study: let it finish that write, then hold again
+                    if _takes_a_write_lock(results / "ctrlc.db"):
+                        break
+                    os.kill(held[run_dir], signal.SIGCONT)
+                    time.sleep(0.02)
+                    os.kill(held[run_dir], signal.SIGSTOP)
+                else:
+                    raise AssertionError("the sweep's database stayed locked while a trial was held")
         time.sleep(0.2)
     return held
+
+
+def _takes_a_write_lock(db: Path) -> bool:
+    """Whether a write transaction of the SQLite file ``db`` begins now (none held by a stopped process)."""
+    con = sqlite3.connect(db, timeout=1.0, isolation_level=None)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        con.close()
 
 
 def _let_go(held: dict[Path, int], launcher: subprocess.Popen) -> None:
