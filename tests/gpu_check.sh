@@ -148,8 +148,8 @@ gpu_step "bench vs Marian, the CPU protocol's shapes" 45 "${INTO[@]}" "$WORK/ben
   --vs marian --device cuda --json --config experiments/table3-cpu-base.yaml bench.batch=128
 gpu_step "1-GPU DDP run (Lightning ddp strategy)" 90 "${LTFM[@]}" train "${smoke[@]}" "run.results_dir=$WORK/ddp" \
   train.strategy=ddp train.devices=1
-# 300 steps a row: on the H200 (2026-12-04) three rows packed on the GPU reached steps 400-1,100 of 2,000 in the
-# step's 150 s (C5, the slowest, 249 in its first 80 s), so none finished and no trial time came out
+# 300 steps a row, so that the rows end inside the step and give a trial's time: at the protocol's 2,000 none ended
+# in 150 s on the H200 (reports/gpu.md)
 t3=("$WORK/table3-timing.yaml" "data.path=$DATA" "run.results_dir=$WORK/table3" train.max_steps=300)
 if [ -z "$NO_GPU" ] && "$PY" tests/gpu/tools.py rows sweeps/table3-gpu.yaml "$WORK/table3-timing.yaml" base C1 C5 >> "$log" 2>&1; then
   step "Table 3 GPU rows base, C1, C5 (one seed, --workers auto)" 150 "${LTFM[@]}" sweep "${t3[@]}" --workers auto --every 20
