@@ -245,3 +245,30 @@ def test_a_failed_attempt_says_which_trial_runs_its_row_again_and_why_it_failed(
     notes = [r["note"] for r in trial_rows(study.get_trials(deepcopy=False))]
     assert notes == ["retried as trial 3: interrupted", "retried as trial 4: its worker stopped (no heartbeat)",
                      None, None, "retry of trial 1", "duplicate of trial 2", "exit code 1"]
+
+
+def test_a_stopped_row_shows_the_step_it_resumes_from_and_the_validated_steps_that_run_again():
+    """A trial stopped harder than Ctrl-C (killed before it wrote last.ckpt) validated past its newest checkpoint:
+    --status gives the checkpoint's step as its steps (what the next run resumes from) and says which validated
+    steps run again; one stopped before any checkpoint says it starts again; a Ctrl-C'd one (the two equal) adds
+    nothing."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from lightning_tfm.sweep.held import stop_note
+    from lightning_tfm.sweep.status import trial_rows
+
+    study = optuna.create_study()
+    for stopped_at, validated in ((500, 800), (0, 400), (300, 300)):
+        study.add_trial(create_trial(
+            state=TrialState.WAITING, params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+            intermediate_values={s: 4.0 for s in range(100, validated + 1, 100)},
+            user_attrs={"status": "stopped", "stopped_at": stopped_at, "reason": stop_note(stopped_at)}))
+    rows = trial_rows(study.get_trials(deepcopy=False))
+    assert [(r["state"], r["steps"]) for r in rows] == [("stopped", 500), ("stopped", 0), ("stopped", 300)]
+    assert [r["note"] for r in rows] == [
+        "stopped at step 500: the same command resumes it first; validated to step 800, past its checkpoint: "
+        "steps 500-800 run again",
+        "stopped before its first checkpoint: the same command starts it again first; validated to step 400, past "
+        "its checkpoint: steps 0-400 run again",
+        "stopped at step 300: the same command resumes it first"]

@@ -65,11 +65,17 @@ def put_back(storage, name: str, trial, step: int | None) -> None:
     its run stopped at, claimed first by the next worker (:func:`~.queue.claim_waiting`), which resumes its run."""
     from optuna.trial import TrialState
 
-    set_attrs(trial, {"status": STOPPED, "stopped_at": step,
-                      "reason": f"stopped at step {step}: the same command resumes it first"})
+    set_attrs(trial, {"status": STOPPED, "stopped_at": step, "reason": stop_note(step)})
     with queue_lock(storage, name):
         check(storage, trial)
         write(trial.number, storage.set_trial_state_values, trial._trial_id, state=TrialState.WAITING)
+
+
+def stop_note(step: int | None) -> str:
+    """What a stopped trial's next run does: resume at its newest checkpoint's step, or start again without one."""
+    if not step:
+        return "stopped before its first checkpoint: the same command starts it again first"
+    return f"stopped at step {step}: the same command resumes it first"
 
 
 def resume_note(stopped_at: int | None, step: int, run_dir) -> str:

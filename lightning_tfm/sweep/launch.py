@@ -387,8 +387,9 @@ def _say_stopped(sweep: Sweep, open_study_fn, say) -> None:
         stopped = [t for t in open_study_fn().get_trials(deepcopy=False)
                    if t.state.name == "WAITING" and t.user_attrs.get("status") == STOPPED]
         if stopped:
-            rows = ", ".join(f"{t.user_attrs.get('variant')} seed {t.user_attrs.get('seed')} at step "
-                             f"{t.user_attrs.get('stopped_at')}" for t in stopped)
+            rows = ", ".join(f"{t.user_attrs.get('variant')} seed {t.user_attrs.get('seed')} "
+                             + (f"at step {t.user_attrs['stopped_at']}" if t.user_attrs.get("stopped_at")
+                                else "before its first checkpoint") for t in stopped)
             say(f"[{sweep.name}] stopped: {rows}; the same command resumes them first")
 
 

@@ -136,11 +136,19 @@ def trial_rows(trials) -> list[dict]:
         steps = a.get("steps")
         if steps is None and t.intermediate_values:
             steps = max(t.intermediate_values)
+        note = _note(t, retried_as.get(t.number))
+        if state == STOPPED and isinstance(a.get("stopped_at"), int):
+            # a stopped row holds the steps its next run resumes from; the ones validated past its newest
+            # checkpoint (a stop harder than Ctrl-C: killed before it wrote last.ckpt) run again
+            validated, steps = steps, a["stopped_at"]
+            if isinstance(validated, int) and validated > steps:
+                note = (f"{note}; validated to step {validated}, past its checkpoint: steps {steps}-{validated} run "
+                        "again")
         rows.append({"number": t.number, "variant": a.get("variant"), "family": a.get("family"),
                      "seed": a.get("seed"), "state": state, "value": t.value, "steps": steps,
                      "max_steps": a.get("max_steps"), "multiple": float(a.get(MULTIPLE, 1.0)),
                      "duration_s": _duration(t), "run_dir": a.get("run_dir"), "wandb_run_id": a.get("wandb_run_id"),
-                     "note": _note(t, retried_as.get(t.number)), "slurm_job": a.get("slurm_job")})
+                     "note": note, "slurm_job": a.get("slurm_job")})
     return rows
 
 

@@ -472,7 +472,7 @@ class Worker:
                      "run of the sweep re-runs it once its heartbeat has lapsed")
             return
         self.say(f"trial {trial.number} {trial.user_attrs.get('variant', '')} seed {trial.user_attrs.get('seed', '')}: "
-                 f"stopped at step {step}; the same command resumes it first")
+                 + held.stop_note(step).replace(": ", "; ", 1))
 
     def _wait_unlocked(self, run_dir: Path, deadline: float) -> bool:
         """Wait until no process holds the run's lock (True), or until ``deadline`` (False)."""
