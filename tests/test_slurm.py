@@ -3,20 +3,26 @@ munge on loopback) and a real PostgreSQL (tests/pg.py), through the commands a u
 row once, as the same sweep run here does; a job told to stop (``scancel --signal=USR1``: Slurm's warning before the
 time limit) is requeued and its trial resumes from its step to the weights an unstopped run ends with; so is a job
 that reaches its time limit (Slurm's own signal); a trial of two devices runs as two Slurm tasks of its job (``srun``
-inside it) with one result and one W&B run; a job killed outright (SIGKILL to each of its processes) leaves its trial
-to the heartbeat, which runs it again once; ``--status`` names the jobs. Every wait is for a count or a file (a
-checkpoint step, the jobs gone from ``squeue``), bounded by a patience that only a broken cluster reaches. The
-one-line refusals need no cluster: tests/test_cluster_cli.py.
+inside it) with one result and one W&B run; a job killed outright (SIGKILL to each of its processes; its trial held
+with SIGSTOP first, so it cannot finish before the kill) leaves its trial to the heartbeat, which runs it again
+once; ``--status`` names the jobs. Every wait is for a count or a file (a checkpoint step, the jobs gone from
+``squeue``), bounded by a patience that only a broken cluster reaches. The one-line refusals need no cluster:
+tests/test_cluster_cli.py.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import socket
 import time
 from pathlib import Path
 
 import pytest
+
+from lightning_tfm.training.runs.run_folder import LOCK_FILE, lock_free
 
 from conftest import ltfm, write_sweep
 from pg import pg_url, postgres  # noqa: F401  (fixtures)
@@ -219,13 +225,28 @@ def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url
     results = tmp_path / "results"
     jobs = submit(cluster, sweep, pg_url, results, data_dir, "--jobs", "2", "train.max_steps=200")
 
-    def holder():  # a trial that has trained past step 20, and the job that holds it
-        for r in status(sweep, pg_url, results):
-            if r["state"] == "running" and r["slurm_job"] and r["run_dir"] and any(
-                    int(p.stem.split("=")[1]) >= 20 for p in Path(r["run_dir"]).glob("checkpoints/step=*.ckpt")):
-                return r
+    def frozen():  # a run past step 20 whose trial still trains, held (SIGSTOP) where it stands: it cannot finish
+        # before the kill, however fast the machine (its lock file names the process that trains it)
+        for run in results.glob("*/"):
+            if not any(int(p.stem.split("=")[1]) >= 20 for p in run.glob("checkpoints/step=*.ckpt")):
+                continue
+            try:
+                pid = json.loads((run / LOCK_FILE).read_text())["pid"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if lock_free(run):
+                continue  # finished: no process trains it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+            if not lock_free(run):
+                return run
+            with contextlib.suppress(ProcessLookupError):  # it finished in between: let it go
+                os.kill(pid, signal.SIGCONT)
         return None
-    victim = wait_for("a trial past step 20", holder, every=0.5)
+    run = wait_for("a trial past step 20", frozen, every=0.2)
+    victim = wait_for("the frozen trial's row", lambda: next(
+        (r for r in status(sweep, pg_url, results) if r["state"] == "running" and r["slurm_job"] and r["run_dir"]
+         and Path(r["run_dir"]).resolve() == run.resolve()), None))
     kill_outright(cluster, victim["slurm_job"])
     wait_for("the jobs to leave the queue", lambda: not queued(cluster, jobs))
     rows = status(sweep, pg_url, results)
