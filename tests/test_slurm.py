@@ -90,6 +90,28 @@ def release_requeued(cluster: Cluster, job: str) -> bool:
     return "Restarts=1" in show and ("JobState=RUNNING" in show or "JobState=COMPLETED" in show)
 
 
+def held_trial(results: Path, past: int) -> tuple[Path, int] | None:
+    """A run past step ``past`` whose trial still trains, held (SIGSTOP) where it stands, and its process: it
+    cannot finish before the test kills it, however fast the machine (the run's lock file names the process that
+    trains it). None while there is none."""
+    for run in results.glob("*/"):
+        if not any(int(p.stem.split("=")[1]) >= past for p in run.glob("checkpoints/step=*.ckpt")):
+            continue
+        try:
+            pid = json.loads((run / LOCK_FILE).read_text())["pid"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if lock_free(run):
+            continue  # finished: no process trains it
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+        if not lock_free(run):
+            return run, pid
+        with contextlib.suppress(ProcessLookupError):  # it finished in between: let it go
+            os.kill(pid, signal.SIGCONT)
+    return None
+
+
 def kill_outright(cluster: Cluster, job: str) -> None:
     """SIGKILL to every process of ``job`` at once, as a lost node leaves it (``scancel --signal=KILL`` is a cancel:
     SIGTERM first, which stops the trial cleanly). The node is this machine: ``scontrol listpids`` names them."""
@@ -225,25 +247,7 @@ def test_a_job_killed_outright_leaves_its_trial_to_the_heartbeat(cluster, pg_url
     results = tmp_path / "results"
     jobs = submit(cluster, sweep, pg_url, results, data_dir, "--jobs", "2", "train.max_steps=200")
 
-    def frozen():  # a run past step 20 whose trial still trains, held (SIGSTOP) where it stands: it cannot finish
-        # before the kill, however fast the machine (its lock file names the process that trains it)
-        for run in results.glob("*/"):
-            if not any(int(p.stem.split("=")[1]) >= 20 for p in run.glob("checkpoints/step=*.ckpt")):
-                continue
-            try:
-                pid = json.loads((run / LOCK_FILE).read_text())["pid"]
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if lock_free(run):
-                continue  # finished: no process trains it
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-            if not lock_free(run):
-                return run
-            with contextlib.suppress(ProcessLookupError):  # it finished in between: let it go
-                os.kill(pid, signal.SIGCONT)
-        return None
-    run = wait_for("a trial past step 20", frozen, every=0.2)
+    run, _ = wait_for("a trial past step 20", lambda: held_trial(results, 20), every=0.2)
     victim = wait_for("the frozen trial's row", lambda: next(
         (r for r in status(sweep, pg_url, results) if r["state"] == "running" and r["slurm_job"] and r["run_dir"]
          and Path(r["run_dir"]).resolve() == run.resolve()), None))
